@@ -1,0 +1,1 @@
+"""Helpers shared by the built-in kinds (datasets, architectures, ONNX utilities)."""

@@ -1,0 +1,373 @@
+"""Device conversions of an ONNX model (float16, ORT format) and the checks that they still agree.
+
+- `to_fp16`: onnxruntime's own float16 converter, keeping float32 inputs/outputs so callers feed
+  the same arrays as before (Cast nodes are inserted at the graph's edges);
+- `to_ort`: onnxruntime's ``convert_onnx_models_to_ort`` tool, run on a private copy so its
+  side files never land next to the source; we keep the ``.ort`` model and its
+  ``required_operators`` config (what a minimal onnxruntime build for a phone needs), with the
+  absolute paths the tool writes into that config's comments replaced by the file name;
+- `run_batched` / `open_session`: run a model on the CPU with a fixed thread count, so outputs
+  are the same bytes on every run;
+- `compare`: element-wise parity (|got - ref| <= atol + rtol * |ref|) with figures and a table.
+
+Heavy imports (onnx, onnxruntime, numpy) happen inside functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from zoo.errors import GateFailed, InvalidInput, StageFailed
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnxruntime
+
+log = logging.getLogger("zoo.stage.convert")
+
+MAX_IR_VERSION = 13  # the newest IR onnxruntime 1.31 loads; onnx 1.23 stamps 14 by default
+OPTIMIZATION_STYLES = ("Fixed", "Runtime")
+_PROTOBUF_LIMIT = 2_000_000_000  # below protobuf's 2 GiB cap, so a single-file save always works
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _load_full(src: Path) -> Any:
+    """Load an ONNX model with its external data, refusing sidecar paths outside its folder."""
+    from onnx.external_data_helper import load_external_data_for_model
+
+    from zoo_stages.lib.describe import external_data_locations, load_graph
+
+    model = load_graph(src)
+    if external_data_locations(model):  # also refuses locations outside the model's folder
+        load_external_data_for_model(model, str(src.parent))
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# float16
+
+
+def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: Sequence[str] | None = None) -> Path:
+    """Convert `src` to float16 weights and compute, writing `dst` (a single .onnx file).
+
+    Inputs and outputs stay float32 when `keep_io_types` (the default). Quantized sources are
+    refused: their float parts are scales, and halving them would change the quantization.
+    """
+    import onnx
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+
+    from zoo_stages.lib.describe import detect_precision
+
+    model = _load_full(Path(src))
+    precision = detect_precision(model)
+    if precision == "int8":
+        raise InvalidInput(f"{src} is a quantized (int8) model; float16 conversion needs a float32 source",
+                           hint="use `from:` a float32 stage (e.g. optimize) for fp16 builds")
+    if precision == "fp16":
+        raise InvalidInput(f"{src} is already a float16 model", hint="drop `convert: fp16` for this build")
+    blocked = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list or ()))
+    with warnings_silenced():
+        converted = convert_float_to_float16(model, keep_io_types=keep_io_types, op_block_list=blocked)
+    converted.ir_version = min(int(converted.ir_version), MAX_IR_VERSION)
+    dst = Path(dst)
+    if converted.ByteSize() < _PROTOBUF_LIMIT:
+        _atomic_write_bytes(dst, converted.SerializeToString())
+    else:
+        # too big for one protobuf: weights go to one sidecar next to the model
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(converted, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=dst.name + ".data")
+    return dst
+
+
+@contextlib.contextmanager
+def warnings_silenced():
+    """Silence the Python warnings converters emit about things we handle (io types, clipping)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+# ---------------------------------------------------------------------------------------------
+# ORT format
+
+
+@dataclass(frozen=True)
+class OrtConversion:
+    """What `to_ort` kept: the ORT-format model and the operator list for minimal builds."""
+
+    model: Path
+    operators_config: Path
+    optimization_style: str
+    optimization_level: str = "all"
+
+
+def to_ort(src: Path, dst_dir: Path, *, optimization_style: str = "Fixed", work_dir: Path | None = None,
+           name: str = "model") -> OrtConversion:
+    """Convert `src` to ORT format into `dst_dir` as `<name>.ort` and `<name>.required_operators.config`.
+
+    The tool runs on a temporary copy of `src` (and its external data) so the files it writes
+    next to its input (temporary models, configs for each style) never touch the source. Only
+    the two files above are kept. `optimization_style` is "Fixed" (optimizations baked in; the
+    default for CPU) or "Runtime" (some optimizations saved to be replayed by compiling
+    execution providers such as NNAPI or CoreML).
+    """
+    if optimization_style not in OPTIMIZATION_STYLES:
+        raise InvalidInput(f"unknown ORT optimization style {optimization_style!r}",
+                           hint=f"use one of {', '.join(OPTIMIZATION_STYLES)}")
+    from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
+
+    from zoo_stages.lib.describe import external_data_locations, load_graph
+
+    src = Path(src)
+    sidecars = external_data_locations(load_graph(src))
+    dst_dir = Path(dst_dir)
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    if work_dir is not None:
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work_dir, prefix="ort-convert-") as tmp:
+        tmp_dir = Path(tmp)
+        staged = tmp_dir / "in" / f"{name}.onnx"
+        staged.parent.mkdir()
+        shutil.copyfile(src, staged)
+        for location in sidecars:
+            (staged.parent / location).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src.parent / location, staged.parent / location)
+        out = tmp_dir / "out"
+        captured = io.StringIO()
+        # the tool reads its optimization level from the environment: pin it so a user's
+        # setting cannot silently change the shipped bytes
+        previous = os.environ.get("ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL")
+        os.environ["ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL"] = "all"
+        try:
+            with contextlib.redirect_stdout(captured):
+                convert_onnx_models_to_ort(staged, output_dir=out,
+                                           optimization_styles=[OptimizationStyle[optimization_style]])
+        except Exception as e:
+            raise StageFailed(f"onnxruntime could not convert {src.name} to ORT format: {e}",
+                              log_tail=captured.getvalue()[-4000:],
+                              hint="the model may use operators the ORT format does not support") from e
+        finally:
+            if previous is None:
+                os.environ.pop("ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL", None)
+            else:
+                os.environ["ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL"] = previous
+        log.debug("convert_onnx_models_to_ort output:\n%s", captured.getvalue())
+        models = sorted(out.rglob("*.ort"))
+        configs = sorted(out.rglob("*.config"))
+        if len(models) != 1 or len(configs) != 1:
+            raise StageFailed(f"onnxruntime's ORT converter produced {len(models)} .ort and {len(configs)} "
+                              f".config files for {src.name}; expected one of each",
+                              log_tail=captured.getvalue()[-4000:])
+        model_dst = dst_dir / f"{name}.ort"
+        config_dst = dst_dir / f"{name}.required_operators.config"
+        _atomic_write_bytes(model_dst, models[0].read_bytes())
+        _atomic_write_bytes(config_dst, _portable_operators_config(configs[0].read_text(), model_dst.name).encode())
+    return OrtConversion(model=model_dst, operators_config=config_dst, optimization_style=optimization_style)
+
+
+def _portable_operators_config(text: str, model_name: str) -> str:
+    """The tool's operator config with the absolute model paths in its comments replaced by a name."""
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    return "\n".join(["# Generated from model/s:", f"# - {model_name}", *body]) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# running models
+
+
+def open_session(path: Path, *, threads: int = 1, runtime_optimizations: bool = False) -> "onnxruntime.InferenceSession":
+    """A CPU InferenceSession with fixed threading (sequential, `threads` intra-op threads).
+
+    Works for .onnx and .ort files alike. `runtime_optimizations` replays the optimizations an
+    ORT model converted with the "Runtime" style saved (only for models we produced ourselves).
+    """
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.log_severity_level = 3
+    if runtime_optimizations:
+        opts.add_session_config_entry("session.enable_saved_runtime_optimizations", "1")
+    try:
+        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise StageFailed(f"onnxruntime cannot load {path}: {e}",
+                          hint="the file may be corrupt or use operators this onnxruntime lacks") from e
+
+
+def run_batched(session: Any, feeds: Mapping[str, "np.ndarray"], *, batch_size: int = 64) -> list["np.ndarray"]:
+    """Run `session` on `feeds` (every array has the samples along axis 0) and concatenate outputs.
+
+    A model whose first input has a fixed batch dimension is fed exactly that many samples at
+    a time; trailing samples that do not fill a batch are dropped (callers see it in the
+    returned arrays' length).
+    """
+    import numpy as np
+
+    names = [i.name for i in session.get_inputs()]
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise InvalidInput(f"no values for model input(s) {', '.join(missing)}",
+                           hint=f"the model expects inputs {', '.join(names)}")
+    n = min(int(np.asarray(feeds[name]).shape[0]) for name in names) if names else 0
+    fixed = session.get_inputs()[0].shape[0] if names and session.get_inputs()[0].shape else None
+    step = fixed if isinstance(fixed, int) and fixed > 0 else max(1, batch_size)
+    chunks: list[list[np.ndarray]] = []
+    for start in range(0, n - step + 1 if isinstance(fixed, int) and fixed > 0 else n, step):
+        batch = {name: np.ascontiguousarray(feeds[name][start:start + step]) for name in names}
+        chunks.append(session.run(None, batch))
+    if not chunks:
+        raise InvalidInput(f"not enough samples to run the model ({n} given, batch of {step} needed)",
+                           hint="provide more held-out samples or test inputs")
+    return [np.concatenate([c[i] for c in chunks], axis=0) if np.ndim(chunks[0][i]) > 0 else chunks[0][i]
+            for i in range(len(chunks[0]))]
+
+
+# ---------------------------------------------------------------------------------------------
+# parity
+
+
+@dataclass(frozen=True)
+class OutputParity:
+    """How one output of a candidate model compares with the reference."""
+
+    name: str
+    shape: tuple[int, ...]
+    max_abs: float
+    mean_abs: float
+    cosine: float
+    violations: int  # elements outside atol + rtol * |ref|
+    worst_excess: float  # max of |got - ref| - (atol + rtol * |ref|); > 0 means failed
+    top1_agreement: float | None = None  # for (N, classes) outputs
+    shape_mismatch: bool = False
+
+
+@dataclass(frozen=True)
+class Parity:
+    """The element-wise comparison of all outputs of a candidate model with its reference."""
+
+    atol: float
+    rtol: float
+    samples: int
+    outputs: list[OutputParity] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.violations == 0 and not o.shape_mismatch for o in self.outputs)
+
+    @property
+    def max_abs(self) -> float:
+        return max((o.max_abs for o in self.outputs), default=0.0)
+
+    @property
+    def cosine(self) -> float:
+        return min((o.cosine for o in self.outputs), default=1.0)
+
+    @property
+    def top1_agreement(self) -> float | None:
+        values = [o.top1_agreement for o in self.outputs if o.top1_agreement is not None]
+        return values[0] if values else None
+
+    def metrics(self, prefix: str = "parity_") -> dict[str, float | int]:
+        """Flat figures for a manifest: max_abs, mean_abs, cosine, top1 agreement, tolerances, samples."""
+        out: dict[str, float | int] = {
+            f"{prefix}max_abs": _finite(self.max_abs),
+            f"{prefix}mean_abs": _finite(max((o.mean_abs for o in self.outputs), default=0.0)),
+            f"{prefix}cosine": _finite(self.cosine),
+            f"{prefix}atol": self.atol,
+            f"{prefix}rtol": self.rtol,
+            f"{prefix}samples": self.samples,
+        }
+        if self.top1_agreement is not None:
+            out[f"{prefix}top1_agreement"] = self.top1_agreement
+        return out
+
+    def table(self) -> str:
+        """A fixed-width text table, one row per output."""
+        rows = [("output", "shape", "max_abs", "mean_abs", "cosine", "top1", "violations", "worst excess")]
+        for o in self.outputs:
+            rows.append((o.name, "mismatch" if o.shape_mismatch else "x".join(map(str, o.shape)),
+                         f"{o.max_abs:.3g}", f"{o.mean_abs:.3g}", f"{o.cosine:.6f}",
+                         "-" if o.top1_agreement is None else f"{o.top1_agreement:.4f}",
+                         str(o.violations), f"{o.worst_excess:.3g}"))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.append(f"tolerance: |got - ref| <= {self.atol:g} + {self.rtol:g} * |ref|, on {self.samples} samples")
+        return "\n".join(lines)
+
+
+def _finite(x: float) -> float:
+    return float(x) if math.isfinite(x) else float("inf")
+
+
+def compare(reference: Sequence["np.ndarray"], candidate: Sequence["np.ndarray"], names: Sequence[str], *,
+            atol: float, rtol: float) -> Parity:
+    """Element-wise parity of `candidate` outputs against `reference` outputs (same order)."""
+    import numpy as np
+
+    outputs = []
+    samples = int(np.shape(reference[0])[0]) if reference and np.ndim(reference[0]) > 0 else 1
+    for name, ref, got in zip(names, reference, candidate):
+        ref = np.asarray(ref)
+        got = np.asarray(got)
+        if ref.shape != got.shape:
+            outputs.append(OutputParity(name=name, shape=tuple(ref.shape), max_abs=float("inf"), mean_abs=float("inf"),
+                                        cosine=0.0, violations=int(ref.size), worst_excess=float("inf"),
+                                        shape_mismatch=True))
+            continue
+        r = ref.astype(np.float64).ravel()
+        g = got.astype(np.float64).ravel()
+        diff = np.abs(g - r)
+        # NaN anywhere in the difference counts as a violation (NaN comparisons are False)
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        allowed = atol + rtol * np.abs(r)
+        excess = diff - allowed
+        denom = float(np.linalg.norm(r) * np.linalg.norm(g))
+        cosine = float(np.dot(r, g) / denom) if denom > 0 else (1.0 if not np.any(diff) else 0.0)
+        top1 = None
+        if ref.ndim == 2 and ref.shape[1] > 1 and np.issubdtype(ref.dtype, np.floating):
+            top1 = float(np.mean(np.argmax(ref, axis=1) == np.argmax(got, axis=1)))
+        outputs.append(OutputParity(
+            name=name, shape=tuple(int(d) for d in ref.shape),
+            max_abs=float(diff.max()) if diff.size else 0.0,
+            mean_abs=float(diff.mean()) if diff.size else 0.0,
+            cosine=cosine, violations=int(np.count_nonzero(excess > 0)),
+            worst_excess=float(excess.max()) if excess.size else 0.0, top1_agreement=top1))
+    return Parity(atol=float(atol), rtol=float(rtol), samples=samples, outputs=outputs)
+
+
+def require_parity(parity: Parity, what: str) -> None:
+    """Raise GateFailed (with the parity table) unless every output is within tolerance."""
+    if not parity.passed:
+        raise GateFailed(f"{what}: outputs differ from the source model beyond tolerance "
+                         f"(max |diff| {parity.max_abs:.3g})",
+                         table=parity.table(),
+                         hint="raise `atol`/`rtol` for this build if the difference is acceptable, "
+                              "or keep the model in its source precision")

@@ -1,0 +1,34 @@
+"""Shared fixtures. Every zoo path (run cache, local zoo) points at a fresh temp dir per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+
+# The engine tests use stage kinds from tests/plugins, registered through a .dist-info with
+# `zoo.stages` entry points: the same way a third-party package registers its kinds.
+if str(PLUGINS) not in sys.path:
+    sys.path.insert(0, str(PLUGINS))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
+
+
+@pytest.fixture(autouse=True)
+def isolated_zoo_paths(tmp_path_factory, monkeypatch):
+    """Point ZOO_CACHE_DIR and ZOO_HOME at temp dirs so no test touches the user's files."""
+    base = tmp_path_factory.mktemp("zoo-env")
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(base / "cache"))
+    monkeypatch.setenv("ZOO_HOME", str(base / "home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    monkeypatch.delenv("ZOO_DEBUG", raising=False)
+    from zoo import kinds
+
+    kinds.clear_cache()
+    yield base

@@ -1,0 +1,141 @@
+"""Stage kinds for the engine tests: registered through the `zoo.stages` entry-point group,
+exactly as a third-party package would (see the .dist-info folder beside this file)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from zoo.errors import GateFailed
+from zoo.stage import KindConfig, StageKind
+
+
+class WriterConfig(KindConfig):
+    text: str = "hello"
+    repeat: int = 1
+
+
+class Writer(StageKind):
+    """Writes `text` * `repeat` to data.txt."""
+
+    name = "writer"
+    version = "1"
+    Config = WriterConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        out = context.output_path("data.txt")
+        out.write_text(config.text * config.repeat)
+        context.metrics["chars"] = len(config.text) * config.repeat
+        print(f"writer wrote {out.name}")  # goes to the stage log
+        return {"data": out}
+
+
+class ConcatConfig(KindConfig):
+    sep: str = "+"
+
+
+class Concat(StageKind):
+    """Concatenates every upstream `data` output, in needs order."""
+
+    name = "concat"
+    Config = ConcatConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        parts = [Path(p).read_text() for p in inputs.all("data").values()]
+        out = context.output_path("data.txt")
+        out.write_text(config.sep.join(parts))
+        return {"data": out}
+
+
+class FailingConfig(KindConfig):
+    message: str = "boom"
+    gate: bool = False
+
+
+class Failing(StageKind):
+    name = "failing"
+    Config = FailingConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        print("about to fail")
+        if config.gate:
+            raise GateFailed(config.message, table="metric  value  gate\naccuracy 0.5 >= 0.9 FAIL")
+        raise RuntimeError(config.message)
+
+
+class SleeperConfig(KindConfig):
+    seconds: float = 1.0
+    marker: str = ""
+
+
+class Sleeper(StageKind):
+    """Sleeps, optionally touching `marker` when it starts (so tests know it is running)."""
+
+    name = "sleeper"
+    Config = SleeperConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        if config.marker:
+            Path(config.marker).write_text(str(os.getpid()))
+        out = context.output_path("data.txt")
+        with open(out, "w") as f:
+            f.write("partial")
+            f.flush()
+            time.sleep(config.seconds)
+            f.write(" complete")
+        return {"data": out}
+
+
+class ScriptConfig(KindConfig):
+    file: str
+
+
+class Script(StageKind):
+    """Copies a user file; the file's digest enters the cache key (user code)."""
+
+    name = "script"
+    Config = ScriptConfig
+    outputs = ("data",)
+
+    def dependencies(self, config, ctx):
+        return [ctx.resolve(config.file)]
+
+    def run(self, inputs, config, context):
+        out = context.output_path("data.txt")
+        out.write_text(context.resolve(config.file).read_text())
+        return {"data": out}
+
+
+class BlobConfig(KindConfig):
+    size_mb: int = 1
+    seed: int = 0
+    transform: bool = False
+
+
+class Blob(StageKind):
+    """Writes a deterministic pseudo-random blob, or transforms the upstream blob (benchmarks)."""
+
+    name = "blob"
+    Config = BlobConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        import random
+
+        out = context.output_path("blob.bin")
+        upstream = inputs.maybe("data")
+        with open(out, "wb") as dst:
+            if upstream is not None and config.transform:
+                with open(upstream, "rb") as src:
+                    for chunk in iter(lambda: src.read(1 << 20), b""):
+                        dst.write(chunk[::-1])
+            else:
+                rng = random.Random(config.seed)
+                for _ in range(config.size_mb):
+                    dst.write(rng.randbytes(1 << 20))
+        return {"data": out}

@@ -1,0 +1,19 @@
+"""zoo: declarative pipelines and a model zoo for ONNX.
+
+The Python API (`zoo.run`, `zoo.plan`, `zoo.status`) is loaded lazily so that `import zoo`
+stays cheap; the CLI only calls this API.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["run", "plan", "status", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in ("run", "plan", "status"):
+        from zoo import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'zoo' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from zoo.cli import main
+
+main()

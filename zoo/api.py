@@ -1,0 +1,182 @@
+"""The Python API: `run`, `plan`, `status`, `gc`. The CLI only calls these.
+
+    import zoo
+    result = zoo.run("recipes/lenet-digits.yaml", jobs=2)
+    for stage in result.stages: print(stage.id, stage.state, [str(r) for r in stage.reasons])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from zoo import keys, lockfile, paths, planner, recipe as recipe_mod
+from zoo.cache import Cache
+from zoo.errors import ZooError
+from zoo.executors import Executor, make_executor
+from zoo.runner import CACHED, FAILED, RAN, WILL_RUN, Runner, StageReport, decide
+
+
+class LockOutOfDate(ZooError):
+    """`--frozen` and the lockfile would change."""
+
+    exit_code = 1
+
+
+@dataclass
+class Result:
+    """What `run`, `plan` and `status` return: one StageReport per stage instance, in DAG order."""
+
+    recipe: str
+    version: str
+    path: Path
+    stages: list[StageReport]
+    cache_dir: Path
+    lock_path: Path | None = None
+    lock_changed: bool = False
+    executed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(s.state == FAILED for s in self.stages)
+
+    @property
+    def failed(self) -> list[StageReport]:
+        return [s for s in self.stages if s.state == FAILED]
+
+    def exit_code(self) -> int:
+        """0 ok; else the failed stage's error class (1 stage/gate, 3 storage, 4 integrity)."""
+        if self.ok:
+            return 0
+        return int(self.failed[0].error.get("exit_code") or 1) if self.failed[0].error else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": 1, "recipe": self.recipe, "version": self.version, "path": str(self.path),
+                "ok": self.ok, "exit_code": self.exit_code(), "cache_dir": str(self.cache_dir),
+                "lock": str(self.lock_path) if self.lock_path else None, "lock_changed": self.lock_changed,
+                "stages": [s.to_json() for s in self.stages]}
+
+
+def load(path: str | Path | planner.Dag) -> planner.Dag:
+    """Parse, validate and plan a recipe (RecipeError/PlanError point at the YAML)."""
+    if isinstance(path, planner.Dag):
+        return path
+    return planner.build(recipe_mod.load(path))
+
+
+def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, force: Iterable[str] | bool = ()) -> Result:
+    """Which stages would run and why, without running anything or writing to the cache."""
+    dag = load(path)
+    cache = Cache(paths.cache_dir(cache_dir))
+    forced = _forced(dag, force)
+    previous = lockfile.read(lockfile.lock_path(dag.recipe.path))
+    reports: list[StageReport] = []
+    by_id: dict[str, StageReport] = {}
+    entries = {}
+    for nid, node in dag.nodes.items():
+        report = StageReport(id=nid, kind=node.kind, needs=list(node.needs))
+        pending = [up for up in node.needs if by_id[up].state == WILL_RUN]
+        parts = key = None
+        if not pending:
+            inputs = {up: entries[up].output_digests() for up in node.needs}
+            parts = keys.key_parts(dag.recipe, node, inputs, cache.hashes)
+            key = keys.key_of(parts)
+        prev = previous.stages.get(nid) if previous else None
+        state, reasons, entry = decide(node, parts, key, cache, prev, nid in forced, pending)
+        if state == CACHED:
+            entries[nid] = entry
+        report.state, report.reasons, report.key = state, reasons, key
+        reports.append(report)
+        by_id[nid] = report
+    return Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path, stages=reports,
+                  cache_dir=cache.root, lock_path=lockfile.lock_path(dag.recipe.path))
+
+
+status = plan
+
+
+def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, jobs: int = 1, force: Iterable[str] | bool = (),
+        frozen: bool = False, executor: Executor | str | None = None,
+        on_update: Callable[[StageReport], None] | None = None) -> Result:
+    """Run the recipe; cached stages are not run. Updates the lockfile next to the recipe.
+
+    `force`: True for every stage, or stage ids (all instances of a matrix stage) to rerun.
+    `frozen`: fail with LockOutOfDate (and run nothing) if the lockfile would change.
+    `executor`: an Executor, or 'local' / 'dask://HOST:PORT'.
+    """
+    dag = load(path)
+    cache = Cache(paths.cache_dir(cache_dir)).ensure()
+    lock_file = lockfile.lock_path(dag.recipe.path)
+    previous = lockfile.read(lock_file)
+    forced = _forced(dag, force)
+    if frozen:
+        _check_frozen(dag, cache_dir, previous, forced)
+    if executor is None or isinstance(executor, str):
+        executor = make_executor(executor, jobs)
+    executed: list[str] = []
+
+    def update(report: StageReport) -> None:
+        if report.state == "running":
+            executed.append(report.id)
+        if on_update:
+            on_update(report)
+
+    runner = Runner(dag, cache, executor, force=forced, previous=previous, jobs=jobs, on_update=update)
+    reports = runner.run()
+    new_lock = _merged_lock(dag, previous, runner.lock_records())
+    changed = lockfile.write(lock_file, new_lock) if not frozen else False
+    return Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
+                  stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
+                  lock_changed=changed, executed=executed)
+
+
+def gc(*, cache_dir: str | Path | None = None, keep_recipes: Iterable[str | Path] = (), dry_run: bool = False) -> dict:
+    """Free cache space: objects no entry references; with keep_recipes, entries those recipes' locks don't use."""
+    cache = Cache(paths.cache_dir(cache_dir))
+    keep: set[str] | None = None
+    recipes = list(keep_recipes)
+    if recipes:
+        keep = set()
+        for r in recipes:
+            lock = lockfile.read(lockfile.lock_path(Path(r).resolve()))
+            if lock:
+                keep.update(s.key for s in lock.stages.values())
+    result = cache.gc(keep, dry_run=dry_run)
+    result["cache_dir"] = str(cache.root)
+    return result
+
+
+def _forced(dag: planner.Dag, force: Iterable[str] | bool) -> set[str]:
+    if force is True:
+        return set(dag.nodes)
+    if not force:
+        return set()
+    return dag.select(list(force))
+
+
+def _merged_lock(dag: planner.Dag, previous: lockfile.Lock | None, records: dict) -> lockfile.Lock:
+    """This run's records over the previous lock, dropping stages no longer in the recipe."""
+    stages = {sid: s for sid, s in (previous.stages.items() if previous else []) if sid in dag.nodes}
+    stages.update(records)
+    r = dag.recipe
+    return lockfile.Lock(recipe={"name": r.name, "version": r.version, "digest": r.digest}, stages=stages)
+
+
+def _check_frozen(dag, cache_dir, previous, forced) -> None:
+    result = plan(path, cache_dir=cache_dir, force=sorted(forced))
+    problems = []
+    for report in result.stages:
+        locked = previous.stages.get(report.id) if previous else None
+        if locked is None:
+            problems.append(f"+ {report.id}: not in the lockfile")
+        elif report.state != CACHED or report.key != locked.key:
+            why = "; ".join(str(r) for r in report.reasons)
+            problems.append(f"~ {report.id}: would run ({why})")
+        elif report.key == locked.key and dict(report.outputs or {}) and report.outputs != locked.outputs:
+            problems.append(f"~ {report.id}: outputs differ from the lockfile")
+    if previous:
+        problems += [f"- {sid}: in the lockfile but not in the recipe" for sid in previous.stages if sid not in dag.nodes]
+    if problems:
+        raise LockOutOfDate(f"--frozen: {lockfile.lock_path(dag.recipe.path).name} is out of date:\n  " + "\n  ".join(problems),
+                            hint="run `zoo run` without --frozen and commit the updated lockfile")

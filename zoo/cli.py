@@ -1,0 +1,243 @@
+"""The `zoo` command line. It only parses arguments, calls `zoo.api`, and prints.
+
+Every `ZooError` becomes one message, a hint, and its exit code (see zoo/errors.py); set
+ZOO_DEBUG=1 for tracebacks. Heavy modules are imported inside commands so `zoo --help` is fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    name="zoo",
+    help="Declarative pipelines and a model zoo for ONNX: train → export → optimize → quantize → verify → deploy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+RecipeArg = typer.Argument(..., help="Path to a recipe YAML file.", show_default=False)
+CacheDirOpt = typer.Option(None, "--cache-dir", help="Run cache folder [default: $ZOO_CACHE_DIR or ./cache].")
+JsonOpt = typer.Option(False, "--json", help="Print a machine-readable JSON summary instead of tables.")
+
+
+def _echo(text: str = "", err: bool = False) -> None:
+    print(text, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+@app.command()
+def run(
+    recipe: Path = RecipeArg,
+    stages: Optional[List[str]] = typer.Argument(None, help="With --force: only these stages (default: all).",
+                                                 show_default=False),
+    force: bool = typer.Option(False, "--force", "-f", help="Rerun stages even if cached (all, or the STAGES named)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Run up to N independent stages in parallel processes."),
+    frozen: bool = typer.Option(False, "--frozen", help="Fail, with a diff, if the lockfile would change (for CI)."),
+    cache_dir: Optional[Path] = CacheDirOpt,
+    executor: Optional[str] = typer.Option(None, "--executor", help="'local' (default) or 'dask://HOST:PORT'."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a recipe. Stages whose inputs did not change are taken from the cache."""
+    from zoo import api
+    from zoo.errors import InvalidInput
+
+    if stages and not force:
+        raise InvalidInput(f"stage names given without --force: {' '.join(stages)}",
+                           hint=f"to rerun them: zoo run {recipe} {' '.join(stages)} --force")
+    dag = api.load(recipe)
+    progress = _progress(dag, as_json)
+    with progress:
+        result = api.run(dag, cache_dir=cache_dir, jobs=jobs, force=(stages or True) if force else (),
+                         frozen=frozen, executor=executor, on_update=progress.update)
+    if as_json:
+        _echo(json.dumps(result.to_json(), indent=2))
+    else:
+        _print_run_summary(result, recipe)
+    raise typer.Exit(result.exit_code())
+
+
+@app.command()
+def plan(recipe: Path = RecipeArg, cache_dir: Optional[Path] = CacheDirOpt, as_json: bool = JsonOpt) -> None:
+    """Show the DAG and, per stage, whether it will run and why (runs nothing)."""
+    from zoo import api
+
+    result = api.plan(recipe, cache_dir=cache_dir)
+    if as_json:
+        _echo(json.dumps(result.to_json(), indent=2))
+        return
+    _print_plan(result, show_needs=True)
+
+
+@app.command()
+def status(recipe: Path = RecipeArg, why: bool = typer.Option(False, "--why", help="Say why each stage would run."),
+           cache_dir: Optional[Path] = CacheDirOpt, as_json: bool = JsonOpt) -> None:
+    """Which stages are up to date and which would run (runs nothing). Exit 0 either way."""
+    from zoo import api
+
+    result = api.status(recipe, cache_dir=cache_dir)
+    if as_json:
+        _echo(json.dumps(result.to_json(), indent=2))
+        return
+    stale = [s for s in result.stages if s.state != "cached"]
+    for s in result.stages:
+        line = f"{s.id:<28} {'up to date' if s.state == 'cached' else 'will run'}"
+        if why and s.state != "cached":
+            line += "  — " + "; ".join(str(r) for r in s.reasons)
+        _echo(line)
+    _echo(f"\n{len(stale)} of {len(result.stages)} stages would run." if stale else "\nEverything is up to date.")
+
+
+@app.command()
+def validate(recipe: Path = RecipeArg) -> None:
+    """Check a recipe (schema, stage configs, DAG) without running anything."""
+    from zoo import api
+
+    dag = api.load(recipe)
+    _echo(f"{recipe}: ok — {dag.recipe.name}@{dag.recipe.version}, {len(dag.nodes)} stages: {', '.join(dag.order())}")
+
+
+@app.command()
+def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
+    """Print the recipe JSON Schema (for yaml-language-server and editors)."""
+    from zoo.cache import atomic_write
+    from zoo.recipe import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    if output:
+        atomic_write(output, text.encode())
+        _echo(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def gc(
+    cache_dir: Optional[Path] = CacheDirOpt,
+    keep: Optional[List[Path]] = typer.Option(None, "--keep", help="Keep only entries used by these recipes' lockfiles."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be freed."),
+) -> None:
+    """Remove cache objects that no entry references, and leftovers of interrupted runs."""
+    from zoo import api
+
+    result = api.gc(cache_dir=cache_dir, keep_recipes=keep or (), dry_run=dry_run)
+    verb = "would free" if dry_run else "freed"
+    _echo(f"{verb} {_size(result['bytes_freed'])}: {result['objects_removed']} objects, "
+          f"{result['entries_removed']} entries ({result['cache_dir']})")
+
+
+@app.command("kinds")
+def kinds_cmd() -> None:
+    """List the stage kinds (built in and from the `zoo.stages` entry points)."""
+    from zoo import kinds
+
+    for name, target in sorted(kinds.available().items()):
+        origin = "built-in" if name in kinds.BUILTIN_KINDS else "plugin"
+        _echo(f"{name:<12} {origin:<9} {target}")
+
+
+# --- output helpers -------------------------------------------------------------------------
+
+def _progress(dag, as_json: bool):
+    from zoo.progress import NullProgress, PlainProgress, RichProgress
+
+    if as_json:
+        return NullProgress()
+    if sys.stdout.isatty() and os.environ.get("TERM") != "dumb":
+        return RichProgress(dag.order(), {nid: n.kind for nid, n in dag.nodes.items()})
+    return PlainProgress()
+
+
+def _print_plan(result, show_needs: bool) -> None:
+    _echo(f"{result.recipe}@{result.version} ({result.path})")
+    for s in result.stages:
+        needs = f" ← {', '.join(s.needs)}" if show_needs and s.needs else ""
+        verdict = "cached" if s.state == "cached" else "run"
+        why = "" if s.state == "cached" else "  (" + "; ".join(str(r) for r in s.reasons) + ")"
+        _echo(f"  {s.id} [{s.kind}]{needs}: {verdict}{why}")
+
+
+def _print_run_summary(result, recipe: Path) -> None:
+    from zoo.runner import log_tail
+
+    ran = [s for s in result.stages if s.state == "done"]
+    cached = [s for s in result.stages if s.state == "cached"]
+    total = sum(s.duration_s for s in ran)
+    for s in result.failed:
+        err = s.error or {}
+        _echo(f"\nstage {s.id} failed: {err.get('message', '')}", err=True)
+        if err.get("table"):
+            _echo(err["table"], err=True)
+        if err.get("hint"):
+            _echo(f"hint: {err['hint']}", err=True)
+        tail = log_tail(s.log_path)
+        if tail:
+            _echo(f"--- last lines of {s.log_path} ---\n{tail}\n---", err=True)
+        _echo(f"retry with: zoo run {recipe} {s.id.split('[')[0]} --force", err=True)
+    _echo(f"{result.recipe}@{result.version}: {len(ran)} ran, {len(cached)} cached"
+          + (f", {len(result.failed)} failed" if result.failed else "") + f" ({total:.1f}s of stage time)")
+    for s in result.stages:
+        if s.kind == "deploy" and s.metrics.get("builds_table"):
+            _echo(s.metrics["builds_table"])
+        if s.metrics.get("published"):
+            _echo(f"published {s.metrics['published']}")
+    if result.lock_changed:
+        _echo(f"updated {result.lock_path}")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _register_subcommands() -> None:
+    """Commands that live in their own modules (registry; releases)."""
+    import importlib
+
+    for module_name in ("zoo.cli_zoo", "zoo.cli_release"):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:
+                raise
+            continue
+        module.register(app)
+
+
+_register_subcommands()
+
+
+def main() -> None:
+    """Entry point: run the app, mapping ZooError to its message, hint and exit code."""
+    from zoo.errors import ZooError
+
+    try:
+        app()
+    except ZooError as e:
+        if os.environ.get("ZOO_DEBUG"):
+            raise
+        _echo(f"error: {e.message}", err=True)
+        table = getattr(e, "table", "")
+        if table:
+            _echo(table, err=True)
+        if e.hint:
+            _echo(f"hint: {e.hint}", err=True)
+        _echo("(set ZOO_DEBUG=1 to see the traceback)", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        _echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Every error zoo raises on purpose, and the exit code each class maps to.
+
+The CLI turns a `ZooError` into one message, an optional hint, and its exit code; any other
+exception is a bug and prints a traceback. Set ``ZOO_DEBUG=1`` to get tracebacks for all.
+
+Exit codes (documented in the README):
+    0 ok, 1 a stage or gate failed, 2 invalid input (recipe, arguments),
+    3 storage or I/O error, 4 integrity error (checksum mismatch).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_STORAGE = 3
+EXIT_INTEGRITY = 4
+
+
+class ZooError(Exception):
+    """Base of all expected errors. `hint` tells the user what to do next."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidInput(ZooError):
+    """Bad recipe, bad argument, bad config: the user must change what they passed."""
+
+    exit_code = EXIT_INVALID
+
+
+class RecipeError(InvalidInput):
+    """A recipe that does not parse or validate; the message names file:line:col."""
+
+
+class UnknownKind(InvalidInput):
+    """A stage kind that is neither built in nor registered through an entry point."""
+
+
+class PlanError(InvalidInput):
+    """A DAG that cannot be built: cycles, unknown needs, duplicate ids."""
+
+
+class StageFailed(ZooError):
+    """A stage raised; dependents were not scheduled."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, stage_id: str | None = None, log_tail: str = "", hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.stage_id = stage_id
+        self.log_tail = log_tail
+
+
+class GateFailed(ZooError):
+    """A quality gate (accuracy, parity, latency...) was not met. `table` is printable text."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, table: str = "", hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.table = table
+
+
+class StorageError(ZooError):
+    """A cache, zoo or remote could not be read or written."""
+
+    exit_code = EXIT_STORAGE
+
+
+class SourceUnreachable(StorageError):
+    """A remote source (URL, hub, remote zoo) could not be reached."""
+
+
+class NotFound(ZooError):
+    """A model, version, build or tag that does not exist."""
+
+    exit_code = EXIT_INVALID
+
+
+class IntegrityError(ZooError):
+    """Bytes whose digest does not match what was recorded. Nothing was installed."""
+
+    exit_code = EXIT_INTEGRITY
+
+
+class UnsafePath(IntegrityError):
+    """A name or path (including ONNX external data) that would escape its folder."""
+
+
+class Conflict(ZooError):
+    """A publish that would overwrite different bytes under the same version."""
+
+    exit_code = EXIT_STORAGE
+
+
+class Unhashable(InvalidInput):
+    """A stage input or config value that cannot be hashed, so cannot be cached."""

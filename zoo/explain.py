@@ -1,0 +1,74 @@
+"""Why a stage will (re)run: compare its key parts with what the lockfile recorded last time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from zoo.hashing import digest_json
+from zoo.lockfile import StageLock
+
+# reason codes, in the order they are reported
+NEW = "new"
+FORCED = "forced"
+POLICY = "cache policy"
+KIND_VERSION = "kind version changed"
+CONFIG = "config changed"
+INPUT = "input changed"
+CODE = "code changed"
+TOOLS = "tool version changed"
+MISSING = "output missing"
+UPSTREAM = "upstream reran"
+CACHED = "cached"
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.detail}" if self.detail else self.code
+
+
+def compare(parts: dict[str, Any], previous: StageLock | None) -> list[Reason]:
+    """Reasons the key differs from the previous run's; [] when the parts are the same."""
+    if previous is None:
+        return [Reason(NEW, "no previous run recorded in the lockfile")]
+    reasons: list[Reason] = []
+    if parts["kind"] != previous.kind or parts["kind_version"] != previous.kind_version:
+        reasons.append(Reason(KIND_VERSION, f"{previous.kind} v{previous.kind_version} → {parts['kind']} v{parts['kind_version']}"))
+    config_changes = _dict_changes(previous.config, parts["config"], "")
+    if config_changes or digest_json(parts["shared"]) != previous.shared_digest or parts["matrix"] != previous.matrix:
+        detail = ", ".join(config_changes[:4]) or "recipe-wide sections (model/data) or matrix values"
+        reasons.append(Reason(CONFIG, detail))
+    changed_inputs = [f"{up}.{name}" for up in sorted(set(parts["inputs"]) | set(previous.inputs))
+                      for name in sorted(set(parts["inputs"].get(up, {})) | set(previous.inputs.get(up, {})))
+                      if parts["inputs"].get(up, {}).get(name) != previous.inputs.get(up, {}).get(name)]
+    if changed_inputs:
+        reasons.append(Reason(INPUT, ", ".join(changed_inputs[:4])))
+    changed_code = sorted(k for k in set(parts["code"]) | set(previous.code) if parts["code"].get(k) != previous.code.get(k))
+    if changed_code:
+        reasons.append(Reason(CODE, ", ".join(c.removeprefix("kind:") for c in changed_code[:4])))
+    changed_tools = [f"{t} {previous.tools.get(t, 'absent')} → {parts['tools'].get(t, 'absent')}"
+                     for t in sorted(set(parts["tools"]) | set(previous.tools))
+                     if parts["tools"].get(t) != previous.tools.get(t)]
+    if changed_tools:
+        reasons.append(Reason(TOOLS, ", ".join(changed_tools[:4])))
+    return reasons
+
+
+def _dict_changes(old: Any, new: Any, prefix: str) -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            out += _dict_changes(old.get(k, "<unset>"), new.get(k, "<unset>"), f"{prefix}.{k}" if prefix else k)
+        return out
+    if old != new:
+        return [f"{prefix}: {_short(old)} → {_short(new)}"]
+    return []
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."

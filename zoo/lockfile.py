@@ -1,0 +1,125 @@
+"""The lockfile next to a recipe (``recipes/alexnet.lock``): every stage's key, inputs and outputs.
+
+It is YAML with a schema version and sorted keys, so it diffs cleanly. `zoo run` updates it,
+`zoo run --frozen` refuses to change it, `zoo plan`/`status --why` compare against it to say
+*why* a stage reruns, and `zoo repro --check` compares rebuilt outputs with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from zoo.errors import RecipeError
+from zoo.hashing import digest_json
+
+LOCK_SCHEMA_VERSION = 1
+
+
+def lock_path(recipe_path: Path) -> Path:
+    return recipe_path.with_suffix(".lock")
+
+
+@dataclass
+class StageLock:
+    """What one stage was run (or found cached) with, and what it produced."""
+
+    kind: str
+    key: str
+    kind_version: str
+    config: dict[str, Any]
+    config_digest: str
+    shared_digest: str
+    matrix: dict[str, str]
+    inputs: dict[str, dict[str, str]]
+    code: dict[str, str]
+    tools: dict[str, str]
+    outputs: dict[str, str]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_parts(cls, key: str, parts: dict[str, Any], outputs: dict[str, str], metrics: dict[str, Any]) -> "StageLock":
+        return cls(kind=parts["kind"], key=key, kind_version=parts["kind_version"], config=parts["config"],
+                   config_digest=digest_json(parts["config"]), shared_digest=digest_json(parts["shared"]),
+                   matrix=parts["matrix"], inputs=parts["inputs"], code=parts["code"], tools=parts["tools"],
+                   outputs=outputs, metrics=_scalar_metrics(metrics))
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Lock:
+    recipe: dict[str, str]
+    stages: dict[str, StageLock]
+
+    def to_yaml(self) -> str:
+        data = {"schema_version": LOCK_SCHEMA_VERSION, "recipe": self.recipe,
+                "stages": {sid: s.to_json() for sid, s in sorted(self.stages.items())}}
+        header = "# Written by `zoo run`; do not edit. `zoo run --frozen` fails if this would change.\n"
+        return header + yaml.safe_dump(data, sort_keys=True, default_flow_style=False, width=120, allow_unicode=True)
+
+    def identity(self) -> dict[str, Any]:
+        """What `--frozen` compares: keys and output digests, not (noisy) metrics."""
+        return {sid: {"key": s.key, "outputs": s.outputs} for sid, s in self.stages.items()}
+
+
+def read(path: Path) -> Lock | None:
+    """The lock at `path`, or None if there is none; RecipeError if it is unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        data = yaml.safe_load(text) or {}
+        if data.get("schema_version") != LOCK_SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {data.get('schema_version')!r}")
+        stages = {sid: StageLock(**s) for sid, s in (data.get("stages") or {}).items()}
+        return Lock(recipe=data.get("recipe", {}), stages=stages)
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError) as e:
+        raise RecipeError(f"{path}: unreadable lockfile: {e}",
+                          hint=f"delete {path.name} and run `zoo run` to write a new one") from None
+
+
+def write(path: Path, lock: Lock) -> bool:
+    """Write the lock atomically; False (and nothing written) when it is unchanged."""
+    from zoo.cache import atomic_write
+
+    text = lock.to_yaml()
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except FileNotFoundError:
+        pass
+    atomic_write(path, text.encode("utf-8"))
+    return True
+
+
+def diff(old: Lock | None, new: Lock) -> list[str]:
+    """Human-readable differences between two locks' identities."""
+    before = old.identity() if old else {}
+    after = new.identity()
+    lines = []
+    for sid in sorted(set(before) | set(after)):
+        a, b = before.get(sid), after.get(sid)
+        if a == b:
+            continue
+        if a is None:
+            lines.append(f"+ {sid}: new stage (key {b['key'][:12]})")
+        elif b is None:
+            lines.append(f"- {sid}: removed")
+        else:
+            if a["key"] != b["key"]:
+                lines.append(f"~ {sid}: key {a['key'][:12]} → {b['key'][:12]}")
+            for name in sorted(set(a["outputs"]) | set(b["outputs"])):
+                if a["outputs"].get(name) != b["outputs"].get(name):
+                    lines.append(f"~ {sid}.{name}: {str(a['outputs'].get(name))[:12]} → {str(b['outputs'].get(name))[:12]}")
+    return lines
+
+
+def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Keep the lock readable: scalar metrics only (tables live in the cache entry)."""
+    return {k: v for k, v in sorted(metrics.items()) if isinstance(v, (int, float, str, bool)) or v is None}

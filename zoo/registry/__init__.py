@@ -1,0 +1,1 @@
+"""The model zoo: local store, manifests, remotes, pull and push."""

@@ -1,0 +1,113 @@
+"""The version manifest: one per published `name@version`, the zoo's central on-disk format.
+
+A manifest lists every build of a version (file, sha256, size, opset, I/O ports, execution
+providers, metrics, test vectors) and its lineage (recipe digest, stage keys, source digests,
+tool versions). Every file it names is stored as a blob addressed by its sha256; paths are
+relative POSIX paths inside the version and may never escape it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_FILE = "zoo-manifest.json"
+NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
+VERSION_RE = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
+BUILD_RE = r"^[a-z0-9][a-z0-9._-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def check_relative_path(value: str) -> str:
+    """A relative POSIX path that stays inside its folder (no '..', no absolute, no backslash)."""
+    if not value or "\\" in value or "\x00" in value:
+        raise ValueError(f"invalid path {value!r}")
+    p = PurePosixPath(value)
+    if p.is_absolute() or any(part in ("..", "") for part in p.parts) or re.match(r"^[A-Za-z]:", value):
+        raise ValueError(f"path {value!r} escapes its folder")
+    return p.as_posix()
+
+
+class FileRef(_Strict):
+    """A file of a version: where it goes (relative path) and what its bytes are."""
+
+    path: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+
+    _check = field_validator("path")(classmethod(lambda cls, v: check_relative_path(v)))
+
+
+class Port(_Strict):
+    """An input or output of a model: name, element type, shape (ints or symbolic names)."""
+
+    name: str
+    dtype: str
+    shape: list[int | str | None]
+
+
+class Build(_Strict):
+    """One device build of a version (cpu-fp32, cpu-int8, cuda-fp16, mobile...)."""
+
+    name: str = Field(pattern=BUILD_RE)
+    file: FileRef
+    format: Literal["onnx", "ort"] = "onnx"
+    precision: str = "fp32"
+    opset: int | None = None
+    inputs: list[Port] = Field(default_factory=list)
+    outputs: list[Port] = Field(default_factory=list)
+    execution_providers: list[str] = Field(default_factory=lambda: ["CPUExecutionProvider"])
+    requires: dict[str, str] = Field(default_factory=dict, description="e.g. {'device': 'cuda'}")
+    metrics: dict[str, float | int | str | None] = Field(default_factory=dict)
+    test_vectors: list[FileRef] = Field(default_factory=list)
+    extra_files: list[FileRef] = Field(default_factory=list, description="external data and other sidecars")
+
+    def all_files(self) -> list[FileRef]:
+        return [self.file, *self.test_vectors, *self.extra_files]
+
+
+class Lineage(_Strict):
+    """Where a version came from: enough to rebuild it and to check a rebuild."""
+
+    recipe: dict[str, str] = Field(default_factory=dict, description="name, version, digest")
+    stages: dict[str, str] = Field(default_factory=dict, description="stage id -> cache key")
+    sources: dict[str, str] = Field(default_factory=dict, description="source name -> digest")
+    tools: dict[str, str] = Field(default_factory=dict, description="distribution -> version")
+
+
+class Manifest(_Strict):
+    """The manifest of one published version."""
+
+    schema_version: Literal[1] = MANIFEST_SCHEMA_VERSION
+    name: str = Field(pattern=NAME_RE)
+    version: str = Field(pattern=VERSION_RE)
+    description: str = ""
+    task: str = ""
+    license: str = "unspecified"
+    created: str | None = Field(None, description="ISO-8601 UTC; set by the store at publish time")
+    builds: dict[str, Build]
+    lineage: Lineage = Field(default_factory=Lineage)
+    card: FileRef | None = Field(None, description="model card (README.md)")
+    files: list[FileRef] = Field(default_factory=list, description="version-level files: lockfile, provenance...")
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def all_files(self) -> list[FileRef]:
+        """Every file of the version, builds first, without duplicates."""
+        seen: dict[str, FileRef] = {}
+        for build in self.builds.values():
+            for ref in build.all_files():
+                seen.setdefault(ref.path, ref)
+        for ref in ([self.card] if self.card else []) + self.files:
+            seen.setdefault(ref.path, ref)
+        return list(seen.values())
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"

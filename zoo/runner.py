@@ -1,0 +1,260 @@
+"""The DAG runner: decide what runs and why, schedule ready stages, commit results to the cache.
+
+A stage runs when its key is not in the cache (or it is forced / its cache policy says so). Its
+key needs its inputs' digests, so it is computed when all its needs are done. Independent stages
+run in parallel on the executor; a failure stops new scheduling, keeps completed results, and
+leaves dependents unscheduled.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from zoo import explain, keys
+from zoo.cache import Cache, Entry
+from zoo.executors import Executor
+from zoo.explain import Reason
+from zoo.hashing import StatCache
+from zoo.lockfile import Lock, StageLock
+from zoo.planner import Dag, Node
+from zoo.worker import StageTask, UpstreamRef
+
+# stage states
+WAITING, RUNNING, CACHED, RAN, FAILED, SKIPPED, WILL_RUN = (
+    "waiting", "running", "cached", "done", "failed", "skipped", "will run")
+
+
+@dataclass
+class StageReport:
+    """The outcome (or, for plans, the expected outcome) of one stage."""
+
+    id: str
+    kind: str
+    needs: list[str]
+    state: str = WAITING
+    reasons: list[Reason] = field(default_factory=list)
+    key: str | None = None
+    duration_s: float = 0.0
+    started: float | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    log_path: str | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "needs": self.needs, "state": self.state,
+                "reasons": [str(r) for r in self.reasons], "key": self.key, "duration_s": round(self.duration_s, 3),
+                "metrics": self.metrics, "error": {k: v for k, v in (self.error or {}).items() if k != "traceback"} or None,
+                "log": self.log_path, "outputs": self.outputs}
+
+
+def decide(node: Node, parts: dict | None, key: str | None, cache: Cache, previous: StageLock | None,
+           forced: bool, upstream_runs: list[str]) -> tuple[str, list[Reason], Entry | None]:
+    """(RUN or CACHED, reasons, entry) for one stage. `parts`/`key` are None if an upstream must run first."""
+    if parts is None:
+        return WILL_RUN, [Reason(explain.UPSTREAM, ", ".join(upstream_runs))], None
+    reasons: list[Reason] = []
+    if forced:
+        reasons.append(Reason(explain.FORCED))
+    if node.cache_policy != "default":
+        reasons.append(Reason(explain.POLICY, node.cache_policy))
+    entry = cache.lookup(key) if not reasons else None
+    if entry is not None:
+        return CACHED, [Reason(explain.CACHED)], entry
+    if not reasons:
+        reasons = explain.compare(parts, previous)
+        if upstream_runs and any(r.code == explain.INPUT for r in reasons):
+            reasons.append(Reason(explain.UPSTREAM, ", ".join(upstream_runs)))
+        if not reasons:
+            detail = "entry present but objects missing" if cache.read_entry(key) else "not in this cache"
+            reasons = [Reason(explain.MISSING, detail)]
+    return WILL_RUN, reasons, None
+
+
+class Runner:
+    """Runs a Dag against a Cache on an Executor, reporting progress through `on_update`."""
+
+    def __init__(self, dag: Dag, cache: Cache, executor: Executor, *, force: set[str] = frozenset(),
+                 previous: Lock | None = None, jobs: int = 1,
+                 on_update: Callable[[StageReport], None] = lambda r: None):
+        self.dag = dag
+        self.cache = cache
+        self.executor = executor
+        self.force = set(force)
+        self.previous = previous
+        self.jobs = max(1, jobs)
+        self.on_update = on_update
+        self.hashes: StatCache = cache.hashes
+        self.reports = {nid: StageReport(id=nid, kind=n.kind, needs=list(n.needs)) for nid, n in dag.nodes.items()}
+        self.entries: dict[str, Entry] = {}
+        self.parts: dict[str, dict] = {}
+        self._running: dict[Future, tuple[str, Any, Path]] = {}
+        self._locked_out: set[str] = set()
+        self.failed = False
+
+    # --- public ---------------------------------------------------------------------------
+    def run(self) -> dict[str, StageReport]:
+        try:
+            while True:
+                started = self._start_ready()
+                if not self._running:
+                    if self._locked_out:
+                        time.sleep(0.1)
+                        continue
+                    if not started:
+                        break
+                    continue
+                done, _ = wait(list(self._running), timeout=0.1 if self._locked_out else None,
+                               return_when=FIRST_COMPLETED)
+                for future in done:
+                    self._finish(future)
+        finally:
+            for future, (nid, lock, tmp) in list(self._running.items()):
+                future.cancel()
+                lock.release()
+            self.executor.shutdown()
+        for report in self.reports.values():
+            if report.state == WAITING:
+                report.state = SKIPPED
+                failed_up = [n for n in report.needs if self.reports[n].state in (FAILED, SKIPPED)]
+                report.reasons = [Reason("not run", f"upstream failed: {', '.join(failed_up)}" if failed_up else "run stopped")]
+                self.on_update(report)
+        return self.reports
+
+    def lock_records(self) -> dict[str, StageLock]:
+        """Lock records of every stage that completed (ran or cached) in this run."""
+        return {nid: StageLock.from_parts(self.entries[nid].key, self.parts[nid], self.entries[nid].output_digests(),
+                                          self.entries[nid].metrics)
+                for nid in self.dag.order() if nid in self.entries}
+
+    # --- scheduling -----------------------------------------------------------------------
+    def _start_ready(self) -> bool:
+        progressed = False
+        for nid, node in self.dag.nodes.items():
+            report = self.reports[nid]
+            if report.state != WAITING or self.failed:
+                continue
+            if not all(self.reports[n].state in (CACHED, RAN) for n in node.needs):
+                continue
+            if self._try_start(node, report):
+                progressed = True
+        return progressed
+
+    def _try_start(self, node: Node, report: StageReport) -> bool:
+        nid = node.id
+        if nid not in self.parts:
+            inputs = {up: self.entries[up].output_digests() for up in node.needs}
+            self.parts[nid] = keys.key_parts(self.dag.recipe, node, inputs, self.hashes)
+            report.key = keys.key_of(self.parts[nid])
+        key = report.key
+        upstream_runs = [up for up in node.needs if self.reports[up].state == RAN]
+        previous = self.previous.stages.get(nid) if self.previous else None
+        action, reasons, entry = decide(node, self.parts[nid], key, self.cache, previous, nid in self.force,
+                                        upstream_runs)
+        if action == CACHED:
+            self._mark_cached(report, entry, reasons)
+            return True
+        if len(self._running) >= self.jobs:
+            return False  # no free slot; stays waiting until a running stage finishes
+        lock = self.cache.lock(key)
+        try:
+            lock.acquire(timeout=0)
+        except Exception:  # filelock.Timeout: another zoo run is computing this key right now
+            if nid not in self._locked_out:
+                self._locked_out.add(nid)
+                report.reasons = [Reason("waiting", "another run is computing this stage")]
+                self.on_update(report)
+            return False
+        self._locked_out.discard(nid)
+        if node.cache_policy == "default" and nid not in self.force:
+            entry = self.cache.lookup(key)
+            if entry is not None:  # a concurrent run finished it while we waited
+                lock.release()
+                self._mark_cached(report, entry, [Reason(explain.CACHED, "computed by a concurrent run")])
+                return True
+        try:
+            task, tmp = self._task(node, key)
+        except BaseException:
+            lock.release()
+            raise
+        report.state, report.reasons, report.started = RUNNING, reasons, time.time()
+        report.log_path = str(self.cache.log_path(key))
+        self.on_update(report)
+        self._running[self.executor.submit(task)] = (nid, lock, tmp)
+        return True
+
+    def _mark_cached(self, report: StageReport, entry: Entry, reasons: list[Reason]) -> None:
+        self.entries[report.id] = entry
+        report.state, report.reasons, report.metrics = CACHED, reasons, entry.metrics
+        report.duration_s = 0.0
+        report.log_path = str(self.cache.log_path(entry.key))
+        report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
+        self.on_update(report)
+
+    def _task(self, node: Node, key: str) -> tuple[StageTask, Path]:
+        upstream = []
+        for up in node.needs:
+            entry = self.entries[up]
+            paths = self.cache.output_paths(entry)
+            up_node = self.dag.nodes[up]
+            upstream.append(UpstreamRef(stage_id=up, kind=up_node.kind, outputs={k: str(v) for k, v in paths.items()},
+                                        metrics=entry.metrics, matrix=dict(up_node.instance.matrix), key=entry.key))
+        tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-")
+        threads = max(1, (os.cpu_count() or 1) // self.jobs)
+        task = StageTask(stage_id=node.id, kind=node.kind, key=key,
+                         config=node.instance.config.model_dump(mode="json"),
+                         matrix=dict(node.instance.matrix), shared=keys.shared_sections(self.dag.recipe, node),
+                         recipe=keys.recipe_info(self.dag.recipe), upstream=upstream,
+                         out_dir=str(tmp / "out"), work_dir=str(tmp / "work"), log_path=str(tmp / "stage.log"),
+                         threads=threads)
+        return task, tmp
+
+    def _finish(self, future: Future) -> None:
+        nid, lock, tmp = self._running.pop(future)
+        node, report = self.dag.nodes[nid], self.reports[nid]
+        try:
+            try:
+                result = future.result()
+            except BaseException as e:  # the worker process died (killed, out of memory...)
+                result = {"ok": False, "duration_s": time.time() - (report.started or time.time()),
+                          "error": {"type": type(e).__name__, "message": f"the stage's process died: {e}"}}
+            report.duration_s = result.get("duration_s", 0.0)
+            self._keep_log(tmp / "stage.log", report.key)
+            if result["ok"]:
+                entry = self.cache.commit(key=report.key, stage=nid, kind=node.kind, out_dir=tmp / "out",
+                                          outputs=result["outputs"], metrics=result["metrics"], parts=self.parts[nid],
+                                          duration_s=report.duration_s, record=node.cache_policy != "disable")
+                self.entries[nid] = entry
+                report.state, report.metrics = RAN, result["metrics"]
+                report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
+            else:
+                report.state, report.error = FAILED, result["error"]
+                self.failed = True
+        finally:
+            lock.release()
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.on_update(report)
+
+    def _keep_log(self, src: Path, key: str) -> None:
+        if src.exists():
+            dest = self.cache.log_path(key)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dest)
+
+
+def log_tail(path: str | None, lines: int = 20) -> str:
+    """The last lines of a stage log, for failure messages."""
+    if not path:
+        return ""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -1,0 +1,174 @@
+"""The contract between the engine and a stage kind.
+
+A stage kind is a class deriving from `StageKind` that declares:
+
+- ``name``: the kind's name as used in recipes (``kind: quantize``);
+- ``version``: bump it whenever the kind's behaviour changes; it enters every cache key;
+- ``Config``: a static pydantic model (derive from `KindConfig`, which forbids unknown keys);
+- ``tools``: distribution names whose installed versions enter the cache key
+  (read with importlib.metadata, so nothing heavy is imported to compute a key);
+- ``shared``: the recipe-wide sections (``model``, ``data``...) the kind reads; their
+  content enters the cache key;
+- ``outputs``: the names of the outputs ``run`` returns;
+
+and implements ``run(inputs, config, context) -> {output name: path inside context.out_dir}``.
+Metrics go in ``context.metrics``. A kind may also override ``dependencies`` to name files
+(user code, datasets) whose content must enter the cache key.
+
+Kinds must import heavy libraries (torch, onnx, onnxruntime) inside ``run``, never at module
+level: the engine imports kind modules to compute cache keys, and a fully cached run must not
+pay for those imports.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from zoo.errors import InvalidInput, UnsafePath
+
+
+class KindConfig(BaseModel):
+    """Base for every kind's config: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class RecipeInfo:
+    """What a stage may know about the recipe it belongs to."""
+
+    name: str
+    version: str
+    description: str
+    license: str
+    path: Path
+    digest: str
+
+    @property
+    def dir(self) -> Path:
+        return self.path.parent
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The result of one stage this stage needs. Paths are read-only."""
+
+    stage_id: str
+    kind: str
+    outputs: Mapping[str, Path]
+    metrics: Mapping[str, Any]
+    matrix: Mapping[str, str] = field(default_factory=dict)
+    key: str = ""
+
+
+class Inputs:
+    """The results of the stages a stage needs, in the order of its `needs`."""
+
+    def __init__(self, upstream: list[Upstream]):
+        self._upstream = list(upstream)
+
+    def __iter__(self) -> Iterator[Upstream]:
+        return iter(self._upstream)
+
+    def __len__(self) -> int:
+        return len(self._upstream)
+
+    def stage(self, stage_id: str) -> Upstream:
+        """The upstream result of stage `stage_id` (e.g. ``quantize[cpu-int8]``)."""
+        for up in self._upstream:
+            if up.stage_id == stage_id:
+                return up
+        raise InvalidInput(f"this stage does not need a stage called {stage_id!r}",
+                           hint=f"add {stage_id!r} to its `needs:`")
+
+    def of_kind(self, kind: str) -> list[Upstream]:
+        """All upstream results produced by stages of `kind`."""
+        return [up for up in self._upstream if up.kind == kind]
+
+    def all(self, name: str) -> dict[str, Path]:
+        """Every upstream output called `name`, keyed by stage id (fan-in)."""
+        return {up.stage_id: up.outputs[name] for up in self._upstream if name in up.outputs}
+
+    def one(self, name: str) -> Path:
+        """The single upstream output called `name`; an error if none or several provide it."""
+        found = self.all(name)
+        if len(found) == 1:
+            return next(iter(found.values()))
+        if not found:
+            have = sorted({n for up in self._upstream for n in up.outputs}) or ["nothing"]
+            raise InvalidInput(f"no upstream stage provides an output called {name!r} (upstream provides: {', '.join(have)})",
+                               hint="check this stage's `needs:`")
+        raise InvalidInput(f"several upstream stages provide {name!r}: {', '.join(found)}",
+                           hint="name the one to use in the stage config")
+
+    def maybe(self, name: str) -> Path | None:
+        """Like `one`, but None when no upstream stage provides `name`."""
+        found = self.all(name)
+        return self.one(name) if found else None
+
+
+@dataclass
+class StageContext:
+    """Everything a running stage may use besides its inputs and config."""
+
+    stage_id: str
+    out_dir: Path
+    work_dir: Path
+    recipe: RecipeInfo
+    shared: Mapping[str, Any]
+    matrix: Mapping[str, str]
+    threads: int = 1
+    key: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("zoo.stage"))
+
+    def resolve(self, path: str | Path) -> Path:
+        """A path from the recipe, relative to the recipe's folder (absolute paths kept)."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (self.recipe.dir / p)
+
+    def output_path(self, relative: str) -> Path:
+        """A path inside out_dir, refusing names that would escape it."""
+        target = (self.out_dir / relative).resolve()
+        if not target.is_relative_to(self.out_dir.resolve()):
+            raise UnsafePath(f"output {relative!r} escapes the stage's output folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+
+@dataclass(frozen=True)
+class KeyContext:
+    """What a kind may use to list its dependencies (before anything runs)."""
+
+    recipe: RecipeInfo
+    shared: Mapping[str, Any]
+    matrix: Mapping[str, str]
+
+    def resolve(self, path: str | Path) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (self.recipe.dir / p)
+
+
+class StageKind:
+    """Base class of every stage kind; see the module docstring for the contract."""
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    Config: ClassVar[type[KindConfig]] = KindConfig
+    tools: ClassVar[tuple[str, ...]] = ()
+    shared: ClassVar[tuple[str, ...]] = ()
+    outputs: ClassVar[tuple[str, ...]] = ()
+    summary: ClassVar[str] = ""
+
+    def dependencies(self, config: KindConfig, ctx: KeyContext) -> list[Path]:
+        """Files or folders whose content enters the cache key (user code, local data)."""
+        return []
+
+    def run(self, inputs: Inputs, config: KindConfig, context: StageContext) -> Mapping[str, Path]:
+        """Do the work; write outputs under context.out_dir and return {name: path}."""
+        raise NotImplementedError

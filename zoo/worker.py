@@ -1,0 +1,160 @@
+"""What runs inside an executor process: one stage, its output captured to its log.
+
+`StageTask` is a plain picklable description, so any executor (a local process pool, a dask
+cluster) can run `execute` without knowing about recipes, planners or caches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zoo.stage import RecipeInfo
+
+
+@dataclass
+class UpstreamRef:
+    stage_id: str
+    kind: str
+    outputs: dict[str, str]
+    metrics: dict[str, Any]
+    matrix: dict[str, str]
+    key: str
+
+
+@dataclass
+class StageTask:
+    """Everything needed to run one stage, and nothing that cannot be pickled."""
+
+    stage_id: str
+    kind: str
+    key: str
+    config: dict[str, Any]
+    matrix: dict[str, str]
+    shared: dict[str, Any]
+    recipe: RecipeInfo
+    upstream: list[UpstreamRef]
+    out_dir: str
+    work_dir: str
+    log_path: str
+    threads: int = 1
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
+def execute(task: StageTask) -> dict[str, Any]:
+    """Run the stage; returns {"ok", "outputs", "metrics", "duration_s"} or {"ok": False, "error": ...}."""
+    from zoo import kinds
+    from zoo.stage import Inputs, StageContext, Upstream
+
+    started = time.perf_counter()
+    out_dir, work_dir = Path(task.out_dir), Path(task.work_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with _captured(Path(task.log_path)) as logger:
+        try:
+            cls = kinds.get(task.kind)
+            kind = cls()
+            config = cls.Config.model_validate(task.config)
+            inputs = Inputs([Upstream(stage_id=u.stage_id, kind=u.kind,
+                                      outputs={k: Path(v) for k, v in u.outputs.items()},
+                                      metrics=u.metrics, matrix=u.matrix, key=u.key) for u in task.upstream])
+            context = StageContext(stage_id=task.stage_id, out_dir=out_dir, work_dir=work_dir, recipe=task.recipe,
+                                   shared=task.shared, matrix=task.matrix, threads=task.threads, key=task.key,
+                                   log=logger)
+            logger.info("stage %s (%s) starting with %d thread(s)", task.stage_id, task.kind, task.threads)
+            returned = kind.run(inputs, config, context) or {}
+            outputs = _relative_outputs(returned, out_dir, cls)
+            metrics = _jsonable(context.metrics)
+            logger.info("stage %s done in %.2fs", task.stage_id, time.perf_counter() - started)
+            return {"ok": True, "outputs": outputs, "metrics": metrics, "duration_s": time.perf_counter() - started}
+        except BaseException as e:  # everything is reported back; the parent decides what it means
+            logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
+            return {"ok": False, "duration_s": time.perf_counter() - started, "error": _describe(e)}
+
+
+def _relative_outputs(returned: Any, out_dir: Path, cls: type) -> dict[str, str]:
+    from zoo.errors import InvalidInput, UnsafePath
+
+    if not hasattr(returned, "items"):
+        raise InvalidInput(f"kind {cls.name!r} returned {type(returned).__name__}, expected a mapping name -> path")
+    result = {}
+    base = out_dir.resolve()
+    for name, path in returned.items():
+        p = Path(path)
+        p = (out_dir / p) if not p.is_absolute() else p
+        p = p.resolve()
+        if not p.is_relative_to(base):
+            raise UnsafePath(f"kind {cls.name!r}: output {name!r} ({p}) is outside the stage's out_dir")
+        if not p.exists():
+            raise InvalidInput(f"kind {cls.name!r}: output {name!r} was declared but {p} was not written")
+        declared = tuple(cls.outputs)
+        if declared and name not in declared:
+            raise InvalidInput(f"kind {cls.name!r} returned undeclared output {name!r} (declares {', '.join(declared)})")
+        result[name] = p.relative_to(base).as_posix() or "."
+    return result
+
+
+def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    return json.loads(json.dumps(metrics, default=_fallback, allow_nan=True))
+
+
+def _fallback(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    return repr(obj)
+
+
+def _describe(e: BaseException) -> dict[str, Any]:
+    from zoo.errors import ZooError
+
+    info: dict[str, Any] = {"type": type(e).__name__, "message": str(e) or type(e).__name__,
+                            "traceback": traceback.format_exc()}
+    if isinstance(e, ZooError):
+        info.update(exit_code=e.exit_code, hint=e.hint, table=getattr(e, "table", ""))
+    return info
+
+
+class _captured:
+    """Send fd 1 and 2 (C libraries included) and the stage logger to the stage's log file."""
+
+    def __init__(self, log_path: Path):
+        self.log_path = log_path
+
+    def __enter__(self) -> logging.Logger:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.file = open(self.log_path, "ab", buffering=0)
+        self.saved = (os.dup(1), os.dup(2))
+        os.dup2(self.file.fileno(), 1)
+        os.dup2(self.file.fileno(), 2)
+        self.logger = logging.getLogger(f"zoo.stage.{os.getpid()}")
+        self.logger.setLevel(logging.INFO)
+        self.logger.propagate = False
+        self.handler = logging.StreamHandler(open(self.log_path, "a", buffering=1, encoding="utf-8"))
+        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        self.logger.addHandler(self.handler)
+        return self.logger
+
+    def __exit__(self, *exc) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.logger.removeHandler(self.handler)
+        self.handler.stream.close()
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        os.close(self.saved[0])
+        os.close(self.saved[1])
+        self.file.close()
