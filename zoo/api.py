@@ -164,7 +164,7 @@ def _merged_lock(dag: planner.Dag, previous: lockfile.Lock | None, records: dict
 
 
 def _check_frozen(dag, cache_dir, previous, forced) -> None:
-    result = plan(path, cache_dir=cache_dir, force=sorted(forced))
+    result = plan(dag, cache_dir=cache_dir, force=sorted(forced))
     problems = []
     for report in result.stages:
         locked = previous.stages.get(report.id) if previous else None

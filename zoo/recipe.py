@@ -212,7 +212,9 @@ def _interpolate(value: Any, matrix: dict[str, str], located: Located, path: tup
 
 def _pydantic_error(err: ValidationError, located: Located, prefix: tuple, model: type[BaseModel]) -> RecipeError:
     """The first validation error, placed at its YAML position, with a suggestion."""
-    first = err.errors()[0]
+    # a misspelt key also makes a required one "missing": report the misspelling, it is the cause
+    errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
     loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     path = prefix + loc
     dotted = ".".join(str(p) for p in path)

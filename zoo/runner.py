@@ -159,6 +159,8 @@ class Runner:
         action, reasons, entry = decide(node, self.parts[nid], key, self.cache, previous, nid in self.force,
                                         upstream_runs)
         if action == CACHED:
+            if nid in self._locked_out:
+                reasons = [Reason(explain.CACHED, "computed by a concurrent run")]
             self._mark_cached(report, entry, reasons)
             return True
         if len(self._running) >= self.jobs:
@@ -191,6 +193,7 @@ class Runner:
         return True
 
     def _mark_cached(self, report: StageReport, entry: Entry, reasons: list[Reason]) -> None:
+        self._locked_out.discard(report.id)
         self.entries[report.id] = entry
         report.state, report.reasons, report.metrics = CACHED, reasons, entry.metrics
         report.duration_s = 0.0

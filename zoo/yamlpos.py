@@ -49,7 +49,7 @@ class Located:
             if not key and p in self.key_pos:
                 return self.key_pos[p]
             p = p[:-1]
-        return Position(1, 1)
+        return self.value_pos.get((), Position(1, 1))
 
     def error(self, path: Path_, message: str, *, hint: str | None = None, key: bool = False) -> RecipeError:
         """A RecipeError naming file:line:col with a snippet of the offending lines."""

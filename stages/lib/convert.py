@@ -184,7 +184,14 @@ def to_ort(src: Path, dst_dir: Path, *, optimization_style: str = "Fixed", work_
                               log_tail=captured.getvalue()[-4000:])
         model_dst = dst_dir / f"{name}.ort"
         config_dst = dst_dir / f"{name}.required_operators.config"
-        _atomic_write_bytes(model_dst, models[0].read_bytes())
+        raw = models[0].read_bytes()
+        try:
+            canonical = canonical_ort_bytes(raw)
+        except _UnsupportedSchema as e:
+            raise StageFailed(f"cannot write {src.name}'s ORT-format model reproducibly: the ORT flatbuffers "
+                              f"schema of this onnxruntime has a construct zoo does not know ({e})",
+                              hint="use an onnxruntime version zoo supports for `convert: ort` builds") from e
+        _atomic_write_bytes(model_dst, canonical)
         _atomic_write_bytes(config_dst, _portable_operators_config(configs[0].read_text(), model_dst.name).encode())
     return OrtConversion(model=model_dst, operators_config=config_dst, optimization_style=optimization_style)
 
@@ -193,6 +200,224 @@ def _portable_operators_config(text: str, model_name: str) -> str:
     """The tool's operator config with the absolute model paths in its comments replaced by a name."""
     body = [line for line in text.splitlines() if not line.startswith("#")]
     return "\n".join(["# Generated from model/s:", f"# - {model_name}", *body]) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# canonical ORT-format bytes
+#
+# onnxruntime serializes ORT-format models while iterating hash tables whose order depends on
+# heap addresses, so converting the same model twice gives files that load identically but
+# differ in byte layout. Releases must be bit-for-bit reproducible, so the converted flatbuffer
+# is re-serialized in a fixed depth-first order. The schema is read from the flatbuffers
+# bindings onnxruntime ships (ort_format_model/ort_flatbuffers_py): field slots and kinds come
+# from their generated accessors, whose shape is fixed by flatc. Anything not understood raises
+# _UnsupportedSchema instead of being copied wrongly.
+
+_ORT_FILE_IDENTIFIER = b"ORTM"
+_ORT_ROOT_TABLE = "InferenceSession"
+# union field -> {type value: table}; checked against the generated enum at load time
+_ORT_UNIONS = {("TypeInfo", "Value"): ("TypeInfoValue", {"tensor_type": "TensorTypeAndShape",
+                                                          "sequence_type": "SequenceType",
+                                                          "map_type": "MapType"})}
+_SCALAR_SIZES = {"Bool": 1, "Int8": 1, "Uint8": 1, "Int16": 2, "Uint16": 2, "Int32": 4, "Uint32": 4,
+                 "Int64": 8, "Uint64": 8, "Float32": 4, "Float64": 8}
+
+
+class _UnsupportedSchema(Exception):
+    """The generated ORT flatbuffers bindings contain a construct this re-serializer does not know."""
+
+
+@dataclass(frozen=True)
+class _FbField:
+    name: str
+    voffset: int
+    kind: str  # scalar, string, table, union, vec_scalar, vec_string, vec_table, vec_struct
+    type: str | None = None  # scalar type name (Int32...) or table/struct name
+    elem_size: int = 0
+    default: Any = None
+    union: tuple[str, dict[int, str]] | None = None  # (type field name, value -> table)
+
+    @property
+    def slot(self) -> int:
+        return (self.voffset - 4) // 2
+
+
+@dataclass(frozen=True)
+class _FbTable:
+    name: str
+    slots: int
+    fields: tuple[_FbField, ...]
+
+
+def _fbs_module(name: str) -> Any:
+    import importlib
+
+    import onnxruntime.tools.ort_format_model  # noqa: F401  (puts ort_flatbuffers_py on sys.path)
+
+    return importlib.import_module(f"onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs.{name}")
+
+
+_FB_SCHEMA: dict[str, _FbTable] = {}
+
+
+def _fb_table(name: str) -> _FbTable:
+    """The layout of one ORT flatbuffers table, parsed from its generated Python module."""
+    import ast
+    import inspect
+    import re
+
+    if name in _FB_SCHEMA:
+        return _FB_SCHEMA[name]
+    src = inspect.getsource(_fbs_module(name))
+    tree = ast.parse(src)
+    start = re.search(r"def %sStart\(builder\):\s*builder\.StartObject\((\d+)\)" % name, src)
+    if not start:
+        raise _UnsupportedSchema(f"{name}: no StartObject (a struct where a table was expected?)")
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if cls is None:
+        raise _UnsupportedSchema(f"{name}: class not found")
+    fields: list[_FbField] = []
+    skip = re.compile(r"^(Init|GetRootAs\w*|\w+BufferHasIdentifier|SizeOf|\w+Length|\w+IsNone|\w+AsNumpy)$")
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef) or skip.match(fn.name):
+            continue
+        body = ast.get_source_segment(src, fn) or ""
+        voff = re.search(r"self\._tab\.Offset\((\d+)\)", body)
+        if not voff:
+            raise _UnsupportedSchema(f"{name}.{fn.name}: no vtable offset")
+        voffset = int(voff.group(1))
+        imported = re.search(r"from \S+ import (\w+)", body)
+        scalar = re.search(r"self\._tab\.Get\(flatbuffers\.number_types\.(\w+)Flags, (o|a) \+", body)
+        if len(fn.args.args) == 2:  # vector accessor (self, j)
+            if "self._tab.Vector(o)" not in body:
+                raise _UnsupportedSchema(f"{name}.{fn.name}: indexed accessor without a vector")
+            if "self._tab.String(a" in body:
+                fields.append(_FbField(fn.name, voffset, "vec_string"))
+            elif imported and "self._tab.Indirect(x)" in body:
+                fields.append(_FbField(fn.name, voffset, "vec_table", imported.group(1)))
+            elif imported:
+                size = re.search(r"\* (\d+)", body)
+                fields.append(_FbField(fn.name, voffset, "vec_struct", imported.group(1), int(size.group(1))))
+            elif scalar and scalar.group(2) == "a":
+                fields.append(_FbField(fn.name, voffset, "vec_scalar", scalar.group(1),
+                                       _SCALAR_SIZES[scalar.group(1)]))
+            else:
+                raise _UnsupportedSchema(f"{name}.{fn.name}: unknown vector kind")
+        elif "self._tab.String(o + self._tab.Pos)" in body:
+            fields.append(_FbField(fn.name, voffset, "string"))
+        elif scalar and scalar.group(2) == "o":
+            default_node = fn.body[-1]
+            default = ast.literal_eval(default_node.value) if isinstance(default_node, ast.Return) else None
+            fields.append(_FbField(fn.name, voffset, "scalar", scalar.group(1), _SCALAR_SIZES[scalar.group(1)],
+                                   default=default))
+        elif imported and "self._tab.Indirect(o + self._tab.Pos)" in body:
+            fields.append(_FbField(fn.name, voffset, "table", imported.group(1)))
+        elif "self._tab.Union(obj, o)" in body:
+            if (name, fn.name) not in _ORT_UNIONS:
+                raise _UnsupportedSchema(f"{name}.{fn.name}: unknown union")
+            enum_name, by_member = _ORT_UNIONS[(name, fn.name)]
+            enum = getattr(_fbs_module(enum_name), enum_name)
+            members = {k: v for k, v in vars(enum).items() if not k.startswith("_") and k != "NONE"}
+            if set(members) != set(by_member):
+                raise _UnsupportedSchema(f"{name}.{fn.name}: union members changed: {sorted(members)}")
+            fields.append(_FbField(fn.name, voffset, "union",
+                                   union=(fn.name + "Type", {int(members[m]): t for m, t in by_member.items()})))
+        else:
+            raise _UnsupportedSchema(f"{name}.{fn.name}: unknown field kind")
+    table = _FbTable(name, int(start.group(1)), tuple(sorted(fields, key=lambda f: f.voffset)))
+    _FB_SCHEMA[name] = table
+    return table
+
+
+def _struct_alignment(name: str) -> int:
+    import inspect
+    import re
+
+    prep = re.search(r"builder\.Prep\((\d+), (\d+)\)", inspect.getsource(_fbs_module(name)))
+    if not prep:
+        raise _UnsupportedSchema(f"struct {name}: alignment not found")
+    return int(prep.group(1))
+
+
+def canonical_ort_bytes(data: bytes) -> bytes:
+    """Re-serialize an ORT-format model in a fixed order, so equal models give equal bytes.
+
+    Raises ValueError for buffers that are not ORT-format models.
+    """
+    import flatbuffers
+    from flatbuffers import number_types as N
+    from flatbuffers.table import Table
+
+    if len(data) < 8 or data[4:8] != _ORT_FILE_IDENTIFIER:
+        raise ValueError("not an ORT-format model (missing the ORTM file identifier)")
+    buf = bytearray(data)
+    builder = flatbuffers.Builder(max(1024, len(data) + len(data) // 4))
+
+    def raw_vector(tab: Table, o: int, elem_size: int, alignment: int) -> int:
+        start = tab.Vector(o)
+        n = tab.VectorLen(o)
+        payload = bytes(buf[start:start + n * elem_size])
+        builder.StartVector(elem_size, n, alignment)
+        builder.head -= len(payload)
+        builder.Bytes[builder.head:builder.head + len(payload)] = payload
+        return builder.EndVector()
+
+    def offsets_vector(offsets: list[int]) -> int:
+        builder.StartVector(4, len(offsets), 4)
+        for off in reversed(offsets):
+            builder.PrependUOffsetTRelative(off)
+        return builder.EndVector()
+
+    def copy_table(name: str, pos: int) -> int:
+        schema = _fb_table(name)
+        tab = Table(buf, pos)
+        present: dict[str, int] = {}
+        for f in schema.fields:
+            o = tab.Offset(f.voffset)
+            if o:
+                present[f.name] = o
+        values: list[tuple[_FbField, Any]] = []
+        for f in schema.fields:  # children first, in slot order: the fixed order that makes bytes stable
+            o = present.get(f.name)
+            if o is None:
+                continue
+            if f.kind == "scalar":
+                values.append((f, tab.Get(getattr(N, f.type + "Flags"), o + tab.Pos)))
+            elif f.kind == "string":
+                values.append((f, builder.CreateSharedString(bytes(tab.String(o + tab.Pos)))))
+            elif f.kind == "table":
+                values.append((f, copy_table(f.type, tab.Indirect(o + tab.Pos))))
+            elif f.kind == "union":
+                type_field = next(x for x in schema.fields if x.name == f.union[0])
+                type_o = present.get(type_field.name)
+                type_value = tab.Get(N.Uint8Flags, type_o + tab.Pos) if type_o else 0
+                if type_value not in f.union[1]:
+                    raise _UnsupportedSchema(f"{name}.{f.name}: union type {type_value}")
+                values.append((f, copy_table(f.union[1][type_value], tab.Indirect(o + tab.Pos))))
+            elif f.kind == "vec_scalar":
+                # 16-byte alignment keeps raw tensor data usable in place
+                values.append((f, raw_vector(tab, o, f.elem_size, max(f.elem_size, 16))))
+            elif f.kind == "vec_struct":
+                values.append((f, raw_vector(tab, o, f.elem_size, _struct_alignment(f.type))))
+            elif f.kind == "vec_string":
+                start, n = tab.Vector(o), tab.VectorLen(o)
+                offs = [builder.CreateSharedString(bytes(tab.String(start + 4 * j))) for j in range(n)]
+                values.append((f, offsets_vector(offs)))
+            elif f.kind == "vec_table":
+                start, n = tab.Vector(o), tab.VectorLen(o)
+                offs = [copy_table(f.type, tab.Indirect(start + 4 * j)) for j in range(n)]
+                values.append((f, offsets_vector(offs)))
+        builder.StartObject(schema.slots)
+        for f, v in values:
+            if f.kind == "scalar":
+                getattr(builder, f"Prepend{f.type}Slot")(f.slot, v, f.default)
+            else:
+                builder.PrependUOffsetTRelativeSlot(f.slot, v, 0)
+        return builder.EndObject()
+
+    root = copy_table(_ORT_ROOT_TABLE, int.from_bytes(buf[0:4], "little"))
+    builder.Finish(root, file_identifier=_ORT_FILE_IDENTIFIER)
+    return bytes(builder.Output())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,10 +461,12 @@ def run_batched(session: Any, feeds: Mapping[str, "np.ndarray"], *, batch_size: 
         raise InvalidInput(f"no values for model input(s) {', '.join(missing)}",
                            hint=f"the model expects inputs {', '.join(names)}")
     n = min(int(np.asarray(feeds[name]).shape[0]) for name in names) if names else 0
-    fixed = session.get_inputs()[0].shape[0] if names and session.get_inputs()[0].shape else None
-    step = fixed if isinstance(fixed, int) and fixed > 0 else max(1, batch_size)
+    first = session.get_inputs()[0].shape if names else []
+    fixed = first[0] if first and isinstance(first[0], int) and first[0] > 0 else None
+    step = fixed or max(1, batch_size)
+    stop = n - step + 1 if fixed else n  # a fixed batch is never fed a short tail
     chunks: list[list[np.ndarray]] = []
-    for start in range(0, n - step + 1 if isinstance(fixed, int) and fixed > 0 else n, step):
+    for start in range(0, max(stop, 0), step):
         batch = {name: np.ascontiguousarray(feeds[name][start:start + step]) for name in names}
         chunks.append(session.run(None, batch))
     if not chunks:

@@ -81,7 +81,7 @@ class Sleeper(StageKind):
 
     def run(self, inputs, config, context):
         if config.marker:
-            Path(config.marker).write_text(str(os.getpid()))
+            context.resolve(config.marker).write_text(str(os.getpid()))
         out = context.output_path("data.txt")
         with open(out, "w") as f:
             f.write("partial")

@@ -1,0 +1,717 @@
+"""The `deploy` stage kind: device builds, test vectors, model card, manifest, publish.
+
+Recipe usage::
+
+    deploy:
+      needs: [optimize, quantize, verify]
+      config:
+        builds:
+          cpu-fp32:  {from: optimize}                  # shipped as is; verified under the same name
+          cpu-int8:  {from: quantize}
+          cuda-fp16: {from: optimize, convert: fp16}   # float16, float32 I/O, parity-checked on the CPU
+          mobile:    {from: quantize, convert: ort}    # ORT format for onnxruntime mobile
+        publish: true
+
+For every build, ``out_dir/release/`` gets ``builds/<build>/model.onnx`` (or ``model.ort``),
+its test vectors (``builds/<build>/test_data_set_0/input_0.pb``... in the ONNX Model Zoo
+layout) and a `Build` entry; then the model card ``README.md`` and, last, ``zoo-manifest.json``.
+That folder is exactly what `LocalZoo.publish` reads, and it is byte-deterministic: the same
+inputs give the same bytes (no timestamps, sorted keys, one inference thread).
+
+- Builds without conversion ship their upstream model unchanged, with verify's metrics and test
+  vectors for the build of the same name (``verified_as`` overrides the name). Those vectors
+  are re-run against the model (``check_vectors``) so a wrong name mapping fails loudly.
+- ``convert: fp16`` and ``convert: ort`` builds are compared with their source on the CPU
+  (held-out data when the recipe has a ``data:`` section, else verify's test inputs, else fixed
+  random inputs); a difference beyond ``atol + rtol * |ref|`` raises GateFailed with a table.
+  Their test vectors are the converted model's outputs on verify's test inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Mapping
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from zoo.errors import GateFailed, InvalidInput, StageFailed, ZooError
+from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
+from zoo.stage import Inputs, KindConfig, StageContext, StageKind, Upstream
+
+CARD_FILE = "README.md"
+LINEAGE_TOOLS = ("onnx", "onnxruntime", "torch", "zoo-onnx")
+# default parity tolerances per conversion: fp16 rounds every weight and activation, while the
+# ORT format runs the very same kernels (only graph optimizations are baked in)
+DEFAULT_TOLERANCES = {"fp16": (1e-2, 1e-2), "ort": (1e-4, 1e-4)}
+# re-running verify's vectors: same model, same kernels; only thread scheduling may differ
+VECTOR_CHECK_TOLERANCE = (1e-3, 1e-3)
+_VECTOR_FILE = re.compile(r"^(input|output)_(\d+)\.pb$")
+# numeric entries of verify's report that describe the model rather than measure it
+_NOT_METRICS = {"ir_version", "opset"}
+
+
+class BuildSpec(KindConfig):
+    """One device build of the release."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    source: str = Field(alias="from", min_length=1,
+                        description="id of the upstream stage whose `model` output this build ships")
+    convert: Literal["fp16", "ort"] | None = Field(
+        None, description="fp16: float16 weights/compute with float32 I/O (CUDA); ort: ORT format (mobile)")
+    verified_as: str | None = Field(
+        None, description="name of the build in verify's report to take metrics/vectors from "
+                          "(for converted builds: the verified build of the source model)")
+    optimization_style: Literal["Fixed", "Runtime"] | None = Field(
+        None, description="ORT format only: Fixed (default) bakes optimizations in; Runtime saves some "
+                          "for compiling execution providers (NNAPI, CoreML)")
+    atol: float | None = Field(None, ge=0, description="parity tolerance of a conversion (default fp16 1e-2, ort 1e-4)")
+    rtol: float | None = Field(None, ge=0, description="relative parity tolerance (default fp16 1e-2, ort 1e-4)")
+    precision: str | None = Field(None, description="override the precision read from the model (fp32, fp16, int8)")
+    execution_providers: list[str] | None = Field(
+        None, description="providers to list in the manifest (default: CUDA then CPU for fp16, CPU otherwise)")
+    requires: dict[str, str] | None = Field(None, description="extra requirements, e.g. {device: cuda}")
+    op_block_list: list[str] = Field(default_factory=list,
+                                     description="fp16 only: operator types to keep in float32")
+
+    @model_validator(mode="after")
+    def _options_match_conversion(self):
+        if self.optimization_style is not None and self.convert != "ort":
+            raise ValueError("`optimization_style` applies to `convert: ort` builds only")
+        if self.op_block_list and self.convert != "fp16":
+            raise ValueError("`op_block_list` applies to `convert: fp16` builds only")
+        return self
+
+
+class DeployConfig(KindConfig):
+    """Config of the deploy kind."""
+
+    builds: dict[str, BuildSpec] = Field(min_length=1, description="build name -> how to make it")
+    publish: bool = Field(True, description="publish the release to the local zoo")
+    intended_use: str = Field("", description="model card: intended use (a generic text by default)")
+    limitations: str = Field("", description="model card: limitations (a generic text by default)")
+    parity_samples: int | None = Field(None, ge=1, description="held-out samples for parity checks (default: all)")
+    vector_samples: int = Field(8, ge=1, description="samples per generated test vector when verify has none")
+    check_vectors: bool = Field(True, description="re-run verify's test vectors against each shipped model")
+
+    @field_validator("builds", mode="before")
+    @classmethod
+    def _shorthand(cls, v):
+        # `cpu-fp32: optimize` is short for `cpu-fp32: {from: optimize}`
+        if isinstance(v, dict):
+            return {k: ({"from": spec} if isinstance(spec, str) else spec) for k, spec in v.items()}
+        return v
+
+    @field_validator("builds")
+    @classmethod
+    def _build_names(cls, v):
+        for name in v:
+            if not re.match(BUILD_RE, name):
+                raise ValueError(f"build name {name!r} must be lowercase letters, digits, '.', '_' or '-' "
+                                 "(e.g. cpu-fp32)")
+        return v
+
+
+@dataclass
+class _Verify:
+    """verify's outputs as deploy reads them (all parts optional)."""
+
+    stage_id: str | None = None
+    builds: dict[str, dict[str, Any]] | None = None
+    reference: str | None = None
+    gates: list[Any] | None = None
+    threads: int | None = None
+    eval_samples: int | None = None
+    vectors: Path | None = None
+
+    def entry(self, name: str) -> dict[str, Any] | None:
+        return (self.builds or {}).get(name)
+
+    def vector_dir(self, name: str) -> Path | None:
+        if self.vectors is None:
+            return None
+        for candidate in (self.vectors / name, self.vectors / "vectors" / name):
+            if candidate.is_dir() and any(candidate.glob("test_data_set_*")):
+                return candidate
+        return None
+
+
+class Deploy(StageKind):
+    """Package upstream models as device builds, write the model card and manifest, publish."""
+
+    name: ClassVar[str] = "deploy"
+    version: ClassVar[str] = "1"
+    Config: ClassVar[type[KindConfig]] = DeployConfig
+    tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime")
+    shared: ClassVar[tuple[str, ...]] = ("model", "data")
+    outputs: ClassVar[tuple[str, ...]] = ("release",)
+    summary: ClassVar[str] = "device builds (fp32, int8, fp16, ORT format), model card, manifest; publish to the zoo"
+
+    def run(self, inputs: Inputs, config: DeployConfig, context: StageContext) -> Mapping[str, Path]:
+        release = context.output_path("release")
+        if release.exists():
+            shutil.rmtree(release)
+        release.mkdir(parents=True)
+        work = Path(context.work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+
+        job = _Release(inputs, config, context, release, work)
+        manifest = job.build()
+        context.metrics["builds"] = list(manifest.builds)
+        context.metrics["release_files"] = len(manifest.all_files()) + 1
+        if config.publish:
+            from zoo.registry.store import LocalZoo
+
+            zoo = LocalZoo()
+            published = zoo.publish(release)
+            context.metrics["published"] = published.ref
+            context.metrics["zoo"] = str(getattr(zoo, "root", None) or _zoo_home())
+            context.log.info("published %s to %s", published.ref, context.metrics["zoo"])
+        return {"release": release}
+
+
+def _zoo_home() -> Path:
+    from zoo.paths import zoo_home
+
+    return zoo_home()
+
+
+class _Release:
+    """One run of deploy: the state shared by the builds of a release."""
+
+    def __init__(self, inputs: Inputs, config: DeployConfig, context: StageContext, release: Path, work: Path):
+        self.inputs = inputs
+        self.config = config
+        self.ctx = context
+        self.release = release
+        self.work = work
+        self.model_spec: dict[str, Any] = dict(context.shared.get("model") or {})
+        self.data_spec: dict[str, Any] | None = context.shared.get("data") or None
+        self.verify = self._read_verify()
+        self._heldout: tuple[Any, Any] | None | bool = False  # False: not loaded yet
+
+    # -- verify's outputs -------------------------------------------------------------------
+
+    def _read_verify(self) -> _Verify:
+        providers = [up for up in self.inputs if "report" in up.outputs or up.kind == "verify"]
+        if not providers:
+            self.ctx.log.warning("deploy: no verify stage upstream; builds ship without verified metrics")
+            return _Verify()
+        if len(providers) > 1:
+            raise InvalidInput(f"several upstream stages provide a verify report: "
+                               f"{', '.join(up.stage_id for up in providers)}",
+                               hint="deploy needs exactly one verify stage")
+        up = providers[0]
+        v = _Verify(stage_id=up.stage_id, vectors=Path(up.outputs["vectors"]) if "vectors" in up.outputs else None)
+        report_path = up.outputs.get("report")
+        if report_path is None:
+            return v
+        report_path = Path(report_path)
+        if report_path.is_dir():
+            report_path = report_path / "report.json"
+        try:
+            report = json.loads(report_path.read_text())
+        except (OSError, ValueError) as e:
+            raise InvalidInput(f"cannot read verify's report {report_path}: {e}",
+                               hint=f"re-run stage {up.stage_id!r}") from e
+        builds = report.get("builds") if isinstance(report, dict) else None
+        if isinstance(builds, list):  # tolerate [{name: ..., metrics: ...}, ...]
+            builds = {str(b.get("name")): b for b in builds if isinstance(b, dict) and b.get("name")}
+        v.builds = {str(k): (e if isinstance(e, dict) else {}) for k, e in (builds or {}).items()}
+        v.reference = report.get("reference") if isinstance(report.get("reference"), str) else None
+        gates = report.get("gates")
+        v.gates = gates if isinstance(gates, list) else None
+        v.threads = report.get("threads") if isinstance(report.get("threads"), int) else None
+        samples = report.get("eval_samples")
+        v.eval_samples = samples if isinstance(samples, int) and not isinstance(samples, bool) and samples > 0 else None
+        return v
+
+    def _verified_name(self, name: str, spec: BuildSpec) -> str | None:
+        """The name under which verify checked this build's model (its source's, for conversions)."""
+        v = self.verify
+        if spec.verified_as is not None:
+            if v.builds is None:
+                raise InvalidInput(f"builds.{name}.verified_as is {spec.verified_as!r} but there is no verify report",
+                                   hint="add the verify stage to deploy's `needs:` or drop `verified_as`")
+            if spec.verified_as not in v.builds:
+                raise InvalidInput(f"builds.{name}.verified_as: verify's report has no build {spec.verified_as!r} "
+                                   f"(it has: {', '.join(sorted(v.builds)) or 'none'})",
+                                   hint="use one of the build names of verify's `builds:`")
+            return spec.verified_as
+        if v.builds is None:
+            return None
+        if spec.convert is None and name in v.builds:
+            return name
+        # verify may record which stage each of its builds came from
+        by_stage = sorted(b for b, e in v.builds.items() if e.get("stage") == spec.source or e.get("from") == spec.source)
+        if len(by_stage) == 1:
+            return by_stage[0]
+        # a converted build's source is verified under the name of the unconverted build shipping it
+        siblings = sorted(b for b, s in self.config.builds.items()
+                          if s.convert is None and s.source == spec.source and (s.verified_as or b) in v.builds)
+        if spec.convert is not None and siblings:
+            sib = self.config.builds[siblings[0]]
+            return sib.verified_as or siblings[0]
+        return None
+
+    # -- the release --------------------------------------------------------------------------
+
+    def build(self) -> Manifest:
+        builds: dict[str, Build] = {}
+        conversions: dict[str, dict[str, Any]] = {}
+        verified: dict[str, str | None] = {}
+        for name, spec in self.config.builds.items():
+            build, conversion, vname = self._one(name, spec)
+            builds[name] = build
+            verified[name] = vname
+            if conversion:
+                conversions[name] = conversion
+        recipe = self.ctx.recipe
+        extra: dict[str, Any] = {"deploy": {"verified_as": verified}}
+        if conversions:
+            extra["deploy"]["conversions"] = conversions
+        verification = self._verification_summary()
+        if verification:
+            extra["deploy"]["verification"] = verification
+        manifest = Manifest(
+            name=recipe.name, version=recipe.version, description=recipe.description, license=recipe.license,
+            task=str(self.model_spec.get("task") or self.ctx.shared.get("task") or ""),
+            builds=builds, lineage=self._lineage(), extra=extra,
+        )
+        from zoo_stages.lib.modelcard import render_card
+
+        card = render_card(manifest, dataset=self.data_spec, intended_use=self.config.intended_use,
+                           limitations=self.config.limitations, verification=verification, conversions=conversions)
+        card_path = self.release / CARD_FILE
+        _write_bytes(card_path, card.encode("utf-8"))
+        manifest.card = _file_ref(self.release, card_path)
+        manifest = Manifest.model_validate(manifest.model_dump())
+        self._check_complete(manifest)
+        # written last: a release folder with a manifest is a finished one
+        _write_bytes(self.release / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode("utf-8"))
+        return manifest
+
+    def _one(self, name: str, spec: BuildSpec) -> tuple[Build, dict[str, Any] | None, str | None]:
+        from zoo_stages.lib import convert as cv
+        from zoo_stages.lib.describe import describe
+
+        source = self._source_model(name, spec)
+        bdir = self.release / "builds" / name
+        bdir.mkdir(parents=True, exist_ok=True)
+        vname = self._verified_name(name, spec)
+        src_info = describe(source)
+        extra_files: list[Path] = []
+        conversion: dict[str, Any] | None = None
+        metrics: dict[str, Any] = {}
+        execution_providers = ["CPUExecutionProvider"]
+        requires: dict[str, str] = {}
+        runtime_opt = False
+
+        if spec.convert is None:
+            model_file = bdir / "model.onnx"
+            _copy(source, model_file)
+            for location in src_info.external_data:
+                _copy(source.parent / location, bdir / location)
+                extra_files.append(bdir / location)
+            precision = src_info.precision or "fp32"
+            if vname is not None:
+                self._check_digest(name, spec, vname, source)
+                metrics.update(_report_metrics(self.verify.entry(vname) or {}))
+            else:
+                self.ctx.log.warning("deploy: build %s was not verified (no build %r in verify's report)", name, name)
+        else:
+            atol, rtol = DEFAULT_TOLERANCES[spec.convert]
+            atol = spec.atol if spec.atol is not None else atol
+            rtol = spec.rtol if spec.rtol is not None else rtol
+            if spec.convert == "fp16":
+                model_file = cv.to_fp16(source, bdir / "model.onnx", op_block_list=spec.op_block_list)
+                sidecar = bdir / "model.onnx.data"
+                if sidecar.exists():
+                    extra_files.append(sidecar)
+                precision = "fp16"
+                execution_providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+                requires = {"device": "cuda"}
+                conversion = {"kind": "fp16", "from": spec.source, "keep_io_types": True,
+                              "files": [p.name for p in [model_file, *extra_files]]}
+                if spec.op_block_list:
+                    conversion["op_block_list"] = sorted(spec.op_block_list)
+            else:
+                style = spec.optimization_style or "Fixed"
+                result = cv.to_ort(source, bdir, optimization_style=style, work_dir=self.work)
+                model_file = result.model
+                extra_files.append(result.operators_config)
+                precision = src_info.precision or "fp32"
+                runtime_opt = style == "Runtime"
+                ver = metadata.version("onnxruntime").split(".")
+                requires = {"onnxruntime": f">={ver[0]}.{ver[1]}"}
+                conversion = {"kind": "ort", "from": spec.source, "optimization_style": style,
+                              "optimization_level": result.optimization_level,
+                              "files": [model_file.name, result.operators_config.name]}
+            parity, accuracy = self._parity(name, vname, source, model_file, atol=atol, rtol=rtol,
+                                            runtime_opt=runtime_opt)
+            cv.require_parity(parity, f"build {name} ({spec.convert} conversion of {spec.source})")
+            figures = parity.metrics()
+            metrics.update(figures)
+            metrics.update(accuracy)
+            conversion.update(figures)
+            if vname is not None:
+                conversion["source_verified_as"] = vname
+
+        execution_providers = list(spec.execution_providers or execution_providers)
+        requires.update(spec.requires or {})
+        if spec.precision:
+            precision = spec.precision
+        info = describe(model_file)
+        opset = info.opset if info.opset is not None else src_info.opset
+        vectors = self._vectors(name, spec, vname, model_file, runtime_opt, bdir)
+        metrics["size_bytes"] = model_file.stat().st_size + sum(p.stat().st_size for p in extra_files)
+        build = Build(
+            name=name,
+            file=_file_ref(self.release, model_file),
+            format=info.format,
+            precision=precision,
+            opset=opset,
+            inputs=info.inputs,
+            outputs=info.outputs,
+            execution_providers=execution_providers,
+            requires=dict(sorted(requires.items())),
+            metrics=dict(sorted(metrics.items())),
+            test_vectors=[_file_ref(self.release, p) for p in vectors],
+            extra_files=[_file_ref(self.release, p) for p in sorted(extra_files)],
+        )
+        return build, conversion, vname
+
+    def _check_digest(self, name: str, spec: BuildSpec, vname: str, source: Path) -> None:
+        """verify records the digest of each model it checked: the shipped one must be that model."""
+        from zoo.hashing import hash_file_uncached
+
+        recorded = (self.verify.entry(vname) or {}).get("model_digest")
+        if isinstance(recorded, str) and recorded != hash_file_uncached(source):
+            raise GateFailed(f"build {name}: the model of stage {spec.source!r} is not the model verify checked "
+                             f"as {vname!r}, so verify's metrics and vectors do not apply to it",
+                             hint=f"set builds.{name}.verified_as to the verify build of stage {spec.source!r}, "
+                                  "or re-run verify")
+
+    def _source_model(self, name: str, spec: BuildSpec) -> Path:
+        try:
+            up: Upstream = self.inputs.stage(spec.source)
+        except InvalidInput:
+            have = ", ".join(up.stage_id for up in self.inputs if "model" in up.outputs) or "none"
+            raise InvalidInput(f"builds.{name}.from: deploy does not need a stage called {spec.source!r}",
+                               hint=f"add {spec.source!r} to deploy's `needs:` (stages with a model: {have})") from None
+        model = up.outputs.get("model")
+        if model is None:
+            raise InvalidInput(f"builds.{name}.from: stage {spec.source!r} ({up.kind}) has no `model` output",
+                               hint="name a stage that produces a model (export, optimize, quantize)")
+        model = Path(model)
+        if model.is_dir():
+            found = sorted(model.glob("*.onnx"))
+            if len(found) != 1:
+                raise InvalidInput(f"builds.{name}.from: stage {spec.source!r}'s model folder holds "
+                                   f"{len(found)} .onnx files; expected one")
+            model = found[0]
+        return model
+
+    # -- inputs for parity and vectors --------------------------------------------------------
+
+    def _heldout_data(self) -> tuple[Any, Any] | None:
+        """The recipe's held-out split (x, y), or None without a data section."""
+        if self._heldout is False:
+            self._heldout = None
+            if self.data_spec:
+                from zoo_stages.lib.datasets import load_split
+
+                x, y = load_split(self.data_spec, self.ctx.recipe.dir, "val")
+                self._heldout = (x, y)
+        return self._heldout  # type: ignore[return-value]
+
+    def _data_fits(self, ports: list, x: Any) -> bool:
+        if len(ports) != 1 or ports[0].dtype != "float32":
+            return False
+        shape = ports[0].shape
+        if len(shape) != x.ndim:
+            return False
+        return all(not isinstance(d, int) or d == s for d, s in zip(shape[1:], x.shape[1:]))
+
+    def _parity(self, name: str, vname: str | None, source: Path, candidate: Path, *, atol: float, rtol: float,
+                runtime_opt: bool) -> tuple[Any, dict[str, Any]]:
+        """Compare `candidate` with `source` on the CPU; also accuracy when labels are known."""
+        import numpy as np
+
+        from zoo_stages.lib import convert as cv
+
+        src_sess = cv.open_session(source)
+        cand_sess = cv.open_session(candidate, runtime_optimizations=runtime_opt)
+        from zoo_stages.lib.describe import session_ports
+
+        ports, out_ports = session_ports(src_sess)
+        labels = None
+        data = self._heldout_data()
+        if data is not None and self._data_fits(ports, data[0]):
+            x, labels = data
+            # by default the very samples verify evaluated, so accuracies are comparable
+            wanted = self.config.parity_samples or self.verify.eval_samples or len(x)
+            n = min(len(x), wanted)
+            feeds = {ports[0].name: np.ascontiguousarray(x[:n])}
+            labels = labels[:n]
+            origin = "held-out split"
+        else:
+            feeds, origin = self._reference_inputs(name, vname, ports)
+        ref = cv.run_batched(src_sess, feeds)
+        got = cv.run_batched(cand_sess, feeds)
+        parity = cv.compare(ref, got, [p.name for p in out_ports], atol=atol, rtol=rtol)
+        self.ctx.log.info("deploy: %s parity on %s (%d samples): max |diff| %.3g", name, origin,
+                          parity.samples, parity.max_abs)
+        accuracy: dict[str, Any] = {}
+        task = str(self.model_spec.get("task") or self.ctx.shared.get("task") or "")
+        if labels is not None and got and np.ndim(got[0]) == 2 and "classification" in (task or "classification"):
+            y = np.asarray(labels)[: len(got[0])]
+            acc = float(np.mean(np.argmax(got[0], axis=1) == y))
+            src_acc = float(np.mean(np.argmax(ref[0], axis=1) == y))
+            accuracy = {"accuracy": acc, "accuracy_drop_vs_source": src_acc - acc,
+                        "accuracy_samples": int(len(y))}
+            ref_acc = self._reference_accuracy()
+            if ref_acc is not None and len(y) == self.verify.eval_samples:
+                accuracy["accuracy_drop"] = ref_acc - acc
+        return parity, accuracy
+
+    def _reference_accuracy(self) -> float | None:
+        ref = self.verify.reference
+        entry = self.verify.entry(ref) if ref else None
+        value = _report_metrics(entry or {}).get("accuracy")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def _reference_inputs(self, name: str, vname: str | None, ports: list) -> tuple[dict[str, Any], str]:
+        """Inputs to feed a model without verified vectors: verify's test inputs (of `vname`, then
+        the reference build, then any build), else held-out samples, else fixed random values."""
+        import numpy as np
+
+        from zoo_stages.lib.describe import numpy_dtype
+
+        candidates = [vname, self.verify.reference, *sorted(self.verify.builds or {})]
+        if self.verify.vectors is not None and self.verify.vectors.is_dir():
+            candidates += sorted(p.name for p in self.verify.vectors.iterdir() if p.is_dir())
+        for cand in dict.fromkeys(c for c in candidates if c):
+            vdir = self.verify.vector_dir(cand)
+            if vdir is None:
+                continue
+            sets = sorted(vdir.glob("test_data_set_*"))
+            arrays = _read_tensors(sets[0], "input")
+            if len(arrays) == len(ports) and all(
+                    a.dtype == numpy_dtype(p.dtype) and a.ndim == len(p.shape) for a, p in zip(arrays, ports)):
+                return {p.name: a for p, a in zip(ports, arrays)}, f"verify's test inputs of {cand}"
+        data = self._heldout_data()
+        if data is not None and self._data_fits(ports, data[0]):
+            n = min(len(data[0]), self.config.vector_samples)
+            return {ports[0].name: np.ascontiguousarray(data[0][:n])}, "held-out split"
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for p in ports:
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in p.shape]
+            if p.shape and not isinstance(p.shape[0], int):
+                shape[0] = self.config.vector_samples
+            dtype = numpy_dtype(p.dtype)
+            feeds[p.name] = (rng.random(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
+                             else np.zeros(shape, dtype=dtype))
+        self.ctx.log.warning("deploy: %s: no test inputs from verify or data; using fixed random inputs", name)
+        return feeds, "fixed random inputs (seed 0)"
+
+    # -- test vectors -------------------------------------------------------------------------
+
+    def _vectors(self, name: str, spec: BuildSpec, vname: str | None, model_file: Path, runtime_opt: bool,
+                 bdir: Path) -> list[Path]:
+        """Copy verify's vectors (unconverted, verified builds) or generate them by running the model."""
+        from zoo_stages.lib import convert as cv
+        from zoo_stages.lib.describe import session_ports
+
+        session = cv.open_session(model_file, runtime_optimizations=runtime_opt)
+        ports, out_ports = session_ports(session)
+        vdir = self.verify.vector_dir(vname) if (vname and spec.convert is None) else None
+        written: list[Path] = []
+        if vdir is not None:
+            for set_dir in sorted(vdir.glob("test_data_set_*")):
+                files = sorted((f for f in set_dir.iterdir() if _VECTOR_FILE.match(f.name)), key=_vector_order)
+                for f in files:
+                    dst = bdir / set_dir.name / f.name
+                    _copy(f, dst)
+                    written.append(dst)
+                if self.config.check_vectors:
+                    self._check_vector_set(name, vname, session, ports, out_ports, set_dir)
+            if written:
+                return written
+        feeds, origin = self._reference_inputs(name, vname, ports)
+        outputs = cv.run_batched(session, feeds)
+        set_dir = bdir / "test_data_set_0"
+        for i, p in enumerate(ports):
+            written.append(_write_tensor(set_dir / f"input_{i}.pb", feeds[p.name], p.name))
+        for i, (p, arr) in enumerate(zip(out_ports, outputs)):
+            written.append(_write_tensor(set_dir / f"output_{i}.pb", arr, p.name))
+        self.ctx.log.info("deploy: %s test vectors generated from %s", name, origin)
+        return written
+
+    def _check_vector_set(self, name: str, vname: str, session: Any, ports: list, out_ports: list,
+                          set_dir: Path) -> None:
+        from zoo_stages.lib import convert as cv
+
+        inputs = _read_tensors(set_dir, "input")
+        expected = _read_tensors(set_dir, "output")
+        if len(inputs) != len(ports) or len(expected) != len(out_ports):
+            raise GateFailed(f"build {name}: verify's test vectors of {vname!r} have {len(inputs)} inputs and "
+                             f"{len(expected)} outputs; the model has {len(ports)} and {len(out_ports)}",
+                             hint=f"set builds.{name}.verified_as to the verify build that checked this model")
+        got = session.run(None, {p.name: a for p, a in zip(ports, inputs)})
+        atol, rtol = VECTOR_CHECK_TOLERANCE
+        parity = cv.compare(expected, got, [p.name for p in out_ports], atol=atol, rtol=rtol)
+        if not parity.passed:
+            raise GateFailed(f"build {name}: the model from stage {self.config.builds[name].source!r} does not "
+                             f"reproduce verify's test vectors of {vname!r} ({set_dir.name})",
+                             table=parity.table(),
+                             hint=f"set builds.{name}.verified_as to the verify build that checked this model")
+
+    # -- manifest parts -----------------------------------------------------------------------
+
+    def _verification_summary(self) -> dict[str, Any]:
+        v = self.verify
+        out: dict[str, Any] = {}
+        if v.stage_id:
+            out["stage"] = v.stage_id
+        if v.reference:
+            out["reference"] = v.reference
+        if v.gates is not None:
+            out["gates"] = _jsonable(v.gates)
+        if v.threads is not None:
+            out["threads"] = v.threads
+        return out
+
+    def _lineage(self) -> Lineage:
+        recipe = self.ctx.recipe
+        stages = {up.stage_id: up.key for up in sorted(self.inputs, key=lambda u: u.stage_id) if up.key}
+        tools = {}
+        for dist in LINEAGE_TOOLS:
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                tools[dist] = metadata.version(dist)
+        sources: dict[str, str] = {}
+        if self.data_spec:
+            try:
+                from zoo.hashing import digest_json
+                from zoo_stages.lib.datasets import split_info
+
+                sources["data"] = digest_json(split_info(self.data_spec, recipe.dir))
+            except ZooError as e:  # the card and manifest still say which data section was used
+                self.ctx.log.warning("deploy: could not fingerprint the dataset: %s", e)
+        return Lineage(recipe={"name": recipe.name, "version": recipe.version, "digest": recipe.digest},
+                       stages=stages, sources=sources, tools=tools)
+
+    def _check_complete(self, manifest: Manifest) -> None:
+        """The release folder holds exactly the manifest's files, with the recorded bytes."""
+        listed = {ref.path: ref for ref in manifest.all_files()}
+        present = {p.relative_to(self.release).as_posix() for p in self.release.rglob("*") if p.is_file()}
+        present.discard(MANIFEST_FILE)
+        if present != set(listed):
+            raise StageFailed(f"release folder and manifest disagree: unlisted {sorted(present - set(listed))}, "
+                              f"missing {sorted(set(listed) - present)}")
+        for path, ref in listed.items():
+            actual = _file_ref(self.release, self.release / path)
+            if (actual.sha256, actual.size) != (ref.sha256, ref.size):
+                raise StageFailed(f"release file {path} changed while deploy was writing it")
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _report_metrics(entry: Mapping[str, Any]) -> dict[str, float | int]:
+    """The numeric metrics of one build in verify's report (``{metrics: {...}}`` or flat).
+
+    Strings (stage id, digests, notes), nested values (throughput tables) and model properties
+    the manifest records elsewhere (opset, IR version) are left out; non-finite numbers too.
+    """
+    import math
+
+    raw = entry.get("metrics") if isinstance(entry.get("metrics"), Mapping) else entry
+    out: dict[str, float | int] = {}
+    for k, v in raw.items():
+        if k in _NOT_METRICS:
+            continue
+        if isinstance(v, bool):
+            out[str(k)] = int(v)
+        elif isinstance(v, int):
+            out[str(k)] = v
+        elif isinstance(v, float) and math.isfinite(v):
+            out[str(k)] = v
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _vector_order(path: Path) -> tuple[int, int]:
+    m = _VECTOR_FILE.match(path.name)
+    assert m is not None
+    return (0 if m.group(1) == "input" else 1, int(m.group(2)))
+
+
+def _read_tensors(set_dir: Path, role: str) -> list[Any]:
+    """The arrays of `role`_0.pb, `role`_1.pb... of one test data set, in index order."""
+    import onnx
+    from onnx import numpy_helper
+
+    files = sorted((f for f in set_dir.glob(f"{role}_*.pb") if _VECTOR_FILE.match(f.name)), key=_vector_order)
+    arrays = []
+    for f in files:
+        try:
+            arrays.append(numpy_helper.to_array(onnx.TensorProto.FromString(f.read_bytes())))
+        except Exception as e:
+            raise InvalidInput(f"cannot read test vector {f}: {e}", hint="re-run the verify stage") from e
+    return arrays
+
+
+def _write_tensor(path: Path, array: Any, name: str) -> Path:
+    from onnx import numpy_helper
+
+    _write_bytes(path, numpy_helper.from_array(array, name).SerializeToString(deterministic=True))
+    return path
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _file_ref(root: Path, path: Path) -> FileRef:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return FileRef(path=path.relative_to(root).as_posix(), sha256=h.hexdigest(), size=path.stat().st_size)

@@ -1,0 +1,544 @@
+"""The `export` kind: a torch model to ONNX (``model.onnx``), checked and parity-gated.
+
+Weights come from exactly one of:
+- the upstream ``checkpoint`` (a train stage; safetensors, or a .pt/.pth state dict);
+- ``weights: {url|path, sha256}``: upstream pretrained torch weights (e.g. torchvision's
+  ``alexnet-owt-7be5be79.pth``), fetched and verified through `zoo.sources`;
+- ``onnx: {url|path, sha256}``: an existing ONNX model, checked and passed through unchanged
+  (torch is not needed; bytes are kept when the model needs no fix-up).
+
+The model is built from the recipe's ``model:`` section, exported with the TorchScript
+exporter (``exporter: dynamo`` needs onnxscript), then: IR version capped at 13 (what
+onnxruntime loads), doc strings and node metadata stripped (they may hold source paths),
+``onnx.checker.check_model(full_check=True)``, strict shape inference (the inferred shapes are
+kept in the saved model). External data is used only above protobuf's 2 GB limit.
+
+Parity gate: onnxruntime and torch run the same ``parity.samples`` seeded random inputs in
+[0, 1); any element with ``|onnx - torch| > atol + rtol * |torch|`` fails the stage with a
+table of max-abs and max-rel errors per output. Exporting the same weights twice gives the
+same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import Field, model_validator
+
+from zoo.errors import GateFailed, InvalidInput, UnsafePath
+from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+
+MAX_IR_VERSION = 13  # onnxruntime 1.31 loads at most IR 13; onnx 1.23 stamps 14
+PROTOBUF_LIMIT = 2 * 1024**3 - 1024 * 1024  # stay clear of protobuf's 2 GB message limit
+DATA_LOCATION = "model.onnx.data"
+
+
+class SourceRef(KindConfig):
+    """A file to fetch: a URL (https://, http://, hf://) or a local path, pinned by sha256."""
+
+    url: str | None = Field(None, description="https://..., http://... or hf://org/repo[@rev]/path")
+    path: str | None = Field(None, description="local file, relative to the recipe")
+    sha256: str | None = Field(None, description="hex sha256 (full, or at least 8 leading digits)")
+
+    @model_validator(mode="after")
+    def _one_location(self):
+        if bool(self.url) == bool(self.path):
+            raise ValueError("give exactly one of `url` or `path`")
+        return self
+
+    @property
+    def location(self) -> str:
+        return self.url or self.path or ""
+
+
+class ParityConfig(KindConfig):
+    samples: int = Field(8, ge=1, le=4096, description="random inputs compared between torch and onnxruntime")
+    atol: float = Field(1e-4, ge=0)
+    rtol: float = Field(1e-3, ge=0)
+    seed: int = 0
+
+
+class ExportConfig(KindConfig):
+    opset: int = Field(17, ge=7, le=30, description="ONNX opset of the exported model")
+    exporter: Literal["torchscript", "dynamo"] = "torchscript"
+    dynamic_batch: bool = Field(True, description="make the batch axis symbolic ('batch')")
+    input_shape: list[int] | None = Field(
+        None, min_length=1, description="input shape without the batch axis, e.g. [3, 224, 224]; "
+                                        "default [data.channels, data.image_size, data.image_size]")
+    parity: ParityConfig = ParityConfig()
+    weights: SourceRef | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint")
+    onnx: SourceRef | None = Field(None, description="an existing ONNX model to check and pass through")
+
+    @model_validator(mode="after")
+    def _checks(self):
+        if self.weights is not None and self.onnx is not None:
+            raise ValueError("`weights` and `onnx` are alternatives: keep one")
+        if self.input_shape is not None and any(d < 1 for d in self.input_shape):
+            raise ValueError("input_shape dimensions must be positive")
+        return self
+
+
+class Export(StageKind):
+    name = "export"
+    version = "1"
+    Config = ExportConfig
+    tools = ("torch", "onnx", "onnxruntime")
+    shared = ("data", "model")
+    outputs = ("model",)
+    summary = "export to ONNX (checked, shape-inferred, parity-gated against torch)"
+
+    def dependencies(self, config: ExportConfig, ctx: KeyContext) -> list[Path]:
+        from zoo_stages.lib import archs
+
+        deps: list[Path] = []
+        model = ctx.shared.get("model") or {}
+        if model.get("entry") and config.onnx is None:
+            deps.append(archs.entry_file(model["entry"], ctx.recipe.dir, "model.entry"))
+        for field, ref in (("weights", config.weights), ("onnx", config.onnx)):
+            if ref is not None and ref.path:
+                p = ctx.resolve(ref.path)
+                if not p.is_file():
+                    raise InvalidInput(f"config.{field}.path {ref.path!r} does not exist ({p})",
+                                       hint="paths are relative to the recipe's folder")
+                deps.append(p)
+        return deps
+
+    def run(self, inputs: Inputs, config: ExportConfig, context: StageContext) -> Mapping[str, Path]:
+        checkpoint = inputs.maybe("checkpoint")
+        given = [name for name, v in (("an upstream checkpoint", checkpoint), ("config.weights", config.weights),
+                                      ("config.onnx", config.onnx)) if v is not None]
+        if len(given) > 1:
+            raise InvalidInput(f"export got weights from {' and '.join(given)}; it needs exactly one",
+                               hint="drop `weights:`/`onnx:` or remove the train stage from `needs:`")
+        if not given:
+            raise InvalidInput("export has no weights: no upstream checkpoint, no `weights:` and no `onnx:`",
+                               hint="add a train stage to `needs:`, or set `weights: {url: ..., sha256: ...}`")
+        target = context.output_path("model.onnx")
+        if config.onnx is not None:
+            _passthrough(config, context, target)
+        else:
+            if checkpoint is not None:
+                source, label = Path(checkpoint), "checkpoint"
+            else:
+                source, label = _fetch(config.weights, context), "weights"
+            _export_torch(source, label, config, context, target)
+        return {"model": target}
+
+
+# ---------------------------------------------------------------------------------------------
+# torch -> ONNX
+
+
+def _export_torch(weights: Path, label: str, config: ExportConfig, context: StageContext, target: Path) -> None:
+    import numpy as np
+    import onnx
+    import torch
+
+    from zoo_stages.lib import archs
+
+    model_section = dict(context.shared.get("model") or {})
+    shape = _input_shape(config, context)
+    in_name = model_section.get("input_name") or "input"
+    out_name = model_section.get("output_name") or "logits"
+    with _torch_threads(context.threads):
+        model = archs.build_model(model_section, context.recipe.dir, in_channels=shape[0])
+        _load_weights(model, weights, label)
+        model.eval()
+        raw = context.work_dir / "export" / "raw.onnx"
+        if raw.parent.exists():
+            shutil.rmtree(raw.parent)
+        raw.parent.mkdir(parents=True)
+        # batch 2 for a dynamic axis: the dynamo exporter specialises sizes 0 and 1
+        dummy = torch.zeros((2 if config.dynamic_batch else 1, *shape), dtype=torch.float32)
+        _run_exporter(model, dummy, raw, in_name, out_name, config)
+        proto = _load_onnx(raw)
+        proto = _normalise(proto)
+        _check(proto, raw)
+        _save(proto, target)
+
+        rng = np.random.default_rng(config.parity.seed)
+        x = rng.random((config.parity.samples, *shape), dtype=np.float32)
+        with torch.no_grad():
+            expected = _flatten_outputs(model(torch.from_numpy(x)))
+        got = _run_onnxruntime(target, in_name, x, config.dynamic_batch, context.threads)
+
+    report = _parity(expected, got, _output_names(proto), config.parity)
+    context.metrics.update(_describe(proto, target))
+    context.metrics.update({
+        "source": label,
+        "exporter": config.exporter,
+        "opset": config.opset,
+        "input_shape": [None if config.dynamic_batch else 1, *shape],
+        "dynamic_batch": config.dynamic_batch,
+        "num_parameters": int(sum(p.numel() for p in model.parameters())),
+        "parity": report,
+        "max_abs": max(r["max_abs"] for r in report["outputs"].values()),
+        "max_rel": max(r["max_rel"] for r in report["outputs"].values()),
+    })
+    if label == "weights":
+        context.metrics["weights"] = {"source": config.weights.location, "sha256": _sha256(weights)}
+    if not report["passed"]:
+        raise GateFailed(f"ONNX output differs from torch beyond atol={config.parity.atol} rtol={config.parity.rtol}",
+                         table=_parity_table(report),
+                         hint="a custom op may export incorrectly; try another opset or `exporter: dynamo`, "
+                              "or loosen parity.atol/rtol if the difference is expected")
+    context.log.info("exported %s (%s, opset %d): parity max_abs %.3g max_rel %.3g", target.name,
+                     config.exporter, config.opset, context.metrics["max_abs"], context.metrics["max_rel"])
+
+
+def _input_shape(config: ExportConfig, context: StageContext) -> list[int]:
+    if config.input_shape:
+        return list(config.input_shape)
+    data = context.shared.get("data") or {}
+    if not data:
+        raise InvalidInput("export cannot tell the input shape: no `input_shape` and no recipe `data:` section",
+                           hint="set `input_shape: [3, 224, 224]` in the export config")
+    size = int(data.get("image_size", 8))
+    return [int(data.get("channels", 1)), size, size]
+
+
+def _load_weights(model, path: Path, label: str) -> None:
+    """Load a state dict (safetensors, or torch.save with weights_only=True) into `model`."""
+    import torch
+
+    with open(path, "rb") as f:
+        head = f.read(16)
+    try:
+        if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch.save zip, or the legacy pickle format
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+                state = state["state_dict"]  # the common {"state_dict": ..., "epoch": ...} wrapper
+        elif len(head) > 8 and head[8:9] == b"{":  # safetensors: u64 header length, then JSON
+            from safetensors.torch import load_file
+
+            state = load_file(str(path), device="cpu")
+        else:
+            raise InvalidInput(f"the {label} file {path} is neither safetensors nor a torch state dict",
+                               hint="save weights with safetensors.torch.save_file or torch.save(model.state_dict())")
+    except InvalidInput:
+        raise
+    except Exception as e:  # torch's unpickler refuses anything but tensors and containers
+        raise InvalidInput(f"cannot load the {label} file {path}: {type(e).__name__}: {str(e).splitlines()[0]}",
+                           hint="it must be a plain state dict (tensors only); weights_only loading refuses code") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise InvalidInput(f"the {label} file {path} does not hold a state dict of tensors")
+    result = model.load_state_dict(state, strict=False)
+    own = model.state_dict()
+    mismatched = [f"{k} {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+                  for k, v in state.items() if k in own and tuple(v.shape) != tuple(own[k].shape)]
+    if result.missing_keys or result.unexpected_keys or mismatched:
+        parts = []
+        if result.missing_keys:
+            parts.append(f"missing {', '.join(result.missing_keys[:5])}")
+        if result.unexpected_keys:
+            parts.append(f"unexpected {', '.join(result.unexpected_keys[:5])}")
+        parts.extend(mismatched[:5])
+        raise InvalidInput(f"the {label} do not fit the model: {'; '.join(parts)}",
+                           hint="check model.arch / model.num_classes / data.channels against the weights")
+
+
+def _run_exporter(model, dummy, raw: Path, in_name: str, out_name: str, config: ExportConfig) -> None:
+    import torch
+
+    with warnings.catch_warnings():
+        # we choose the TorchScript exporter on purpose, and its tracer warns about the
+        # static spatial sizes the adaptive pool reads (only the batch axis is dynamic)
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=FutureWarning)
+        warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+        if config.exporter == "dynamo":
+            try:
+                import onnxscript  # noqa: F401
+            except ImportError:
+                raise InvalidInput("exporter: dynamo needs the onnxscript package, which is not installed",
+                                   hint="pip install onnxscript, or use `exporter: torchscript`") from None
+            dynamic = ({0: torch.export.Dim("batch")},) if config.dynamic_batch else None
+            torch.onnx.export(model, (dummy,), str(raw), dynamo=True, external_data=False,
+                              input_names=[in_name], output_names=[out_name], opset_version=config.opset,
+                              dynamic_shapes=dynamic, optimize=True, verbose=False)
+        else:
+            dynamic_axes = {in_name: {0: "batch"}, out_name: {0: "batch"}} if config.dynamic_batch else None
+            try:
+                torch.onnx.export(model, (dummy,), str(raw), dynamo=False, input_names=[in_name],
+                                  output_names=[out_name], opset_version=config.opset,
+                                  dynamic_axes=dynamic_axes, do_constant_folding=True)
+            except (torch.onnx.errors.UnsupportedOperatorError, torch.onnx.errors.SymbolicValueError) as e:
+                raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
+                                   hint="raise `opset`, or try `exporter: dynamo`") from None
+
+
+def _normalise(proto):
+    """Cap the IR version and drop text that may vary between runs or machines."""
+    proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
+    proto.doc_string = ""
+    proto.graph.doc_string = ""
+    for node in _all_nodes(proto.graph):
+        node.doc_string = ""
+        del node.metadata_props[:]
+    return proto
+
+
+def _all_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.g.node:
+                yield from _all_nodes(attr.g)
+            for g in attr.graphs:
+                yield from _all_nodes(g)
+
+
+def _check(proto, path_hint: Path):
+    """Full checker and strict shape inference; keeps the inferred value_info in `proto`."""
+    import onnx
+
+    try:
+        if proto.ByteSize() < PROTOBUF_LIMIT:
+            onnx.checker.check_model(proto, full_check=True)
+            inferred = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+            del proto.graph.value_info[:]
+            proto.graph.value_info.extend(inferred.graph.value_info)
+        else:  # too big for an in-memory check: check the saved file instead
+            onnx.checker.check_model(str(path_hint), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise InvalidInput(f"the ONNX model fails onnx's checker: {str(e).splitlines()[0]}",
+                           hint="try another opset") from None
+
+
+def _save(proto, target: Path) -> None:
+    """Write `proto` atomically; external data (model.onnx.data) only above 2 GB."""
+    import onnx
+
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        if proto.ByteSize() < PROTOBUF_LIMIT:
+            tmp.write_bytes(proto.SerializeToString())
+        else:
+            onnx.save_model(proto, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=DATA_LOCATION, size_threshold=1024)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _run_onnxruntime(path: Path, in_name: str, x, dynamic_batch: bool, threads: int) -> list:
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    if dynamic_batch:
+        return session.run(None, {in_name: x})
+    runs = [session.run(None, {in_name: x[i:i + 1]}) for i in range(len(x))]
+    return [np.concatenate([r[k] for r in runs]) for k in range(len(runs[0]))]
+
+
+def _flatten_outputs(out) -> list:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out.numpy()]
+    if isinstance(out, dict):
+        out = list(out.values())
+    flat = []
+    for item in out:
+        flat.extend(_flatten_outputs(item))
+    return flat
+
+
+def _output_names(proto) -> list[str]:
+    return [o.name for o in proto.graph.output]
+
+
+def _parity(expected: list, got: list, names: list[str], cfg: ParityConfig) -> dict[str, Any]:
+    """Max-abs and max-rel error per output, and whether every element is within tolerance."""
+    import numpy as np
+
+    if len(expected) != len(got):
+        raise GateFailed(f"torch gives {len(expected)} outputs but the ONNX model gives {len(got)}")
+    outputs, passed = {}, True
+    for name, t, o in zip(names, expected, got):
+        t = np.asarray(t, dtype=np.float64)
+        o = np.asarray(o, dtype=np.float64)
+        if t.shape != o.shape:
+            raise GateFailed(f"output {name!r}: torch shape {t.shape} but ONNX shape {o.shape}")
+        diff = np.abs(o - t)
+        allowed = cfg.atol + cfg.rtol * np.abs(t)
+        bad = int((~(diff <= allowed)).sum())  # NaN counts as a violation
+        outputs[name] = {
+            "max_abs": float(diff.max()) if diff.size else 0.0,
+            "max_rel": float((diff / np.maximum(np.abs(t), 1e-12)).max()) if diff.size else 0.0,
+            "violations": bad,
+            "elements": int(diff.size),
+        }
+        passed = passed and bad == 0
+    return {"samples": cfg.samples, "atol": cfg.atol, "rtol": cfg.rtol, "seed": cfg.seed,
+            "passed": passed, "outputs": outputs}
+
+
+def _parity_table(report: dict) -> str:
+    rows = [f"{'output':<20} {'max_abs':>12} {'max_rel':>12} {'violations':>12}"]
+    for name, r in report["outputs"].items():
+        rows.append(f"{name:<20} {r['max_abs']:>12.4g} {r['max_rel']:>12.4g} {r['violations']:>5}/{r['elements']:<6}")
+    rows.append(f"(allowed: |onnx - torch| <= {report['atol']} + {report['rtol']} * |torch|, {report['samples']} samples)")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# ONNX pass-through
+
+
+def _passthrough(config: ExportConfig, context: StageContext, target: Path) -> None:
+    """Check an existing ONNX model and copy it to `target` (unchanged bytes when possible)."""
+    source = _fetch(config.onnx, context)
+    external = _uses_external_data(_load_onnx(source, with_data=False))
+    proto = _load_onnx(source)
+    if proto.ir_version > MAX_IR_VERSION or external:
+        # re-serialised: IR capped (onnxruntime loads <= 13) and external data inlined below 2 GB
+        _check(_normalise(proto), source)
+        _save(proto, target)
+    else:
+        _check(proto, source)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    smoke = _smoke_run(target, config, context.threads)
+    context.metrics.update(_describe(proto, target))
+    context.metrics.update({
+        "source": "onnx",
+        "exporter": None,
+        "onnx": {"source": config.onnx.location, "sha256": _sha256(source)},
+        "parity": {"passed": None, "reason": "no torch model to compare with (onnx pass-through)", **smoke},
+    })
+
+
+def _smoke_run(path: Path, config: ExportConfig, threads: int) -> dict[str, Any]:
+    """Load the model in onnxruntime and run one seeded random input where the shapes are known."""
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    try:
+        session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise InvalidInput(f"onnxruntime cannot load the ONNX model: {str(e).splitlines()[0]}",
+                           hint="the model may use operators or an opset this onnxruntime lacks") from None
+    feeds = {}
+    rng = np.random.default_rng(config.parity.seed)
+    for inp in session.get_inputs():
+        if inp.type != "tensor(float)":
+            return {"ran": False}
+        dims = [d if isinstance(d, int) else None for d in inp.shape]
+        if config.input_shape and len(dims) == len(config.input_shape) + 1:
+            dims = [dims[0], *config.input_shape]
+        if dims and dims[0] is None:
+            dims[0] = 1
+        if any(d is None for d in dims):
+            return {"ran": False}
+        feeds[inp.name] = rng.random(dims, dtype=np.float32)
+    outs = session.run(None, feeds)
+    finite = all(np.isfinite(np.asarray(o, dtype=np.float64)).all() for o in outs if np.asarray(o).dtype.kind == "f")
+    if not finite:
+        raise GateFailed("the ONNX model gives non-finite outputs on a random input in [0, 1)")
+    return {"ran": True}
+
+
+# ---------------------------------------------------------------------------------------------
+# shared helpers
+
+
+def _fetch(ref: SourceRef, context: StageContext) -> Path:
+    from zoo import sources
+
+    return sources.fetch(ref.url or ref.path, sha256=ref.sha256, base_dir=context.recipe.dir)
+
+
+def _load_onnx(path: Path, with_data: bool = True):
+    """Load an ONNX model, refusing external data that points outside the model's folder."""
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as e:
+        raise InvalidInput(f"{path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
+    if with_data and _uses_external_data(proto):
+        base = path.parent.resolve()
+        for location in _external_locations(proto):
+            resolved = (base / location).resolve()
+            if Path(location).is_absolute() or not resolved.is_relative_to(base):
+                raise UnsafePath(f"ONNX external data location {location!r} escapes the model's folder {base}",
+                                 hint="external data files must sit next to the model (plain relative names)")
+            if not resolved.is_file():
+                raise InvalidInput(f"ONNX external data file {location!r} is missing next to {path.name}",
+                                   hint="copy the .onnx.data file alongside the model, or use a local path")
+        load_external_data_for_model(proto, str(base))
+    return proto
+
+
+def _uses_external_data(proto) -> bool:
+    return bool(_external_locations(proto))
+
+
+def _external_locations(proto) -> list[str]:
+    from onnx import TensorProto
+    from onnx.external_data_helper import _get_all_tensors
+
+    found = []
+    for tensor in _get_all_tensors(proto):
+        if tensor.data_location == TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in tensor.external_data}
+            found.append(info.get("location", ""))
+    return found
+
+
+def _describe(proto, target: Path) -> dict[str, Any]:
+    ops: dict[str, int] = {}
+    for node in _all_nodes(proto.graph):
+        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    size = target.stat().st_size
+    data = target.with_name(DATA_LOCATION)
+    if data.exists():
+        size += data.stat().st_size
+    return {
+        "ir_version": int(proto.ir_version),
+        "opset_imports": {(o.domain or "ai.onnx"): int(o.version) for o in proto.opset_import},
+        "inputs": [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}],
+        "outputs": _output_names(proto),
+        "nodes": sum(ops.values()),
+        "op_types": dict(sorted(ops.items())),
+        "size_bytes": int(size),
+    }
+
+
+def _sha256(path: Path) -> str:
+    from zoo.sources import sha256_file
+
+    return sha256_file(path)
+
+
+class _torch_threads:
+    """Run torch on `threads` threads, restoring the previous setting afterwards."""
+
+    def __init__(self, threads: int):
+        self.threads = max(1, int(threads))
+
+    def __enter__(self):
+        import torch
+
+        self._saved = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_num_threads(self._saved)
+        return False

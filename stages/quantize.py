@@ -1,0 +1,550 @@
+"""The `quantize` kind: int8 post-training quantization with onnxruntime.quantization.
+
+Modes:
+
+- ``dynamic``: weights to int8 offline, activations quantized at run time to uint8
+  (DynamicQuantizeLinear + ConvInteger/MatMulInteger). No data needed. On CNNs this is often
+  *slower* than fp32 on x86 (measured here: AlexNet-224 fp32 14.8 ms vs dynamic 35 ms), so the
+  speedup against the fp32 parent is always measured and a slower build is flagged.
+- ``static``: activations calibrated on ``calibration.samples`` images of the recipe's train
+  split (a fixed, seeded sample, so the bytes are reproducible), in ``format: qdq`` (default)
+  or ``qoperator``, optionally ``per_channel`` and ``reduce_range``.
+- ``auto``: builds the candidates below, measures each (p50 latency on batch 1, accuracy on the
+  held-out split against the fp32 input) and keeps the fastest one that passes
+  ``accept: {max_accuracy_drop, min_speedup}``; the table goes to ``candidates.json`` and
+  ``metrics["candidates"]``. None passing raises GateFailed with the table.
+
+Data types (onnxruntime's "Data type selection" guidance): S8S8 (int8 activations and weights)
+in QDQ format is onnxruntime's default and first choice; S8S8 in QOperator format is slow on
+x86-64, so QOperator defaults to U8S8. On x86-64 with AVX2/AVX-512 but *without* VNNI, U8S8
+uses VPMADDUBSW, whose 16-bit intermediate can saturate; ``reduce_range`` (7-bit weights)
+avoids that. VNNI and ARM have no such issue. Hence the presets:
+
+=========== ============== ========== =============
+preset      activations    weights    reduce_range
+=========== ============== ========== =============
+x86-avx2    uint8          int8       true   (no VNNI: avoid VPMADDUBSW saturation)
+x86-vnni    uint8          int8       false  (VPDPBUSD: u8 x s8 without saturation)
+arm64       int8           int8       false  (S8S8 QDQ, the documented default)
+=========== ============== ========== =============
+
+Explicit ``activation_type``/``weight_type``/``reduce_range`` override a preset.
+
+``preprocess`` runs onnxruntime's ``quant_pre_process`` (symbolic shape inference, basic graph
+optimization, ONNX shape inference), which the QDQ quantizer needs for good coverage; default
+on for static quantization. The input must use standard ONNX ops only: a model optimized at
+level extended/all (``com.microsoft`` fused ops) is refused with a hint.
+
+Latency numbers in the metrics and candidates.json vary run to run; the model bytes do not,
+except that in ``auto`` mode the winner itself is chosen by measured latency (candidates within
+``accept.tie_tolerance`` of the fastest are treated as tied and resolved by the fixed candidate
+order, which makes the choice stable unless two candidates are genuinely close).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import Field, field_validator, model_validator
+
+from zoo.errors import GateFailed, InvalidInput, StageFailed
+from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+
+QuantTypeName = Literal["QInt8", "QUInt8"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "x86-avx2": {"activation_type": "QUInt8", "weight_type": "QInt8", "reduce_range": True},
+    "x86-vnni": {"activation_type": "QUInt8", "weight_type": "QInt8", "reduce_range": False},
+    "arm64": {"activation_type": "QInt8", "weight_type": "QInt8", "reduce_range": False},
+}
+
+# The auto mode's search space, in preference order (earlier wins ties).
+CANDIDATES = ("static-qdq", "static-qdq-per-channel", "static-qoperator", "dynamic-qint8", "dynamic-quint8")
+
+_TYPE_ALIASES = {"qint8": "QInt8", "int8": "QInt8", "s8": "QInt8", "quint8": "QUInt8", "uint8": "QUInt8", "u8": "QUInt8"}
+
+
+class CalibrationConfig(KindConfig):
+    """Which training images calibrate the activation ranges, and how."""
+
+    samples: int = Field(64, ge=1, le=100_000, description="number of train-split images (fixed seeded sample)")
+    method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    seed: int = Field(0, description="seed of the calibration sample")
+    batch_size: int = Field(8, ge=1, le=1024, description="images per calibration batch (models with a dynamic batch)")
+    percentile: float = Field(99.999, gt=0, le=100, description="kept percentile for method: percentile")
+
+
+class AcceptConfig(KindConfig):
+    """What a candidate must achieve to be picked in auto mode (also flagged in other modes)."""
+
+    max_accuracy_drop: float = Field(0.01, ge=0, le=1, description="fp32 accuracy minus quantized accuracy")
+    min_speedup: float = Field(1.0, ge=0, description="fp32 p50 / quantized p50; below 1.0 means slower than fp32")
+    tie_tolerance: float = Field(0.05, ge=0, le=1, description="p50 within this share of the fastest counts as a tie")
+
+
+class LatencyConfig(KindConfig):
+    """How latency is measured (batch 1)."""
+
+    warmup: int = Field(5, ge=0, le=10_000)
+    runs: int = Field(30, ge=1, le=100_000)
+    threads: int = Field(1, ge=1, le=1024)
+
+
+class QuantizeConfig(KindConfig):
+    mode: Literal["dynamic", "static", "auto"] = "static"
+    format: Literal["qdq", "qoperator"] | None = Field(None, description="static only; default qdq")
+    per_channel: bool | None = Field(None, description="per-channel weight scales (static/dynamic); default false")
+    reduce_range: bool | None = Field(None, description="7-bit weights, for x86 without VNNI; default from preset or false")
+    activation_type: QuantTypeName | None = Field(None, description="static only: QInt8 or QUInt8")
+    weight_type: QuantTypeName | None = Field(None, description="QInt8 or QUInt8")
+    preset: Literal["x86-vnni", "x86-avx2", "arm64"] | None = Field(None, description="target device defaults")
+    preprocess: bool | None = Field(None, description="run quant_pre_process first; default true for static")
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
+    accept: AcceptConfig = Field(default_factory=AcceptConfig)
+    latency: LatencyConfig = Field(default_factory=LatencyConfig)
+    candidates: list[str] | None = Field(None, description=f"auto only: subset of {', '.join(CANDIDATES)}")
+    eval_samples: int | None = Field(None, ge=1, description="use at most this many held-out images for accuracy")
+    op_types: list[str] | None = Field(None, description="only quantize these op types (default: all supported)")
+    model_from: str | None = Field(None, description="upstream stage id whose `model` to quantize (default: the only one)")
+
+    @field_validator("activation_type", "weight_type", mode="before")
+    @classmethod
+    def _type_alias(cls, v):
+        if isinstance(v, str):
+            return _TYPE_ALIASES.get(v.lower(), v)
+        return v
+
+    @field_validator("candidates")
+    @classmethod
+    def _known_candidates(cls, v):
+        if v is not None:
+            if not v:
+                raise ValueError("candidates must name at least one candidate")
+            unknown = [c for c in v if c not in CANDIDATES]
+            if unknown:
+                raise ValueError(f"unknown candidate {unknown[0]!r}; valid candidates: {', '.join(CANDIDATES)}")
+            if len(set(v)) != len(v):
+                raise ValueError("candidates lists a candidate twice")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        given = self.model_fields_set
+        if self.mode == "dynamic":
+            if "activation_type" in given and self.activation_type is not None:
+                raise ValueError("activation_type does not apply to mode: dynamic (activations are quantized to "
+                                 "uint8 at run time); remove it or use mode: static")
+            if "format" in given and self.format is not None:
+                raise ValueError("format does not apply to mode: dynamic (it always writes integer operators); "
+                                 "remove it or use mode: static")
+            if "calibration" in given:
+                raise ValueError("calibration does not apply to mode: dynamic; remove it or use mode: static")
+        if self.mode == "auto":
+            for key in ("format", "per_channel"):
+                if key in given and getattr(self, key) is not None:
+                    raise ValueError(f"{key} is chosen by mode: auto; restrict the search with `candidates:` instead")
+        elif "candidates" in given and self.candidates is not None:
+            raise ValueError("candidates applies to mode: auto only")
+        return self
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One fully resolved quantization recipe (what onnxruntime is called with)."""
+
+    name: str
+    mode: str  # static | dynamic
+    format: str | None  # qdq | qoperator (static)
+    per_channel: bool
+    reduce_range: bool
+    activation_type: str | None  # QInt8 | QUInt8 (static)
+    weight_type: str
+    calibration: str | None  # minmax | entropy | percentile (static)
+    preprocess: bool
+    preprocess_explicit: bool
+
+
+def resolve(config: QuantizeConfig, name: str | None = None) -> Settings:
+    """The settings of a static/dynamic config, or of one auto candidate `name`."""
+    preset = PRESETS.get(config.preset or "", {})
+    mode, fmt, per_channel, weight = config.mode, config.format, config.per_channel, config.weight_type
+    if name is not None:
+        mode = name.split("-")[0]
+        fmt = {"static-qdq": "qdq", "static-qdq-per-channel": "qdq", "static-qoperator": "qoperator"}.get(name)
+        per_channel = name == "static-qdq-per-channel"
+        if mode == "dynamic":
+            weight = "QInt8" if name == "dynamic-qint8" else "QUInt8"
+    fmt = fmt or "qdq"
+    if mode == "static":
+        # S8S8 QDQ is onnxruntime's default; S8S8 QOperator is slow on x86-64, so QOperator
+        # defaults to uint8 activations.
+        activation = config.activation_type or preset.get("activation_type") or ("QUInt8" if fmt == "qoperator" else "QInt8")
+    else:
+        activation, fmt = None, None
+    weight = weight or preset.get("weight_type") or "QInt8"
+    reduce_range = config.reduce_range if config.reduce_range is not None else bool(preset.get("reduce_range", False))
+    preprocess = config.preprocess if config.preprocess is not None else mode == "static"
+    return Settings(
+        name=name or (f"static-{fmt}" if mode == "static" else f"dynamic-{weight.lower()}"),
+        mode=mode, format=fmt, per_channel=bool(per_channel), reduce_range=reduce_range,
+        activation_type=activation, weight_type=weight,
+        calibration=config.calibration.method if mode == "static" else None,
+        preprocess=preprocess, preprocess_explicit=config.preprocess is not None,
+    )
+
+
+def select_candidate(rows: list[dict[str, Any]], *, max_accuracy_drop: float, min_speedup: float,
+                     tie_tolerance: float = 0.0) -> str | None:
+    """Mark each candidate row passed/failed and return the name of the one to keep (or None).
+
+    A row has ``name``, ``accuracy_drop``, ``speedup``, ``latency_p50_ms`` and optionally
+    ``error``. A row passes when it built, its accuracy drop is at most `max_accuracy_drop`,
+    its speedup is at least `min_speedup`, and it is not slower than the fp32 parent
+    (speedup < 1 is flagged ``slower_than_fp32`` and never picked). Among passing rows the
+    fastest wins; rows within `tie_tolerance` (a share) of the fastest p50 are tied, and the
+    earliest in `rows` order wins the tie, so measurement noise rarely flips the choice.
+    Rows are updated in place with ``passed``, ``reasons`` and ``slower_than_fp32``.
+    """
+    passing = []
+    for row in rows:
+        reasons = []
+        speedup, drop = row.get("speedup"), row.get("accuracy_drop")
+        row["slower_than_fp32"] = speedup is not None and speedup < 1.0
+        if row.get("error"):
+            reasons.append(f"failed to build: {row['error']}")
+        else:
+            if drop is None:
+                reasons.append("accuracy not measured")
+            elif drop > max_accuracy_drop:
+                reasons.append(f"accuracy drop {drop:.4f} > {max_accuracy_drop:g}")
+            if speedup is None:
+                reasons.append("latency not measured")
+            else:
+                if row["slower_than_fp32"]:
+                    reasons.append(f"slower than fp32 parent (speedup {speedup:.2f}x)")
+                if speedup < min_speedup:
+                    reasons.append(f"speedup {speedup:.2f}x < {min_speedup:g}x")
+        row["passed"] = not reasons
+        row["reasons"] = reasons
+        if not reasons:
+            passing.append(row)
+    if not passing:
+        return None
+    fastest = min(r["latency_p50_ms"] for r in passing)
+    for row in passing:  # rows order = preference order
+        if row["latency_p50_ms"] <= fastest * (1.0 + tie_tolerance):
+            return row["name"]
+    return None  # unreachable: the fastest row itself always qualifies
+
+
+def candidates_table(rows: list[dict[str, Any]], chosen: str | None = None) -> str:
+    """A text table of auto candidates: accuracy, drop, p50, speedup, size, verdict."""
+
+    def num(v, fmt):
+        return "n/a" if v is None else format(v, fmt)
+
+    header = ("candidate", "accuracy", "drop", "p50_ms", "speedup", "size_kb", "result", "notes")
+    lines = [header]
+    for r in rows:
+        verdict = "CHOSEN" if r["name"] == chosen else ("pass" if r.get("passed") else "FAIL")
+        notes = "; ".join(r.get("reasons") or [])
+        if r.get("slower_than_fp32") and "slower than fp32" not in notes:
+            notes = "; ".join(filter(None, [notes, "slower than fp32 parent"]))
+        lines.append((r["name"], num(r.get("accuracy"), ".4f"), num(r.get("accuracy_drop"), "+.4f"),
+                      num(r.get("latency_p50_ms"), ".3f"), num(r.get("speedup"), ".2f"),
+                      num(r["size_bytes"] / 1024 if r.get("size_bytes") is not None else None, ".1f"),
+                      verdict, notes))
+    widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
+    text = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(text)
+
+
+class Quantize(StageKind):
+    name = "quantize"
+    version = "1"
+    Config = QuantizeConfig
+    tools = ("onnx", "onnxruntime", "numpy")
+    shared = ("data",)
+    outputs = ("model",)
+    summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
+
+    def dependencies(self, config: QuantizeConfig, ctx: KeyContext) -> list[Path]:
+        data = ctx.shared.get("data")
+        if not data:
+            return []
+        from zoo_stages.lib.datasets import data_dependencies
+
+        return data_dependencies(data, ctx.recipe.dir)
+
+    def run(self, inputs: Inputs, config: QuantizeConfig, context: StageContext) -> Mapping[str, Path]:
+        return _Run(inputs, config, context).go()
+
+
+class _Run:
+    """One execution of the quantize stage (keeps the shared state of its steps together)."""
+
+    def __init__(self, inputs: Inputs, config: QuantizeConfig, context: StageContext):
+        self.config, self.context = config, context
+        self.work = Path(context.work_dir) / "quantize"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.data = context.shared.get("data")
+        self.src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
+        self.flags: list[str] = []
+        self._preprocessed: Path | None = None
+        self._val: tuple | None = None
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def go(self) -> Mapping[str, Path]:
+        from zoo_stages.lib import onnxutil
+
+        model = onnxutil.load_model(self.src)
+        domains = onnxutil.custom_domains(model)
+        if domains:
+            ops = sorted(k for k in onnxutil.op_counts(model) if "." in k)
+            raise InvalidInput(f"the model to quantize uses onnxruntime-specific operators ({', '.join(ops)}), "
+                               "which onnxruntime's quantizer cannot handle",
+                               hint="optimize with `level: basic` the model that feeds quantize "
+                                    "(extended/all add fused com.microsoft ops)")
+        self.fp32_path = onnxutil.save_model(model, self.work / "fp32.onnx")
+        needs_data = self.config.mode in ("static", "auto")
+        if needs_data and not self.data:
+            raise InvalidInput(f"quantize mode {self.config.mode!r} needs the recipe's `data:` section "
+                               "(calibration images and a held-out split)",
+                               hint="add a `data:` section, or use `mode: dynamic`")
+        if self.config.mode == "auto":
+            return self._auto()
+        return self._single()
+
+    def _fp32_session(self, threads: int):
+        from zoo_stages.lib import onnxutil
+
+        return onnxutil.make_session(self.fp32_path, threads=threads, level="all")
+
+    def _val_split(self):
+        """Held-out images and labels (limited by eval_samples), loaded once."""
+        if self._val is None:
+            from zoo_stages.lib.datasets import load_split
+
+            x, y = load_split(self.data, self.context.recipe.dir, "val")
+            if self.config.eval_samples is not None:
+                x, y = x[:self.config.eval_samples], y[:self.config.eval_samples]
+            if len(x) == 0:
+                raise InvalidInput("the held-out split is empty", hint="raise data.val_fraction or add data")
+            self._val = (x, y)
+        return self._val
+
+    def _calibration_images(self, session):
+        import numpy as np
+
+        from zoo_stages.lib import onnxutil
+        from zoo_stages.lib.datasets import load_split
+
+        x, _ = load_split(self.data, self.context.recipe.dir, "train")
+        onnxutil.check_input_shape(session, x.shape[1:], where="the training split")
+        n = min(self.config.calibration.samples, len(x))
+        if n < self.config.calibration.samples:
+            self.flags.append(f"calibration uses all {n} training images (fewer than calibration.samples="
+                              f"{self.config.calibration.samples})")
+        rng = np.random.default_rng(self.config.calibration.seed)
+        idx = np.sort(rng.choice(len(x), size=n, replace=False))
+        return np.ascontiguousarray(x[idx], dtype=np.float32)
+
+    # -- quantization --------------------------------------------------------------------------
+
+    def _source_for(self, settings: Settings) -> Path:
+        """The model onnxruntime quantizes: preprocessed (once) when the settings ask for it."""
+        if not settings.preprocess:
+            return self.fp32_path
+        if self._preprocessed is None:
+            from onnxruntime.quantization.shape_inference import quant_pre_process
+
+            target = self.work / "preprocessed.onnx"
+            try:
+                quant_pre_process(str(self.fp32_path), str(target))
+                self._preprocessed = target
+            except Exception as e:  # symbolic shape inference raises bare Exception/TypeError on odd graphs
+                if settings.preprocess_explicit:
+                    raise StageFailed(f"quant_pre_process failed on the model: {e}",
+                                      hint="set `preprocess: false` to quantize without it") from None
+                self.flags.append(f"quant_pre_process failed ({e}); quantized without it")
+                self._preprocessed = self.fp32_path
+        return self._preprocessed
+
+    def quantize(self, settings: Settings, target: Path) -> Path:
+        """Quantize the fp32 input with `settings` into `target` (a deterministic, self-contained file)."""
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+        from zoo_stages.lib import onnxutil
+
+        src = self._source_for(settings)
+        raw = self.work / f"{settings.name}.raw.onnx"
+        common = dict(per_channel=settings.per_channel, reduce_range=settings.reduce_range,
+                      weight_type=getattr(QuantType, settings.weight_type),
+                      op_types_to_quantize=list(self.config.op_types) if self.config.op_types else None)
+        if settings.mode == "dynamic":
+            quantize_dynamic(str(src), str(raw), **common)
+        else:
+            session = self._fp32_session(1)
+            images = self._calibration_images(session)
+            method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                      "percentile": CalibrationMethod.Percentile}[settings.calibration]
+            extra = {"CalibPercentile": self.config.calibration.percentile} if settings.calibration == "percentile" else {}
+            reader = _calibration_reader(onnxutil.single_input(session)[0], images,
+                                         onnxutil.fixed_batch(session) or self.config.calibration.batch_size,
+                                         fixed=onnxutil.fixed_batch(session) is not None)
+            quantize_static(str(src), str(raw), reader,
+                            quant_format=QuantFormat.QDQ if settings.format == "qdq" else QuantFormat.QOperator,
+                            activation_type=getattr(QuantType, settings.activation_type),
+                            calibrate_method=method, extra_options=extra, **common)
+        model = onnxutil.prune_opset_imports(onnxutil.load_model(raw))
+        return onnxutil.save_model(model, target)
+
+    # -- measurement ---------------------------------------------------------------------------
+
+    def measure(self, path: Path) -> dict[str, Any]:
+        """p50/p90 latency at batch 1 and (when data is available) held-out accuracy of one model."""
+        import numpy as np
+
+        from zoo_stages.lib import onnxutil
+
+        lat_cfg = self.config.latency
+        timing = onnxutil.make_session(path, threads=lat_cfg.threads, level="all")
+        row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size}
+        if self.data:
+            x, y = self._val_split()
+            onnxutil.check_input_shape(timing, x.shape[1:], where="the held-out split")
+            sample = onnxutil.batch_of(x, onnxutil.fixed_batch(timing) or 1)
+            evaluator = onnxutil.make_session(path, threads=1, level="all")
+            row["accuracy"] = onnxutil.accuracy(onnxutil.run_batched(evaluator, x), y)
+        else:
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in onnxutil.single_input(timing)[1]]
+            sample = np.random.default_rng(0).random(tuple(shape), dtype=np.float32)
+            row["accuracy"] = None
+        stats = onnxutil.measure_latency(timing, sample, warmup=lat_cfg.warmup, runs=lat_cfg.runs)
+        row["latency_p50_ms"], row["latency_p90_ms"] = stats["p50_ms"], stats["p90_ms"]
+        return row
+
+    def _compare(self, row: dict[str, Any], fp32: dict[str, Any]) -> dict[str, Any]:
+        row["speedup"] = fp32["latency_p50_ms"] / row["latency_p50_ms"] if row.get("latency_p50_ms") else None
+        row["accuracy_drop"] = (fp32["accuracy"] - row["accuracy"]
+                                if row.get("accuracy") is not None and fp32.get("accuracy") is not None else None)
+        return row
+
+    # -- modes ---------------------------------------------------------------------------------
+
+    def _single(self) -> Mapping[str, Path]:
+        settings = resolve(self.config)
+        if settings.mode == "static" and settings.format == "qoperator" and settings.activation_type == "QInt8":
+            self.flags.append("S8S8 in QOperator format is slow on x86-64 (onnxruntime docs); prefer qdq or uint8 activations")
+        out = self.quantize(settings, self.context.output_path("model.onnx"))
+        fp32 = self.measure(self.fp32_path)
+        row = self._compare(self.measure(out), fp32)
+        accept = self.config.accept
+        if row["speedup"] is not None and row["speedup"] < 1.0:
+            self.flags.append(f"the quantized model is slower than its fp32 parent on this host "
+                              f"({row['latency_p50_ms']:.3f} ms vs {fp32['latency_p50_ms']:.3f} ms, "
+                              f"speedup {row['speedup']:.2f}x)")
+        if row["accuracy_drop"] is not None and row["accuracy_drop"] > accept.max_accuracy_drop:
+            self.flags.append(f"accuracy drop {row['accuracy_drop']:.4f} exceeds accept.max_accuracy_drop "
+                              f"{accept.max_accuracy_drop:g}")
+        self._record(settings, row, fp32)
+        for flag in self.flags:
+            self.context.log.warning("quantize: %s", flag)
+        return {"model": out}
+
+    def _auto(self) -> Mapping[str, Path]:
+        from zoo_stages.lib import onnxutil
+
+        names = list(self.config.candidates or CANDIDATES)
+        fp32 = self.measure(self.fp32_path)
+        rows, built = [], {}
+        for name in names:
+            settings = resolve(self.config, name)
+            row: dict[str, Any] = {"name": name, "settings": asdict(settings)}
+            try:
+                path = self.quantize(settings, self.work / "candidates" / f"{name}.onnx")
+                built[name] = path
+                row.update(self.measure(path))
+                self._compare(row, fp32)
+            except (InvalidInput, StageFailed):
+                raise
+            except Exception as e:  # one candidate the quantizer cannot build must not stop the search
+                row["error"] = f"{type(e).__name__}: {e}"
+                self.context.log.warning("quantize: candidate %s failed: %s", name, row["error"])
+            rows.append(row)
+        accept = self.config.accept
+        chosen = select_candidate(rows, max_accuracy_drop=accept.max_accuracy_drop, min_speedup=accept.min_speedup,
+                                  tie_tolerance=accept.tie_tolerance)
+        table = candidates_table(rows, chosen)
+        record = {"fp32": fp32, "candidates": rows, "chosen": chosen,
+                  "accept": self.config.accept.model_dump(), "latency": self.config.latency.model_dump()}
+        onnxutil.write_json(self.context.output_path("candidates.json"), record)
+        self.context.metrics["candidates"] = rows
+        self.context.metrics["candidates_table"] = table
+        self.context.log.info("quantize auto candidates:\n%s", table)
+        for row in rows:
+            if row.get("slower_than_fp32"):
+                self.flags.append(f"candidate {row['name']} is slower than the fp32 parent "
+                                  f"(speedup {row['speedup']:.2f}x)")
+        if chosen is None:
+            self.context.metrics["flags"] = self.flags
+            raise GateFailed("no quantization candidate met accept: "
+                             f"max_accuracy_drop {accept.max_accuracy_drop:g}, min_speedup {accept.min_speedup:g}",
+                             table=table,
+                             hint="relax `accept:`, calibrate on more samples, or keep the fp32 model")
+        out = onnxutil.save_model(onnxutil.load_model(built[chosen]), self.context.output_path("model.onnx"))
+        winner = next(r for r in rows if r["name"] == chosen)
+        self._record(resolve(self.config, chosen), winner, fp32)
+        self.context.metrics["chosen"] = chosen
+        return {"model": out}
+
+    def _record(self, settings: Settings, row: dict[str, Any], fp32: dict[str, Any]) -> None:
+        self.context.metrics.update({
+            "mode": self.config.mode,
+            "preset": self.config.preset,
+            "settings": asdict(settings),
+            "calibration": ({"samples": self.config.calibration.samples, "method": settings.calibration,
+                             "seed": self.config.calibration.seed} if settings.mode == "static" else None),
+            "size_bytes": row.get("size_bytes"),
+            "fp32_size_bytes": fp32.get("size_bytes"),
+            "accuracy": row.get("accuracy"),
+            "fp32_accuracy": fp32.get("accuracy"),
+            "accuracy_drop": row.get("accuracy_drop"),
+            "latency_p50_ms": row.get("latency_p50_ms"),
+            "fp32_latency_p50_ms": fp32.get("latency_p50_ms"),
+            "speedup": row.get("speedup"),
+            "latency_threads": self.config.latency.threads,
+            "slower_than_fp32": bool(row.get("speedup") is not None and row["speedup"] < 1.0),
+            "flags": list(self.flags),
+        })
+
+
+def _calibration_reader(input_name: str, images, batch_size: int, fixed: bool):
+    """A CalibrationDataReader over `images` in fixed-order batches (the last one padded if `fixed`)."""
+    import numpy as np
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class ArrayReader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = []
+            for start in range(0, len(images), batch_size):
+                chunk = images[start:start + batch_size]
+                if fixed and len(chunk) < batch_size:
+                    chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - len(chunk), axis=0)])
+                self.batches.append({input_name: np.ascontiguousarray(chunk, dtype=np.float32)})
+            self.pos = 0
+
+        def get_next(self):
+            if self.pos >= len(self.batches):
+                return None
+            self.pos += 1
+            return self.batches[self.pos - 1]
+
+        def rewind(self):
+            self.pos = 0
+
+    return ArrayReader()

@@ -1,0 +1,309 @@
+"""The `verify` kind: check several candidate builds of one model and gate the release on them.
+
+Each named build comes from an upstream stage's `model` output::
+
+    verify:
+      needs: [optimize, quantize]
+      config:
+        builds: {cpu-fp32: optimize, cpu-int8: quantize}
+        reference: cpu-fp32
+        latency: {warmup: 5, runs: 30, threads: 1, batch_sizes: [1, 8, 32]}
+        vectors: {count: 1, seed: 0}
+        gates:
+          - cpu-fp32.accuracy >= 0.95
+          - cpu-int8.accuracy_drop <= 0.01
+          - cpu-int8.speedup >= 1.0
+
+Per build: ``onnx.checker``; accuracy on the held-out split and ``accuracy_drop`` against the
+reference; parity against the reference on the same images (``max_abs``, ``cosine``,
+``cosine_min``, ``top1_agreement``); latency p50/p90 at batch 1 after warm-up on
+``latency.threads`` threads; throughput (samples/s) at each of ``latency.batch_sizes``; file
+size; ``speedup`` = reference p50 / build p50. Test vectors go to
+``vectors/<build>/test_data_set_<i>/input_0.pb … output_0.pb`` (ONNX Model Zoo layout), inputs
+taken from the held-out split at seeded indices and outputs computed by that build.
+
+Outputs: ``report`` (report.json: builds, gates, reference, threads, host) and ``vectors``.
+Accuracy, parity and the vectors are computed single-threaded and are deterministic; the
+latency/throughput numbers in report.json are measurements and differ from run to run, so
+report.json is not byte-identical across runs. A failed gate raises GateFailed (after the
+report is written) with a table of every gate. Every build also has an implicit gate
+``<build>.checker == 1`` (the ONNX checker accepted it).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Mapping
+
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+
+from zoo.errors import GateFailed, InvalidInput
+from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo_stages.lib import gates as gatelib
+
+BUILD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+# Metric name -> meaning; throughput_bs<N> exists for every N in latency.batch_sizes.
+METRICS: dict[str, str] = {
+    "accuracy": "top-1 accuracy on the held-out split",
+    "accuracy_drop": "reference accuracy minus this build's accuracy",
+    "max_abs": "largest |output - reference output| on the held-out split",
+    "cosine": "mean per-sample cosine similarity of outputs with the reference",
+    "cosine_min": "smallest per-sample cosine similarity with the reference",
+    "top1_agreement": "share of held-out samples whose top-1 class equals the reference's",
+    "latency_p50_ms": "median batch-1 latency in ms",
+    "latency_p90_ms": "90th percentile batch-1 latency in ms",
+    "speedup": "reference p50 / this build's p50",
+    "size_bytes": "model file size in bytes",
+    "size_mb": "model file size in MiB",
+    "size_ratio": "model file size / reference file size",
+    "checker": "1 when onnx.checker accepts the model, else 0",
+}
+
+
+def metric_names(batch_sizes: list[int]) -> list[str]:
+    """Every metric a gate may name, given the configured throughput batch sizes."""
+    return sorted(list(METRICS) + [f"throughput_bs{b}" for b in batch_sizes])
+
+
+def _check_gate(text: str, info: ValidationInfo) -> str:
+    """Validate one gate against the builds and batch sizes validated before it (fields are in order)."""
+    latency = info.data.get("latency")
+    builds = info.data.get("builds")
+    gatelib.parse_gate(text, metrics=metric_names(latency.batch_sizes) if latency else None,
+                       builds=list(builds) if builds else None)
+    return text
+
+
+class LatencyConfig(KindConfig):
+    """How latency and throughput are measured."""
+
+    warmup: int = Field(5, ge=0, le=10_000, description="untimed runs before timing")
+    runs: int = Field(30, ge=1, le=100_000, description="timed batch-1 runs (p50/p90 over these)")
+    threads: int = Field(1, ge=1, le=1024, description="intra-op threads of the timed sessions (recorded)")
+    batch_sizes: list[int] = Field(default_factory=lambda: [1, 8, 32], description="throughput batch sizes")
+    throughput_runs: int = Field(10, ge=1, le=100_000, description="timed runs per throughput batch size")
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _positive(cls, v):
+        if any(b < 1 for b in v):
+            raise ValueError("batch sizes must be at least 1")
+        if len(set(v)) != len(v):
+            raise ValueError("batch_sizes lists a size twice")
+        return v
+
+
+class VectorsConfig(KindConfig):
+    """How many reference test vectors to save per build."""
+
+    count: int = Field(1, ge=0, le=1000, description="test data sets per build (0: none)")
+    seed: int = Field(0, description="seed choosing the held-out images used as inputs")
+
+
+class VerifyConfig(KindConfig):
+    builds: dict[str, str] = Field(min_length=1, description="build name -> upstream stage id providing `model`")
+    reference: str | None = Field(None, description="the build parity and drops are measured against (default: first)")
+    latency: LatencyConfig = Field(default_factory=LatencyConfig)
+    vectors: VectorsConfig = Field(default_factory=VectorsConfig)
+    gates: list[Annotated[str, AfterValidator(_check_gate)]] = Field(
+        default_factory=list, description="'<build>.<metric> <op> <number>' conditions, e.g. 'cpu-int8.speedup >= 1'")
+    eval_samples: int | None = Field(None, ge=1, description="use at most this many held-out images")
+
+    @field_validator("builds")
+    @classmethod
+    def _build_names(cls, v):
+        for name, stage in v.items():
+            if not BUILD_RE.match(name):
+                raise ValueError(f"build name {name!r} may use letters, digits, '-' and '_' only")
+            if not isinstance(stage, str) or not stage:
+                raise ValueError(f"build {name!r} must name an upstream stage id")
+        return v
+
+    @model_validator(mode="after")
+    def _reference_is_a_build(self):
+        if self.reference is not None and self.reference not in self.builds:
+            raise ValueError(f"reference {self.reference!r} is not one of the builds: {', '.join(self.builds)}")
+        return self
+
+    @property
+    def reference_build(self) -> str:
+        return self.reference or next(iter(self.builds))
+
+    def parsed_gates(self) -> list[gatelib.Gate]:
+        valid = metric_names(self.latency.batch_sizes)
+        return [gatelib.parse_gate(t, metrics=valid, builds=self.builds) for t in self.gates]
+
+
+class Verify(StageKind):
+    name = "verify"
+    version = "1"
+    Config = VerifyConfig
+    tools = ("onnx", "onnxruntime", "numpy")
+    shared = ("data", "model")
+    outputs = ("report", "vectors")
+    summary = "checks each build (checker, parity, accuracy, latency, throughput), saves test vectors, applies gates"
+
+    def dependencies(self, config: VerifyConfig, ctx: KeyContext) -> list[Path]:
+        data = ctx.shared.get("data")
+        if not data:
+            return []
+        from zoo_stages.lib.datasets import data_dependencies
+
+        return data_dependencies(data, ctx.recipe.dir)
+
+    def run(self, inputs: Inputs, config: VerifyConfig, context: StageContext) -> Mapping[str, Path]:
+        from zoo_stages.lib import onnxutil
+        from zoo_stages.lib.datasets import load_split
+
+        data = context.shared.get("data")
+        if not data:
+            raise InvalidInput("verify needs the recipe's `data:` section (accuracy and parity use its held-out split)",
+                               hint="add e.g. `data: {source: digits}` to the recipe")
+        x, y = load_split(data, context.recipe.dir, "val")
+        if config.eval_samples is not None:
+            x, y = x[:config.eval_samples], y[:config.eval_samples]
+        if len(x) == 0:
+            raise InvalidInput("the held-out split is empty", hint="raise data.val_fraction or add data")
+
+        paths = {name: _model_path(inputs, name, stage) for name, stage in config.builds.items()}
+        ref_name = config.reference_build
+        # reference first: every other build is compared with its outputs
+        order = [ref_name] + [b for b in config.builds if b != ref_name]
+        vectors_dir = context.output_path("vectors")
+        vectors_dir.mkdir(parents=True, exist_ok=True)
+        model_spec = context.shared.get("model") or {}
+
+        builds: dict[str, dict[str, Any]] = {}
+        ref_logits = None
+        for name in order:
+            metrics, logits = check_build(name, config.builds[name], paths[name], x, y, config,
+                                          vectors_dir / name, model_spec)
+            if name == ref_name:
+                ref_logits = logits
+            metrics.update(onnxutil.compare_logits(logits, ref_logits))
+            builds[name] = metrics
+        ref = builds[ref_name]
+        for name, m in builds.items():
+            m["accuracy_drop"] = ref["accuracy"] - m["accuracy"]
+            m["speedup"] = ref["latency_p50_ms"] / m["latency_p50_ms"] if m["latency_p50_ms"] > 0 else None
+            m["size_ratio"] = m["size_bytes"] / ref["size_bytes"] if ref["size_bytes"] else None
+        builds = {name: builds[name] for name in config.builds}  # recipe order in the report
+
+        checks = config.parsed_gates() + [gatelib.parse_gate(f"{b}.checker == 1") for b in config.builds]
+        results = gatelib.evaluate(checks, builds)
+        passed = all(r.passed for r in results)
+        report = {
+            "reference": ref_name,
+            "threads": config.latency.threads,
+            "latency": config.latency.model_dump(),
+            "eval_samples": int(len(x)),
+            "host": onnxutil.host_info(),
+            "builds": builds,
+            "gates": [dict(r.to_json(), implicit=i >= len(config.gates)) for i, r in enumerate(results)],
+            "passed": passed,
+        }
+        out = onnxutil.write_json(context.output_path("report.json"), report)
+        context.metrics.update({"reference": ref_name, "threads": config.latency.threads, "builds": builds,
+                                "gates": report["gates"], "passed": passed})
+        table = gatelib.format_table(results)
+        context.log.info("verify gates:\n%s", table)
+        if not passed:
+            raise GateFailed(f"verify: {gatelib.failed_summary(results)}", table=table,
+                             hint=f"see {out} for every build's metrics")
+        return {"report": out, "vectors": vectors_dir}
+
+
+def _model_path(inputs: Inputs, build: str, stage_id: str) -> Path:
+    up = inputs.stage(stage_id)
+    if "model" not in up.outputs:
+        raise InvalidInput(f"build {build!r}: stage {stage_id!r} has no `model` output "
+                           f"(it provides: {', '.join(up.outputs) or 'nothing'})",
+                           hint="point the build at a stage that produces an ONNX model (export, optimize, quantize)")
+    return Path(up.outputs["model"])
+
+
+def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig, vectors_dir: Path,
+                model_spec: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """Everything verify measures on one build; returns (metrics, held-out logits)."""
+    import onnx
+
+    from zoo.hashing import hash_file_uncached
+    from zoo_stages.lib import onnxutil
+
+    model = onnxutil.load_model(path)
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        checker, checker_error = 1, None
+    except Exception as e:  # ValidationError, InferenceError: both mean the checker refused it
+        checker, checker_error = 0, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+    evaluator = onnxutil.make_session(model, threads=1, level="all")
+    input_name, _ = onnxutil.single_input(evaluator)
+    onnxutil.check_input_shape(evaluator, x.shape[1:], where="the held-out split")
+    logits = onnxutil.run_batched(evaluator, x)
+    acc = onnxutil.accuracy(logits, y)
+
+    notes = []
+    if model_spec.get("input_name") and model_spec["input_name"] != input_name:
+        notes.append(f"model input is {input_name!r}, the recipe's model.input_name is {model_spec['input_name']!r}")
+    n_classes = model_spec.get("num_classes")
+    if n_classes and logits.ndim == 2 and logits.shape[1] != n_classes:
+        notes.append(f"model outputs {logits.shape[1]} classes, the recipe's model.num_classes is {n_classes}")
+
+    lat = config.latency
+    timing = onnxutil.make_session(model, threads=lat.threads, level="all")
+    fixed = onnxutil.fixed_batch(timing)
+    stats = onnxutil.measure_latency(timing, onnxutil.batch_of(x, fixed or 1), warmup=lat.warmup, runs=lat.runs)
+    throughput = onnxutil.measure_throughput(timing, x, lat.batch_sizes, warmup=min(lat.warmup, 2),
+                                             runs=lat.throughput_runs)
+    if fixed is not None and any(v is None for v in throughput.values()):
+        notes.append(f"the model's batch dimension is fixed to {fixed}; other throughput batch sizes were skipped")
+
+    vector_sets = write_vectors(evaluator, x, config.vectors.count, config.vectors.seed, vectors_dir)
+    size = Path(path).stat().st_size
+    metrics: dict[str, Any] = {
+        "stage": stage_id,
+        "model_digest": hash_file_uncached(Path(path)),
+        "size_bytes": size,
+        "size_mb": size / 2**20,
+        "checker": checker,
+        "checker_error": checker_error,
+        "ir_version": model.ir_version,
+        "opset": onnxutil.opset_version(model),
+        "custom_domains": onnxutil.custom_domains(model),
+        "accuracy": acc,
+        "latency_p50_ms": stats["p50_ms"],
+        "latency_p90_ms": stats["p90_ms"],
+        "latency_mean_ms": stats["mean_ms"],
+        "throughput": throughput,
+        "vectors": [p.relative_to(vectors_dir.parent.parent).as_posix() for p in vector_sets],
+        "notes": notes,
+    }
+    for bs, value in throughput.items():
+        metrics[f"throughput_bs{bs}"] = value
+    return metrics, logits
+
+
+def write_vectors(session, x, count: int, seed: int, dest: Path) -> list[Path]:
+    """`count` test data sets under `dest` from held-out images at seeded indices; outputs from `session`."""
+    import numpy as np
+
+    from zoo_stages.lib import onnxutil
+
+    if count == 0:
+        return []
+    batch = onnxutil.fixed_batch(session) or 1
+    rng = np.random.default_rng(seed)
+    need = count * batch
+    idx = rng.choice(len(x), size=need, replace=need > len(x))
+    input_name, _ = onnxutil.single_input(session)
+    output_names = [o.name for o in session.get_outputs()]
+    sets = []
+    for i in range(count):
+        sample = np.ascontiguousarray(x[idx[i * batch:(i + 1) * batch]], dtype=np.float32)
+        outputs = onnxutil.run(session, sample)
+        sets.append(onnxutil.write_test_vectors(dest / f"test_data_set_{i}", {input_name: sample},
+                                                dict(zip(output_names, outputs))))
+    return sets

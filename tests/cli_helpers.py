@@ -1,0 +1,35 @@
+"""Run the real `zoo` CLI in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+def zoo(*args: str | Path, cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> CliResult:
+    """`python -m zoo ARGS` with the test's environment (temp ZOO_HOME / ZOO_CACHE_DIR)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-m", "zoo", *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def write_recipe(folder: Path, text: str, name: str = "recipe.yaml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path

@@ -1,0 +1,264 @@
+"""Unit tests of stages/lib/describe.py and stages/lib/convert.py on tiny ONNX models built here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from zoo.errors import GateFailed, InvalidInput, UnsafePath
+from zoo_stages.lib import convert as cv
+from zoo_stages.lib.describe import describe, detect_precision, external_data_locations, load_graph
+
+
+def tiny_classifier(path: Path, *, batch: int | str = "batch", seed: int = 0) -> Path:
+    """A 64 -> 32 -> 10 MLP on 1x8x8 images (opset 17, IR 13)."""
+    rng = np.random.default_rng(seed)
+    weights = {
+        "W1": rng.standard_normal((64, 32)).astype(np.float32) * 0.3,
+        "b1": rng.standard_normal(32).astype(np.float32) * 0.1,
+        "W2": rng.standard_normal((32, 10)).astype(np.float32) * 0.3,
+        "b2": rng.standard_normal(10).astype(np.float32) * 0.1,
+    }
+    nodes = [
+        helper.make_node("Flatten", ["input"], ["flat"], axis=1),
+        helper.make_node("MatMul", ["flat", "W1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "W2"], ["o0"]),
+        helper.make_node("Add", ["o0", "b2"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "tiny",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 13
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def quantized(src: Path, dst: Path) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    m = onnx.load(str(dst))
+    m.ir_version = min(m.ir_version, 13)
+    onnx.save(m, str(dst))
+    return dst
+
+
+def run(path: Path, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+@pytest.fixture
+def images() -> np.ndarray:
+    return np.random.default_rng(1).random((16, 1, 8, 8), dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# describe
+
+
+def test_describe_onnx_ports_opset_precision(tmp_path):
+    path = tiny_classifier(tmp_path / "m.onnx")
+    info = describe(path)
+    assert info.format == "onnx"
+    assert info.opset == 17 and info.opsets == {"ai.onnx": 17}
+    assert info.ir_version == 13
+    assert info.size_bytes == path.stat().st_size
+    assert [(p.name, p.dtype, p.shape) for p in info.inputs] == [("input", "float32", ["batch", 1, 8, 8])]
+    assert [(p.name, p.dtype, p.shape) for p in info.outputs] == [("logits", "float32", ["batch", 10])]
+    assert info.precision == "fp32"
+    assert info.external_data == []
+
+
+def test_describe_excludes_initializers_listed_as_inputs(tmp_path):
+    m = onnx.load(str(tiny_classifier(tmp_path / "m.onnx")))
+    # old exporters list every weight as a graph input too
+    m.graph.input.append(helper.make_tensor_value_info("W1", TensorProto.FLOAT, [64, 32]))
+    onnx.save(m, str(tmp_path / "old.onnx"))
+    assert [p.name for p in describe(tmp_path / "old.onnx").inputs] == ["input"]
+
+
+def test_describe_unknown_dims_and_int8(tmp_path):
+    src = tiny_classifier(tmp_path / "m.onnx")
+    q = quantized(src, tmp_path / "q.onnx")
+    info = describe(q)
+    assert info.precision == "int8"
+    m = onnx.load(str(src))
+    m.graph.output[0].type.tensor_type.shape.dim[1].Clear()  # neither value nor param
+    assert describe_ports_after_save(m, tmp_path / "u.onnx")[1][0].shape == ["batch", None]
+
+
+def describe_ports_after_save(model, path):
+    onnx.save(model, str(path))
+    info = describe(path)
+    return info.inputs, info.outputs
+
+
+def test_describe_rejects_garbage_and_missing(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff\x00 this is not protobuf \x12\x99")
+    with pytest.raises(InvalidInput):
+        describe(bad)
+    with pytest.raises(InvalidInput, match="does not exist"):
+        describe(tmp_path / "nope.onnx")
+
+
+def test_external_data_escaping_folder_is_refused(tmp_path):
+    m = onnx.load(str(tiny_classifier(tmp_path / "m.onnx")))
+    w = m.graph.initializer[0]
+    w.ClearField("raw_data")
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value="../outside.bin")
+    with pytest.raises(UnsafePath, match="outside"):
+        external_data_locations(m)
+    w.external_data[0].value = "/etc/passwd"
+    with pytest.raises(UnsafePath):
+        external_data_locations(m)
+    w.external_data[0].value = "weights/w.bin"
+    assert external_data_locations(m) == ["weights/w.bin"]
+
+
+def test_external_data_is_listed_and_loaded_for_conversion(tmp_path, images):
+    src = tiny_classifier(tmp_path / "m.onnx")
+    m = onnx.load(str(src))
+    ext_dir = tmp_path / "ext"
+    ext_dir.mkdir()
+    onnx.save(m, str(ext_dir / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="model.onnx.data", size_threshold=0)
+    assert describe(ext_dir / "model.onnx").external_data == ["model.onnx.data"]
+    out = cv.to_fp16(ext_dir / "model.onnx", tmp_path / "fp16" / "model.onnx")
+    np.testing.assert_allclose(run(out, images), run(src, images), atol=1e-2, rtol=1e-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# fp16
+
+
+def test_fp16_keeps_float32_io_and_matches(tmp_path, images):
+    src = tiny_classifier(tmp_path / "m.onnx")
+    out = cv.to_fp16(src, tmp_path / "out" / "model.onnx")
+    model = onnx.load(str(out))
+    assert model.ir_version <= 13
+    assert detect_precision(model) == "fp16"
+    info = describe(out)
+    assert [p.dtype for p in info.inputs + info.outputs] == ["float32", "float32"]
+    assert {i.data_type for i in model.graph.initializer} == {TensorProto.FLOAT16}
+    ref, got = run(src, images), run(out, images)
+    assert got.dtype == np.float32
+    parity = cv.compare([ref], [got], ["logits"], atol=1e-2, rtol=1e-2)
+    assert parity.passed and 0 < parity.max_abs < 1e-2
+    assert parity.top1_agreement == 1.0
+    # same source, same bytes
+    again = cv.to_fp16(src, tmp_path / "again" / "model.onnx")
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_fp16_refuses_quantized_source(tmp_path):
+    q = quantized(tiny_classifier(tmp_path / "m.onnx"), tmp_path / "q.onnx")
+    with pytest.raises(InvalidInput, match="quantized"):
+        cv.to_fp16(q, tmp_path / "x.onnx")
+
+
+def test_fp16_op_block_list_keeps_ops_in_float32(tmp_path):
+    src = tiny_classifier(tmp_path / "m.onnx")
+    out = cv.to_fp16(src, tmp_path / "model.onnx", op_block_list=["MatMul"])
+    model = onnx.load(str(out))
+    # MatMul weights stay float32 when MatMul is blocked; only the Add biases become float16
+    types = {i.name: i.data_type for i in model.graph.initializer}
+    assert types["W1"] == TensorProto.FLOAT and types["b1"] == TensorProto.FLOAT16
+
+
+# ---------------------------------------------------------------------------------------------
+# ORT format
+
+
+@pytest.mark.parametrize("style", ["Fixed", "Runtime"])
+def test_ort_conversion_loads_matches_and_keeps_two_files(tmp_path, images, style):
+    src = quantized(tiny_classifier(tmp_path / "m.onnx"), tmp_path / "q.onnx")
+    dst = tmp_path / "out"
+    result = cv.to_ort(src, dst, optimization_style=style, work_dir=tmp_path / "work")
+    assert sorted(p.name for p in dst.iterdir()) == ["model.ort", "model.required_operators.config"]
+    assert result.optimization_style == style
+    config = result.operators_config.read_text()
+    assert str(tmp_path) not in config and "# - model.ort" in config
+    assert "ai.onnx;" in config
+    assert describe(result.model).format == "ort"
+    sess = cv.open_session(result.model, runtime_optimizations=style == "Runtime")
+    got = cv.run_batched(sess, {"input": images})
+    parity = cv.compare([run(src, images)], got, ["logits"], atol=1e-4, rtol=1e-4)
+    assert parity.passed, parity.table()
+    # the work dir is cleaned up and the source folder untouched
+    assert list((tmp_path / "work").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out", "q.onnx", "work"]
+    second = cv.to_ort(src, tmp_path / "out2", optimization_style=style)
+    assert second.model.read_bytes() == result.model.read_bytes()
+    assert second.operators_config.read_bytes() == result.operators_config.read_bytes()
+
+
+def test_ort_unknown_style(tmp_path):
+    with pytest.raises(InvalidInput, match="optimization style"):
+        cv.to_ort(tiny_classifier(tmp_path / "m.onnx"), tmp_path / "o", optimization_style="Fast")
+
+
+# ---------------------------------------------------------------------------------------------
+# running and parity
+
+
+def test_run_batched_fixed_batch_drops_tail_and_concatenates(tmp_path, images):
+    fixed = tiny_classifier(tmp_path / "fixed.onnx", batch=4)
+    dynamic = tiny_classifier(tmp_path / "dyn.onnx")
+    x = images[:10]
+    out_fixed = cv.run_batched(cv.open_session(fixed), {"input": x})[0]
+    out_dyn = cv.run_batched(cv.open_session(dynamic), {"input": x}, batch_size=3)[0]
+    assert out_fixed.shape == (8, 10)  # two full batches of 4
+    assert out_dyn.shape == (10, 10)
+    np.testing.assert_allclose(out_fixed, out_dyn[:8], rtol=1e-6, atol=1e-6)
+    with pytest.raises(InvalidInput, match="no values"):
+        cv.run_batched(cv.open_session(dynamic), {"other": x})
+    with pytest.raises(InvalidInput, match="not enough samples"):
+        cv.run_batched(cv.open_session(fixed), {"input": x[:3]})
+
+
+def test_compare_detects_violations_nan_and_shape():
+    ref = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    close = ref + 1e-3
+    assert cv.compare([ref], [close], ["y"], atol=1e-2, rtol=0).passed
+    far = ref.copy()
+    far[1, 0] = 3.5
+    parity = cv.compare([ref], [far], ["y"], atol=1e-2, rtol=0)
+    assert not parity.passed
+    assert parity.outputs[0].violations == 1
+    assert parity.max_abs == pytest.approx(0.5)
+    assert parity.top1_agreement == 1.0
+    nan = ref.copy()
+    nan[0, 0] = np.nan
+    assert not cv.compare([ref], [nan], ["y"], atol=1.0, rtol=1.0).passed
+    mismatch = cv.compare([ref], [ref[:1]], ["y"], atol=1.0, rtol=1.0)
+    assert not mismatch.passed and "mismatch" in mismatch.table()
+    with pytest.raises(GateFailed) as err:
+        cv.require_parity(parity, "build x")
+    assert "y" in err.value.table and "violations" in err.value.table
+    figures = parity.metrics()
+    assert figures["parity_atol"] == 1e-2 and figures["parity_samples"] == 2
+
+
+def test_load_graph_does_not_need_external_data(tmp_path):
+    m = onnx.load(str(tiny_classifier(tmp_path / "m.onnx")))
+    d = tmp_path / "ext"
+    d.mkdir()
+    onnx.save(m, str(d / "model.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
+    (d / "w.bin").unlink()
+    assert len(load_graph(d / "model.onnx").graph.initializer) == 4

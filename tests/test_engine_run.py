@@ -1,0 +1,406 @@
+"""The engine end to end with test kinds: caching, explanations, failures, parallelism, locks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import zoo
+from cli_helpers import write_recipe, zoo as zoo_cli
+from zoo.cache import Cache
+from zoo.executors import ProcessExecutor
+
+CHAIN = """\
+schema_version: 1
+name: chain
+version: 0.1.0
+stages:
+  a:
+    kind: writer
+    config: {text: "x", repeat: 3}
+  b:
+    kind: concat
+  c:
+    kind: concat
+    config: {sep: "|"}
+  side:
+    kind: writer
+    needs: []
+    config: {text: "side"}
+"""
+
+
+class RecordingExecutor(ProcessExecutor):
+    """A real process executor that remembers every stage submitted to it."""
+
+    def __init__(self, jobs: int = 1):
+        super().__init__(jobs)
+        self.submitted: list[str] = []
+
+    def submit(self, task):
+        self.submitted.append(task.stage_id)
+        return super().submit(task)
+
+
+def states(result) -> dict[str, str]:
+    return {s.id: s.state for s in result.stages}
+
+
+def test_run_twice_second_run_executes_nothing(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    first = RecordingExecutor()
+    result = zoo.run(recipe, executor=first)
+    assert result.ok
+    assert sorted(first.submitted) == ["a", "b", "c", "side"]
+    assert set(states(result).values()) == {"done"}
+
+    second = RecordingExecutor()
+    result = zoo.run(recipe, executor=second)
+    assert second.submitted == []  # the executor was never called
+    assert set(states(result).values()) == {"cached"}
+    assert result.executed == []
+
+
+def test_outputs_flow_through_the_dag(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    result = zoo.run(recipe)
+    cache = Cache(result.cache_dir)
+    c = next(s for s in result.stages if s.id == "c")
+    entry = cache.lookup(c.key)
+    text = cache.output_paths(entry)["data"].read_text()
+    assert text == "xxx"  # c concatenates b which concatenates a
+    # outputs are hardlinks to cache objects, not copies
+    path = cache.output_paths(entry)["data"]
+    assert os.stat(path).st_ino == os.stat(cache.object_path(entry.outputs["data"]["digest"])).st_ino
+
+
+def test_changing_one_config_value_reruns_it_and_dependents_only(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    zoo.run(recipe)
+    recipe.write_text(CHAIN.replace('text: "x", repeat: 3', 'text: "z", repeat: 3'))
+
+    status = zoo.status(recipe)
+    by_id = {s.id: s for s in status.stages}
+    assert by_id["side"].state == "cached"
+    assert by_id["a"].state == "will run"
+    assert "config changed" in str(by_id["a"].reasons[0]) and "text: x → z" in str(by_id["a"].reasons[0])
+    assert "upstream reran" in str(by_id["b"].reasons[0])
+
+    executor = RecordingExecutor()
+    result = zoo.run(recipe, executor=executor)
+    assert executor.submitted == ["a", "b", "c"]
+    by_id = {s.id: s for s in result.stages}
+    assert any("input changed" in str(r) for r in by_id["b"].reasons)
+
+    cli = zoo_cli("status", recipe, "--why")
+    assert cli.code == 0 and "Everything is up to date" in cli.out
+
+
+def test_status_why_from_the_cli_names_the_changed_field(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    zoo.run(recipe)
+    recipe.write_text(CHAIN.replace("repeat: 3", "repeat: 4"))
+    cli = zoo_cli("status", recipe, "--why")
+    assert cli.code == 0
+    line_a = next(l for l in cli.out.splitlines() if l.startswith("a "))
+    assert "config changed: repeat: 3 → 4" in line_a
+    line_b = next(l for l in cli.out.splitlines() if l.startswith("b "))
+    assert "upstream reran" in line_b
+    assert "side" in cli.out and "up to date" in next(l for l in cli.out.splitlines() if l.startswith("side"))
+
+
+def test_identical_upstream_output_keeps_dependents_cached(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    zoo.run(recipe)
+    # same output ("xxx") from a different config: a reruns, b and c are hits by content
+    recipe.write_text(CHAIN.replace('text: "x", repeat: 3', 'text: "xxx", repeat: 1'))
+    executor = RecordingExecutor()
+    result = zoo.run(recipe, executor=executor)
+    assert executor.submitted == ["a"]
+    assert states(result)["b"] == "cached" and states(result)["c"] == "cached"
+
+
+def test_force_reruns_named_stage(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    zoo.run(recipe)
+    executor = RecordingExecutor()
+    result = zoo.run(recipe, executor=executor, force=["side"])
+    assert executor.submitted == ["side"]
+    assert str(next(s for s in result.stages if s.id == "side").reasons[0]) == "forced"
+
+
+def test_code_change_in_user_file_reruns(tmp_path):
+    script = tmp_path / "prepare.txt"
+    script.write_text("v1")
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: code
+version: 0.1.0
+stages:
+  s:
+    kind: script
+    config: {file: prepare.txt}
+""")
+    zoo.run(recipe)
+    script.write_text("v2")
+    report = zoo.plan(recipe).stages[0]
+    assert report.state == "will run"
+    assert "code changed: prepare.txt" in str(report.reasons[0])
+    result = zoo.run(recipe)
+    assert states(result) == {"s": "done"}
+
+
+def test_tool_version_change_is_explained(tmp_path, monkeypatch):
+    recipe = write_recipe(tmp_path, CHAIN)
+    zoo.run(recipe)
+    from zoo import keys
+
+    real = keys.tool_versions
+    monkeypatch.setattr(keys, "tool_versions", lambda dists: {**real(dists), "zoo-onnx": "9.9.9"})
+    report = {s.id: s for s in zoo.plan(recipe).stages}["a"]
+    assert "tool version changed: zoo-onnx" in str(report.reasons[0])
+
+
+def test_cache_policies(tmp_path):
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: policies
+version: 0.1.0
+stages:
+  always:
+    kind: writer
+    cache: recompute
+  never:
+    kind: writer
+    needs: []
+    cache: disable
+  normal:
+    kind: writer
+    needs: []
+""")
+    zoo.run(recipe)
+    executor = RecordingExecutor()
+    result = zoo.run(recipe, executor=executor)
+    assert sorted(executor.submitted) == ["always", "never"]
+    assert states(result)["normal"] == "cached"
+
+
+def test_matrix_expansion_and_fan_in(tmp_path):
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: matrix
+version: 0.1.0
+stages:
+  make:
+    kind: writer
+    matrix: {build: [fp32, int8]}
+    config: {text: "${matrix.build}"}
+  check:
+    kind: concat
+    matrix: {build: [fp32, int8]}
+  publish:
+    kind: concat
+    config: {sep: ","}
+""")
+    dag = zoo.api.load(recipe)
+    assert dag.order() == ["make[fp32]", "make[int8]", "check[fp32]", "check[int8]", "publish"]
+    assert dag.nodes["check[int8]"].needs == ["make[int8]"]  # same axis value: matched
+    assert dag.nodes["publish"].needs == ["check[fp32]", "check[int8]"]  # fan-in
+    result = zoo.run(recipe)
+    cache = Cache(result.cache_dir)
+    publish = next(s for s in result.stages if s.id == "publish")
+    assert cache.output_paths(cache.lookup(publish.key))["data"].read_text() == "fp32,int8"
+
+
+def test_failure_stops_dependents_and_keeps_completed(tmp_path):
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: failing
+version: 0.1.0
+stages:
+  good:
+    kind: writer
+  bad:
+    kind: failing
+    config: {message: "disk on fire"}
+  after:
+    kind: concat
+""")
+    result = zoo.run(recipe)
+    assert states(result) == {"good": "done", "bad": "failed", "after": "skipped"}
+    assert result.exit_code() == 1
+    assert "disk on fire" in result.failed[0].error["message"]
+    # completed results are kept
+    assert zoo.plan(recipe).stages[0].state == "cached"
+
+    cli = zoo_cli("run", recipe)
+    assert cli.code == 1
+    assert "stage bad failed: disk on fire" in cli.err
+    assert "about to fail" in cli.err  # the log tail
+    assert f"retry with: zoo run {recipe} bad --force" in cli.err
+
+
+def test_gate_failure_prints_the_table(tmp_path):
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: gates
+version: 0.1.0
+stages:
+  bad:
+    kind: failing
+    config: {message: "accuracy gate failed", gate: true}
+""")
+    cli = zoo_cli("run", recipe)
+    assert cli.code == 1
+    assert "accuracy 0.5 >= 0.9 FAIL" in cli.err
+
+
+def test_json_summary(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    cli = zoo_cli("run", recipe, "--json")
+    assert cli.code == 0, cli.err
+    data = json.loads(cli.out)
+    assert data["schema_version"] == 1 and data["ok"] is True
+    assert {s["id"]: s["state"] for s in data["stages"]} == {"a": "done", "b": "done", "c": "done", "side": "done"}
+    cli = zoo_cli("run", recipe, "--json")
+    assert {s["state"] for s in json.loads(cli.out)["stages"]} == {"cached"}
+
+
+def test_plain_progress_lines_when_not_a_tty(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    cli = zoo_cli("run", recipe)
+    assert "[zoo] a: running (new" in cli.out
+    assert "[zoo] c: done in" in cli.out
+    cli = zoo_cli("run", recipe)
+    assert "[zoo] a: cached" in cli.out
+
+
+def test_parallel_jobs_overlap(tmp_path):
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: parallel
+version: 0.1.0
+stages:
+  one:
+    kind: sleeper
+    config: {seconds: 1.5, marker: one.pid}
+  two:
+    kind: sleeper
+    needs: []
+    config: {seconds: 1.5, marker: two.pid}
+""")
+    result = zoo.run(recipe, jobs=2)
+    assert result.ok
+    # each ran in its own process at the same time: both markers name different live workers
+    pids = {(tmp_path / "one.pid").read_text(), (tmp_path / "two.pid").read_text()}
+    assert len(pids) == 2
+    one, two = (next(s for s in result.stages if s.id == n) for n in ("one", "two"))
+    assert one.started < two.started + two.duration_s and two.started < one.started + one.duration_s
+
+
+def test_frozen_fails_with_a_diff(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    cli = zoo_cli("run", recipe, "--frozen")
+    assert cli.code == 1
+    assert "not in the lockfile" in cli.err
+    assert zoo_cli("run", recipe).code == 0
+    assert zoo_cli("run", recipe, "--frozen").code == 0
+    recipe.write_text(CHAIN.replace("repeat: 3", "repeat: 5"))
+    cli = zoo_cli("run", recipe, "--frozen")
+    assert cli.code == 1
+    assert "a: would run (config changed: repeat: 3 → 5)" in cli.err
+    assert "executor" not in cli.err
+    assert zoo.plan(recipe).stages[0].state == "will run"  # nothing ran
+
+
+def test_gc_frees_unreferenced_objects(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    zoo.run(recipe)
+    recipe.write_text(CHAIN.replace('text: "x"', 'text: "y"'))
+    zoo.run(recipe)
+    # keep only what the current lock uses: the old a/b/c outputs are freed
+    cli = zoo_cli("gc", "--keep", recipe)
+    assert cli.code == 0, cli.err
+    assert "freed" in cli.out and "3 entries" in cli.out
+    assert states(zoo.run(recipe)) == {k: "cached" for k in ("a", "b", "c", "side")}
+
+
+def test_kill_9_during_a_stage_leaves_no_entry_and_rerun_completes(tmp_path):
+    marker = tmp_path / "started.pid"
+    recipe = write_recipe(tmp_path, f"""\
+schema_version: 1
+name: killed
+version: 0.1.0
+stages:
+  first:
+    kind: writer
+  slow:
+    kind: sleeper
+    config: {{seconds: 30, marker: {marker}}}
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "zoo", "run", str(recipe)], env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the slow stage never started"
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the zoo process and its worker, mid-stage
+    proc.wait()
+    cache = Cache(Path(os.environ["ZOO_CACHE_DIR"]))
+    entries = {e.stage for e in cache.iter_entries()}
+    assert entries == {"first"}  # no entry for the interrupted stage
+    assert list(cache.tmp.iterdir())  # its half-written workspace is garbage in tmp/
+
+    recipe.write_text(recipe.read_text().replace("seconds: 30", "seconds: 0.1"))
+    result = zoo.run(recipe)
+    assert states(result) == {"first": "cached", "slow": "done"}
+    out = Cache(result.cache_dir).output_paths(Cache(result.cache_dir).lookup(result.stages[1].key))["data"]
+    assert out.read_text() == "partial complete"
+
+
+def test_two_concurrent_runs_on_one_cache(tmp_path):
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: concurrent
+version: 0.1.0
+stages:
+  slow:
+    kind: sleeper
+    config: {seconds: 2}
+  after:
+    kind: concat
+""")
+    procs = [subprocess.Popen([sys.executable, "-m", "zoo", "run", str(recipe), "--json"], env=dict(os.environ),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    runs = [json.loads(out) for out, _ in outs]
+    slow_states = sorted(next(s["state"] for s in r["stages"] if s["id"] == "slow") for r in runs)
+    assert slow_states == ["cached", "done"]  # computed once, found by the other run
+    waiting = next(r for r in runs if next(s for s in r["stages"] if s["id"] == "slow")["state"] == "cached")
+    assert "computed by a concurrent run" in " ".join(next(s for s in waiting["stages"] if s["id"] == "slow")["reasons"])
+    assert len({r["stages"][1]["outputs"]["data"] for r in runs}) == 1
+
+
+def test_help_and_plan_import_no_heavy_modules(tmp_path):
+    recipe = write_recipe(tmp_path, CHAIN)
+    zoo.run(recipe)
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['zoo'] + sys.argv[1:]\n"
+        "try:\n    runpy.run_module('zoo', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules]\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    for args in (["--help"], ["validate", str(recipe)], ["plan", str(recipe)], ["run", str(recipe)]):
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=dict(os.environ))
+        assert "HEAVY []" in proc.stderr, (args, proc.stderr)

@@ -1,0 +1,178 @@
+"""Tests of the `optimize` kind: levels, simplifiers, parity gate, determinism."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pydantic
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from zoo.errors import GateFailed, InvalidInput
+from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
+from zoo_stages import optimize as optimize_mod
+from zoo_stages.lib import onnxutil
+from zoo_stages.optimize import Optimize, OptimizeConfig, check_parity
+
+
+def conv_classifier(seed: int = 0) -> onnx.ModelProto:
+    """Conv+Relu+Gemm on (N,1,8,8), plus nodes a simplifier can remove (Identity, foldable Add)."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "W": rng.normal(0, 0.5, (4, 1, 3, 3)), "B": rng.normal(0, 0.1, (4,)),
+        "G": rng.normal(0, 0.2, (10, 4 * 8 * 8)), "GB0": rng.normal(0, 0.1, (10,)), "GB1": rng.normal(0, 0.1, (10,)),
+    }
+    nodes = [
+        helper.make_node("Identity", ["input"], ["x"]),
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"], axis=1),
+        helper.make_node("Add", ["GB0", "GB1"], ["GB"]),  # constant subgraph: folded by every optimizer
+        helper.make_node("Gemm", ["f", "G", "GB"], ["logits"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "conv_classifier",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 13
+    return model
+
+
+def make_context(tmp_path: Path, name: str = "run") -> StageContext:
+    base = tmp_path / name
+    recipe = RecipeInfo(name="t", version="0.1.0", description="", license="", path=tmp_path / "recipe.yaml", digest="")
+    (base / "out").mkdir(parents=True)
+    return StageContext(stage_id="optimize", out_dir=base / "out", work_dir=base / "work", recipe=recipe,
+                        shared={}, matrix={})
+
+
+def upstream(path: Path, stage_id: str = "export") -> Inputs:
+    return Inputs([Upstream(stage_id=stage_id, kind="export", outputs={"model": path}, metrics={})])
+
+
+@pytest.fixture
+def model_path(tmp_path) -> Path:
+    return onnxutil.save_model(conv_classifier(), tmp_path / "input.onnx")
+
+
+def run_optimize(tmp_path, model_path, name="run", **config):
+    ctx = make_context(tmp_path, name)
+    out = Optimize().run(upstream(model_path), OptimizeConfig(**config), ctx)
+    return out["model"], ctx
+
+
+@pytest.mark.parametrize("level,domain", [("basic", None), ("extended", "com.microsoft"),
+                                          ("all", "com.microsoft.nchwc")])
+def test_each_level_keeps_parity_and_records_domains(tmp_path, model_path, level, domain):
+    out, ctx = run_optimize(tmp_path, model_path, level=level)
+    assert out == ctx.out_dir.resolve() / "model.onnx"
+    model = onnx.load(str(out))
+    assert model.ir_version <= 13
+    m = ctx.metrics
+    assert m["level"] == level and m["parity"]["max_abs"] <= 1e-4
+    assert m["nodes_after"] < m["nodes_before"]  # Identity and the constant Add are gone at every level
+    if domain is None:
+        assert m["custom_domains"] == [] and not m["host_specific"]
+    else:
+        assert domain in m["custom_domains"]
+    assert m["host_specific"] == (level == "all")
+    # only the domains actually used stay imported (onnxruntime declares a dozen)
+    assert {o.domain for o in model.opset_import} == {""} | set(m["custom_domains"])
+    x = np.random.default_rng(5).random((3, 1, 8, 8), dtype=np.float32)
+    ref = onnxutil.run(onnxutil.make_session(model_path, level="disable"), x)[0]
+    np.testing.assert_allclose(onnxutil.run(onnxutil.make_session(out), x)[0], ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("level", ["basic", "all"])
+def test_same_input_gives_same_bytes(tmp_path, model_path, level):
+    a, _ = run_optimize(tmp_path, model_path, name="a", level=level)
+    b, _ = run_optimize(tmp_path, model_path, name="b", level=level)
+    assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.mark.parametrize("tool", ["onnxsim", "onnxoptimizer"])
+def test_simplifiers_run_and_keep_parity(tmp_path, model_path, tool):
+    out, ctx = run_optimize(tmp_path, model_path, simplify=tool, level="basic")
+    assert ctx.metrics["simplify"] == tool
+    ops = ctx.metrics["ops_after"]
+    assert "Identity" not in ops and "Add" not in ops
+    assert ctx.metrics["parity"]["outputs"]["logits"]["ok"]
+    again, _ = run_optimize(tmp_path, model_path, name="again", simplify=tool, level="basic")
+    assert out.read_bytes() == again.read_bytes()
+
+
+@pytest.mark.torch
+def test_simplifiers_on_a_torch_exported_model(tmp_path):
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 6, 3, padding=1), torch.nn.BatchNorm2d(6), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(6 * 4 * 4, 10)).eval()
+    path = tmp_path / "torch.onnx"
+    torch.onnx.export(net, torch.zeros(1, 1, 8, 8), str(path), dynamo=False, input_names=["input"],
+                      output_names=["logits"], dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}})
+    for tool in ("onnxsim", "onnxoptimizer"):
+        out, ctx = run_optimize(tmp_path, path, name=tool, simplify=tool, level="extended")
+        assert ctx.metrics["parity"]["max_abs"] <= 1e-4
+        assert onnx.load(str(out)).ir_version <= 13
+
+
+def test_parity_failure_raises_a_table():
+    ref = conv_classifier(seed=0)
+    other = conv_classifier(seed=1)
+    with pytest.raises(GateFailed) as err:
+        check_parity(ref, other, optimize_mod.ParityConfig(samples=3))
+    table = err.value.table
+    assert "logits" in table and "max_abs" in table and "max_rel" in table and "FAIL" in table
+
+
+def test_a_simplifier_that_changes_numerics_fails_the_stage(tmp_path, model_path, monkeypatch):
+    def perturbing(model, tool):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        for t in copy.graph.initializer:
+            if t.name == "G":
+                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 1.01, "G"))
+        return copy
+
+    monkeypatch.setattr(optimize_mod, "simplify", perturbing)
+    with pytest.raises(GateFailed, match="beyond tolerance") as err:
+        run_optimize(tmp_path, model_path, simplify="onnxsim")
+    assert "FAIL" in err.value.table
+    # a wide enough tolerance accepts the same drift
+    run_optimize(tmp_path, model_path, name="wide", simplify="onnxsim", parity={"atol": 1.0, "rtol": 1.0})
+
+
+def test_model_from_picks_the_named_upstream(tmp_path, model_path):
+    other = onnxutil.save_model(conv_classifier(seed=3), tmp_path / "other.onnx")
+    inputs = Inputs([Upstream("export", "export", {"model": model_path}, {}),
+                     Upstream("train2", "export", {"model": other}, {})])
+    ctx = make_context(tmp_path)
+    with pytest.raises(InvalidInput, match="several"):
+        Optimize().run(inputs, OptimizeConfig(), ctx)
+    out = Optimize().run(inputs, OptimizeConfig(model_from="train2"), make_context(tmp_path, "b"))["model"]
+    x = np.ones((1, 1, 8, 8), dtype=np.float32)
+    np.testing.assert_allclose(onnxutil.run(onnxutil.make_session(out), x)[0],
+                               onnxutil.run(onnxutil.make_session(other), x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_config_validation():
+    with pytest.raises(pydantic.ValidationError):
+        OptimizeConfig(level="max")
+    with pytest.raises(pydantic.ValidationError):
+        OptimizeConfig(simplify="magic")
+    with pytest.raises(pydantic.ValidationError):
+        OptimizeConfig(parity={"samples": 0})
+    with pytest.raises(pydantic.ValidationError):
+        OptimizeConfig(unknown=1)
+
+
+def test_unavailable_execution_provider_is_a_clear_error(tmp_path, model_path):
+    with pytest.raises(InvalidInput, match="CUDAExecutionProvider"):
+        run_optimize(tmp_path, model_path, execution_provider="CUDAExecutionProvider")

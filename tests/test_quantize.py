@@ -1,0 +1,287 @@
+"""Tests of the `quantize` kind: every mode builds a runnable model, presets, auto selection, flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pydantic
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from zoo.errors import GateFailed, InvalidInput
+from zoo.stage import Inputs, KeyContext, RecipeInfo, StageContext, Upstream
+from zoo_stages.lib import onnxutil
+from zoo_stages.quantize import CANDIDATES, Quantize, QuantizeConfig, resolve, select_candidate
+
+DIGITS8 = {"source": "digits", "image_size": 8, "channels": 1, "limit": 300}
+DIGITS32 = {"source": "digits", "image_size": 32, "channels": 1, "limit": 300}
+
+
+def cnn(size: int = 8, c1: int = 8, c2: int = 16, classes: int = 10, seed: int = 0, batch="N") -> onnx.ModelProto:
+    """Conv-Relu-Conv-Relu-MaxPool-Gemm on (N,1,size,size) with fixed random weights."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "W1": rng.normal(0, 0.3, (c1, 1, 3, 3)), "B1": rng.normal(0, 0.1, (c1,)),
+        "W2": rng.normal(0, 0.1, (c2, c1, 3, 3)), "B2": rng.normal(0, 0.1, (c2,)),
+        "G": rng.normal(0, 0.02, (classes, c2 * (size // 2) ** 2)), "GB": rng.normal(0, 0.1, (classes,)),
+    }
+    nodes = [
+        helper.make_node("Conv", ["input", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"], axis=1),
+        helper.make_node("Gemm", ["f", "G", "GB"], ["logits"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "cnn",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 1, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 13
+    return model
+
+
+def make_context(tmp_path: Path, data: dict | None, name: str = "run") -> StageContext:
+    base = tmp_path / name
+    (base / "out").mkdir(parents=True)
+    recipe = RecipeInfo(name="t", version="0.1.0", description="", license="", path=tmp_path / "recipe.yaml", digest="")
+    return StageContext(stage_id="quantize", out_dir=base / "out", work_dir=base / "work", recipe=recipe,
+                        shared={"data": data}, matrix={})
+
+
+def run_quantize(tmp_path, model_path, data=DIGITS8, name="run", **config):
+    ctx = make_context(tmp_path, data, name)
+    inputs = Inputs([Upstream("optimize", "optimize", {"model": model_path}, {})])
+    out = Quantize().run(inputs, QuantizeConfig(**config), ctx)
+    return out["model"], ctx
+
+
+@pytest.fixture
+def small(tmp_path) -> Path:
+    return onnxutil.save_model(cnn(), tmp_path / "small.onnx")
+
+
+@pytest.fixture
+def wide(tmp_path) -> Path:
+    """Large enough that int8 kernels clearly beat fp32 (static) or clearly lose (dynamic) on x86."""
+    return onnxutil.save_model(cnn(size=32, c1=32, c2=64), tmp_path / "wide.onnx")
+
+
+FAST = {"latency": {"warmup": 2, "runs": 10}}
+
+
+def ops_of(path: Path) -> set[str]:
+    return set(onnxutil.op_counts(onnx.load(str(path))))
+
+
+# -- settings ----------------------------------------------------------------------------------
+
+
+def test_presets_choose_types_and_reduce_range():
+    avx2 = resolve(QuantizeConfig(preset="x86-avx2"))
+    assert (avx2.activation_type, avx2.weight_type, avx2.reduce_range) == ("QUInt8", "QInt8", True)
+    vnni = resolve(QuantizeConfig(preset="x86-vnni"))
+    assert (vnni.activation_type, vnni.weight_type, vnni.reduce_range) == ("QUInt8", "QInt8", False)
+    arm = resolve(QuantizeConfig(preset="arm64"))
+    assert (arm.activation_type, arm.weight_type, arm.reduce_range) == ("QInt8", "QInt8", False)
+    explicit = resolve(QuantizeConfig(preset="x86-avx2", reduce_range=False, activation_type="int8"))
+    assert (explicit.activation_type, explicit.reduce_range) == ("QInt8", False)
+
+
+def test_defaults_follow_onnxruntime_guidance():
+    qdq = resolve(QuantizeConfig())
+    assert (qdq.mode, qdq.format, qdq.activation_type, qdq.weight_type, qdq.preprocess) == \
+        ("static", "qdq", "QInt8", "QInt8", True)
+    qop = resolve(QuantizeConfig(format="qoperator"))
+    assert qop.activation_type == "QUInt8"  # S8S8 QOperator is slow on x86-64
+    dyn = resolve(QuantizeConfig(mode="dynamic", weight_type="QUInt8"))
+    assert (dyn.activation_type, dyn.format, dyn.weight_type, dyn.preprocess, dyn.name) == \
+        (None, None, "QUInt8", False, "dynamic-quint8")
+    names = [resolve(QuantizeConfig(mode="auto"), n) for n in CANDIDATES]
+    assert [(s.mode, s.format, s.per_channel) for s in names] == [
+        ("static", "qdq", False), ("static", "qdq", True), ("static", "qoperator", False),
+        ("dynamic", None, False), ("dynamic", None, False)]
+    assert [s.weight_type for s in names[3:]] == ["QInt8", "QUInt8"]
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"mode": "dynamic", "activation_type": "QInt8"}, "activation_type does not apply"),
+    ({"mode": "dynamic", "format": "qdq"}, "format does not apply"),
+    ({"mode": "dynamic", "calibration": {"samples": 8}}, "calibration does not apply"),
+    ({"mode": "auto", "format": "qdq"}, "chosen by mode: auto"),
+    ({"mode": "auto", "candidates": ["static-qdq", "fancy"]}, "unknown candidate 'fancy'"),
+    ({"mode": "static", "candidates": ["static-qdq"]}, "auto only"),
+    ({"weight_type": "QInt4"}, "weight_type"),
+    ({"calibration": {"method": "magic"}}, "method"),
+    ({"preset": "riscv"}, "preset"),
+])
+def test_config_errors_name_the_problem(config, message):
+    with pytest.raises(pydantic.ValidationError, match=message):
+        QuantizeConfig(**config)
+
+
+# -- selection ---------------------------------------------------------------------------------
+
+
+def _row(name, p50, speedup, drop, error=None):
+    return {"name": name, "latency_p50_ms": p50, "speedup": speedup, "accuracy_drop": drop, "error": error}
+
+
+def test_selection_keeps_the_fastest_passing_candidate():
+    rows = [_row("static-qdq", 4.0, 3.7, 0.004), _row("static-qdq-per-channel", 3.5, 4.2, 0.002),
+            _row("static-qoperator", 3.0, 4.9, 0.05), _row("dynamic-qint8", 35.0, 0.42, 0.0),
+            _row("dynamic-quint8", None, None, None, error="ValueError: boom")]
+    chosen = select_candidate(rows, max_accuracy_drop=0.01, min_speedup=1.0)
+    assert chosen == "static-qdq-per-channel"  # qoperator is faster but drops too much accuracy
+    by = {r["name"]: r for r in rows}
+    assert by["static-qoperator"]["passed"] is False and "accuracy drop" in by["static-qoperator"]["reasons"][0]
+    assert by["dynamic-qint8"]["slower_than_fp32"] and not by["dynamic-qint8"]["passed"]
+    assert "failed to build" in by["dynamic-quint8"]["reasons"][0]
+
+
+def test_a_candidate_slower_than_fp32_is_never_picked_even_with_min_speedup_zero():
+    rows = [_row("dynamic-qint8", 35.0, 0.42, 0.0)]
+    assert select_candidate(rows, max_accuracy_drop=1.0, min_speedup=0.0) is None
+    assert rows[0]["slower_than_fp32"] and any("slower than fp32" in r for r in rows[0]["reasons"])
+
+
+def test_selection_breaks_near_ties_by_candidate_order():
+    rows = [_row("static-qdq", 3.1, 4.0, 0.0), _row("static-qdq-per-channel", 3.0, 4.1, 0.0)]
+    assert select_candidate(rows, max_accuracy_drop=0.01, min_speedup=1.0, tie_tolerance=0.05) == "static-qdq"
+    assert select_candidate(rows, max_accuracy_drop=0.01, min_speedup=1.0, tie_tolerance=0.0) == \
+        "static-qdq-per-channel"
+    assert select_candidate(rows, max_accuracy_drop=0.01, min_speedup=5.0) is None
+
+
+# -- modes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config,expect_ops", [
+    ({"mode": "static"}, {"QuantizeLinear", "DequantizeLinear"}),
+    ({"mode": "static", "per_channel": True}, {"QuantizeLinear", "DequantizeLinear"}),
+    ({"mode": "static", "format": "qoperator"}, {"QLinearConv"}),
+    ({"mode": "static", "calibration": {"method": "entropy", "samples": 16}}, {"QuantizeLinear"}),
+    ({"mode": "static", "calibration": {"method": "percentile", "samples": 16}}, {"QuantizeLinear"}),
+    ({"mode": "dynamic", "weight_type": "QInt8"}, {"DynamicQuantizeLinear", "ConvInteger"}),
+    ({"mode": "dynamic", "weight_type": "QUInt8"}, {"DynamicQuantizeLinear", "ConvInteger"}),
+])
+def test_each_mode_produces_a_runnable_model(tmp_path, small, config, expect_ops):
+    out, ctx = run_quantize(tmp_path, small, **config, **FAST)
+    assert expect_ops <= ops_of(out)
+    model = onnx.load(str(out))
+    assert model.ir_version <= 13
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(0).random((4, 1, 8, 8), dtype=np.float32)
+    q = onnxutil.run(onnxutil.make_session(out), x)[0]
+    ref = onnxutil.run(onnxutil.make_session(small), x)[0]
+    assert onnxutil.compare_logits(q, ref)["cosine_min"] > 0.99
+    m = ctx.metrics
+    assert m["speedup"] > 0 and m["latency_p50_ms"] > 0 and m["fp32_latency_p50_ms"] > 0
+    assert m["accuracy"] is not None and m["accuracy_drop"] == pytest.approx(m["fp32_accuracy"] - m["accuracy"])
+    assert isinstance(m["flags"], list)
+
+
+def test_static_quantization_is_deterministic(tmp_path, small):
+    a, _ = run_quantize(tmp_path, small, name="a", **FAST)
+    b, _ = run_quantize(tmp_path, small, name="b", **FAST)
+    assert a.read_bytes() == b.read_bytes()
+    c, _ = run_quantize(tmp_path, small, name="c", calibration={"seed": 1, "samples": 8}, **FAST)
+    assert c.read_bytes() != a.read_bytes()  # the calibration sample matters
+
+
+def test_preset_avx2_writes_uint8_activations_and_7bit_weights(tmp_path, small):
+    out, ctx = run_quantize(tmp_path, small, preset="x86-avx2", **FAST)
+    model = onnx.load(str(out))
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    zero_points = [inits[n.input[2]] for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    assert zero_points and all(z.dtype == np.uint8 for z in zero_points)
+    int8_weights = [v for v in inits.values() if v.dtype == np.int8 and v.size > 8]
+    # onnxruntime's reduced int8 range is [-64, 64]; the full symmetric range reaches +-127
+    assert int8_weights and all(-64 <= v.min() and v.max() <= 64 for v in int8_weights)
+    assert ctx.metrics["settings"]["reduce_range"] is True
+    full, _ = run_quantize(tmp_path, small, name="full", preset="x86-avx2", reduce_range=False, **FAST)
+    full_weights = [numpy_helper.to_array(t) for t in onnx.load(str(full)).graph.initializer
+                    if t.data_type == TensorProto.INT8 and numpy_helper.to_array(t).size > 8]
+    assert max(int(np.abs(v.astype(np.int32)).max()) for v in full_weights) > 100
+
+
+def test_dynamic_mode_slower_than_fp32_is_flagged(tmp_path, wide):
+    out, ctx = run_quantize(tmp_path, wide, data=DIGITS32, mode="dynamic", **FAST)
+    assert ctx.metrics["speedup"] < 1.0
+    assert ctx.metrics["slower_than_fp32"] is True
+    assert any("slower than its fp32 parent" in f for f in ctx.metrics["flags"])
+
+
+def test_auto_picks_a_fast_candidate_and_records_the_table(tmp_path, wide):
+    out, ctx = run_quantize(tmp_path, wide, data=DIGITS32, mode="auto",
+                            accept={"max_accuracy_drop": 0.1}, **FAST)
+    rows = ctx.metrics["candidates"]
+    assert [r["name"] for r in rows] == list(CANDIDATES)
+    chosen = ctx.metrics["chosen"]
+    assert chosen.startswith("static-")
+    for r in rows:
+        if r["name"].startswith("dynamic-"):
+            assert r["slower_than_fp32"] and not r["passed"]
+    winner = next(r for r in rows if r["name"] == chosen)
+    assert winner["passed"] and winner["speedup"] >= 1.0
+    saved = json.loads((ctx.out_dir / "candidates.json").read_text())
+    assert saved["chosen"] == chosen and len(saved["candidates"]) == len(CANDIDATES)
+    assert "CHOSEN" in ctx.metrics["candidates_table"]
+    # the output is exactly the chosen candidate's quantization
+    assert out.read_bytes() == (ctx.work_dir / "quantize" / "candidates" / f"{chosen}.onnx").read_bytes()
+
+
+def test_auto_with_no_acceptable_candidate_raises_with_the_table(tmp_path, small):
+    with pytest.raises(GateFailed, match="no quantization candidate") as err:
+        run_quantize(tmp_path, small, mode="auto", candidates=["static-qdq", "dynamic-qint8"],
+                     accept={"min_speedup": 1000.0}, **FAST)
+    assert "static-qdq" in err.value.table and "dynamic-qint8" in err.value.table
+    assert "FAIL" in err.value.table
+    assert (tmp_path / "run" / "out" / "candidates.json").is_file()
+
+
+def test_static_without_data_is_refused(tmp_path, small):
+    with pytest.raises(InvalidInput, match="data"):
+        run_quantize(tmp_path, small, data=None)
+    # dynamic needs no data: accuracy is simply not measured
+    out, ctx = run_quantize(tmp_path, small, data=None, name="dyn", mode="dynamic", **FAST)
+    assert ctx.metrics["accuracy"] is None and ctx.metrics["speedup"] > 0
+
+
+def test_shape_mismatch_between_data_and_model_is_explained(tmp_path, small):
+    with pytest.raises(InvalidInput, match="1x32x32.*1x8x8"):
+        run_quantize(tmp_path, small, data=DIGITS32)
+
+
+def test_models_with_onnxruntime_fused_ops_are_refused(tmp_path, small):
+    fused = tmp_path / "fused.onnx"
+    onnxutil.make_session(small, level="extended", optimized_path=fused)
+    with pytest.raises(InvalidInput, match="com.microsoft") as err:
+        run_quantize(tmp_path, fused)
+    assert "level: basic" in err.value.hint
+
+
+def test_npz_dataset_enters_the_cache_key(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.integers(0, 255, (40, 8, 8), dtype=np.uint8), y=np.arange(40) % 4)
+    recipe = RecipeInfo(name="t", version="0.1.0", description="", license="", path=tmp_path / "recipe.yaml", digest="")
+    data = {"source": "npz", "path": "d.npz"}
+    deps = Quantize().dependencies(QuantizeConfig(), KeyContext(recipe=recipe, shared={"data": data}, matrix={}))
+    assert deps == [(tmp_path / "d.npz").resolve()]
+    assert Quantize().dependencies(QuantizeConfig(), KeyContext(recipe=recipe, shared={"data": None}, matrix={})) == []
+
+
+def test_calibration_uses_an_npz_dataset(tmp_path, small):
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "d.npz", x=rng.integers(0, 255, (60, 8, 8), dtype=np.uint8), y=np.arange(60) % 10)
+    out, ctx = run_quantize(tmp_path, small, data={"source": "npz", "path": "d.npz"},
+                            calibration={"samples": 100}, **FAST)
+    assert any("calibration uses all" in f for f in ctx.metrics["flags"])
+    assert "QuantizeLinear" in ops_of(out)
