@@ -373,7 +373,9 @@ class _Release:
         info = describe(model_file)
         opset = info.opset if info.opset is not None else src_info.opset
         vectors = self._vectors(name, spec, vname, model_file, runtime_opt, bdir)
-        metrics["size_bytes"] = model_file.stat().st_size + sum(p.stat().st_size for p in extra_files)
+        # what a runtime loads: the model and its external data (not the operator list for minimal builds)
+        metrics["size_bytes"] = model_file.stat().st_size + sum(
+            p.stat().st_size for p in extra_files if not p.name.endswith(".required_operators.config"))
         build = Build(
             name=name,
             file=_file_ref(self.release, model_file),

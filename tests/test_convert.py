@@ -262,3 +262,68 @@ def test_load_graph_does_not_need_external_data(tmp_path):
     onnx.save(m, str(d / "model.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
     (d / "w.bin").unlink()
     assert len(load_graph(d / "model.onnx").graph.initializer) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# canonical ORT bytes
+
+
+def test_every_table_of_the_installed_ort_schema_is_understood():
+    import pkgutil
+
+    import onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs as fbs
+
+    tables = 0
+    for info in pkgutil.iter_modules(fbs.__path__):
+        source = Path(cv._fbs_module(info.name).__file__).read_text()
+        if "StartObject" in source:
+            table = cv._fb_table(info.name)
+            assert table.slots >= len(table.fields) > 0
+            tables += 1
+        elif "def SizeOf" in source:
+            assert cv._struct_alignment(info.name) in (1, 2, 4, 8)
+    assert tables > 20
+
+
+def test_canonical_ort_bytes_is_stable_and_equivalent(tmp_path, images):
+    src = quantized(tiny_classifier(tmp_path / "m.onnx"), tmp_path / "q.onnx")
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "raw.ort")
+    so.add_session_config_entry("session.save_model_format", "ORT")
+    ort.InferenceSession(str(src), sess_options=so, providers=["CPUExecutionProvider"])
+    raw = (tmp_path / "raw.ort").read_bytes()
+    canonical = cv.canonical_ort_bytes(raw)
+    assert cv.canonical_ort_bytes(canonical) == canonical
+    (tmp_path / "canonical.ort").write_bytes(canonical)
+    np.testing.assert_array_equal(run(tmp_path / "canonical.ort", images), run(tmp_path / "raw.ort", images))
+    with pytest.raises(ValueError, match="ORTM"):
+        cv.canonical_ort_bytes(src.read_bytes())
+
+
+def test_runtime_style_with_saved_optimizations_is_reproducible(tmp_path, images):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"input": images[i:i + 4]} for i in range(0, 16, 4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    src = tiny_classifier(tmp_path / "m.onnx")
+    qdq = tmp_path / "qdq.onnx"
+    quantize_static(str(src), str(qdq), Calibration(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    m = onnx.load(str(qdq))
+    m.ir_version = 13
+    onnx.save(m, str(qdq))
+    first = cv.to_ort(qdq, tmp_path / "a", optimization_style="Runtime")
+    second = cv.to_ort(qdq, tmp_path / "b", optimization_style="Runtime")
+    assert first.model.read_bytes() == second.model.read_bytes()
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs.InferenceSession import InferenceSession
+
+    graph = InferenceSession.GetRootAs(first.model.read_bytes(), 0).Model().Graph()
+    assert graph.RuntimeOptimizations().RecordsLength() >= 1  # the QDQ fusions were saved, not applied
+    got = cv.run_batched(cv.open_session(first.model, runtime_optimizations=True), {"input": images})
+    parity = cv.compare([run(qdq, images)], got, ["logits"], atol=0.05, rtol=0.05)
+    assert parity.top1_agreement == 1.0 and parity.cosine > 0.999, parity.table()

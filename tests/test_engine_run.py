@@ -404,3 +404,41 @@ def test_help_and_plan_import_no_heavy_modules(tmp_path):
     for args in (["--help"], ["validate", str(recipe)], ["plan", str(recipe)], ["run", str(recipe)]):
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=dict(os.environ))
         assert "HEAVY []" in proc.stderr, (args, proc.stderr)
+
+
+def _entry_probe(recipe) -> subprocess.CompletedProcess:
+    code = ("import sys\nsys.argv = ['zoo', 'run', sys.argv[1]]\nfrom zoo.entry import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('FULL' if 'typer' in sys.modules else 'FAST', file=sys.stderr)\n")
+    return subprocess.run([sys.executable, "-c", code, str(recipe)], capture_output=True, text=True, env=dict(os.environ))
+
+
+def test_noop_fast_path_only_when_nothing_changed(tmp_path):
+    script = tmp_path / "prepare.txt"
+    script.write_text("v1")
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: fast
+version: 0.1.0
+stages:
+  s:
+    kind: script
+    config: {file: prepare.txt}
+  t:
+    kind: concat
+""")
+    first = _entry_probe(recipe)
+    assert "FULL" in first.stderr and "s: done" in first.stdout
+    second = _entry_probe(recipe)
+    assert "FAST" in second.stderr, second.stderr
+    assert "fast@0.1.0: 0 ran, 2 cached" in second.stdout
+    script.write_text("v2")  # user code changed: the stamp no longer holds
+    third = _entry_probe(recipe)
+    assert "FULL" in third.stderr and "s: done" in third.stdout
+    # a deleted cache object also disables the fast path
+    cache = Cache(Path(os.environ["ZOO_CACHE_DIR"]))
+    assert "FAST" in _entry_probe(recipe).stderr
+    for obj in cache.objects.glob("*/*"):
+        obj.unlink()
+    fourth = _entry_probe(recipe)
+    assert "FULL" in fourth.stderr and "s: done" in fourth.stdout

@@ -226,9 +226,11 @@ def test_auto_picks_a_fast_candidate_and_records_the_table(tmp_path, wide):
     assert [r["name"] for r in rows] == list(CANDIDATES)
     chosen = ctx.metrics["chosen"]
     assert chosen.startswith("static-")
-    for r in rows:
-        if r["name"].startswith("dynamic-"):
-            assert r["slower_than_fp32"] and not r["passed"]
+    table = ctx.metrics["candidates_table"]
+    by = {r["name"]: r for r in rows}
+    # int8 weights with run-time activation quantization: ~5x slower than fp32 for this CNN on x86
+    assert by["dynamic-qint8"]["slower_than_fp32"] and not by["dynamic-qint8"]["passed"], table
+    assert all(not r["passed"] for r in rows if r["slower_than_fp32"]), table
     winner = next(r for r in rows if r["name"] == chosen)
     assert winner["passed"] and winner["speedup"] >= 1.0
     saved = json.loads((ctx.out_dir / "candidates.json").read_text())

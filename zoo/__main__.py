@@ -1,3 +1,3 @@
-from zoo.cli import main
+from zoo.entry import main
 
 main()

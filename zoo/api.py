@@ -126,9 +126,28 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     reports = runner.run()
     new_lock = _merged_lock(dag, previous, runner.lock_records())
     changed = lockfile.write(lock_file, new_lock) if not frozen else False
-    return Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
-                  stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
-                  lock_changed=changed, executed=executed)
+    result = Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
+                    stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
+                    lock_changed=changed, executed=executed)
+    if result.ok and all(n.cache_policy == "default" for n in dag.nodes.values()):
+        _write_stamp(dag, cache, runner, result)
+    return result
+
+
+def _write_stamp(dag: planner.Dag, cache: Cache, runner: Runner, result: Result) -> None:
+    """Let the next identical `zoo run` answer from a few stats (zoo/fastpath.py)."""
+    from zoo import fastpath
+
+    files = {dag.recipe.path}
+    for node in dag.nodes.values():
+        files.update(keys.watched_files(dag.recipe, node))
+    entries = [cache.entry_path(e.key) for e in runner.entries.values()]
+    objects = [cache.object_path(m["digest"]) for e in runner.entries.values() for m in e.files.values()]
+    notes = [f"published {s.metrics['published']}" for s in result.stages if s.metrics.get("published")]
+    fastpath.write_stamp(recipe_path=dag.recipe.path, cache_dir=cache.root, lock_path=result.lock_path,
+                         files=files, entries=entries, objects=objects,
+                         summary={"name": dag.recipe.name, "version": dag.recipe.version,
+                                  "stages": dag.order(), "notes": notes})
 
 
 def gc(*, cache_dir: str | Path | None = None, keep_recipes: Iterable[str | Path] = (), dry_run: bool = False) -> dict:

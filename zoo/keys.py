@@ -70,6 +70,22 @@ def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str
     return out
 
 
+def watched_files(recipe: Recipe, node: Node) -> list[Path]:
+    """Every file whose content went into `code_digests` (for the no-op fast path's stamp)."""
+    cls = kinds.get(node.kind)
+    files: list[Path] = []
+    module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if module_file:
+        files.append(Path(module_file))
+    ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
+    for dep in cls().dependencies(node.instance.config, ctx):
+        dep = Path(dep).resolve()
+        files.append(dep)
+        if dep.is_dir():
+            files.extend(p for p in dep.rglob("*"))
+    return files
+
+
 def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], hashes: StatCache) -> dict[str, Any]:
     """Everything that enters the key of `node`, given its upstream output digests."""
     cls = kinds.get(node.kind)

@@ -166,9 +166,14 @@ def _builds_section(m: Manifest) -> list[str]:
     for name, b in m.builds.items():
         rows.append([f"`{name}`", f"`{b.file.path}`", b.format, b.precision, _fmt(b.opset), _size(b.file.size),
                      ", ".join(b.execution_providers),
-                     ", ".join(f"{k}={v}" for k, v in sorted(b.requires.items())) or "-"]
+                     ", ".join(_requirement(k, v) for k, v in sorted(b.requires.items())) or "-"]
                     + [_fmt(b.metrics.get(k)) for k, _ in shown])
     return ["## Builds", ""] + _table(header, rows)
+
+
+def _requirement(key: str, value: str) -> str:
+    # version constraints read naturally glued to the name: onnxruntime>=1.31
+    return f"{key}{value}" if value[:1] in "<>=!~" else f"{key}={value}"
 
 
 def _ports_section(m: Manifest) -> list[str]:

@@ -1,0 +1,401 @@
+"""The deploy kind end to end on tiny models: builds, conversions, vectors, card, manifest, publish."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from pydantic import ValidationError
+
+from zoo.errors import GateFailed, InvalidInput
+from zoo.hashing import hash_file_uncached
+from zoo.registry.manifest import MANIFEST_FILE, Manifest
+from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
+from zoo_stages.deploy import Deploy
+from zoo_stages.lib.datasets import load_split
+from zoo_stages.lib.modelcard import parse_front_matter
+
+DATA = {"source": "digits", "path": None, "image_size": 8, "channels": 1, "val_fraction": 0.2,
+        "split_seed": 0, "limit": None}
+MODEL = {"arch": None, "entry": None, "num_classes": 10, "input_name": "input", "output_name": "logits",
+         "task": "image-classification"}
+EVAL_SAMPLES = 120
+BUILDS = {
+    "cpu-fp32": {"from": "optimize"},
+    "cpu-int8": {"from": "quantize"},
+    "cuda-fp16": {"from": "optimize", "convert": "fp16"},
+    "mobile": {"from": "quantize", "convert": "ort"},
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures: a tiny trained classifier, its int8 version, and what verify would have written
+
+
+def _fit_classifier(x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """A 64-32-10 MLP with a random hidden layer and a least-squares output layer (accurate enough)."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((64, 32)).astype(np.float32) * 0.5
+    b1 = rng.standard_normal(32).astype(np.float32) * 0.1
+    h = np.maximum(x.reshape(len(x), -1) @ w1 + b1, 0)
+    target = np.eye(10, dtype=np.float32)[y] * 4 - 2
+    w2, *_ = np.linalg.lstsq(np.c_[h, np.ones(len(h))], target, rcond=None)
+    return {"W1": w1, "b1": b1, "W2": w2[:-1].astype(np.float32), "b2": w2[-1].astype(np.float32)}
+
+
+def _classifier(path: Path, weights: dict[str, np.ndarray]) -> Path:
+    nodes = [
+        helper.make_node("Flatten", ["input"], ["flat"], axis=1),
+        helper.make_node("MatMul", ["flat", "W1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "W2"], ["o0"]),
+        helper.make_node("Add", ["o0", "b2"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "tiny-digits",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 13
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def _run(path: Path, x: np.ndarray) -> np.ndarray:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+def _write_verify(root: Path, models: dict[str, tuple[str, Path]], x: np.ndarray, y: np.ndarray) -> Path:
+    """What verify writes: report.json (flat per-build metrics) and vectors/<build>/test_data_set_0."""
+    builds = {}
+    ref_acc = None
+    for name, (stage, path) in models.items():
+        logits = _run(path, x[:EVAL_SAMPLES])
+        acc = float(np.mean(np.argmax(logits, 1) == y[:EVAL_SAMPLES]))
+        ref_acc = acc if ref_acc is None else ref_acc
+        builds[name] = {
+            "stage": stage, "model_digest": hash_file_uncached(path), "size_bytes": path.stat().st_size,
+            "checker": 1, "checker_error": None, "ir_version": 13, "opset": 17, "custom_domains": [],
+            "accuracy": acc, "accuracy_drop": ref_acc - acc, "latency_p50_ms": 0.05, "latency_p90_ms": 0.07,
+            "throughput": {"1": 20000.0}, "throughput_bs1": 20000.0, "notes": [], "speedup": None,
+        }
+        set_dir = root / "vectors" / name / "test_data_set_0"
+        set_dir.mkdir(parents=True)
+        sample = np.ascontiguousarray(x[3:4])
+        (set_dir / "input_0.pb").write_bytes(numpy_helper.from_array(sample, "input").SerializeToString())
+        (set_dir / "output_0.pb").write_bytes(numpy_helper.from_array(_run(path, sample), "logits").SerializeToString())
+    report = {"reference": next(iter(models)), "threads": 1, "eval_samples": EVAL_SAMPLES, "builds": builds,
+              "gates": [{"gate": "cpu-int8.accuracy_drop <= 0.05", "passed": True, "implicit": False}],
+              "passed": True}
+    (root / "report.json").write_text(json.dumps(report, indent=2))
+    return root
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory) -> dict:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = tmp_path_factory.mktemp("upstream")
+    x_train, y_train = load_split(DATA, root, "train")
+    x_val, y_val = load_split(DATA, root, "val")
+    fp32 = _classifier(root / "optimize" / "model.onnx", _fit_classifier(np.asarray(x_train), np.asarray(y_train)))
+    int8 = root / "quantize" / "model.onnx"
+    int8.parent.mkdir()
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    m = onnx.load(str(int8))
+    m.ir_version = 13
+    onnx.save(m, str(int8))
+    verify = _write_verify(root / "verify", {"cpu-fp32": ("optimize", fp32), "cpu-int8": ("quantize", int8)},
+                           np.asarray(x_val), np.asarray(y_val))
+    return {"root": root, "fp32": fp32, "int8": int8, "verify": verify, "x_val": np.asarray(x_val)}
+
+
+def _inputs(up: dict, *, with_verify: bool = True) -> Inputs:
+    ups = [
+        Upstream("optimize", "optimize", {"model": up["fp32"]}, {}, key="key-optimize"),
+        Upstream("quantize", "quantize", {"model": up["int8"]}, {}, key="key-quantize"),
+    ]
+    if with_verify:
+        ups.append(Upstream("verify", "verify", {"report": up["verify"] / "report.json",
+                                                  "vectors": up["verify"] / "vectors"}, {}, key="key-verify"))
+    return Inputs(ups)
+
+
+def _context(tmp: Path, name: str) -> StageContext:
+    recipe = RecipeInfo(name="tiny-digits", version="1.2.3", description="A tiny digits classifier for tests.",
+                        license="MIT", path=tmp / "recipe.yaml", digest="f" * 64)
+    return StageContext(stage_id="deploy", out_dir=tmp / name / "out", work_dir=tmp / name / "work", recipe=recipe,
+                        shared={"model": MODEL, "data": DATA, "task": "image-classification"}, matrix={},
+                        threads=2, key="key-deploy")
+
+
+def _deploy(up: dict, tmp: Path, name: str = "run", *, builds=None, with_verify=True, **config):
+    cfg = Deploy.Config.model_validate({"builds": builds or BUILDS, "publish": False, **config})
+    ctx = _context(tmp, name)
+    out = Deploy().run(_inputs(up, with_verify=with_verify), cfg, ctx)
+    return out["release"], ctx
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _manifest(release: Path) -> Manifest:
+    return Manifest.model_validate_json((release / MANIFEST_FILE).read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# the release
+
+
+@pytest.fixture(scope="module")
+def release(upstream, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("deploy")
+    rel, ctx = _deploy(upstream, tmp)
+    return {"path": rel, "ctx": ctx, "tmp": tmp}
+
+
+def test_four_builds_with_correct_files(release):
+    rel = release["path"]
+    m = _manifest(rel)
+    assert list(m.builds) == ["cpu-fp32", "cpu-int8", "cuda-fp16", "mobile"]
+    assert (m.name, m.version, m.license, m.task) == ("tiny-digits", "1.2.3", "MIT", "image-classification")
+    assert m.created is None
+    import hashlib
+
+    for ref in m.all_files():
+        data = (rel / ref.path).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == ref.sha256 and len(data) == ref.size, ref.path
+    listed = {ref.path for ref in m.all_files()} | {MANIFEST_FILE}
+    assert set(_files(rel)) == listed  # nothing else in the release (no converter leftovers)
+    b = m.builds
+    assert [b[n].file.path for n in b] == ["builds/cpu-fp32/model.onnx", "builds/cpu-int8/model.onnx",
+                                           "builds/cuda-fp16/model.onnx", "builds/mobile/model.ort"]
+    assert [b[n].format for n in b] == ["onnx", "onnx", "onnx", "ort"]
+    assert [b[n].precision for n in b] == ["fp32", "int8", "fp16", "int8"]
+    assert all(b[n].opset == 17 for n in b)
+    assert b["cuda-fp16"].execution_providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert b["cuda-fp16"].requires == {"device": "cuda"}
+    assert b["cpu-fp32"].execution_providers == ["CPUExecutionProvider"] and b["cpu-fp32"].requires == {}
+    assert [f.path for f in b["mobile"].extra_files] == ["builds/mobile/model.required_operators.config"]
+    for name in b:
+        assert [(p.name, p.dtype, p.shape) for p in b[name].inputs] == [("input", "float32", ["batch", 1, 8, 8])]
+        assert [(p.name, p.dtype, p.shape) for p in b[name].outputs] == [("logits", "float32", ["batch", 10])]
+
+
+def test_unconverted_builds_ship_upstream_bytes_with_verify_metrics_and_vectors(release, upstream):
+    rel = release["path"]
+    m = _manifest(rel)
+    assert (rel / "builds/cpu-fp32/model.onnx").read_bytes() == upstream["fp32"].read_bytes()
+    assert (rel / "builds/cpu-int8/model.onnx").read_bytes() == upstream["int8"].read_bytes()
+    report = json.loads((upstream["verify"] / "report.json").read_text())
+    for name in ("cpu-fp32", "cpu-int8"):
+        metrics = m.builds[name].metrics
+        assert metrics["accuracy"] == report["builds"][name]["accuracy"]
+        assert metrics["latency_p50_ms"] == 0.05 and metrics["throughput_bs1"] == 20000.0
+        assert metrics["size_bytes"] == m.builds[name].file.size
+        # strings, nested tables, None and model properties are not metrics
+        assert not {"stage", "model_digest", "throughput", "notes", "speedup", "opset", "checker_error"} & set(metrics)
+        vectors = [f.path for f in m.builds[name].test_vectors]
+        assert vectors == [f"builds/{name}/test_data_set_0/input_0.pb", f"builds/{name}/test_data_set_0/output_0.pb"]
+        for path in vectors:
+            src = upstream["verify"] / "vectors" / name / path.split("/", 2)[2]
+            assert (rel / path).read_bytes() == src.read_bytes()
+    assert m.builds["cpu-fp32"].metrics["accuracy"] > 0.8  # the fixture model is a real classifier
+    assert m.extra["deploy"]["verified_as"] == {"cpu-fp32": "cpu-fp32", "cpu-int8": "cpu-int8",
+                                                "cuda-fp16": "cpu-fp32", "mobile": "cpu-int8"}
+
+
+def test_fp16_build_keeps_float32_io_and_passes_parity(release, upstream):
+    rel = release["path"]
+    m = _manifest(rel)
+    model = onnx.load(str(rel / "builds/cuda-fp16/model.onnx"))
+    assert model.ir_version <= 13
+    assert model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert model.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert TensorProto.FLOAT16 in {i.data_type for i in model.graph.initializer}
+    metrics = m.builds["cuda-fp16"].metrics
+    assert 0 < metrics["parity_max_abs"] <= 1e-2 + 1e-2 * 10
+    assert metrics["parity_atol"] == 1e-2 and metrics["parity_samples"] == EVAL_SAMPLES
+    assert metrics["parity_cosine"] > 0.9999
+    assert metrics["accuracy_samples"] == EVAL_SAMPLES
+    assert abs(metrics["accuracy_drop"]) <= 0.02
+    # generated vectors: verify's reference input, outputs of the fp16 model itself
+    vec = rel / "builds/cuda-fp16/test_data_set_0"
+    x = numpy_helper.to_array(onnx.load_tensor(str(vec / "input_0.pb")))
+    y = numpy_helper.to_array(onnx.load_tensor(str(vec / "output_0.pb")))
+    assert (vec / "input_0.pb").read_bytes() == (upstream["verify"] / "vectors/cpu-fp32/test_data_set_0/input_0.pb").read_bytes()
+    np.testing.assert_array_equal(_run(rel / "builds/cuda-fp16/model.onnx", x), y)
+    conv = m.extra["deploy"]["conversions"]["cuda-fp16"]
+    assert conv["kind"] == "fp16" and conv["from"] == "optimize" and conv["keep_io_types"] is True
+
+
+def test_ort_build_loads_and_matches_source(release, upstream):
+    rel = release["path"]
+    m = _manifest(rel)
+    x = upstream["x_val"][:32]
+    np.testing.assert_allclose(_run(rel / "builds/mobile/model.ort", x), _run(upstream["int8"], x), atol=1e-4, rtol=1e-4)
+    assert m.builds["mobile"].metrics["parity_max_abs"] <= 1e-4
+    conv = m.extra["deploy"]["conversions"]["mobile"]
+    assert conv["optimization_style"] == "Fixed"
+    assert conv["files"] == ["model.ort", "model.required_operators.config"]
+    config = (rel / "builds/mobile/model.required_operators.config").read_text()
+    assert str(release["tmp"]) not in config and "ai.onnx;" in config
+    vec = rel / "builds/mobile/test_data_set_0"
+    x0 = numpy_helper.to_array(onnx.load_tensor(str(vec / "input_0.pb")))
+    np.testing.assert_array_equal(_run(rel / "builds/mobile/model.ort", x0),
+                                  numpy_helper.to_array(onnx.load_tensor(str(vec / "output_0.pb"))))
+
+
+def test_model_card_front_matter_and_sections(release):
+    rel = release["path"]
+    m = _manifest(rel)
+    assert m.card is not None and m.card.path == "README.md"
+    text = (rel / "README.md").read_text()
+    front, body = parse_front_matter(text)
+    assert front["license"] == "MIT" and front["task"] == "image-classification"
+    assert set(front["metrics"]) == set(m.builds)
+    assert front["metrics"]["cpu-int8"]["accuracy"] == m.builds["cpu-int8"].metrics["accuracy"]
+    assert front["lineage"]["recipe"] == {"name": "tiny-digits", "version": "1.2.3", "digest": "f" * 64}
+    assert front["lineage"]["stages"] == {"optimize": "key-optimize", "quantize": "key-quantize", "verify": "key-verify"}
+    assert front["dataset"]["source"] == "digits" and front["datasets"] == ["digits"]
+    assert front["builds"]["mobile"]["sha256"] == m.builds["mobile"].file.sha256
+    for name in m.builds:
+        assert f"zoo pull tiny-digits@1.2.3 --build {name}" in body
+    for section in ("## Builds", "## Intended use", "## Limitations", "## How to pull", "## Lineage",
+                    "## Conversions", "## Verification"):
+        assert section in body
+    assert "| `cuda-fp16` |" in body and "CUDAExecutionProvider" in body
+
+
+def test_lineage_tools_and_metrics(release):
+    m = _manifest(release["path"])
+    from importlib.metadata import version
+
+    assert m.lineage.tools["onnx"] == version("onnx") and m.lineage.tools["onnxruntime"] == version("onnxruntime")
+    assert m.lineage.stages == {"optimize": "key-optimize", "quantize": "key-quantize", "verify": "key-verify"}
+    assert set(m.lineage.sources) == {"data"}
+    assert release["ctx"].metrics["builds"] == list(m.builds)
+    assert "torch" not in sys.modules or True  # deploy never imports torch (checked in a subprocess below)
+
+
+def test_release_is_byte_deterministic(release, upstream, tmp_path):
+    again, _ = _deploy(upstream, tmp_path, "second")
+    first, second = _files(release["path"]), _files(again)
+    assert list(first) == list(second)
+    for path in first:
+        assert first[path] == second[path], path
+
+
+# ---------------------------------------------------------------------------------------------
+# errors and options
+
+
+def test_parity_failure_raises_gate_with_table(upstream, tmp_path):
+    with pytest.raises(GateFailed) as err:
+        _deploy(upstream, tmp_path, builds={"cuda-fp16": {"from": "optimize", "convert": "fp16", "atol": 0, "rtol": 0}})
+    assert "cuda-fp16" in err.value.message and "logits" in err.value.table and "violations" in err.value.table
+
+
+def test_wrong_verified_name_is_caught_by_digest(upstream, tmp_path):
+    with pytest.raises(GateFailed, match="not the model verify checked"):
+        _deploy(upstream, tmp_path, builds={"cpu-fp32": {"from": "optimize", "verified_as": "cpu-int8"}})
+
+
+def test_tampered_vectors_are_caught(upstream, tmp_path):
+    import shutil
+
+    verify = tmp_path / "verify"
+    shutil.copytree(upstream["verify"], verify)
+    out = verify / "vectors/cpu-fp32/test_data_set_0/output_0.pb"
+    arr = numpy_helper.to_array(onnx.load_tensor(str(out))) + 1.0
+    out.write_bytes(numpy_helper.from_array(arr, "logits").SerializeToString())
+    up = dict(upstream, verify=verify)
+    with pytest.raises(GateFailed, match="does not reproduce"):
+        _deploy(up, tmp_path, builds={"cpu-fp32": {"from": "optimize"}})
+    release, _ = _deploy(up, tmp_path, "unchecked", builds={"cpu-fp32": {"from": "optimize"}}, check_vectors=False)
+    assert (release / "builds/cpu-fp32/test_data_set_0/output_0.pb").read_bytes() == out.read_bytes()
+
+
+def test_unknown_source_and_verified_as(upstream, tmp_path):
+    with pytest.raises(InvalidInput, match="builds.gpu.from") as err:
+        _deploy(upstream, tmp_path, builds={"gpu": {"from": "export"}})
+    assert "optimize" in err.value.hint
+    with pytest.raises(InvalidInput, match="verified_as"):
+        _deploy(upstream, tmp_path, builds={"cpu-fp32": {"from": "optimize", "verified_as": "nope"}})
+    with pytest.raises(InvalidInput, match="has no `model` output"):
+        _deploy(upstream, tmp_path, builds={"x": {"from": "verify"}})
+
+
+def test_fp16_of_int8_source_is_refused(upstream, tmp_path):
+    with pytest.raises(InvalidInput, match="quantized"):
+        _deploy(upstream, tmp_path, builds={"gpu": {"from": "quantize", "convert": "fp16"}})
+
+
+def test_config_validation():
+    cfg = Deploy.Config.model_validate({"builds": {"cpu-fp32": "optimize"}})
+    assert cfg.builds["cpu-fp32"].source == "optimize" and cfg.publish is True
+    with pytest.raises(ValidationError, match="build name"):
+        Deploy.Config.model_validate({"builds": {"CPU FP32": {"from": "optimize"}}})
+    with pytest.raises(ValidationError, match="optimization_style"):
+        Deploy.Config.model_validate({"builds": {"g": {"from": "optimize", "convert": "fp16",
+                                                       "optimization_style": "Fixed"}}})
+    with pytest.raises(ValidationError):
+        Deploy.Config.model_validate({"builds": {"g": {"from": "optimize", "convert": "tflite"}}})
+    with pytest.raises(ValidationError):
+        Deploy.Config.model_validate({"builds": {"g": {"from": "optimize", "bogus": 1}}})
+    with pytest.raises(ValidationError):
+        Deploy.Config.model_validate({"builds": {}})
+
+
+def test_without_verify_builds_get_generated_vectors(upstream, tmp_path):
+    release, _ = _deploy(upstream, tmp_path, with_verify=False, vector_samples=4,
+                         builds={"cpu-fp32": {"from": "optimize"}, "mobile": {"from": "quantize", "convert": "ort",
+                                                                              "optimization_style": "Runtime"}})
+    m = _manifest(release)
+    assert "accuracy" not in m.builds["cpu-fp32"].metrics
+    assert m.builds["mobile"].metrics["parity_samples"] == len(upstream["x_val"])  # whole held-out split
+    x = numpy_helper.to_array(onnx.load_tensor(str(release / "builds/cpu-fp32/test_data_set_0/input_0.pb")))
+    np.testing.assert_array_equal(x, upstream["x_val"][:4])
+    assert m.extra["deploy"]["conversions"]["mobile"]["optimization_style"] == "Runtime"
+    assert "session.enable_saved_runtime_optimizations" in (release / "README.md").read_text()
+    assert "verification" not in m.extra["deploy"]
+
+
+def test_rerun_replaces_previous_release(upstream, tmp_path):
+    first, _ = _deploy(upstream, tmp_path, "same", builds={"cpu-fp32": {"from": "optimize"}})
+    (first / "stray.txt").write_text("left over")
+    again, _ = _deploy(upstream, tmp_path, "same", builds={"cpu-int8": {"from": "quantize"}})
+    assert again == first
+    assert list(_manifest(again).builds) == ["cpu-int8"]
+    assert not (again / "stray.txt").exists() and not (again / "builds/cpu-fp32").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# registration and import cost
+
+
+def test_kind_is_registered_and_import_is_light():
+    from zoo import kinds
+
+    assert kinds.get("deploy") is Deploy
+    assert Deploy.outputs == ("release",) and Deploy.shared == ("model", "data")
+    code = ("import sys, zoo_stages.deploy, zoo_stages.lib.convert, zoo_stages.lib.describe, "
+            "zoo_stages.lib.modelcard; "
+            "print(sorted(m for m in ('onnx', 'onnxruntime', 'torch', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

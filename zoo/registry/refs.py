@@ -1,0 +1,113 @@
+"""Model references (``name``, ``name@1.2.0``, ``name@prod``), tag names and version ordering."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from zoo.errors import InvalidInput
+from zoo.registry.manifest import BUILD_RE, NAME_RE, VERSION_RE
+
+TAG_RE = r"^[a-z0-9][a-z0-9._-]*$"
+LATEST = "latest"
+
+_NAME = re.compile(NAME_RE)
+_VERSION = re.compile(VERSION_RE)
+_TAG = re.compile(TAG_RE)
+_BUILD = re.compile(BUILD_RE)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A parsed reference: exactly one of `version` / `tag` is set (a bare name means tag `latest`)."""
+
+    name: str
+    version: str | None = None
+    tag: str | None = None
+
+    @property
+    def pinned(self) -> bool:
+        """True when the reference names an immutable version."""
+        return self.version is not None
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.version or self.tag}"
+
+
+def is_version(text: str) -> bool:
+    return bool(_VERSION.match(text))
+
+
+def check_name(name: str, what: str = "model name") -> str:
+    """A model name safe to use as a folder name; InvalidInput otherwise."""
+    if not isinstance(name, str) or not _NAME.match(name) or len(name) > 200:
+        raise InvalidInput(f"invalid {what} {name!r}",
+                           hint="use lower-case letters, digits, '.', '_' and '-', starting with a letter or digit")
+    return name
+
+
+def check_version(version: str) -> str:
+    if not isinstance(version, str) or not _VERSION.match(version):
+        raise InvalidInput(f"invalid version {version!r}", hint="use semantic versioning, e.g. 1.2.0")
+    return version
+
+
+def check_tag(tag: str) -> str:
+    """A movable tag name: like a model name, and never shaped like a version (that would be ambiguous)."""
+    if not isinstance(tag, str) or not _TAG.match(tag) or len(tag) > 100:
+        raise InvalidInput(f"invalid tag {tag!r}", hint="use lower-case letters, digits, '.', '_' and '-'")
+    if _VERSION.match(tag):
+        raise InvalidInput(f"tag {tag!r} looks like a version", hint="tags are names such as 'prod' or 'stable'")
+    return tag
+
+
+def check_build(build: str) -> str:
+    if not isinstance(build, str) or not _BUILD.match(build):
+        raise InvalidInput(f"invalid build name {build!r}", hint="e.g. cpu-fp32, cpu-int8, cuda-fp16")
+    return build
+
+
+def parse_ref(text: str) -> Ref:
+    """Parse ``name``, ``name@version`` or ``name@tag``; InvalidInput on anything else."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("empty model reference", hint="use NAME, NAME@VERSION or NAME@TAG")
+    name, sep, rest = text.strip().partition("@")
+    check_name(name)
+    if not sep:
+        return Ref(name, tag=LATEST)
+    if not rest:
+        raise InvalidInput(f"reference {text!r} has nothing after '@'", hint="use NAME@1.2.0 or NAME@prod")
+    if _VERSION.match(rest):
+        return Ref(name, version=rest)
+    return Ref(name, tag=check_tag(rest))
+
+
+def parse_pinned(text: str) -> Ref:
+    """A reference that must name an exact version (push, rm, tag)."""
+    ref = parse_ref(text)
+    if not ref.pinned:
+        raise InvalidInput(f"{text!r} does not name a version", hint=f"use {ref.name}@1.2.0")
+    return ref
+
+
+def version_key(version: str) -> str:
+    """A string that sorts like semantic-version precedence (release after its pre-releases)."""
+    m = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+([0-9A-Za-z.-]+))?$", version)
+    if not m:
+        # the manifest allows '+' directly after the patch number with '-' inside; sort it as a release
+        base, _, suffix = version.partition("+")
+        m2 = re.match(r"^(\d+)\.(\d+)\.(\d+)", base)
+        if not m2:
+            return version
+        return f"{int(m2.group(1)):09d}.{int(m2.group(2)):09d}.{int(m2.group(3)):09d}~1~{suffix}"
+    major, minor, patch, pre, build = m.groups()
+    head = f"{int(major):09d}.{int(minor):09d}.{int(patch):09d}"
+    if pre is None:
+        return f"{head}~1~{build or ''}"
+    parts = [f"0{int(p):09d}" if p.isdigit() else f"1{p}" for p in pre.split(".")]
+    return f"{head}~0~{'.'.join(parts)}"
+
+
+def newest(versions: list[str]) -> str | None:
+    """The highest version by semantic-version precedence, or None."""
+    return max(versions, key=version_key) if versions else None
