@@ -93,7 +93,7 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
         "schema": KEY_SCHEMA_VERSION,
         "kind": node.kind,
         "kind_version": str(cls.version),
-        "config": node.instance.config.model_dump(mode="json"),
+        "config": node.instance.config.model_dump(mode="json", by_alias=True),
         "shared": shared_sections(recipe, node),
         "matrix": dict(node.instance.matrix),
         "inputs": inputs,
