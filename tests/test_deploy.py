@@ -372,6 +372,8 @@ def test_without_verify_builds_get_generated_vectors(upstream, tmp_path):
     x = numpy_helper.to_array(onnx.load_tensor(str(release / "builds/cpu-fp32/test_data_set_0/input_0.pb")))
     np.testing.assert_array_equal(x, upstream["x_val"][:4])
     assert m.extra["deploy"]["conversions"]["mobile"]["optimization_style"] == "Runtime"
+    replay = m.extra["deploy"]["conversions"]["mobile"]["runtime_optimizations_replay"]
+    assert replay == "ok" or replay.startswith(("fails: ", "outputs differ"))
     assert "session.enable_saved_runtime_optimizations" in (release / "README.md").read_text()
     assert "verification" not in m.extra["deploy"]
 

@@ -237,8 +237,13 @@ def _conversions_section(conversions: Mapping[str, Mapping[str, Any]]) -> list[s
             line += "; files: " + ", ".join(f"`{f}`" for f in c["files"])
         out.append(line + ".")
         if c.get("optimization_style") == "Runtime":
-            out.append("  Enable the saved optimizations with the session option "
-                       "`session.enable_saved_runtime_optimizations=1`.")
+            replay = c.get("runtime_optimizations_replay")
+            if replay == "ok":
+                out.append("  The saved optimizations can be replayed with the session option "
+                           "`session.enable_saved_runtime_optimizations=1` (checked at build time).")
+            elif replay:
+                out.append("  Load it without `session.enable_saved_runtime_optimizations`: replaying the saved "
+                           f"optimizations was checked at build time and {replay.replace('|', '/')}.")
     return out + [""]
 
 
