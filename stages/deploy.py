@@ -174,15 +174,9 @@ class Deploy(StageKind):
             zoo = LocalZoo()
             published = zoo.publish(release)
             context.metrics["published"] = published.ref
-            context.metrics["zoo"] = str(getattr(zoo, "root", None) or _zoo_home())
+            context.metrics["zoo"] = str(zoo.root)
             context.log.info("published %s to %s", published.ref, context.metrics["zoo"])
         return {"release": release}
-
-
-def _zoo_home() -> Path:
-    from zoo.paths import zoo_home
-
-    return zoo_home()
 
 
 class _Release:
@@ -710,16 +704,9 @@ def _write_tensor(path: Path, array: Any, name: str) -> Path:
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    from zoo_stages.lib.onnxutil import atomic_write_bytes
+
+    atomic_write_bytes(path, data)
 
 
 def _copy(src: Path, dst: Path) -> None:

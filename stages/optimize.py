@@ -140,8 +140,8 @@ def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[i
 
     from zoo_stages.lib import onnxutil
 
-    ref_sess = onnxutil.make_session(reference, threads=1, level="disable")
-    cand_sess = onnxutil.make_session(candidate, threads=1, level="disable")
+    ref_sess = onnxutil.make_session(onnxutil.model_bytes(reference), threads=1, level="disable")
+    cand_sess = onnxutil.make_session(onnxutil.model_bytes(candidate), threads=1, level="disable")
     feeds = onnxutil.random_inputs(ref_sess, parity.samples, parity.seed, input_shape)
     names = [o.name for o in ref_sess.get_outputs()]
     ref_outs = [onnxutil.run(ref_sess, x) for x in feeds]

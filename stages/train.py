@@ -54,7 +54,10 @@ class TrainConfig(KindConfig):
         if self.entry is not None:
             from zoo_stages.lib.archs import parse_entry
 
-            parse_entry(self.entry, "config.entry")
+            try:
+                parse_entry(self.entry, "config.entry")
+            except InvalidInput as e:  # pydantic reports ValueErrors at the field's position
+                raise ValueError(e.message) from None
         return self
 
 

@@ -239,7 +239,8 @@ def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig
     except Exception as e:  # ValidationError, InferenceError: both mean the checker refused it
         checker, checker_error = 0, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
-    evaluator = onnxutil.make_session(model, threads=1, level="all")
+    blob = onnxutil.model_bytes(model)  # serialised once for both sessions
+    evaluator = onnxutil.make_session(blob, threads=1, level="all")
     input_name, _ = onnxutil.single_input(evaluator)
     onnxutil.check_input_shape(evaluator, x.shape[1:], where="the held-out split")
     logits = onnxutil.run_batched(evaluator, x)
@@ -253,7 +254,7 @@ def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig
         notes.append(f"model outputs {logits.shape[1]} classes, the recipe's model.num_classes is {n_classes}")
 
     lat = config.latency
-    timing = onnxutil.make_session(model, threads=lat.threads, level="all")
+    timing = onnxutil.make_session(blob, threads=lat.threads, level="all")
     fixed = onnxutil.fixed_batch(timing)
     stats = onnxutil.measure_latency(timing, onnxutil.batch_of(x, fixed or 1), warmup=lat.warmup, runs=lat.runs)
     throughput = onnxutil.measure_throughput(timing, x, lat.batch_sizes, warmup=min(lat.warmup, 2),

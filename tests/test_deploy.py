@@ -401,3 +401,34 @@ def test_kind_is_registered_and_import_is_light():
             "print(sorted(m for m in ('onnx', 'onnxruntime', 'torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------------------------
+# publishing to the local zoo (ZOO_HOME points at a temp dir, see conftest.py)
+
+
+def test_publish_to_local_zoo_is_idempotent_and_immutable(upstream, tmp_path, isolated_zoo_paths):
+    from zoo.errors import Conflict
+    from zoo.registry.store import LocalZoo
+
+    release, ctx = _deploy(upstream, tmp_path, "pub", publish=True)
+    zoo = LocalZoo()
+    assert zoo.root == isolated_zoo_paths / "home"
+    assert ctx.metrics["published"] == "tiny-digits@1.2.3" and ctx.metrics["zoo"] == str(zoo.root)
+    stored = zoo.get("tiny-digits", "1.2.3")
+    staged = _manifest(release)
+    assert stored is not None and stored.created is not None
+    assert stored.model_copy(update={"created": None}) == staged
+    assert zoo.missing(stored.all_files()) == []
+    # the published mobile build materializes and its test vector reproduces
+    model = zoo.materialize(stored, "mobile", tmp_path / "installed")
+    vec = model.parent / "test_data_set_0"
+    x = numpy_helper.to_array(onnx.load_tensor(str(vec / "input_0.pb")))
+    np.testing.assert_array_equal(_run(model, x), numpy_helper.to_array(onnx.load_tensor(str(vec / "output_0.pb"))))
+    # a rebuild from the same inputs is bit-identical, so publishing it again is a no-op
+    _, again = _deploy(upstream, tmp_path, "pub-again", publish=True)
+    assert again.metrics["published"] == "tiny-digits@1.2.3"
+    assert zoo.get("tiny-digits", "1.2.3").created == stored.created
+    # different bytes under the same version are refused
+    with pytest.raises(Conflict):
+        _deploy(upstream, tmp_path, "pub-changed", publish=True, intended_use="Something else entirely.")

@@ -98,12 +98,13 @@ status = plan
 
 def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, jobs: int = 1, force: Iterable[str] | bool = (),
         frozen: bool = False, executor: Executor | str | None = None,
-        on_update: Callable[[StageReport], None] | None = None) -> Result:
+        on_update: Callable[[StageReport], None] | None = None, record: bool = True) -> Result:
     """Run the recipe; cached stages are not run. Updates the lockfile next to the recipe.
 
     `force`: True for every stage, or stage ids (all instances of a matrix stage) to rerun.
     `frozen`: fail with LockOutOfDate (and run nothing) if the lockfile would change.
     `executor`: an Executor, or 'local' / 'dask://HOST:PORT'.
+    `record=False` (used by `zoo repro`): no lockfile update, no stamp, and stages publish nothing.
     """
     dag = load(path)
     cache = Cache(paths.cache_dir(cache_dir)).ensure()
@@ -122,14 +123,15 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
         if on_update:
             on_update(report)
 
-    runner = Runner(dag, cache, executor, force=forced, previous=previous, jobs=jobs, on_update=update)
+    runner = Runner(dag, cache, executor, force=forced, previous=previous, jobs=jobs, publish=record,
+                    on_update=update)
     reports = runner.run()
     new_lock = _merged_lock(dag, previous, runner.lock_records())
-    changed = lockfile.write(lock_file, new_lock) if not frozen else False
+    changed = lockfile.write(lock_file, new_lock) if record and not frozen else False
     result = Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
                     stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
                     lock_changed=changed, executed=executed)
-    if result.ok and all(n.cache_policy == "default" for n in dag.nodes.values()):
+    if record and result.ok and all(n.cache_policy == "default" for n in dag.nodes.values()):
         _write_stamp(dag, cache, runner, result)
     return result
 

@@ -82,7 +82,7 @@ class Runner:
     """Runs a Dag against a Cache on an Executor, reporting progress through `on_update`."""
 
     def __init__(self, dag: Dag, cache: Cache, executor: Executor, *, force: set[str] = frozenset(),
-                 previous: Lock | None = None, jobs: int = 1,
+                 previous: Lock | None = None, jobs: int = 1, publish: bool = True,
                  on_update: Callable[[StageReport], None] = lambda r: None):
         self.dag = dag
         self.cache = cache
@@ -90,6 +90,7 @@ class Runner:
         self.force = set(force)
         self.previous = previous
         self.jobs = max(1, jobs)
+        self.publish = publish
         self.on_update = on_update
         self.hashes: StatCache = cache.hashes
         self.reports = {nid: StageReport(id=nid, kind=n.kind, needs=list(n.needs)) for nid, n in dag.nodes.items()}
@@ -216,7 +217,7 @@ class Runner:
                          matrix=dict(node.instance.matrix), shared=keys.shared_sections(self.dag.recipe, node),
                          recipe=keys.recipe_info(self.dag.recipe), upstream=upstream,
                          out_dir=str(tmp / "out"), work_dir=str(tmp / "work"), log_path=str(tmp / "stage.log"),
-                         threads=threads)
+                         threads=threads, publish=self.publish)
         return task, tmp
 
     def _finish(self, future: Future) -> None:

@@ -124,6 +124,7 @@ class StageContext:
     matrix: Mapping[str, str]
     threads: int = 1
     key: str = ""
+    publish: bool = True  # False while `zoo repro` rebuilds: no side effects outside out_dir
     metrics: dict[str, Any] = field(default_factory=dict)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("zoo.stage"))
 

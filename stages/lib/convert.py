@@ -34,34 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("zoo.stage.convert")
 
-MAX_IR_VERSION = 13  # the newest IR onnxruntime 1.31 loads; onnx 1.23 stamps 14 by default
 OPTIMIZATION_STYLES = ("Fixed", "Runtime")
 _PROTOBUF_LIMIT = 2_000_000_000  # below protobuf's 2 GiB cap, so a single-file save always works
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _load_full(src: Path) -> Any:
-    """Load an ONNX model with its external data, refusing sidecar paths outside its folder."""
-    from onnx.external_data_helper import load_external_data_for_model
-
-    from zoo_stages.lib.describe import external_data_locations, load_graph
-
-    model = load_graph(src)
-    if external_data_locations(model):  # also refuses locations outside the model's folder
-        load_external_data_for_model(model, str(src.parent))
-    return model
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,8 +52,9 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     from zoo_stages.lib.describe import detect_precision
+    from zoo_stages.lib.onnxutil import MAX_IR_VERSION, atomic_write_bytes, load_model
 
-    model = _load_full(Path(src))
+    model = load_model(Path(src))  # with external data; refuses sidecar paths outside its folder
     precision = detect_precision(model)
     if precision == "int8":
         raise InvalidInput(f"{src} is a quantized (int8) model; float16 conversion needs a float32 source",
@@ -92,7 +67,7 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
     converted.ir_version = min(int(converted.ir_version), MAX_IR_VERSION)
     dst = Path(dst)
     if converted.ByteSize() < _PROTOBUF_LIMIT:
-        _atomic_write_bytes(dst, converted.SerializeToString())
+        atomic_write_bytes(dst, converted.SerializeToString(deterministic=True))
     else:
         # too big for one protobuf: weights go to one sidecar next to the model
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -141,6 +116,7 @@ def to_ort(src: Path, dst_dir: Path, *, optimization_style: str = "Fixed", work_
     from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
 
     from zoo_stages.lib.describe import external_data_locations, load_graph
+    from zoo_stages.lib.onnxutil import atomic_write_bytes
 
     src = Path(src)
     sidecars = external_data_locations(load_graph(src))
@@ -191,8 +167,8 @@ def to_ort(src: Path, dst_dir: Path, *, optimization_style: str = "Fixed", work_
             raise StageFailed(f"cannot write {src.name}'s ORT-format model reproducibly: the ORT flatbuffers "
                               f"schema of this onnxruntime has a construct zoo does not know ({e})",
                               hint="use an onnxruntime version zoo supports for `convert: ort` builds") from e
-        _atomic_write_bytes(model_dst, canonical)
-        _atomic_write_bytes(config_dst, _portable_operators_config(configs[0].read_text(), model_dst.name).encode())
+        atomic_write_bytes(model_dst, canonical)
+        atomic_write_bytes(config_dst, _portable_operators_config(configs[0].read_text(), model_dst.name).encode())
     return OrtConversion(model=model_dst, operators_config=config_dst, optimization_style=optimization_style)
 
 

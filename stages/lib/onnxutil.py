@@ -167,10 +167,14 @@ def load_model(path: Path) -> "onnx.ModelProto":
 def model_bytes(model: "onnx.ModelProto") -> bytes:
     """Deterministic serialisation of a model (IR version fixed), refusing models above 2 GiB."""
     fix_ir_version(model)
-    if model.ByteSize() > _PROTOBUF_LIMIT:
-        raise InvalidInput(f"the model is {model.ByteSize() / 2**30:.1f} GiB, above protobuf's 2 GiB limit",
-                           hint="models this large need ONNX external data, which this stage does not write")
-    return model.SerializeToString(deterministic=True)
+    try:
+        return model.SerializeToString(deterministic=True)
+    except Exception:  # protobuf raises ValueError/EncodeError depending on its backend
+        size = model.ByteSize()  # only computed on failure: it costs as much as serialising
+        if size > _PROTOBUF_LIMIT:
+            raise InvalidInput(f"the model is {size / 2**30:.1f} GiB, above protobuf's 2 GiB limit",
+                               hint="models this large need ONNX external data, which this stage does not write") from None
+        raise
 
 
 def save_model(model: "onnx.ModelProto", path: Path) -> Path:

@@ -26,7 +26,7 @@ OPTIONS: dict[str, dict[str, type]] = {
     "file": {},
     "s3": {"endpoint_url": str, "profile": str, "region": str, "anon": bool},
     "webdav": {"user": str, "password_env": str, "verify_ssl": bool},
-    "http": {"verify_ssl": bool},
+    "http": {},
     "hf": {"endpoint": str, "token_env": str, "private": bool},
 }
 _SECRET_WORDS = ("password", "secret", "token", "credential", "access_key", "apikey", "api_key")
@@ -136,8 +136,9 @@ class RemotesConfig:
         if scheme == "file":
             url = str(Path(url.removeprefix("file://")).expanduser().resolve())
         for m in mirrors or []:
-            if scheme_of(m) != scheme and not (scheme == "s3" and scheme_of(m) == "http"):
-                raise InvalidInput(f"mirror {m!r} is not the same kind of remote as {url!r}")
+            if (scheme_of(m) == "hf") != (scheme == "hf"):
+                raise InvalidInput(f"mirror {m!r} cannot mirror {url!r}",
+                                   hint="a Hugging Face remote mirrors only another Hugging Face endpoint")
         remote = RemoteConfig(name=name, url=url, options=parse_options(scheme, options or {}), mirrors=list(mirrors or []))
         data = self.load()
         if any(r.name == name for r in data.remotes):

@@ -1,0 +1,163 @@
+"""The zoo's Python API; `zoo list/show/search/pull/push/tag/rm/remote` only call these.
+
+Every function returns plain structured data (dataclasses or dicts) and raises `zoo.errors`
+classes; none of them prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from zoo.registry.index import VersionInfo
+from zoo.registry.manifest import Manifest
+from zoo.registry.pull import PullResult
+from zoo.registry.refs import Ref, parse_pinned, parse_ref, version_key
+from zoo.registry.store import LocalZoo
+
+__all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "push", "tag", "rm",
+           "remote_add", "remote_list", "remote_remove", "PullResult", "VersionInfo"]
+
+
+@dataclass
+class ModelSummary:
+    """One model in `zoo list`: its newest version, how many versions, its tags."""
+
+    name: str
+    latest: str
+    versions: int
+    task: str
+    description: str
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def _zoo(zoo: LocalZoo | None) -> LocalZoo:
+    return zoo or LocalZoo()
+
+
+def _remote(name: str, zoo: LocalZoo):
+    from zoo.registry.config import RemotesConfig
+    from zoo.registry.remotes import open_remote
+
+    return open_remote(RemotesConfig(zoo.root).get(name))
+
+
+def list_versions(name: str | None = None, *, remote: str | None = None, zoo: LocalZoo | None = None) -> list[VersionInfo]:
+    """Every version (of one model or all), newest first per model, locally or on `remote`."""
+    zoo = _zoo(zoo)
+    return _remote(remote, zoo).list(name) if remote else zoo.list(name)
+
+
+def list_models(*, remote: str | None = None, zoo: LocalZoo | None = None) -> list[ModelSummary]:
+    """One summary per model, locally or on `remote`."""
+    out: dict[str, ModelSummary] = {}
+    for v in list_versions(remote=remote, zoo=zoo):
+        s = out.get(v.name)
+        if s is None:
+            s = out[v.name] = ModelSummary(v.name, v.version, 0, v.task, v.description)
+        s.versions += 1
+        if version_key(v.version) > version_key(s.latest):
+            s.latest, s.task, s.description = v.version, v.task, v.description
+        for t in v.tags:
+            s.tags[t] = v.version
+    return [out[k] for k in sorted(out)]
+
+
+def show(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
+    """The manifest of `ref` plus its tags and, for each build, whether it is downloaded locally."""
+    zoo = _zoo(zoo)
+    r = parse_ref(ref)
+    if remote:
+        rz = _remote(remote, zoo)
+        manifest = rz.resolve(r)
+        tags = rz.tags(r.name)
+    else:
+        manifest = zoo.resolve(r)
+        tags = zoo.tags(r.name)
+    data = manifest.model_dump(mode="json")
+    data["tags"] = sorted(t for t, v in tags.items() if v == manifest.version)
+    data["source"] = remote or "local"
+    data["downloaded"] = {b: not zoo.missing(zoo.build_files(manifest, b)) for b in manifest.builds}
+    return data
+
+
+def search(text: str = "", *, task: str | None = None, tag: str | None = None, max_latency: float | None = None,
+           min_accuracy: float | None = None, all_versions: bool = False, zoo: LocalZoo | None = None) -> list[dict]:
+    """Builds in the local zoo matching `text` (name/description/task) and every filter given.
+
+    `max_latency` is compared with the build metric ``latency_p50_ms`` and `min_accuracy` with
+    ``accuracy`` (both recorded by the verify stage); builds without the metric do not match.
+    Only each model's newest version is searched unless `all_versions`.
+    """
+    return _zoo(zoo).index.search(text, task=task, tag=tag, max_latency=max_latency, min_accuracy=min_accuracy,
+                                  latest_only=not all_versions)
+
+
+def pull(ref: str, *, build: str | None = None, to: str | Path | None = None, remote: str | None = None,
+         offline: bool = False, zoo: LocalZoo | None = None) -> PullResult:
+    """Pull `ref`; see `zoo.registry.pull` for the resolution order and `zoo.registry.select` for the build rule."""
+    from zoo.registry import pull as _pull
+
+    return _pull.pull(ref, build=build, to=Path(to) if to else None, remote=remote, offline=offline, zoo=_zoo(zoo))
+
+
+def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | None = None) -> dict:
+    """Publish local `name@version` to remote `to` (blobs first, manifest last, create-exclusive)."""
+    zoo = _zoo(zoo)
+    r = parse_pinned(ref)
+    manifest = zoo.resolve(r)
+    return _remote(to, zoo).push(zoo, manifest, list(tags or []))
+
+
+def tag(ref: str, tag_name: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
+    """Point `tag_name` at `name@version`, locally or on `remote`."""
+    zoo = _zoo(zoo)
+    r = parse_pinned(ref)
+    if remote:
+        _remote(remote, zoo).set_tag(r.name, tag_name, r.version)
+    else:
+        zoo.tag(r.name, r.version, tag_name)
+    return {"ref": str(r), "tag": tag_name, "remote": remote or "local"}
+
+
+def rm(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
+    """Remove `name@version` (locally: with its unused blobs; on a remote: its manifest and tags)."""
+    zoo = _zoo(zoo)
+    r = parse_pinned(ref)
+    if remote:
+        _remote(remote, zoo).remove(r.name, r.version)
+        return {"ref": str(r), "remote": remote, "blobs_freed": 0}
+    return {"ref": str(r), "remote": "local", "blobs_freed": zoo.remove(r.name, r.version)}
+
+
+def remote_add(name: str, url: str, *, options: dict[str, str] | None = None, mirrors: list[str] | None = None,
+               replace: bool = False, zoo: LocalZoo | None = None) -> dict:
+    """Add (or with `replace`, change) a remote. Options are validated; credentials are refused."""
+    from zoo.registry.config import RemotesConfig
+
+    return RemotesConfig(_zoo(zoo).root).add(name, url, options, mirrors, replace=replace).model_dump()
+
+
+def remote_list(*, zoo: LocalZoo | None = None) -> list[dict]:
+    from zoo.registry.config import RemotesConfig
+
+    return [r.model_dump() | {"kind": r.scheme, "read_only": r.read_only} for r in RemotesConfig(_zoo(zoo).root).list()]
+
+
+def remote_remove(name: str, *, zoo: LocalZoo | None = None) -> dict:
+    from zoo.registry.config import RemotesConfig
+
+    RemotesConfig(_zoo(zoo).root).remove(name)
+    return {"removed": name}
+
+
+def as_dict(obj) -> dict:
+    """JSON-ready form of any result above."""
+    if isinstance(obj, Manifest):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "__dataclass_fields__"):
+        d = asdict(obj)
+        if isinstance(obj, PullResult):
+            d["ref"] = obj.ref
+        return d
+    return obj

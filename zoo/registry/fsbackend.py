@@ -1,0 +1,254 @@
+"""Byte-level access to one remote location through fsspec: local folder, S3, WebDAV, HTTP(S).
+
+One class, `FsBackend`, with the few operations the remote zoo needs. Each scheme gets the
+atomic primitive it supports:
+
+- local folder: temp file + rename; create-exclusive by hard link (fails if the name exists);
+- S3 (s3fs): PUT is atomic; create-exclusive is ``PUT If-None-Match: *`` (412 → already there);
+- WebDAV (webdav4): upload to a temp name, then ``MOVE`` with ``Overwrite: F`` for create-exclusive;
+- HTTP(S) (fsspec's HTTPFileSystem): read-only.
+
+fsspec and the scheme's driver are imported when a backend is opened, never at module import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+from zoo.errors import InvalidInput, SourceUnreachable, StorageError
+from zoo.registry.config import scheme_of
+
+CHUNK = 32 << 20
+_CONNECT_WORDS = ("connect", "timeout", "unreachable", "networkerror", "remotedisconnected", "gaierror")
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return True
+        if any(w in cls.__name__.lower() for cls in type(exc).__mro__ for w in _CONNECT_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class FsBackend:
+    """One remote location (URL) and the filesystem that reaches it."""
+
+    def __init__(self, url: str, options: dict | None = None):
+        self.url = url
+        self.scheme = scheme_of(url)
+        self.options = dict(options or {})
+        self.read_only = self.scheme == "http"
+        self.fs, self.root = self._open()
+
+    # ---- opening ------------------------------------------------------------------------
+    def _open(self):
+        o = self.options
+        if self.scheme == "file":
+            from fsspec.implementations.local import LocalFileSystem
+
+            return LocalFileSystem(), str(Path(self.url.removeprefix("file://")).expanduser().resolve())
+        if self.scheme == "s3":
+            try:
+                import s3fs
+            except ImportError as e:
+                raise InvalidInput("S3 remotes need s3fs", hint="pip install 'zoo-onnx[s3]'") from e
+            client_kwargs = {}
+            if o.get("endpoint_url"):
+                client_kwargs["endpoint_url"] = o["endpoint_url"]
+            if o.get("region"):
+                client_kwargs["region_name"] = o["region"]
+            fs = s3fs.S3FileSystem(anon=bool(o.get("anon", False)), profile=o.get("profile"),
+                                   client_kwargs=client_kwargs, use_listings_cache=False, skip_instance_cache=True,
+                                   config_kwargs={"connect_timeout": 10, "retries": {"max_attempts": 2}})
+            return fs, self.url[len("s3://"):].rstrip("/")
+        if self.scheme == "webdav":
+            try:
+                from webdav4.fsspec import WebdavFileSystem
+            except ImportError as e:
+                raise InvalidInput("WebDAV remotes need webdav4", hint="pip install 'zoo-onnx[webdav]'") from e
+            auth = None
+            if o.get("user"):
+                env = o.get("password_env") or "ZOO_WEBDAV_PASSWORD"
+                auth = (o["user"], os.environ.get(env, ""))
+            base = self.url[len("webdav+"):].rstrip("/")
+            fs = WebdavFileSystem(base, auth=auth, verify=bool(o.get("verify_ssl", True)), timeout=30)
+            return fs, ""
+        if self.scheme == "http":
+            from fsspec.implementations.http import HTTPFileSystem
+
+            fs = HTTPFileSystem(skip_instance_cache=True, use_listings_cache=False)
+            return fs, self.url.rstrip("/")
+        raise InvalidInput(f"{self.url}: not a filesystem remote")
+
+    def path(self, *parts: str) -> str:
+        rel = "/".join(parts)
+        return f"{self.root}/{rel}" if self.root else rel
+
+    @contextlib.contextmanager
+    def _errors(self, what: str):
+        try:
+            yield
+        except (FileNotFoundError, FileExistsError, InvalidInput):
+            raise
+        except StorageError:
+            raise
+        except Exception as e:  # drivers raise many types; sort them into unreachable vs storage errors
+            if _is_connection_error(e):
+                raise SourceUnreachable(f"remote {self.url} is unreachable ({what}): {type(e).__name__}: {e}",
+                                        hint="check the network, or use --offline to pull from the local cache") from e
+            if type(e).__name__ in ("ResourceNotFound",) or (isinstance(e, OSError) and e.errno == 2):
+                raise FileNotFoundError(what) from e
+            raise StorageError(f"remote {self.url}: {what} failed: {type(e).__name__}: {e}") from e
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise InvalidInput(f"remote {self.url} is read-only (plain HTTP)",
+                               hint="push to the S3, WebDAV or folder location behind it")
+
+    # ---- reading ------------------------------------------------------------------------
+    def read(self, rpath: str) -> bytes | None:
+        """The whole (small) file, or None if it does not exist."""
+        try:
+            with self._errors(f"read {rpath}"):
+                return self.fs.cat_file(rpath)
+        except FileNotFoundError:
+            return None
+
+    def size(self, rpath: str) -> int | None:
+        """Size in bytes, or None if missing."""
+        try:
+            with self._errors(f"stat {rpath}"):
+                info = self.fs.info(rpath)
+        except FileNotFoundError:
+            return None
+        size = info.get("size")
+        return int(size) if size is not None else None
+
+    def listdir(self, rpath: str) -> list[str]:
+        """Base names under a folder ([] if missing). Plain HTTP cannot list: callers use index files."""
+        if self.scheme == "http":
+            return []
+        try:
+            with self._errors(f"list {rpath}"):
+                entries = self.fs.ls(rpath, detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted({str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries} - {""})
+
+    def iter_from(self, rpath: str, offset: int, size: int) -> Iterator[bytes]:
+        """The bytes of `rpath` from `offset` to `size`, in ranged requests of CHUNK bytes."""
+        pos = offset
+        while pos < size:
+            end = min(pos + CHUNK, size)
+            with self._errors(f"download {rpath}"):
+                chunk = self.fs.cat_file(rpath, start=pos, end=end)
+            if not chunk:
+                raise StorageError(f"remote {self.url}: {rpath} ended at byte {pos}, expected {size}")
+            pos += len(chunk)
+            yield chunk
+
+    # ---- writing ------------------------------------------------------------------------
+    def _tmp_name(self, rpath: str) -> str:
+        head, _, tail = rpath.rpartition("/")
+        return f"{head}/.{tail}.{uuid.uuid4().hex[:12]}.tmp" if head else f".{tail}.{uuid.uuid4().hex[:12]}.tmp"
+
+    def _makedirs(self, rpath: str) -> None:
+        parent = rpath.rpartition("/")[0]
+        if parent and self.scheme in ("file", "webdav"):
+            with self._errors(f"mkdir {parent}"):
+                self.fs.makedirs(parent, exist_ok=True)
+
+    def write(self, rpath: str, data: bytes) -> None:
+        """Write (replace) a small file atomically."""
+        self._writable()
+        self._makedirs(rpath)
+        if self.scheme == "file":
+            from zoo.registry.fileio import atomic_write_bytes
+
+            atomic_write_bytes(Path(rpath), data)
+        elif self.scheme == "s3":
+            with self._errors(f"write {rpath}"):
+                self.fs.pipe_file(rpath, data)
+        else:
+            tmp = self._tmp_name(rpath)
+            with self._errors(f"write {rpath}"):
+                self.fs.pipe_file(tmp, data)
+                self.fs.client.move(tmp, rpath, overwrite=True)
+
+    def create(self, rpath: str, data: bytes) -> bool:
+        """Create `rpath` with `data` only if it does not exist; False if someone else has."""
+        self._writable()
+        self._makedirs(rpath)
+        if self.scheme == "file":
+            from zoo.registry.fileio import create_exclusive_bytes
+
+            return create_exclusive_bytes(Path(rpath), data)
+        if self.scheme == "s3":
+            try:
+                with self._errors(f"create {rpath}"):
+                    self.fs.pipe_file(rpath, data, mode="create")
+                return True
+            except FileExistsError:
+                return False
+        from webdav4.client import ResourceAlreadyExists
+
+        tmp = self._tmp_name(rpath)
+        with self._errors(f"upload {tmp}"):
+            self.fs.pipe_file(tmp, data)
+        try:
+            with self._errors(f"create {rpath}"):
+                try:
+                    self.fs.client.move(tmp, rpath, overwrite=False)
+                except ResourceAlreadyExists:
+                    return False
+            return True
+        finally:
+            with contextlib.suppress(Exception):
+                if self.fs.exists(tmp):
+                    self.fs.rm_file(tmp)
+
+    def put_file(self, local: Path, rpath: str) -> None:
+        """Upload a local file so that `rpath` is either absent or complete, never partial."""
+        self._writable()
+        self._makedirs(rpath)
+        if self.scheme == "file":
+            import shutil
+
+            # a copy, not a link: the remote must not share an inode with the local blob
+            dest = Path(rpath)
+            tmp = Path(self._tmp_name(rpath))
+            try:
+                shutil.copyfile(local, tmp)
+                os.replace(tmp, dest)
+            except OSError as e:
+                raise StorageError(f"cannot write {dest}: {e}") from e
+            finally:
+                tmp.unlink(missing_ok=True)
+            return
+        if self.scheme == "s3":  # a PUT or a completed multipart upload is atomic
+            with self._errors(f"upload {rpath}"):
+                self.fs.put_file(str(local), rpath)
+            return
+        tmp = self._tmp_name(rpath)
+        with self._errors(f"upload {rpath}"):
+            self.fs.put_file(str(local), tmp)
+            self.fs.client.move(tmp, rpath, overwrite=True)
+
+    def delete(self, rpath: str) -> None:
+        self._writable()
+        try:
+            with self._errors(f"delete {rpath}"):
+                if self.scheme == "file":
+                    Path(rpath).unlink()
+                else:
+                    self.fs.rm_file(rpath)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,151 @@
+"""`zoo pull`: resolve a reference, pick a build, fetch its blobs (verified), place the files.
+
+Resolution order:
+
+- ``--offline``: the local zoo only.
+- a pinned version (``name@1.2.0``) already in the local zoo: no network at all (versions are
+  immutable), so a second pull costs a manifest read and a few stats;
+- otherwise the remotes in order (``--remote NAME`` alone, else every configured remote in
+  config order; each remote tries its mirrors in order). If none can be reached and the local
+  zoo has the reference, it is used and a note says so.
+
+Nothing pulled is ever imported or executed: files are verified, linked into place and their
+ONNX external-data locations checked, nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zoo.errors import NotFound, SourceUnreachable, StorageError, ZooError
+from zoo.registry.manifest import Manifest
+from zoo.registry.refs import LATEST, Ref, parse_ref
+from zoo.registry.remotes import RemoteZoo, open_remote
+from zoo.registry.store import LocalZoo
+
+
+@dataclass
+class PullResult:
+    """What a pull did: which version and build, where the model file is, what was downloaded."""
+
+    name: str
+    version: str
+    build: str
+    path: str
+    source: str  # remote name, or "local"
+    downloaded_files: int = 0
+    downloaded_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+def candidate_remotes(zoo: LocalZoo, remote: str | None) -> list[RemoteZoo]:
+    """The remotes a pull may use, in order."""
+    from zoo.registry.config import RemotesConfig
+
+    cfg = RemotesConfig(zoo.root)
+    configs = [cfg.get(remote)] if remote else cfg.list()
+    return [open_remote(c) for c in configs]
+
+
+def resolve_manifest(zoo: LocalZoo, r: Ref, remotes: list[RemoteZoo], offline: bool,
+                     notes: list[str]) -> tuple[Manifest, RemoteZoo | None]:
+    """(manifest, remote it came from or None for the local zoo) following the module's order."""
+    local = _local(zoo, r)
+    if offline or (r.pinned and local is not None):
+        if local is None:
+            raise NotFound(f"{r} is not in the local zoo (offline)", hint="pull it once while online")
+        return local, None
+    unreachable: list[str] = []
+    not_found: list[ZooError] = []
+    for rz in remotes:
+        try:
+            return rz.resolve(r), rz
+        except SourceUnreachable as e:
+            unreachable.append(f"{rz.name} ({e.message})")
+        except NotFound as e:
+            not_found.append(e)
+    if local is not None:
+        if unreachable:
+            notes.append(f"remote {', '.join(unreachable)} unreachable: using {local.ref} from the local cache")
+        return local, None
+    if unreachable and not not_found:
+        raise SourceUnreachable(f"cannot resolve {r}: no remote could be reached ({'; '.join(unreachable)})",
+                                hint="check the network; --offline pulls only what is cached")
+    if not_found and len(remotes) == 1:
+        raise not_found[0]
+    if not remotes:
+        zoo.resolve(r)  # raises NotFound with local suggestions
+    raise NotFound(f"{r} was found neither in the local zoo nor on remote(s) {', '.join(x.name for x in remotes)}",
+                   hint=not_found[0].hint if not_found else None)
+
+
+def _local(zoo: LocalZoo, r: Ref) -> Manifest | None:
+    try:
+        return zoo.resolve(r)
+    except NotFound:
+        return None
+
+
+def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: str | None = None,
+         offline: bool = False, zoo: LocalZoo | None = None, providers: list[str] | None = None) -> PullResult:
+    """Pull `ref` (``name[@version|@tag]``) and return where its build's model file is."""
+    from zoo.registry.select import best_build
+
+    zoo = zoo or LocalZoo()
+    r = parse_ref(ref)
+    notes: list[str] = []
+    remotes = [] if offline else candidate_remotes(zoo, remote)
+    manifest, source = resolve_manifest(zoo, r, remotes, offline, notes)
+    b = zoo.get_build(manifest, build) if build else best_build(manifest, providers)
+    dest = Path(to).expanduser().resolve() if to else None
+
+    if source is None:
+        done = zoo.is_materialized(manifest, b, dest)
+        if done is not None:
+            return PullResult(manifest.name, manifest.version, b.name, str(done), "local", notes=notes)
+
+    files = zoo.build_files(manifest, b)
+    missing = zoo.missing(files)
+    got_bytes = 0
+    if missing:
+        if offline:
+            raise NotFound(f"{manifest.ref} build {b.name} is not in the local cache (offline)",
+                           hint="pull it once while online")
+        order = ([source] if source else []) + [x for x in remotes if x is not source]
+        for f in missing:
+            _fetch_any(order, manifest, f, zoo)
+            got_bytes += f.size
+    if source is not None:
+        zoo.adopt(manifest)
+        if r.tag and r.tag != LATEST:
+            zoo.tag(manifest.name, manifest.version, r.tag)  # so the same tag resolves offline later
+    path = zoo.materialize(manifest, b, dest)
+    return PullResult(manifest.name, manifest.version, b.name, str(path), source.name if source else "local",
+                      len(missing), got_bytes, notes)
+
+
+def _fetch_any(order: list[RemoteZoo], manifest: Manifest, f, zoo: LocalZoo) -> None:
+    from zoo.errors import IntegrityError
+
+    errors: list[ZooError] = []
+    for rz in order:
+        try:
+            rz.fetch(manifest, f, zoo.blobs)
+            return
+        except (StorageError, NotFound) as e:
+            errors.append(e)
+        except IntegrityError as e:
+            errors.append(e)
+    if not errors:
+        raise NotFound(f"{manifest.ref}: {f.path} is not cached and no remote is configured",
+                       hint="add one with `zoo remote add`")
+    for kind in (IntegrityError, SourceUnreachable):
+        hit = [e for e in errors if isinstance(e, kind)]
+        if hit:
+            raise hit[0]
+    raise errors[0]

@@ -1,0 +1,309 @@
+"""Remote zoos: the interface every backend implements, the folder layout shared by the
+fsspec backends, and `open_remote` which builds the right one from a `RemoteConfig`.
+
+Layout of a filesystem remote (local folder, S3 prefix, WebDAV folder, HTTP(S) read-only)::
+
+    <root>/zoo-remote.json                        {"schema_version": 1}
+    <root>/blobs/sha256/<aa>/<sha256>             every file, addressed by content
+    <root>/models/<name>/versions/<version>.json  the manifest: written last, create-exclusive
+    <root>/models/<name>/tags/<tag>.json          {"version": "1.2.0"}
+    <root>/models/<name>/index.json               versions + tags (derived; lets HTTP list)
+    <root>/index.json                             model names (derived; lets HTTP list)
+
+The index files are rebuilt from listings after every change, so concurrent publishers of
+different versions converge; plain HTTP remotes read them instead of listing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from zoo.errors import Conflict, InvalidInput, NotFound, SourceUnreachable, StorageError
+from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_now
+from zoo.registry.index import VersionInfo
+from zoo.registry.manifest import FileRef, Manifest
+from zoo.registry.refs import LATEST, Ref, check_name, check_tag, check_version, version_key
+
+if TYPE_CHECKING:
+    from zoo.registry.blobs import BlobStore
+    from zoo.registry.config import RemoteConfig
+    from zoo.registry.fsbackend import FsBackend
+    from zoo.registry.store import LocalZoo
+
+REMOTE_SCHEMA_VERSION = 1
+
+
+class RemoteZoo:
+    """What a remote zoo can do. `name` is the configured remote name."""
+
+    name: str
+    read_only: bool = False
+
+    def resolve(self, ref: Ref) -> Manifest:
+        """The manifest `ref` names on this remote; NotFound / SourceUnreachable."""
+        raise NotImplementedError
+
+    def list(self, name: str | None = None) -> list[VersionInfo]:
+        raise NotImplementedError
+
+    def tags(self, name: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def fetch(self, manifest: Manifest, ref: FileRef, blobs: "BlobStore") -> None:
+        """Make the blob of `ref` present (verified) in `blobs`."""
+        raise NotImplementedError
+
+    def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
+        """Publish a local version: blobs first, manifest last (create-exclusive)."""
+        raise NotImplementedError
+
+    def set_tag(self, name: str, tag: str, version: str) -> None:
+        raise NotImplementedError
+
+    def remove(self, name: str, version: str) -> None:
+        raise NotImplementedError
+
+
+def open_remote(config: "RemoteConfig") -> RemoteZoo:
+    """The RemoteZoo for a configured remote (imports its driver lazily)."""
+    if config.scheme == "hf":
+        from zoo.registry.hf import HfRemoteZoo
+
+        return HfRemoteZoo(config)
+    return FsRemoteZoo(config)
+
+
+def _summary(m: Manifest) -> dict:
+    return {"created": m.created, "task": m.task, "description": m.description, "license": m.license,
+            "builds": sorted(m.builds)}
+
+
+class FsRemoteZoo(RemoteZoo):
+    """A remote zoo in a folder reachable through fsspec, with optional mirrors (same layout)."""
+
+    def __init__(self, config: "RemoteConfig"):
+        from zoo.registry.config import scheme_of
+        from zoo.registry.fsbackend import FsBackend
+
+        self.name = config.name
+        self.config = config
+        self.primary = FsBackend(config.url, config.options)
+        self.mirrors = [FsBackend(u, config.options if scheme_of(u) == config.scheme else {}) for u in config.mirrors]
+        self.read_only = self.primary.read_only
+
+    @property
+    def backends(self) -> list["FsBackend"]:
+        return [self.primary, *self.mirrors]
+
+    # ---- reads (primary, then mirrors) ---------------------------------------------------
+    def _read_json(self, *parts: str) -> dict | None:
+        """First backend that answers; None if reachable ones lack the file; SourceUnreachable if none answer."""
+        unreachable: SourceUnreachable | None = None
+        for b in self.backends:
+            try:
+                data = b.read(b.path(*parts))
+            except SourceUnreachable as e:
+                unreachable = unreachable or e
+                continue
+            if data is not None:
+                try:
+                    return json.loads(data)
+                except ValueError as e:
+                    raise StorageError(f"remote {self.name}: {'/'.join(parts)} is not valid JSON") from e
+        if unreachable is not None:
+            raise unreachable
+        return None
+
+    def _read_manifest(self, name: str, version: str) -> Manifest | None:
+        raw = self._read_json("models", name, "versions", f"{version}.json")
+        if raw is None:
+            return None
+        m = load_manifest(json.dumps(raw), f"remote {self.name}: {name}@{version}")
+        if (m.name, m.version) != (name, version):
+            raise StorageError(f"remote {self.name}: the manifest stored as {name}@{version} describes {m.ref}",
+                               hint="the remote is corrupt; ask its maintainer to republish")
+        return m
+
+    def resolve(self, ref: Ref) -> Manifest:
+        version = ref.version
+        if version is None:
+            raw = self._read_json("models", ref.name, "tags", f"{ref.tag}.json")
+            if raw is None:
+                raise self._not_found(ref)
+            version = check_version(str(raw.get("version", "")))
+        m = self._read_manifest(ref.name, version)
+        if m is None:
+            raise self._not_found(ref)
+        return m
+
+    def _not_found(self, ref: Ref) -> NotFound:
+        idx = self._model_index(ref.name)
+        if idx and idx.get("versions"):
+            have = sorted(idx["versions"], key=version_key, reverse=True)[:5] + sorted(idx.get("tags", {}))
+            return NotFound(f"{ref} is not on remote {self.name}", hint=f"{ref.name} has: {', '.join(have)}")
+        import difflib
+
+        close = difflib.get_close_matches(ref.name, self._model_names(), n=3)
+        return NotFound(f"no model called {ref.name!r} on remote {self.name}",
+                        hint=f"did you mean {', '.join(close)}?" if close else f"run `zoo list --remote {self.name}`")
+
+    def _model_index(self, name: str) -> dict | None:
+        return self._read_json("models", name, "index.json")
+
+    def _model_names(self) -> list[str]:
+        raw = self._read_json("index.json")
+        return sorted((raw or {}).get("models", []))
+
+    def list(self, name: str | None = None) -> list[VersionInfo]:
+        out = []
+        for model in [check_name(name)] if name else self._model_names():
+            idx = self._model_index(model) or {}
+            tags_by_version: dict[str, list[str]] = {}
+            for tag, v in idx.get("tags", {}).items():
+                tags_by_version.setdefault(v, []).append(tag)
+            for v in sorted(idx.get("versions", {}), key=version_key, reverse=True):
+                s = idx["versions"][v]
+                out.append(VersionInfo(model, v, s.get("created"), s.get("task", ""), s.get("description", ""),
+                                       s.get("license", ""), s.get("builds", []), sorted(tags_by_version.get(v, []))))
+        return out
+
+    def tags(self, name: str) -> dict[str, str]:
+        return dict((self._model_index(name) or {}).get("tags", {}))
+
+    def fetch(self, manifest: Manifest, ref: FileRef, blobs: "BlobStore") -> None:
+        from zoo.registry.transfer import fetch_blob
+
+        sources = []
+        for b in self.backends:
+            rpath = b.path("blobs", "sha256", ref.sha256[:2], ref.sha256)
+            sources.append((b.url, lambda offset, b=b, rpath=rpath: b.iter_from(rpath, offset, ref.size)))
+        fetch_blob(blobs, ref.sha256, ref.size, sources, f"{manifest.ref}: {ref.path}")
+
+    # ---- writes (primary only) ---------------------------------------------------------
+    def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
+        b = self.primary
+        if b.read_only:
+            b._writable()
+        missing = zoo.missing(manifest.all_files())
+        if missing:
+            raise NotFound(f"{manifest.ref}: {len(missing)} file(s) are not in the local zoo (e.g. {missing[0].path})",
+                           hint=f"pull every build first: `zoo pull {manifest.ref} --build …` for each build")
+        if b.read(b.path("zoo-remote.json")) is None:
+            b.write(b.path("zoo-remote.json"), json.dumps({"schema_version": REMOTE_SCHEMA_VERSION}).encode())
+        existing = self._read_primary_manifest(manifest)
+        if existing is not None:
+            if not same_content(existing, manifest):
+                raise Conflict(f"{manifest.ref} is already on remote {self.name} with different content",
+                               hint="versions are immutable: bump the version")
+            for tag in tags or []:
+                self.set_tag(manifest.name, tag, manifest.version)
+            return {"remote": self.name, "ref": manifest.ref, "uploaded": 0, "skipped": len(manifest.all_files()),
+                    "bytes": 0, "created": False}
+        uploaded = skipped = nbytes = 0
+        from zoo.registry.fileio import sha256_file
+
+        for ref in manifest.all_files():
+            rpath = b.path("blobs", "sha256", ref.sha256[:2], ref.sha256)
+            if b.size(rpath) == ref.size:  # resumes an interrupted push: only what is missing goes up
+                skipped += 1
+                continue
+            local = zoo.blobs.path(ref.sha256)
+            if sha256_file(local) != (ref.sha256, ref.size):
+                from zoo.errors import IntegrityError
+
+                raise IntegrityError(f"local blob of {manifest.ref}: {ref.path} is corrupt; refusing to upload it",
+                                     hint=f"`zoo rm {manifest.ref}` and pull or publish it again")
+            b.put_file(local, rpath)
+            uploaded += 1
+            nbytes += ref.size
+        if manifest.created is None:
+            manifest = manifest.model_copy(update={"created": utc_now()})
+        mpath = b.path("models", manifest.name, "versions", f"{manifest.version}.json")
+        created = b.create(mpath, dump_manifest(manifest))
+        if not created:
+            theirs = self._read_primary_manifest(manifest)
+            if theirs is None or not same_content(theirs, manifest):
+                raise Conflict(f"{manifest.ref} was published to remote {self.name} concurrently with different content",
+                               hint="versions are immutable: bump the version")
+        current = (self.tags(manifest.name) or {}).get(LATEST)
+        if current is None or version_key(manifest.version) >= version_key(current):
+            self._write_tag(manifest.name, LATEST, manifest.version)
+        for tag in tags or []:
+            if tag != LATEST:
+                self._write_tag(manifest.name, check_tag(tag), manifest.version)
+        self._reindex(manifest.name, manifest)
+        return {"remote": self.name, "ref": manifest.ref, "uploaded": uploaded, "skipped": skipped,
+                "bytes": nbytes, "created": created}
+
+    def _read_primary_manifest(self, manifest: Manifest) -> Manifest | None:
+        b = self.primary
+        data = b.read(b.path("models", manifest.name, "versions", f"{manifest.version}.json"))
+        return None if data is None else load_manifest(data, f"remote {self.name}: {manifest.ref}")
+
+    def _write_tag(self, name: str, tag: str, version: str) -> None:
+        b = self.primary
+        b.write(b.path("models", name, "tags", f"{tag}.json"),
+                json.dumps({"version": version, "updated": utc_now()}).encode())
+
+    def set_tag(self, name: str, tag: str, version: str) -> None:
+        check_tag(tag)
+        if self._read_primary_manifest_by(name, version) is None:
+            raise NotFound(f"{name}@{version} is not on remote {self.name}", hint=f"push it first: zoo push {name}@{version} --to {self.name}")
+        self._write_tag(name, tag, version)
+        self._reindex(name)
+
+    def _read_primary_manifest_by(self, name: str, version: str) -> bytes | None:
+        b = self.primary
+        b._writable()
+        return b.read(b.path("models", name, "versions", f"{version}.json"))
+
+    def remove(self, name: str, version: str) -> None:
+        """Delete a version's manifest and the tags on it. Blobs stay: other versions may share them."""
+        b = self.primary
+        if self._read_primary_manifest_by(name, version) is None:
+            raise NotFound(f"{name}@{version} is not on remote {self.name}")
+        b.delete(b.path("models", name, "versions", f"{version}.json"))
+        for tag, v in self._list_tags(name).items():
+            if v == version:
+                b.delete(b.path("models", name, "tags", f"{tag}.json"))
+        self._reindex(name)
+
+    def _list_tags(self, name: str) -> dict[str, str]:
+        b = self.primary
+        out = {}
+        for entry in b.listdir(b.path("models", name, "tags")):
+            if entry.endswith(".json") and not entry.startswith("."):
+                data = b.read(b.path("models", name, "tags", entry))
+                if data:
+                    out[entry[:-5]] = json.loads(data)["version"]
+        return out
+
+    def _reindex(self, name: str, new: Manifest | None = None) -> None:
+        """Rewrite the derived index files from listings (reads only manifests the index lacks)."""
+        b = self.primary
+        old = (json.loads(b.read(b.path("models", name, "index.json")) or b"{}")).get("versions", {})
+        versions = {}
+        for entry in b.listdir(b.path("models", name, "versions")):
+            if not entry.endswith(".json") or entry.startswith("."):
+                continue
+            v = entry[:-5]
+            if new is not None and v == new.version:
+                versions[v] = _summary(new)
+            elif v in old:
+                versions[v] = old[v]
+            else:
+                m = self._read_manifest(name, v)
+                if m is not None:
+                    versions[v] = _summary(m)
+        tags = {t: v for t, v in self._list_tags(name).items() if v in versions}
+        if versions and LATEST not in tags:
+            top = max(versions, key=version_key)
+            self._write_tag(name, LATEST, top)
+            tags[LATEST] = top
+        b.write(b.path("models", name, "index.json"),
+                json.dumps({"schema_version": REMOTE_SCHEMA_VERSION, "name": name, "versions": versions, "tags": tags},
+                           indent=1, sort_keys=True).encode())
+        models = [m for m in b.listdir(b.path("models")) if not m.startswith(".")]
+        b.write(b.path("index.json"),
+                json.dumps({"schema_version": REMOTE_SCHEMA_VERSION, "models": sorted(models)}, indent=1).encode())

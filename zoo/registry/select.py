@@ -1,0 +1,72 @@
+"""Choosing the best build of a version for this host (used by `zoo pull` without --build).
+
+The rule, in order:
+
+1. Builds that failed verification (metrics ``passed: false`` or ``status: failed``) come last.
+2. If onnxruntime on this host offers ``CUDAExecutionProvider``, CUDA builds (a build whose
+   ``execution_providers`` lists it, or whose ``requires`` says ``device: cuda``) come first,
+   lowest ``latency_p50_ms`` first.
+3. Otherwise builds that need a GPU are skipped; then ``cpu-int8``, then ``cpu-fp32``, then
+   any other CPU build by lowest ``latency_p50_ms`` and name.
+
+Checking for CUDA imports onnxruntime; that only happens here, at pull time.
+"""
+
+from __future__ import annotations
+
+from zoo.errors import NotFound
+from zoo.registry.index import build_passed
+from zoo.registry.manifest import Build, Manifest
+
+CPU_PREFERENCE = ("cpu-int8", "cpu-fp32")
+
+
+def available_providers() -> list[str]:
+    """Execution providers onnxruntime offers on this host ([] if onnxruntime is missing)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return []
+    return list(onnxruntime.get_available_providers())
+
+
+def needs_gpu(build: Build) -> bool:
+    device = build.requires.get("device", "").lower()
+    if device and device != "cpu":
+        return True
+    return "CPUExecutionProvider" not in build.execution_providers
+
+
+def is_cuda(build: Build) -> bool:
+    return "CUDAExecutionProvider" in build.execution_providers or build.requires.get("device", "").lower() == "cuda"
+
+
+def _latency(build: Build) -> float:
+    v = build.metrics.get("latency_p50_ms")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("inf")
+
+
+def rank_builds(manifest: Manifest, providers: list[str] | None = None) -> list[Build]:
+    """The builds this host can run, best first (see the module docstring for the rule)."""
+    providers = available_providers() if providers is None else providers
+    cuda = "CUDAExecutionProvider" in providers
+    usable = [b for b in manifest.builds.values() if (cuda and is_cuda(b)) or not needs_gpu(b)]
+
+    def key(b: Build):
+        if cuda and is_cuda(b):
+            group = 0
+        elif b.name in CPU_PREFERENCE:
+            group = 1 + CPU_PREFERENCE.index(b.name)
+        else:
+            group = 1 + len(CPU_PREFERENCE)
+        return (not build_passed(b.metrics), group, _latency(b), b.name)
+
+    return sorted(usable, key=key)
+
+
+def best_build(manifest: Manifest, providers: list[str] | None = None) -> Build:
+    ranked = rank_builds(manifest, providers)
+    if not ranked:
+        raise NotFound(f"{manifest.ref} has no build this host can run (builds: {', '.join(sorted(manifest.builds))})",
+                       hint="pick one with --build, or install an onnxruntime with the needed execution provider")
+    return ranked[0]
