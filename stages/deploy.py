@@ -36,7 +36,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping
@@ -48,7 +48,8 @@ from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Linea
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind, Upstream
 
 CARD_FILE = "README.md"
-LINEAGE_TOOLS = ("onnx", "onnxruntime", "torch", "zoo-onnx")
+# flatbuffers writes the canonical .ort bytes (see convert.canonical_ort_bytes), so its version matters too
+LINEAGE_TOOLS = ("flatbuffers", "onnx", "onnxruntime", "torch", "zoo-onnx")
 # default parity tolerances per conversion: fp16 rounds every weight and activation, while the
 # ORT format runs the very same kernels (only graph optimizations are baked in)
 DEFAULT_TOLERANCES = {"fp16": (1e-2, 1e-2), "ort": (1e-4, 1e-4)}
@@ -57,6 +58,8 @@ VECTOR_CHECK_TOLERANCE = (1e-3, 1e-3)
 _VECTOR_FILE = re.compile(r"^(input|output)_(\d+)\.pb$")
 # numeric entries of verify's report that describe the model rather than measure it
 _NOT_METRICS = {"ir_version", "opset"}
+# timings: measurements that change from run to run (everything else verify reports is deterministic)
+_MEASURED = re.compile(r"^(latency|throughput|speedup)")
 
 
 class BuildSpec(KindConfig):
@@ -102,6 +105,10 @@ class DeployConfig(KindConfig):
     parity_samples: int | None = Field(None, ge=1, description="held-out samples for parity checks (default: all)")
     vector_samples: int = Field(8, ge=1, description="samples per generated test vector when verify has none")
     check_vectors: bool = Field(True, description="re-run verify's test vectors against each shipped model")
+    measurements: bool = Field(
+        True, description="add verify's timing measurements (latency, throughput, speedup) to the PUBLISHED "
+                          "manifest and card; the stage's own release output never holds them, so it stays "
+                          "bit-reproducible")
 
     @field_validator("builds", mode="before")
     @classmethod
@@ -132,6 +139,8 @@ class _Verify:
     threads: int | None = None
     eval_samples: int | None = None
     vectors: Path | None = None
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # verify's metrics, timings included
+    measured_gates: list[Any] | None = None
 
     def entry(self, name: str) -> dict[str, Any] | None:
         return (self.builds or {}).get(name)
@@ -145,13 +154,26 @@ class _Verify:
         return None
 
 
+@dataclass
+class _Shipped:
+    """What one build ships, before it is described in the manifest."""
+
+    model: Path
+    extra_files: list[Path] = field(default_factory=list)
+    precision: str = "fp32"
+    metrics: dict[str, Any] = field(default_factory=dict)
+    execution_providers: list[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
+    requires: dict[str, str] = field(default_factory=dict)
+    conversion: dict[str, Any] | None = None
+
+
 class Deploy(StageKind):
     """Package upstream models as device builds, write the model card and manifest, publish."""
 
     name: ClassVar[str] = "deploy"
     version: ClassVar[str] = "1"
     Config: ClassVar[type[KindConfig]] = DeployConfig
-    tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime")
+    tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
     shared: ClassVar[tuple[str, ...]] = ("model", "data")
     outputs: ClassVar[tuple[str, ...]] = ("release",)
     summary: ClassVar[str] = "device builds (fp32, int8, fp16, ORT format), model card, manifest; publish to the zoo"
@@ -168,11 +190,11 @@ class Deploy(StageKind):
         manifest = job.build()
         context.metrics["builds"] = list(manifest.builds)
         context.metrics["release_files"] = len(manifest.all_files()) + 1
-        if config.publish:
+        if config.publish and context.publish:
             from zoo.registry.store import LocalZoo
 
             zoo = LocalZoo()
-            published = zoo.publish(release)
+            published = zoo.publish(job.publication(manifest))
             context.metrics["published"] = published.ref
             context.metrics["zoo"] = str(zoo.root)
             context.log.info("published %s to %s", published.ref, context.metrics["zoo"])
@@ -206,6 +228,11 @@ class _Release:
                                hint="deploy needs exactly one verify stage")
         up = providers[0]
         v = _Verify(stage_id=up.stage_id, vectors=Path(up.outputs["vectors"]) if "vectors" in up.outputs else None)
+        measured = up.metrics.get("builds") if isinstance(up.metrics, Mapping) else None
+        if isinstance(measured, Mapping):
+            v.measured = {str(k): dict(e) for k, e in measured.items() if isinstance(e, Mapping)}
+        gates = up.metrics.get("gates") if isinstance(up.metrics, Mapping) else None
+        v.measured_gates = gates if isinstance(gates, list) else None
         report_path = up.outputs.get("report")
         if report_path is None:
             return v
@@ -295,7 +322,7 @@ class _Release:
         return manifest
 
     def _one(self, name: str, spec: BuildSpec) -> tuple[Build, dict[str, Any] | None, str | None]:
-        from zoo_stages.lib import convert as cv
+        """Stage one build under builds/<name>/; returns its Build entry, conversion record, verified name."""
         from zoo_stages.lib.describe import describe
 
         source = self._source_model(name, spec)
@@ -303,88 +330,92 @@ class _Release:
         bdir.mkdir(parents=True, exist_ok=True)
         vname = self._verified_name(name, spec)
         src_info = describe(source)
-        extra_files: list[Path] = []
-        conversion: dict[str, Any] | None = None
-        metrics: dict[str, Any] = {}
-        execution_providers = ["CPUExecutionProvider"]
-        requires: dict[str, str] = {}
-
         if spec.convert is None:
-            model_file = bdir / "model.onnx"
-            _copy(source, model_file)
-            for location in src_info.external_data:
-                _copy(source.parent / location, bdir / location)
-                extra_files.append(bdir / location)
-            precision = src_info.precision or "fp32"
-            if vname is not None:
-                self._check_digest(name, spec, vname, source)
-                metrics.update(_report_metrics(self.verify.entry(vname) or {}))
-            else:
-                self.ctx.log.warning("deploy: build %s was not verified (no build %r in verify's report)", name, name)
+            shipped = self._as_is(name, spec, vname, source, src_info, bdir)
         else:
-            atol, rtol = DEFAULT_TOLERANCES[spec.convert]
-            atol = spec.atol if spec.atol is not None else atol
-            rtol = spec.rtol if spec.rtol is not None else rtol
-            if spec.convert == "fp16":
-                model_file = cv.to_fp16(source, bdir / "model.onnx", op_block_list=spec.op_block_list)
-                sidecar = bdir / "model.onnx.data"
-                if sidecar.exists():
-                    extra_files.append(sidecar)
-                precision = "fp16"
-                execution_providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-                requires = {"device": "cuda"}
-                conversion = {"kind": "fp16", "from": spec.source, "keep_io_types": True,
-                              "files": [p.name for p in [model_file, *extra_files]]}
-                if spec.op_block_list:
-                    conversion["op_block_list"] = sorted(spec.op_block_list)
-            else:
-                style = spec.optimization_style or "Fixed"
-                result = cv.to_ort(source, bdir, optimization_style=style, work_dir=self.work)
-                model_file = result.model
-                extra_files.append(result.operators_config)
-                precision = src_info.precision or "fp32"
-                ver = metadata.version("onnxruntime").split(".")
-                requires = {"onnxruntime": f">={ver[0]}.{ver[1]}"}
-                conversion = {"kind": "ort", "from": spec.source, "optimization_style": style,
-                              "optimization_level": result.optimization_level,
-                              "files": [model_file.name, result.operators_config.name]}
-            parity, accuracy, feeds = self._parity(name, vname, source, model_file, atol=atol, rtol=rtol)
-            cv.require_parity(parity, f"build {name} ({spec.convert} conversion of {spec.source})")
-            if spec.convert == "ort" and conversion["optimization_style"] == "Runtime":
-                conversion["runtime_optimizations_replay"] = self._replay_status(
-                    name, source, model_file, feeds, atol=atol, rtol=rtol)
-            figures = parity.metrics()
-            metrics.update(figures)
-            metrics.update(accuracy)
-            conversion.update(figures)
-            if vname is not None:
-                conversion["source_verified_as"] = vname
-
-        execution_providers = list(spec.execution_providers or execution_providers)
-        requires.update(spec.requires or {})
-        if spec.precision:
-            precision = spec.precision
-        info = describe(model_file)
-        opset = info.opset if info.opset is not None else src_info.opset
-        vectors = self._vectors(name, spec, vname, model_file, bdir)
+            shipped = self._converted(name, spec, vname, source, src_info, bdir)
+        info = describe(shipped.model)
+        vectors = self._vectors(name, spec, vname, shipped.model, bdir)
+        metrics = dict(shipped.metrics)
         # what a runtime loads: the model and its external data (not the operator list for minimal builds)
-        metrics["size_bytes"] = model_file.stat().st_size + sum(
-            p.stat().st_size for p in extra_files if not p.name.endswith(".required_operators.config"))
+        metrics["size_bytes"] = shipped.model.stat().st_size + sum(
+            p.stat().st_size for p in shipped.extra_files if not p.name.endswith(".required_operators.config"))
         build = Build(
             name=name,
-            file=_file_ref(self.release, model_file),
+            file=_file_ref(self.release, shipped.model),
             format=info.format,
-            precision=precision,
-            opset=opset,
+            precision=spec.precision or shipped.precision,
+            opset=info.opset if info.opset is not None else src_info.opset,
             inputs=info.inputs,
             outputs=info.outputs,
-            execution_providers=execution_providers,
-            requires=dict(sorted(requires.items())),
+            execution_providers=list(spec.execution_providers or shipped.execution_providers),
+            requires=dict(sorted({**shipped.requires, **(spec.requires or {})}.items())),
             metrics=dict(sorted(metrics.items())),
             test_vectors=[_file_ref(self.release, p) for p in vectors],
-            extra_files=[_file_ref(self.release, p) for p in sorted(extra_files)],
+            extra_files=[_file_ref(self.release, p) for p in sorted(shipped.extra_files)],
         )
-        return build, conversion, vname
+        return build, shipped.conversion, vname
+
+    def _as_is(self, name: str, spec: BuildSpec, vname: str | None, source: Path, src_info: Any,
+               bdir: Path) -> _Shipped:
+        """An upstream model shipped unchanged (with its external data), with verify's metrics."""
+        model = bdir / "model.onnx"
+        _copy(source, model)
+        extra = []
+        for location in src_info.external_data:
+            _copy(source.parent / location, bdir / location)
+            extra.append(bdir / location)
+        metrics: dict[str, Any] = {}
+        if vname is not None:
+            self._check_digest(name, spec, vname, source)
+            metrics = self._verified_metrics(vname)
+        elif self.verify.builds is not None:
+            self.ctx.log.warning("deploy: build %s was not verified (no build %r in verify's report)", name, name)
+        return _Shipped(model=model, extra_files=extra, precision=src_info.precision or "fp32", metrics=metrics)
+
+    def _converted(self, name: str, spec: BuildSpec, vname: str | None, source: Path, src_info: Any,
+                   bdir: Path) -> _Shipped:
+        """An fp16 or ORT-format conversion of an upstream model, parity-checked against it on the CPU."""
+        from zoo_stages.lib import convert as cv
+
+        atol, rtol = DEFAULT_TOLERANCES[spec.convert]
+        atol = spec.atol if spec.atol is not None else atol
+        rtol = spec.rtol if spec.rtol is not None else rtol
+        if spec.convert == "fp16":
+            model = cv.to_fp16(source, bdir / "model.onnx", op_block_list=spec.op_block_list)
+            sidecar = bdir / "model.onnx.data"  # only for models above protobuf's 2 GiB limit
+            shipped = _Shipped(model=model, extra_files=[sidecar] if sidecar.exists() else [], precision="fp16",
+                               execution_providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
+                               requires={"device": "cuda"})
+            shipped.conversion = {"kind": "fp16", "from": spec.source, "keep_io_types": True,
+                                  "files": [p.name for p in [model, *shipped.extra_files]]}
+            if spec.op_block_list:
+                shipped.conversion["op_block_list"] = sorted(spec.op_block_list)
+        else:
+            style = spec.optimization_style or "Fixed"
+            result = cv.to_ort(source, bdir, optimization_style=style, work_dir=self.work)
+            major, minor = metadata.version("onnxruntime").split(".")[:2]
+            shipped = _Shipped(model=result.model, extra_files=[result.operators_config],
+                               precision=src_info.precision or "fp32",
+                               requires={"onnxruntime": f">={major}.{minor}"})  # ORT format is not backward-portable
+            shipped.conversion = {"kind": "ort", "from": spec.source, "optimization_style": style,
+                                  "optimization_level": result.optimization_level,
+                                  "files": [result.model.name, result.operators_config.name]}
+        parity, accuracy, feeds = self._parity(name, vname, source, shipped.model, atol=atol, rtol=rtol)
+        cv.require_parity(parity, f"build {name} ({spec.convert} conversion of {spec.source})")
+        if spec.convert == "ort" and shipped.conversion["optimization_style"] == "Runtime":
+            shipped.conversion["runtime_optimizations_replay"] = self._replay_status(
+                name, source, shipped.model, feeds, atol=atol, rtol=rtol)
+        figures = parity.metrics()
+        shipped.metrics = {**figures, **accuracy}
+        shipped.conversion.update(figures)
+        if vname is not None:
+            shipped.conversion["source_verified_as"] = vname
+        return shipped
+
+    def _verified_metrics(self, vname: str) -> dict[str, float | int]:
+        # the release is an artifact: timings (different on every run) are added only when publishing
+        return {k: v for k, v in _report_metrics(self.verify.entry(vname) or {}).items() if not _MEASURED.match(k)}
 
     def _check_digest(self, name: str, spec: BuildSpec, vname: str, source: Path) -> None:
         """verify records the digest of each model it checked: the shipped one must be that model."""
@@ -599,18 +630,63 @@ class _Release:
 
     # -- manifest parts -----------------------------------------------------------------------
 
-    def _verification_summary(self) -> dict[str, Any]:
+    def _verification_summary(self, measured: bool = False) -> dict[str, Any]:
         v = self.verify
         out: dict[str, Any] = {}
         if v.stage_id:
             out["stage"] = v.stage_id
         if v.reference:
             out["reference"] = v.reference
-        if v.gates is not None:
-            out["gates"] = _jsonable(v.gates)
+        source = v.measured_gates if measured and v.measured_gates is not None else v.gates
+        if source is not None:
+            gates = _jsonable(source)
+            if not measured:
+                # a timing gate's value and outcome are measurements too: keep only what was required
+                gates = [{k: g[k] for k in g if k not in ("value", "passed")}
+                         if isinstance(g, dict) and _MEASURED.match(str(g.get("metric", ""))) else g for g in gates]
+            out["gates"] = gates
         if v.threads is not None:
             out["threads"] = v.threads
         return out
+
+    def publication(self, manifest: Manifest) -> Path:
+        """The folder to publish: the release itself, or a copy whose manifest and card add verify's timings.
+
+        The copy hardlinks every build file, so it costs no space; only the manifest and the model
+        card are rewritten, with the latency/throughput/speedup metrics verify measured on this host.
+        """
+        verified_as = (manifest.extra.get("deploy") or {}).get("verified_as") or {}
+        timings = {}
+        for name in manifest.builds:
+            spec, vname = self.config.builds[name], verified_as.get(name)
+            if spec.convert is None and vname and vname in self.verify.measured:
+                timings[name] = {k: v for k, v in _report_metrics(self.verify.measured[vname]).items()
+                                 if _MEASURED.match(k)}
+        if not self.config.measurements or not any(timings.values()):
+            return self.release
+        pub = self.work / "publish"
+        if pub.exists():
+            shutil.rmtree(pub)
+        shutil.copytree(self.release, pub, copy_function=os.link)
+        data = Manifest.model_validate(manifest.model_dump())
+        for name, extra in timings.items():
+            data.builds[name].metrics.update(extra)
+        verification = self._verification_summary(measured=True)
+        deploy_extra = dict(data.extra.get("deploy") or {})
+        if verification:
+            deploy_extra["verification"] = verification
+        deploy_extra["measured"] = {"threads": self.verify.threads, "builds": sorted(timings)}
+        data.extra["deploy"] = deploy_extra
+        from zoo_stages.lib.modelcard import render_card
+
+        card = render_card(data, dataset=self.data_spec, intended_use=self.config.intended_use,
+                           limitations=self.config.limitations, verification=verification,
+                           conversions=deploy_extra.get("conversions"))
+        _write_bytes(pub / CARD_FILE, card.encode("utf-8"))  # a new file: the hardlink to the release's card is replaced
+        data.card = _file_ref(pub, pub / CARD_FILE)
+        data = Manifest.model_validate(data.model_dump())
+        _write_bytes(pub / MANIFEST_FILE, data.model_dump_json(indent=2).encode("utf-8"))
+        return pub
 
     def _lineage(self) -> Lineage:
         recipe = self.ctx.recipe

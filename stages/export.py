@@ -22,6 +22,7 @@ same bytes.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import warnings
 from pathlib import Path
@@ -135,7 +136,6 @@ class Export(StageKind):
 
 def _export_torch(weights: Path, label: str, config: ExportConfig, context: StageContext, target: Path) -> None:
     import numpy as np
-    import onnx
     import torch
 
     from zoo_stages.lib import archs
@@ -221,24 +221,30 @@ def _load_weights(model, path: Path, label: str) -> None:
                                hint="save weights with safetensors.torch.save_file or torch.save(model.state_dict())")
     except InvalidInput:
         raise
-    except Exception as e:  # torch's unpickler refuses anything but tensors and containers
+    except pickle.UnpicklingError:
+        raise InvalidInput(f"the {label} file {path} holds pickled objects other than a state dict of tensors",
+                           hint="zoo loads weights with weights_only=True and never runs pickled code; "
+                                "save `model.state_dict()` (or use safetensors), not the model object") from None
+    except Exception as e:
         raise InvalidInput(f"cannot load the {label} file {path}: {type(e).__name__}: {str(e).splitlines()[0]}",
                            hint="it must be a plain state dict (tensors only); weights_only loading refuses code") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise InvalidInput(f"the {label} file {path} does not hold a state dict of tensors")
-    result = model.load_state_dict(state, strict=False)
     own = model.state_dict()
-    mismatched = [f"{k} {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    mismatched = [f"{k} is {tuple(v.shape)} but the model has {tuple(own[k].shape)}"
                   for k, v in state.items() if k in own and tuple(v.shape) != tuple(own[k].shape)]
-    if result.missing_keys or result.unexpected_keys or mismatched:
+    if missing or unexpected or mismatched:
         parts = []
-        if result.missing_keys:
-            parts.append(f"missing {', '.join(result.missing_keys[:5])}")
-        if result.unexpected_keys:
-            parts.append(f"unexpected {', '.join(result.unexpected_keys[:5])}")
+        if missing:
+            parts.append(f"missing {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+        if unexpected:
+            parts.append(f"unexpected {', '.join(unexpected[:5])}" + (" ..." if len(unexpected) > 5 else ""))
         parts.extend(mismatched[:5])
         raise InvalidInput(f"the {label} do not fit the model: {'; '.join(parts)}",
-                           hint="check model.arch / model.num_classes / data.channels against the weights")
+                           hint="check model.arch / model.num_classes / data.channels (or input_shape) against the weights")
+    model.load_state_dict(state, strict=True)
 
 
 def _run_exporter(model, dummy, raw: Path, in_name: str, out_name: str, config: ExportConfig) -> None:

@@ -18,15 +18,12 @@ The output is deterministic: the same input gives the same bytes (checked by the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Annotated, Literal, Mapping
 
 from pydantic import Field
 
 from zoo.errors import GateFailed, StageFailed
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind
-
-# onnxoptimizer passes that only fuse or remove nodes (never change numerics beyond rounding).
-_ONNXOPTIMIZER_PASSES = "fuse_and_elimination"
 
 
 class ParityConfig(KindConfig):
@@ -45,8 +42,9 @@ class OptimizeConfig(KindConfig):
     simplify: Literal["none", "onnxsim", "onnxoptimizer"] = Field(
         "none", description="run a simplifier before onnxruntime's optimizer")
     parity: ParityConfig = Field(default_factory=ParityConfig)
-    input_shape: list[int] | None = Field(
-        None, description="shape of the parity inputs when the model input has dynamic dims other than batch")
+    input_shape: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, min_length=1, description="shape of the parity inputs (e.g. [1, 3, 224, 224]) when the model input "
+                                        "has dynamic dims other than batch")
     model_from: str | None = Field(None, description="upstream stage id whose `model` to optimize (default: the only one)")
 
 
@@ -72,7 +70,8 @@ class Optimize(StageKind):
                               optimized_path=optimized_path)
         optimized = onnxutil.prune_opset_imports(onnxutil.load_model(optimized_path))
 
-        parity = check_parity(original, optimized, config.parity, config.input_shape)
+        parity = check_parity(original, optimized, config.parity, config.input_shape,
+                              providers=(config.execution_provider,))
         out = onnxutil.save_model(optimized, context.output_path("model.onnx"))
 
         domains = onnxutil.custom_domains(optimized)
@@ -121,6 +120,7 @@ def simplify(model, tool: str):
         try:
             import onnxoptimizer
 
+            # only the passes that fuse or remove nodes: they never change numerics beyond rounding
             result = onnxoptimizer.optimize(copy, onnxoptimizer.get_fuse_and_elimination_passes())
         except Exception as e:  # onnxoptimizer raises from C++ on unsupported graphs
             raise StageFailed(f"onnxoptimizer could not optimize the model: {e}",
@@ -130,7 +130,8 @@ def simplify(model, tool: str):
     return onnxutil.fix_ir_version(result)
 
 
-def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[int] | None = None) -> dict:
+def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[int] | None = None,
+                 providers: tuple[str, ...] = ("CPUExecutionProvider",)) -> dict:
     """Compare `candidate` with `reference` on fixed random inputs; GateFailed with a table if off.
 
     Both run unoptimized on one thread, so the difference measured is the optimization's own.
@@ -140,8 +141,8 @@ def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[i
 
     from zoo_stages.lib import onnxutil
 
-    ref_sess = onnxutil.make_session(onnxutil.model_bytes(reference), threads=1, level="disable")
-    cand_sess = onnxutil.make_session(onnxutil.model_bytes(candidate), threads=1, level="disable")
+    ref_sess = onnxutil.make_session(onnxutil.model_bytes(reference), threads=1, level="disable", providers=providers)
+    cand_sess = onnxutil.make_session(onnxutil.model_bytes(candidate), threads=1, level="disable", providers=providers)
     feeds = onnxutil.random_inputs(ref_sess, parity.samples, parity.seed, input_shape)
     names = [o.name for o in ref_sess.get_outputs()]
     ref_outs = [onnxutil.run(ref_sess, x) for x in feeds]

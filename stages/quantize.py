@@ -295,6 +295,7 @@ class _Run:
         self.flags: list[str] = []
         self._preprocessed: Path | None = None
         self._val: tuple | None = None
+        self._calib: tuple | None = None
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -302,9 +303,10 @@ class _Run:
         from zoo_stages.lib import onnxutil
 
         model = onnxutil.load_model(self.src)
-        domains = onnxutil.custom_domains(model)
+        # onnxruntime's own fused/layout ops (from optimize level extended/all) defeat its quantizer
+        domains = [d for d in onnxutil.custom_domains(model) if d.startswith("com.microsoft")]
         if domains:
-            ops = sorted(k for k in onnxutil.op_counts(model) if "." in k)
+            ops = sorted(k for k in onnxutil.op_counts(model) if k.startswith("com.microsoft"))
             raise InvalidInput(f"the model to quantize uses onnxruntime-specific operators ({', '.join(ops)}), "
                                "which onnxruntime's quantizer cannot handle",
                                hint="optimize with `level: basic` the model that feeds quantize "
@@ -319,11 +321,6 @@ class _Run:
             return self._auto()
         return self._single()
 
-    def _fp32_session(self, threads: int):
-        from zoo_stages.lib import onnxutil
-
-        return onnxutil.make_session(self.fp32_path, threads=threads, level="all")
-
     def _val_split(self):
         """Held-out images and labels (limited by eval_samples), loaded once."""
         if self._val is None:
@@ -337,21 +334,31 @@ class _Run:
             self._val = (x, y)
         return self._val
 
-    def _calibration_images(self, session):
-        import numpy as np
+    def _calibration(self) -> tuple[str, Any, int, bool]:
+        """(input name, images, batch size, fixed batch?) for calibration, computed once per run.
 
-        from zoo_stages.lib import onnxutil
-        from zoo_stages.lib.datasets import load_split
+        The images are a seeded sample of the train split, sorted by index, so the same recipe
+        always calibrates on the same images in the same order.
+        """
+        if self._calib is None:
+            import numpy as np
 
-        x, _ = load_split(self.data, self.context.recipe.dir, "train")
-        onnxutil.check_input_shape(session, x.shape[1:], where="the training split")
-        n = min(self.config.calibration.samples, len(x))
-        if n < self.config.calibration.samples:
-            self.flags.append(f"calibration uses all {n} training images (fewer than calibration.samples="
-                              f"{self.config.calibration.samples})")
-        rng = np.random.default_rng(self.config.calibration.seed)
-        idx = np.sort(rng.choice(len(x), size=n, replace=False))
-        return np.ascontiguousarray(x[idx], dtype=np.float32)
+            from zoo_stages.lib import onnxutil
+            from zoo_stages.lib.datasets import load_split
+
+            session = onnxutil.make_session(self.fp32_path, threads=1, level="disable")
+            name, _ = onnxutil.single_input(session)
+            fixed = onnxutil.fixed_batch(session)
+            x, _ = load_split(self.data, self.context.recipe.dir, "train")
+            onnxutil.check_input_shape(session, x.shape[1:], where="the training split")
+            wanted = self.config.calibration.samples
+            n = min(wanted, len(x))
+            if n < wanted:
+                self.flags.append(f"calibration uses all {n} training images (fewer than calibration.samples={wanted})")
+            idx = np.sort(np.random.default_rng(self.config.calibration.seed).choice(len(x), size=n, replace=False))
+            images = np.ascontiguousarray(x[idx], dtype=np.float32)
+            self._calib = (name, images, fixed or self.config.calibration.batch_size, fixed is not None)
+        return self._calib
 
     # -- quantization --------------------------------------------------------------------------
 
@@ -388,14 +395,11 @@ class _Run:
         if settings.mode == "dynamic":
             quantize_dynamic(str(src), str(raw), **common)
         else:
-            session = self._fp32_session(1)
-            images = self._calibration_images(session)
+            input_name, images, batch_size, fixed = self._calibration()
             method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                       "percentile": CalibrationMethod.Percentile}[settings.calibration]
             extra = {"CalibPercentile": self.config.calibration.percentile} if settings.calibration == "percentile" else {}
-            reader = _calibration_reader(onnxutil.single_input(session)[0], images,
-                                         onnxutil.fixed_batch(session) or self.config.calibration.batch_size,
-                                         fixed=onnxutil.fixed_batch(session) is not None)
+            reader = _calibration_reader(input_name, images, batch_size, fixed=fixed)
             quantize_static(str(src), str(raw), reader,
                             quant_format=QuantFormat.QDQ if settings.format == "qdq" else QuantFormat.QOperator,
                             activation_type=getattr(QuantType, settings.activation_type),

@@ -22,6 +22,12 @@ size; ``speedup`` = reference p50 / build p50. Test vectors go to
 ``vectors/<build>/test_data_set_<i>/input_0.pb … output_0.pb`` (ONNX Model Zoo layout), inputs
 taken from the held-out split at seeded indices and outputs computed by that build.
 
+Without ``builds:``, every upstream stage with a `model` output is a build named after its stage
+id (``quantize[cpu-int8]`` -> ``quantize-cpu-int8``); the reference defaults to the first build.
+Without a recipe ``data:`` section (e.g. pretrained weights), verify evaluates on seeded random
+inputs (uniform in [0, 1)): parity, latency and vectors are measured, accuracy is not, and
+gates on accuracy are refused up front.
+
 Outputs: ``report`` (report.json: builds, gates, reference, threads, host) and ``vectors``.
 Accuracy, parity and the vectors are computed single-threaded and are deterministic; the
 latency/throughput numbers in report.json are measurements and differ from run to run, so
@@ -32,6 +38,7 @@ report is written) with a table of every gate. Every build also has an implicit 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Mapping
@@ -99,22 +106,26 @@ class VectorsConfig(KindConfig):
     """How many reference test vectors to save per build."""
 
     count: int = Field(1, ge=0, le=1000, description="test data sets per build (0: none)")
-    seed: int = Field(0, description="seed choosing the held-out images used as inputs")
+    seed: int = Field(0, description="seed choosing the held-out images (or random inputs) used as inputs")
 
 
 class VerifyConfig(KindConfig):
-    builds: dict[str, str] = Field(min_length=1, description="build name -> upstream stage id providing `model`")
+    builds: dict[str, str] | None = Field(
+        None, min_length=1, description="build name -> upstream stage id providing `model` "
+                                        "(default: every upstream model, named after its stage)")
     reference: str | None = Field(None, description="the build parity and drops are measured against (default: first)")
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
     vectors: VectorsConfig = Field(default_factory=VectorsConfig)
     gates: list[Annotated[str, AfterValidator(_check_gate)]] = Field(
         default_factory=list, description="'<build>.<metric> <op> <number>' conditions, e.g. 'cpu-int8.speedup >= 1'")
-    eval_samples: int | None = Field(None, ge=1, description="use at most this many held-out images")
+    eval_samples: int | None = Field(
+        None, ge=1, description="use at most this many held-out images (without a `data:` section: this many "
+                                "seeded random inputs, default 32)")
 
     @field_validator("builds")
     @classmethod
     def _build_names(cls, v):
-        for name, stage in v.items():
+        for name, stage in (v or {}).items():
             if not BUILD_RE.match(name):
                 raise ValueError(f"build name {name!r} may use letters, digits, '-' and '_' only")
             if not isinstance(stage, str) or not stage:
@@ -123,17 +134,43 @@ class VerifyConfig(KindConfig):
 
     @model_validator(mode="after")
     def _reference_is_a_build(self):
-        if self.reference is not None and self.reference not in self.builds:
+        if self.reference is not None and self.builds is not None and self.reference not in self.builds:
             raise ValueError(f"reference {self.reference!r} is not one of the builds: {', '.join(self.builds)}")
         return self
 
-    @property
-    def reference_build(self) -> str:
-        return self.reference or next(iter(self.builds))
+    def resolve_builds(self, inputs: Inputs) -> dict[str, str]:
+        """Build name -> stage id: the configured builds, or every upstream stage with a `model`."""
+        if self.builds is not None:
+            return dict(self.builds)
+        found = {_build_name(up.stage_id): up.stage_id for up in inputs if "model" in up.outputs}
+        if not found:
+            raise InvalidInput("verify found no upstream stage with a `model` output",
+                               hint="add the stages producing models to verify's `needs:`, or set `builds:`")
+        if self.reference is not None and self.reference not in found:
+            raise InvalidInput(f"reference {self.reference!r} is not one of the builds: {', '.join(found)}",
+                               hint="builds default to the upstream stage ids; set `builds:` to name them")
+        return found
 
-    def parsed_gates(self) -> list[gatelib.Gate]:
+    def parsed_gates(self, builds: Mapping[str, str] | None = None) -> list[gatelib.Gate]:
+        """The gates, checked against `builds` (default: the configured builds)."""
         valid = metric_names(self.latency.batch_sizes)
-        return [gatelib.parse_gate(t, metrics=valid, builds=self.builds) for t in self.gates]
+        names = builds if builds is not None else self.builds
+        try:
+            return [gatelib.parse_gate(t, metrics=valid, builds=names) for t in self.gates]
+        except gatelib.GateSyntaxError as e:
+            raise InvalidInput(str(e), hint="gate builds must be verify's build names") from None
+
+
+def _build_name(stage_id: str) -> str:
+    """A build name from a stage id: ``quantize[cpu-int8]`` -> ``quantize-cpu-int8``."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", stage_id).strip("-") or "model"
+
+
+# timings: measurements that differ from run to run, kept out of the report artifact
+MEASURED = re.compile(r"^(latency|throughput|speedup)")
+
+# metrics that need labelled data; without a `data:` section they are not measured
+DATA_METRICS = ("accuracy", "accuracy_drop")
 
 
 class Verify(StageKind):
@@ -155,22 +192,21 @@ class Verify(StageKind):
 
     def run(self, inputs: Inputs, config: VerifyConfig, context: StageContext) -> Mapping[str, Path]:
         from zoo_stages.lib import onnxutil
-        from zoo_stages.lib.datasets import load_split
 
+        build_stages = config.resolve_builds(inputs)
+        gates = config.parsed_gates(build_stages)
+        paths = {name: _model_path(inputs, name, stage) for name, stage in build_stages.items()}
+        ref_name = config.reference or next(iter(build_stages))
         data = context.shared.get("data")
-        if not data:
-            raise InvalidInput("verify needs the recipe's `data:` section (accuracy and parity use its held-out split)",
-                               hint="add e.g. `data: {source: digits}` to the recipe")
-        x, y = load_split(data, context.recipe.dir, "val")
-        if config.eval_samples is not None:
-            x, y = x[:config.eval_samples], y[:config.eval_samples]
-        if len(x) == 0:
-            raise InvalidInput("the held-out split is empty", hint="raise data.val_fraction or add data")
+        x, y, eval_data = _evaluation_inputs(data, paths[ref_name], config, context)
+        if y is None:
+            needing = [g.text for g in gates if g.metric in DATA_METRICS]
+            if needing:
+                raise InvalidInput(f"gate {needing[0]!r} needs labelled data, but the recipe has no `data:` section",
+                                   hint="add a `data:` section, or gate on parity metrics (top1_agreement, cosine)")
 
-        paths = {name: _model_path(inputs, name, stage) for name, stage in config.builds.items()}
-        ref_name = config.reference_build
         # reference first: every other build is compared with its outputs
-        order = [ref_name] + [b for b in config.builds if b != ref_name]
+        order = [ref_name] + [b for b in build_stages if b != ref_name]
         vectors_dir = context.output_path("vectors")
         vectors_dir.mkdir(parents=True, exist_ok=True)
         model_spec = context.shared.get("model") or {}
@@ -178,7 +214,7 @@ class Verify(StageKind):
         builds: dict[str, dict[str, Any]] = {}
         ref_logits = None
         for name in order:
-            metrics, logits = check_build(name, config.builds[name], paths[name], x, y, config,
+            metrics, logits = check_build(name, build_stages[name], paths[name], x, y, config,
                                           vectors_dir / name, model_spec)
             if name == ref_name:
                 ref_logits = logits
@@ -186,33 +222,84 @@ class Verify(StageKind):
             builds[name] = metrics
         ref = builds[ref_name]
         for name, m in builds.items():
-            m["accuracy_drop"] = ref["accuracy"] - m["accuracy"]
+            m["accuracy_drop"] = (ref["accuracy"] - m["accuracy"]
+                                  if ref["accuracy"] is not None and m["accuracy"] is not None else None)
             m["speedup"] = ref["latency_p50_ms"] / m["latency_p50_ms"] if m["latency_p50_ms"] > 0 else None
             m["size_ratio"] = m["size_bytes"] / ref["size_bytes"] if ref["size_bytes"] else None
-        builds = {name: builds[name] for name in config.builds}  # recipe order in the report
+        # recipe order in the report; NaN/inf (a broken build) become null, which fails any gate on them
+        builds = {name: _json_safe(builds[name]) for name in build_stages}
 
-        checks = config.parsed_gates() + [gatelib.parse_gate(f"{b}.checker == 1") for b in config.builds]
+        checks = gates + [gatelib.parse_gate(f"{b}.checker == 1") for b in build_stages]
         results = gatelib.evaluate(checks, builds)
         passed = all(r.passed for r in results)
+        gate_rows = [dict(r.to_json(), implicit=i >= len(gates)) for i, r in enumerate(results)]
+        # report.json is an artifact and must be bit-reproducible: timings (which differ on every
+        # run) are left out of it and kept as metrics only (cache entry, lockfile, published manifest)
         report = {
             "reference": ref_name,
             "threads": config.latency.threads,
             "latency": config.latency.model_dump(),
+            "eval_data": eval_data,
             "eval_samples": int(len(x)),
-            "host": onnxutil.host_info(),
-            "builds": builds,
-            "gates": [dict(r.to_json(), implicit=i >= len(config.gates)) for i, r in enumerate(results)],
+            "builds": {name: {k: v for k, v in m.items() if not MEASURED.match(k)} for name, m in builds.items()},
+            "gates": [{k: v for k, v in g.items() if k not in ("value", "passed")} if MEASURED.match(str(g.get("metric", "")))
+                      else g for g in gate_rows],
+            "measured": sorted({k for m in builds.values() for k in m if MEASURED.match(k)}),
             "passed": passed,
         }
         out = onnxutil.write_json(context.output_path("report.json"), report)
         context.metrics.update({"reference": ref_name, "threads": config.latency.threads, "builds": builds,
-                                "gates": report["gates"], "passed": passed})
+                                "gates": gate_rows, "passed": passed, "eval_data": eval_data,
+                                "host": onnxutil.host_info()})
         table = gatelib.format_table(results)
         context.log.info("verify gates:\n%s", table)
         if not passed:
             raise GateFailed(f"verify: {gatelib.failed_summary(results)}", table=table,
-                             hint=f"see {out} for every build's metrics")
+                             hint="`zoo plan`/`zoo run --json` show every build's metrics; fix the model or the gate")
         return {"report": out, "vectors": vectors_dir}
+
+
+def _evaluation_inputs(data, reference: Path, config: VerifyConfig, context: StageContext):
+    """(x, y or None, description): the held-out split, or seeded random inputs when there is no data.
+
+    Random inputs (uniform in [0, 1), seed 0) still give parity, latency and test vectors for
+    recipes without a dataset (e.g. pretrained weights); accuracy is then not measured.
+    """
+    from zoo_stages.lib import onnxutil
+
+    if data:
+        from zoo_stages.lib.datasets import load_split
+
+        x, y = load_split(data, context.recipe.dir, "val")
+        if config.eval_samples is not None:
+            x, y = x[:config.eval_samples], y[:config.eval_samples]
+        if len(x) == 0:
+            raise InvalidInput("the held-out split is empty", hint="raise data.val_fraction or add data")
+        return x, y, "held-out split"
+    session = onnxutil.make_session(reference, threads=1, level="disable")
+    _, shape = onnxutil.single_input(session)
+    count = config.eval_samples or 32
+    try:
+        x = onnxutil.random_inputs(session, 1, seed=0, shape=[count] + [int(d) for d in shape[1:]])[0]
+    except (TypeError, ValueError):
+        raise InvalidInput(f"the model input has dynamic dimensions {shape} and the recipe has no `data:` section, "
+                           "so verify cannot make inputs for it",
+                           hint="add a `data:` section to the recipe") from None
+    return x, None, "random uniform [0, 1), seed 0"
+
+
+def _json_safe(obj: Any) -> Any:
+    """`obj` with non-finite floats replaced by None (JSON has no NaN) and numpy scalars made plain."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float) or type(obj).__name__.startswith("float"):
+        value = float(obj)
+        return value if math.isfinite(value) else None
+    if type(obj).__name__.startswith(("int", "uint")) and not isinstance(obj, bool):
+        return int(obj)
+    return obj
 
 
 def _model_path(inputs: Inputs, build: str, stage_id: str) -> Path:
@@ -244,7 +331,7 @@ def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig
     input_name, _ = onnxutil.single_input(evaluator)
     onnxutil.check_input_shape(evaluator, x.shape[1:], where="the held-out split")
     logits = onnxutil.run_batched(evaluator, x)
-    acc = onnxutil.accuracy(logits, y)
+    acc = onnxutil.accuracy(logits, y) if y is not None else None
 
     notes = []
     if model_spec.get("input_name") and model_spec["input_name"] != input_name:

@@ -176,3 +176,15 @@ def test_config_validation():
 def test_unavailable_execution_provider_is_a_clear_error(tmp_path, model_path):
     with pytest.raises(InvalidInput, match="CUDAExecutionProvider"):
         run_optimize(tmp_path, model_path, execution_provider="CUDAExecutionProvider")
+
+
+def test_dynamic_spatial_dims_need_an_input_shape(tmp_path):
+    model = conv_classifier()
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "H", "W"
+    path = onnxutil.save_model(model, tmp_path / "dyn.onnx")
+    with pytest.raises(InvalidInput, match="dynamic dimensions") as err:
+        run_optimize(tmp_path, path)
+    assert "input_shape" in err.value.hint
+    _, ctx = run_optimize(tmp_path, path, name="shaped", input_shape=[2, 1, 8, 8])
+    assert ctx.metrics["parity"]["outputs"]["logits"]["ok"]

@@ -287,3 +287,11 @@ def test_calibration_uses_an_npz_dataset(tmp_path, small):
                             calibration={"samples": 100}, **FAST)
     assert any("calibration uses all" in f for f in ctx.metrics["flags"])
     assert "QuantizeLinear" in ops_of(out)
+
+
+def test_a_fixed_batch_model_calibrates_and_measures(tmp_path):
+    fixed = onnxutil.save_model(cnn(batch=1), tmp_path / "fixed.onnx")
+    out, ctx = run_quantize(tmp_path, fixed, calibration={"samples": 5}, **FAST)
+    assert "QuantizeLinear" in ops_of(out)
+    assert ctx.metrics["accuracy"] is not None
+    assert onnxutil.fixed_batch(onnxutil.make_session(out)) == 1

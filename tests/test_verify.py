@@ -17,7 +17,7 @@ from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages.lib import gates as gatelib
 from zoo_stages.lib import onnxutil
 from zoo_stages.lib.datasets import load_split
-from zoo_stages.verify import Verify, VerifyConfig, metric_names
+from zoo_stages.verify import Verify, VerifyConfig, _build_name, metric_names
 
 DATA = {"source": "digits", "image_size": 8, "channels": 1}
 
@@ -97,6 +97,11 @@ def test_metrics_on_a_known_model(tmp_path, trained):
     out, ctx = run_verify(tmp_path, trained, gates=["cpu-fp32.accuracy >= 0.9", "cpu-int8.accuracy_drop <= 0.05"])
     report = json.loads(out["report"].read_text())
     ref, q = report["builds"]["cpu-fp32"], report["builds"]["cpu-int8"]
+    # timings are measurements: metrics only, never in the (bit-reproducible) report artifact
+    assert not any(k.startswith(("latency", "throughput", "speedup")) for m in (ref, q) for k in m)
+    assert "latency_p50_ms" in report["measured"]
+    ref = {**ref, **{k: v for k, v in ctx.metrics["builds"]["cpu-fp32"].items() if k not in ref}}
+    q = {**q, **{k: v for k, v in ctx.metrics["builds"]["cpu-int8"].items() if k not in q}}
     assert ref["accuracy"] == pytest.approx(trained["sk_accuracy"], abs=1e-9)
     assert (ref["max_abs"], ref["cosine"], ref["top1_agreement"], ref["accuracy_drop"], ref["speedup"]) == \
         (0.0, pytest.approx(1.0), 1.0, 0.0, 1.0)
@@ -115,7 +120,7 @@ def test_metrics_on_a_known_model(tmp_path, trained):
         assert m["latency_p50_ms"] <= m["latency_p90_ms"]
         assert m["throughput_bs1"] > 0 and m["throughput_bs4"] > 0 and set(m["throughput"]) == {"1", "4"}
     assert report["threads"] == 1 and report["reference"] == "cpu-fp32" and report["passed"] is True
-    assert report["host"]["cpu_count"] >= 1
+    assert ctx.metrics["host"]["cpu_count"] >= 1
     assert [g["gate"] for g in report["gates"]] == ["cpu-fp32.accuracy >= 0.9", "cpu-int8.accuracy_drop <= 0.05",
                                                     "cpu-fp32.checker == 1", "cpu-int8.checker == 1"]
     assert all(g["passed"] for g in report["gates"])
@@ -177,17 +182,55 @@ def test_a_fixed_batch_model_skips_other_throughput_sizes(tmp_path, trained):
     assert ctx.metrics["reference"] == "fixed"
 
 
+def test_a_build_with_nan_outputs_reports_null_and_fails_its_gates(tmp_path, trained):
+    w = np.full((10, 64), np.inf, dtype=np.float32)
+    broken = onnxutil.save_model(gemm_model(w, np.zeros(10)), tmp_path / "broken.onnx")
+    inputs = Inputs([Upstream("optimize", "optimize", {"model": trained["fp32"]}, {}),
+                     Upstream("bad", "quantize", {"model": broken}, {})])
+    ctx = make_context(tmp_path)
+    cfg = config(builds={"cpu-fp32": "optimize", "broken": "bad"}, gates=["broken.cosine >= 0.9"])
+    with pytest.raises(GateFailed) as err:
+        Verify().run(inputs, cfg, ctx)
+    assert "n/a" in err.value.table
+    report = json.loads((ctx.out_dir / "report.json").read_text())
+    assert report["builds"]["broken"]["cosine"] is None and report["gates"][0]["passed"] is False
+
+
 def test_a_build_naming_a_stage_outside_needs_is_refused(tmp_path, trained):
     ctx = make_context(tmp_path)
     with pytest.raises(InvalidInput, match="train"):
         Verify().run(inputs_for(trained), config(builds={"cpu-fp32": "train"}, reference=None), ctx)
 
 
-def test_verify_needs_data(tmp_path, trained):
+def test_without_data_verify_measures_parity_on_random_inputs(tmp_path, trained):
     ctx = make_context(tmp_path)
     ctx.shared = {"data": None, "model": None}
-    with pytest.raises(InvalidInput, match="data"):
-        Verify().run(inputs_for(trained), config(), ctx)
+    out = Verify().run(inputs_for(trained), config(eval_samples=16, gates=["cpu-int8.top1_agreement >= 0.5"]), ctx)
+    report = json.loads(out["report"].read_text())
+    assert report["eval_data"].startswith("random") and report["eval_samples"] == 16
+    q = report["builds"]["cpu-int8"]
+    assert q["accuracy"] is None and q["accuracy_drop"] is None
+    assert q["top1_agreement"] >= 0.5 and q["cosine"] > 0.9
+    inputs, _ = onnxutil.read_test_vectors(out["vectors"] / "cpu-int8" / "test_data_set_0")
+    assert 0 <= inputs["image"].min() and inputs["image"].max() < 1
+    # accuracy cannot be gated without labelled data: refused before anything runs
+    ctx2 = make_context(tmp_path, "b")
+    ctx2.shared = {"data": None, "model": None}
+    with pytest.raises(InvalidInput, match="needs labelled data"):
+        Verify().run(inputs_for(trained), config(gates=["cpu-int8.accuracy_drop <= 0.1"]), ctx2)
+
+
+def test_builds_default_to_every_upstream_model(tmp_path, trained):
+    ctx = make_context(tmp_path)
+    cfg = VerifyConfig(latency=FAST_LATENCY, gates=["optimize.accuracy >= 0.9", "quantize.speedup >= 0"])
+    Verify().run(inputs_for(trained), cfg, ctx)
+    assert list(ctx.metrics["builds"]) == ["optimize", "quantize", "fixed"]
+    assert ctx.metrics["reference"] == "optimize"
+    assert ctx.metrics["builds"]["quantize"]["stage"] == "quantize"
+    bad = VerifyConfig(latency=FAST_LATENCY, gates=["cpu-int8.speedup >= 1"])  # no builds: checked at run time
+    with pytest.raises(InvalidInput, match="unknown build 'cpu-int8'"):
+        Verify().run(inputs_for(trained), bad, make_context(tmp_path, "b"))
+    assert _build_name("quantize[cpu-int8]") == "quantize-cpu-int8"
 
 
 # -- config validation -------------------------------------------------------------------------

@@ -15,6 +15,9 @@ The recipe's ``model:`` section names either a built-in ``arch`` or a user ``ent
   must return a ``torch.nn.Module`` that maps float32 NCHW images in [0, 1] to logits of
   shape (N, num_classes). The file's content enters the cache key of every stage using it.
 
+Fresh built-in models use He-normal initialisation (torchvision uses torch's defaults): the
+layout and state-dict keys are unchanged, but training from scratch starts learning at once.
+
 torch is imported only when a model is built: the classes are created on first use, so
 importing this module (to list dependencies for a cache key) stays cheap.
 """
@@ -169,8 +172,22 @@ def _classes() -> SimpleNamespace:
             m.append([1.0 / (end - start) if start <= j < end else 0.0 for j in range(n_in)])
         return m
 
+    def he_init(model: nn.Module, last: nn.Linear) -> None:
+        """He-normal weights (fan_in, ReLU), zero biases, N(0, 0.01) for the last layer.
+
+        torchvision keeps torch's default init, under which AlexNet on small inputs sits at
+        chance level for about an epoch; He init keeps activations at scale through the
+        layers, so training starts at once (digits at 64x64: 71% held-out after one epoch
+        instead of 21-46%). Only fresh models are affected: loaded weights replace these.
+        """
+        for m in model.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+                nn.init.zeros_(m.bias)
+        nn.init.normal_(last.weight, 0.0, 0.01)
+
     class AlexNet(nn.Module):
-        """torchvision.models.AlexNet, layer for layer (state dicts are interchangeable)."""
+        """torchvision.models.AlexNet, layer for layer (state dicts are interchangeable); He init."""
 
         def __init__(self, num_classes: int = 1000, in_channels: int = 3, dropout: float = 0.5):
             super().__init__()
@@ -199,6 +216,7 @@ def _classes() -> SimpleNamespace:
                 nn.ReLU(inplace=True),
                 nn.Linear(4096, num_classes),
             )
+            he_init(self, self.classifier[6])
 
         def forward(self, x):
             x = self.features(x)
@@ -227,6 +245,7 @@ def _classes() -> SimpleNamespace:
                 nn.ReLU(inplace=True),
                 nn.Linear(84, num_classes),
             )
+            he_init(self, self.classifier[4])
 
         def forward(self, x):
             x = self.features(x)

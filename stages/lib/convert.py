@@ -62,7 +62,7 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
     if precision == "fp16":
         raise InvalidInput(f"{src} is already a float16 model", hint="drop `convert: fp16` for this build")
     blocked = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list or ()))
-    with warnings_silenced():
+    with _warnings_to_log():
         converted = convert_float_to_float16(model, keep_io_types=keep_io_types, op_block_list=blocked)
     converted.ir_version = min(int(converted.ir_version), MAX_IR_VERSION)
     dst = Path(dst)
@@ -77,13 +77,16 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
 
 
 @contextlib.contextmanager
-def warnings_silenced():
-    """Silence the Python warnings converters emit about things we handle (io types, clipping)."""
+def _warnings_to_log():
+    """Route the converter's Python warnings (e.g. weights clipped to the float16 range) to our log,
+    once per distinct message, instead of letting them print to stderr."""
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         yield
+    for message in sorted({str(w.message) for w in caught}):
+        log.warning("float16 conversion: %s", message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,6 +141,10 @@ def to_ort(src: Path, dst_dir: Path, *, optimization_style: str = "Fixed", work_
         # setting cannot silently change the shipped bytes
         previous = os.environ.get("ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL")
         os.environ["ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL"] = "all"
+        # the tool logs the temporary paths it writes at INFO; they mean nothing to our users
+        tool_log = logging.getLogger("ort_format_model.utils")
+        tool_level = tool_log.level
+        tool_log.setLevel(logging.WARNING)
         try:
             with contextlib.redirect_stdout(captured):
                 convert_onnx_models_to_ort(staged, output_dir=out,
@@ -147,6 +154,7 @@ def to_ort(src: Path, dst_dir: Path, *, optimization_style: str = "Fixed", work_
                               log_tail=captured.getvalue()[-4000:],
                               hint="the model may use operators the ORT format does not support") from e
         finally:
+            tool_log.setLevel(tool_level)
             if previous is None:
                 os.environ.pop("ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL", None)
             else:

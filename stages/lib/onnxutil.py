@@ -388,7 +388,7 @@ def compare_logits(out: "np.ndarray", ref: "np.ndarray") -> dict[str, float]:
     """Parity of a candidate's outputs against a reference's, per sample (first axis = samples).
 
     max_abs: largest absolute difference; cosine / cosine_min: mean / smallest per-sample cosine
-    similarity; top1_agreement: share of samples whose argmax agrees.
+    similarity; top1_agreement: share of samples whose argmax agrees. Non-finite outputs give NaN.
     """
     import numpy as np
 
@@ -399,13 +399,18 @@ def compare_logits(out: "np.ndarray", ref: "np.ndarray") -> dict[str, float]:
                            hint="the builds compared must share the same model outputs")
     if len(out) == 0:
         return {"max_abs": 0.0, "cosine": 1.0, "cosine_min": 1.0, "top1_agreement": 1.0}
-    dot = (out * ref).sum(axis=1)
-    norms = np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1)
-    # two all-zero vectors are identical; one zero vector against a non-zero one has cosine 0
-    cos = np.where(norms > 0, dot / np.where(norms > 0, norms, 1.0),
-                   np.where((np.abs(out).sum(axis=1) == 0) & (np.abs(ref).sum(axis=1) == 0), 1.0, 0.0))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # non-finite rows are handled below
+        dot = (out * ref).sum(axis=1)
+        norms = np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1)
+        # two all-zero vectors are identical; one zero vector against a non-zero one has cosine 0
+        cos = np.where(norms > 0, dot / np.where(norms > 0, norms, 1.0),
+                       np.where((np.abs(out).sum(axis=1) == 0) & (np.abs(ref).sum(axis=1) == 0), 1.0, 0.0))
+        # non-finite outputs have no meaningful similarity: NaN makes every summary NaN, never "good"
+        finite = np.isfinite(out).all(axis=1) & np.isfinite(ref).all(axis=1)
+        cos = np.where(finite, cos, np.nan)
+        max_abs = float(np.abs(out - ref).max())
     return {
-        "max_abs": float(np.abs(out - ref).max()),
+        "max_abs": max_abs,
         "cosine": float(cos.mean()),
         "cosine_min": float(cos.min()),
         "top1_agreement": float((out.argmax(axis=1) == ref.argmax(axis=1)).mean()),

@@ -1,1 +1,43 @@
-"""The model zoo: local store, manifests, remotes, pull and push."""
+"""The model zoo: local store, manifests, remotes, pull and push.
+
+Modules (one job each): ``manifest`` (the format), ``codec`` (manifest bytes), ``refs``
+(``name@version|tag``, version order), ``fileio`` (atomic / create-exclusive writes),
+``blobs`` (content-addressed store), ``index`` (SQLite index), ``safety`` (path and ONNX
+external-data checks), ``store`` (`LocalZoo`), ``staging`` (building a staging folder),
+``config`` (remotes.json), ``fsbackend`` (fsspec: folder, S3, WebDAV, HTTP), ``remotes``
+(remote zoo layout + mirrors), ``hf`` (Hugging Face Hub), ``transfer`` (resumable verified
+downloads), ``select`` (best build for this host), ``pull``, ``api`` (what the CLI calls),
+``testing`` (servers on 127.0.0.1 for tests and benchmarks).
+
+Local zoo layout (``$ZOO_HOME``, default ``~/.local/share/zoo``)::
+
+    remotes.json                                  remotes config {"schema_version": 1, "remotes": [...]}
+    index.sqlite                                  derived index (versions, tags, build metrics, blob refs);
+                                                  rebuilt from the files below by LocalZoo.reindex()
+    blobs/sha256/<aa>/<sha256>                    every file, once, by content; read-only; present = verified
+    blobs/partial/<sha256>.part                   a download in progress (resumed from its length)
+    blobs/hf-cache/                               huggingface_hub's download area (files move into blobs/)
+    models/<name>/versions/<version>/zoo-manifest.json
+                                                  the version's manifest, written last and create-exclusive
+    models/<name>/versions/<version>/<path>       materialized files: hard links to blobs (a snapshot, so
+                                                  this folder is itself a valid staging folder)
+    models/<name>/tags/<tag>                      one line: the version the tag points at (`latest`, `prod`…)
+    tmp/                                          scratch space
+
+Rules: a version is visible only once its manifest exists, and its manifest is written only
+after all its blobs (publishing is atomic and resumable); the same version with different
+bytes is a Conflict; `latest` follows the highest version (a pre-release never displaces a
+release). Resolving ``name@1.2.0`` reads one manifest file; ``name@tag`` reads one tag file
+first; listing and searching query the index, never every manifest.
+
+Remote layout: see `zoo.registry.remotes` (fsspec backends) and `zoo.registry.hf` (Hub).
+
+Safety: every path in a manifest is relative and stays inside its version (validated on
+load); staging files reached through symbolic links out of the staging folder are refused;
+an ONNX build whose external data points outside its version, or at a file the manifest does
+not list, is refused at publish and again at materialize (read with ``onnx.load(...,
+load_external_data=False)``, nothing run). Every byte is checked against its sha256 before it
+becomes visible; a mismatch raises IntegrityError (exit 4) and installs nothing.
+**A pulled model never runs code**: no code path imports, unpickles or executes a pulled file;
+pulling only copies bytes, hashes them, and parses ONNX protobuf headers for the check above.
+"""

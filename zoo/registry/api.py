@@ -50,16 +50,20 @@ def list_versions(name: str | None = None, *, remote: str | None = None, zoo: Lo
 
 def list_models(*, remote: str | None = None, zoo: LocalZoo | None = None) -> list[ModelSummary]:
     """One summary per model, locally or on `remote`."""
+    if not remote:
+        return [ModelSummary(**row) for row in _zoo(zoo).index.models()]
     out: dict[str, ModelSummary] = {}
     for v in list_versions(remote=remote, zoo=zoo):
         s = out.get(v.name)
         if s is None:
             s = out[v.name] = ModelSummary(v.name, v.version, 0, v.task, v.description)
         s.versions += 1
-        if version_key(v.version) > version_key(s.latest):
+        if version_key(v.version) > version_key(s.latest) and "latest" not in s.tags:
             s.latest, s.task, s.description = v.version, v.task, v.description
         for t in v.tags:
             s.tags[t] = v.version
+        if "latest" in v.tags:
+            s.latest, s.task, s.description = v.version, v.task, v.description
     return [out[k] for k in sorted(out)]
 
 

@@ -136,9 +136,11 @@ class RemotesConfig:
         if scheme == "file":
             url = str(Path(url.removeprefix("file://")).expanduser().resolve())
         for m in mirrors or []:
-            if (scheme_of(m) == "hf") != (scheme == "hf"):
-                raise InvalidInput(f"mirror {m!r} cannot mirror {url!r}",
-                                   hint="a Hugging Face remote mirrors only another Hugging Face endpoint")
+            if scheme == "hf" and scheme_of(m) != "http":
+                raise InvalidInput(f"mirror {m!r} of a Hugging Face remote must be an endpoint URL",
+                                   hint="e.g. https://hf-mirror.example.com (a Hub-compatible server)")
+            if scheme != "hf" and scheme_of(m) == "hf":
+                raise InvalidInput(f"mirror {m!r} cannot mirror {url!r}", hint="mirrors share the remote's folder layout")
         remote = RemoteConfig(name=name, url=url, options=parse_options(scheme, options or {}), mirrors=list(mirrors or []))
         data = self.load()
         if any(r.name == name for r in data.remotes):

@@ -22,7 +22,8 @@ from typing import Iterator
 from zoo.errors import InvalidInput, SourceUnreachable, StorageError
 from zoo.registry.config import scheme_of
 
-CHUNK = 32 << 20
+CHUNK = 32 << 20  # ranged requests (WebDAV, HTTP) and local reads
+STREAM_CHUNK = 8 << 20  # reads from one streaming S3 GET
 _CONNECT_WORDS = ("connect", "timeout", "unreachable", "networkerror", "remotedisconnected", "gaierror")
 
 
@@ -65,9 +66,13 @@ class FsBackend:
                 client_kwargs["endpoint_url"] = o["endpoint_url"]
             if o.get("region"):
                 client_kwargs["region_name"] = o["region"]
+            # fsspec reuses one instance per argument set: creating an S3 client costs ~0.3 s
             fs = s3fs.S3FileSystem(anon=bool(o.get("anon", False)), profile=o.get("profile"),
-                                   client_kwargs=client_kwargs, use_listings_cache=False, skip_instance_cache=True,
+                                   client_kwargs=client_kwargs, use_listings_cache=False,
                                    config_kwargs={"connect_timeout": 10, "retries": {"max_attempts": 2}})
+            # s3fs retries failed calls 5 times with back-off; an unreachable remote should fall
+            # back to the cache in about a second, and our own transfers resume anyway
+            fs.retries = 2
             return fs, self.url[len("s3://"):].rstrip("/")
         if self.scheme == "webdav":
             try:
@@ -144,7 +149,23 @@ class FsBackend:
         return sorted({str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries} - {""})
 
     def iter_from(self, rpath: str, offset: int, size: int) -> Iterator[bytes]:
-        """The bytes of `rpath` from `offset` to `size`, in ranged requests of CHUNK bytes."""
+        """The bytes of `rpath` from `offset` to `size`.
+
+        S3: one streaming GET with ``Range: bytes=offset-`` (servers such as moto re-read an
+        object for every ranged request, so many small ranges are far slower); a local folder:
+        seek and read; WebDAV and HTTP: ranged requests of CHUNK bytes.
+        """
+        if offset >= size:
+            return
+        if self.scheme == "s3":
+            yield from self._iter_s3(rpath, offset)
+            return
+        if self.scheme == "file":
+            with self._errors(f"download {rpath}"), open(rpath, "rb") as f:
+                f.seek(offset)
+                while chunk := f.read(min(CHUNK, size - f.tell())):
+                    yield chunk
+            return
         pos = offset
         while pos < size:
             end = min(pos + CHUNK, size)
@@ -154,6 +175,27 @@ class FsBackend:
                 raise StorageError(f"remote {self.url}: {rpath} ended at byte {pos}, expected {size}")
             pos += len(chunk)
             yield chunk
+
+    def _iter_s3(self, rpath: str, offset: int) -> Iterator[bytes]:
+        from fsspec.asyn import sync
+
+        bucket, key, _ = self.fs.split_path(rpath)
+
+        async def open_body():
+            resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={offset}-")
+            return resp["Body"]
+
+        with self._errors(f"download {rpath}"):
+            body = sync(self.fs.loop, open_body)
+        try:
+            while True:
+                with self._errors(f"download {rpath}"):
+                    chunk = sync(self.fs.loop, body.read, STREAM_CHUNK)
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            body.close()
 
     # ---- writing ------------------------------------------------------------------------
     def _tmp_name(self, rpath: str) -> str:

@@ -158,6 +158,26 @@ class Index:
                                    sorted(tags.get((n, v), []))))
         return out
 
+    def models(self) -> list[dict]:
+        """One row per model: its `latest` version (else the highest), version count, task, description, tags."""
+        db = self._db()
+        tags: dict[str, dict[str, str]] = {}
+        for n, t, v in db.execute("SELECT name, tag, version FROM tags"):
+            tags.setdefault(n, {})[t] = v
+        out = []
+        for n, v, task, desc, count in db.execute(
+                "SELECT v.name, v.version, v.task, v.description, c.n FROM versions v JOIN "
+                "(SELECT name, count(*) AS n, max(sort_key) AS k FROM versions GROUP BY name) c "
+                "ON v.name = c.name AND v.sort_key = c.k ORDER BY v.name"):
+            latest = tags.get(n, {}).get("latest", v)
+            if latest != v:
+                row = db.execute("SELECT task, description FROM versions WHERE name=? AND version=?", (n, latest)).fetchone()
+                if row:
+                    v, (task, desc) = latest, row
+            out.append({"name": n, "latest": v, "versions": count, "task": task or "", "description": desc or "",
+                        "tags": dict(sorted(tags.get(n, {}).items()))})
+        return out
+
     def version_names(self, name: str) -> list[str]:
         return [r[0] for r in self._db().execute(
             "SELECT version FROM versions WHERE name=? ORDER BY sort_key DESC", (name,))]

@@ -58,6 +58,9 @@ def check_tag(tag: str) -> str:
         raise InvalidInput(f"invalid tag {tag!r}", hint="use lower-case letters, digits, '.', '_' and '-'")
     if _VERSION.match(tag):
         raise InvalidInput(f"tag {tag!r} looks like a version", hint="tags are names such as 'prod' or 'stable'")
+    if re.match(r"^v?\d+(\.\d+)*([-+].*)?$", tag):
+        raise InvalidInput(f"{tag!r} is neither a full version nor a tag name",
+                           hint="versions are MAJOR.MINOR.PATCH (e.g. 1.2.0); tags are names such as 'prod'")
     return tag
 
 
@@ -111,3 +114,19 @@ def version_key(version: str) -> str:
 def newest(versions: list[str]) -> str | None:
     """The highest version by semantic-version precedence, or None."""
     return max(versions, key=version_key) if versions else None
+
+
+def is_prerelease(version: str) -> bool:
+    return "-" in version.split("+", 1)[0]
+
+
+def moves_latest(current: str | None, new: str) -> bool:
+    """Whether publishing `new` moves `latest` from `current`: to the highest version, where a
+    pre-release never displaces a release (1.1.0-rc.1 does not replace 1.0.0 as latest)."""
+    if current is None:
+        return True
+    if is_prerelease(new) and not is_prerelease(current):
+        return False
+    if is_prerelease(current) and not is_prerelease(new):
+        return True
+    return version_key(new) >= version_key(current)

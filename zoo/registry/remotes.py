@@ -23,7 +23,7 @@ from zoo.errors import Conflict, InvalidInput, NotFound, SourceUnreachable, Stor
 from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_now
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import FileRef, Manifest
-from zoo.registry.refs import LATEST, Ref, check_name, check_tag, check_version, version_key
+from zoo.registry.refs import LATEST, Ref, check_name, check_tag, check_version, is_prerelease, moves_latest, version_key
 
 if TYPE_CHECKING:
     from zoo.registry.blobs import BlobStore
@@ -91,10 +91,13 @@ class FsRemoteZoo(RemoteZoo):
         self.primary = FsBackend(config.url, config.options)
         self.mirrors = [FsBackend(u, config.options if scheme_of(u) == config.scheme else {}) for u in config.mirrors]
         self.read_only = self.primary.read_only
+        self._dead: set[str] = set()  # URLs found unreachable during this object's life
 
     @property
     def backends(self) -> list["FsBackend"]:
-        return [self.primary, *self.mirrors]
+        """Primary then mirrors, skipping those already found unreachable (unless all are)."""
+        every = [self.primary, *self.mirrors]
+        return [b for b in every if b.url not in self._dead] or every
 
     # ---- reads (primary, then mirrors) ---------------------------------------------------
     def _read_json(self, *parts: str) -> dict | None:
@@ -104,6 +107,7 @@ class FsRemoteZoo(RemoteZoo):
             try:
                 data = b.read(b.path(*parts))
             except SourceUnreachable as e:
+                self._dead.add(b.url)
                 unreachable = unreachable or e
                 continue
             if data is not None:
@@ -174,10 +178,18 @@ class FsRemoteZoo(RemoteZoo):
     def fetch(self, manifest: Manifest, ref: FileRef, blobs: "BlobStore") -> None:
         from zoo.registry.transfer import fetch_blob
 
-        sources = []
-        for b in self.backends:
+        def reader(b: "FsBackend"):
             rpath = b.path("blobs", "sha256", ref.sha256[:2], ref.sha256)
-            sources.append((b.url, lambda offset, b=b, rpath=rpath: b.iter_from(rpath, offset, ref.size)))
+
+            def open_from(offset: int):
+                try:
+                    yield from b.iter_from(rpath, offset, ref.size)
+                except SourceUnreachable:
+                    self._dead.add(b.url)
+                    raise
+            return open_from
+
+        sources = [(b.url, reader(b)) for b in self.backends]
         fetch_blob(blobs, ref.sha256, ref.size, sources, f"{manifest.ref}: {ref.path}")
 
     # ---- writes (primary only) ---------------------------------------------------------
@@ -227,7 +239,7 @@ class FsRemoteZoo(RemoteZoo):
                 raise Conflict(f"{manifest.ref} was published to remote {self.name} concurrently with different content",
                                hint="versions are immutable: bump the version")
         current = (self.tags(manifest.name) or {}).get(LATEST)
-        if current is None or version_key(manifest.version) >= version_key(current):
+        if moves_latest(current, manifest.version):
             self._write_tag(manifest.name, LATEST, manifest.version)
         for tag in tags or []:
             if tag != LATEST:
@@ -298,7 +310,8 @@ class FsRemoteZoo(RemoteZoo):
                     versions[v] = _summary(m)
         tags = {t: v for t, v in self._list_tags(name).items() if v in versions}
         if versions and LATEST not in tags:
-            top = max(versions, key=version_key)
+            releases = [v for v in versions if not is_prerelease(v)]
+            top = max(releases or list(versions), key=version_key)
             self._write_tag(name, LATEST, top)
             tags[LATEST] = top
         b.write(b.path("models", name, "index.json"),

@@ -1,7 +1,7 @@
 """Refusing paths that escape their folder: manifest paths, staging files, ONNX external data.
 
-Nothing here executes or imports a model: ONNX files are parsed as protobuf without their
-external data, and only the recorded locations are checked.
+Nothing here executes or imports a model: ONNX files are walked at the protobuf wire level
+(`zoo.registry.onnxscan`), skipping weights, and only the recorded locations are checked.
 """
 
 from __future__ import annotations
@@ -29,16 +29,15 @@ def safe_join(root: Path, relative: str, *, what: str = "path") -> Path:
 
 
 def external_data_locations(onnx_path: Path) -> list[str]:
-    """The external-data locations an ONNX file references, read without loading the data."""
-    import onnx
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors
+    """The external-data locations an ONNX file references, read without loading any weights."""
+    from zoo.errors import InvalidInput
+    from zoo.registry.onnxscan import ScanError, external_locations
 
-    model = onnx.load(str(onnx_path), load_external_data=False)
-    found = []
-    for tensor in _get_all_tensors(model):
-        if tensor.HasField("data_location") and tensor.data_location == onnx.TensorProto.EXTERNAL:
-            found.append(ExternalDataInfo(tensor).location)
-    return sorted(set(found))
+    try:
+        return external_locations(Path(onnx_path))
+    except ScanError as e:
+        raise InvalidInput(f"{Path(onnx_path).name} is not a valid ONNX file ({e})",
+                           hint="the build's format says onnx; check the file or the format field") from e
 
 
 def check_external_data(onnx_path: Path, model_relpath: str, version_files: set[str]) -> list[str]:
@@ -52,6 +51,8 @@ def check_external_data(onnx_path: Path, model_relpath: str, version_files: set[
     needed = []
     for location in external_data_locations(onnx_path):
         try:
+            if not location:
+                raise ValueError("empty location")
             check_relative_path(location)
         except ValueError as e:
             raise UnsafePath(f"{model_relpath}: external data location {location!r} escapes the model's folder",

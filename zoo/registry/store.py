@@ -18,7 +18,7 @@ from zoo.registry.codec import dump_manifest, load_manifest, read_manifest_file,
 from zoo.registry.fileio import atomic_write_bytes, create_exclusive_bytes, link_or_copy
 from zoo.registry.index import Index, VersionInfo
 from zoo.registry.manifest import MANIFEST_FILE, Build, FileRef, Manifest
-from zoo.registry.refs import LATEST, Ref, check_name, check_tag, check_version, parse_ref, version_key
+from zoo.registry.refs import LATEST, Ref, check_name, check_tag, check_version, is_prerelease, moves_latest, parse_ref
 from zoo.registry.safety import check_external_data, safe_join
 
 
@@ -139,13 +139,13 @@ class LocalZoo:
         for path, src in sources.items():
             if not src.is_file():
                 raise IntegrityError(f"{manifest.ref}: {path} is listed in the manifest but missing from {staging_dir}")
-        self._check_onnx(manifest, lambda ref: sources[ref.path])
-
         existing = self.get(manifest.name, manifest.version)
         if existing is not None:
             return self._same_or_conflict(existing, manifest)
+        # blobs first (each verified while copied); an unreferenced blob left by a failure is harmless
         for ref in manifest.all_files():
             self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}")
+        self._check_onnx(manifest, lambda ref: self.blobs.path(ref.sha256))
         return self._commit(manifest.model_copy(update={"created": utc_now()}))
 
     def adopt(self, manifest: Manifest) -> Manifest:
@@ -173,7 +173,7 @@ class LocalZoo:
                 return self._same_or_conflict(read_manifest_file(path), manifest)
             self.index.add(manifest, hashlib.sha256(data).hexdigest())
             current = self.read_tag(manifest.name, LATEST)
-            if current is None or version_key(manifest.version) >= version_key(current) or self.get(manifest.name, current) is None:
+            if moves_latest(current, manifest.version) or self.get(manifest.name, current) is None:
                 self._write_tag(manifest.name, LATEST, manifest.version)
         return manifest
 
@@ -222,7 +222,8 @@ class LocalZoo:
             _rmtree(vdir)
             remaining = self.index.version_names(name)
             if remaining and self.read_tag(name, LATEST) is None:
-                self._write_tag(name, LATEST, remaining[0])
+                releases = [v for v in remaining if not is_prerelease(v)]
+                self._write_tag(name, LATEST, (releases or remaining)[0])
         freed = 0
         for ref in manifest.all_files():
             if not self.index.blob_in_use(ref.sha256) and self.blobs.has(ref.sha256):

@@ -19,6 +19,8 @@ from zoo.errors import IntegrityError, SourceUnreachable, StorageError, ZooError
 from zoo.registry.blobs import BlobStore
 from zoo.registry.fileio import sha256_file
 
+RETRIES = 3  # resumptions per source after a transfer broke off mid-way (only while it progresses)
+
 # (label, open_from(offset) -> chunks) for one source of a blob
 Source = tuple[str, Callable[[int], Iterable[bytes]]]
 
@@ -76,16 +78,22 @@ def fetch_blob(blobs: BlobStore, sha256: str, size: int, sources: list[Source], 
         if blobs.has(sha256, size):  # another process finished it while we waited
             return dest
         for label, open_from in sources:
-            try:
-                _download(partial, dest, open_from, sha256, size, f"{what} from {label}")
-                return dest
-            except IntegrityError as e:
-                partial.unlink(missing_ok=True)  # bad bytes: never resume from them
-                errors.append(e)
-            except FileNotFoundError:
-                errors.append(StorageError(f"{what}: not found on {label}"))
-            except (SourceUnreachable, StorageError) as e:
-                errors.append(e)  # keep the partial file: the next mirror serves the same bytes
+            for attempt in range(RETRIES + 1):
+                before = partial.stat().st_size if partial.exists() else 0
+                try:
+                    _download(partial, dest, open_from, sha256, size, f"{what} from {label}")
+                    return dest
+                except IntegrityError as e:
+                    partial.unlink(missing_ok=True)  # bad bytes: never resume from them
+                    errors.append(e)
+                except FileNotFoundError:
+                    errors.append(StorageError(f"{what}: not found on {label}"))
+                except (SourceUnreachable, StorageError) as e:
+                    errors.append(e)  # keep the partial file: a retry or the next mirror resumes it
+                    after = partial.stat().st_size if partial.exists() else 0
+                    if after > before:
+                        continue  # the connection broke mid-way: resume from where it stopped
+                break
     if any(isinstance(e, IntegrityError) for e in errors):
         bad = next(e for e in errors if isinstance(e, IntegrityError))
         raise IntegrityError(bad.message, hint="the remote copy is corrupt or was tampered with; nothing was installed")

@@ -1,0 +1,412 @@
+"""ONE suite, run against every remote backend on 127.0.0.1: a local folder, S3 (moto's server),
+WebDAV (wsgidav + cheroot) and a Hugging Face endpoint (olah serving git repos, plus a small
+Hub write API for publishing). Covers push, list/show/pull from the remote, tampering,
+concurrent publishers, resumed transfers, offline use and mirrors."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, SourceUnreachable, StorageError
+from zoo.registry import api
+from zoo.registry.codec import same_content
+from zoo.registry.refs import Ref
+from zoo.registry.store import LocalZoo
+from zoo.registry.testing import free_port, hub_server, make_staging, moto_s3, webdav_server
+
+BACKENDS = ["folder", "s3", "webdav", "hf"]
+MODEL = "builds/cpu-fp32/model.onnx"
+
+
+# ---- servers (one per module) ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with moto_s3("zoo") as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def dav(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dav")
+    with webdav_server(root, user="zoo", password="dav-secret") as url:
+        yield url, root
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    with hub_server(tmp_path_factory.mktemp("hub")) as app:
+        yield app
+
+
+@pytest.fixture
+def hf_online(monkeypatch, tmp_path):
+    """conftest sets HF_HUB_OFFLINE=1; the Hub tests talk to 127.0.0.1 only, so lift it."""
+    import huggingface_hub.constants as c
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+
+
+class Backend:
+    """One remote location for one test, and how to reach around zoo to damage it."""
+
+    def __init__(self, kind: str, request, tmp_path: Path, monkeypatch):
+        self.kind = kind
+        self.uid = uuid.uuid4().hex[:10]
+        self.options: dict[str, str] = {}
+        if kind == "folder":
+            self.root = tmp_path / "remote"
+            self.url = str(self.root)
+        elif kind == "s3":
+            self.endpoint = request.getfixturevalue("s3_endpoint")
+            self.url = f"s3://zoo/{self.uid}"
+            self.options = {"endpoint_url": self.endpoint}
+        elif kind == "webdav":
+            base, self.dav_root = request.getfixturevalue("dav")
+            monkeypatch.setenv("TEST_DAV_PASSWORD", "dav-secret")
+            self.base = base
+            self.url = f"webdav+{base}/{self.uid}"
+            self.options = {"user": "zoo", "password_env": "TEST_DAV_PASSWORD"}
+        elif kind == "hf":
+            request.getfixturevalue("hf_online")
+            self.hub = request.getfixturevalue("hub")
+            self.url = f"hf://ns{self.uid}"
+            self.options = {"endpoint": self.hub.url}
+
+    def add_to(self, zoo: LocalZoo, name: str = "origin", **overrides) -> None:
+        api.remote_add(name, overrides.pop("url", self.url), options={**self.options, **overrides.pop("options", {})},
+                       zoo=zoo, replace=True, **overrides)
+
+    def dead_options(self) -> tuple[str, dict]:
+        """The same remote behind a port where nothing listens."""
+        port = free_port()
+        if self.kind == "s3":
+            return self.url, {**self.options, "endpoint_url": f"http://127.0.0.1:{port}"}
+        if self.kind == "webdav":
+            return f"webdav+http://127.0.0.1:{port}/{self.uid}", self.options
+        if self.kind == "hf":
+            return self.url, {"endpoint": f"http://127.0.0.1:{port}"}
+        raise AssertionError("a folder cannot be unreachable")
+
+    def tamper(self, name: str, version: str, path: str, sha256: str) -> None:
+        """Flip the last byte of a published file on the remote, bypassing zoo."""
+        def flip(data: bytes) -> bytes:
+            return data[:-1] + bytes([data[-1] ^ 0xFF])
+
+        key = f"blobs/sha256/{sha256[:2]}/{sha256}"
+        if self.kind == "folder":
+            p = self.root / key
+            p.chmod(0o644)
+            p.write_bytes(flip(p.read_bytes()))
+        elif self.kind == "s3":
+            import boto3
+
+            s3 = boto3.client("s3", endpoint_url=self.endpoint)
+            obj = f"{self.uid}/{key}"
+            s3.put_object(Bucket="zoo", Key=obj, Body=flip(s3.get_object(Bucket="zoo", Key=obj)["Body"].read()))
+        elif self.kind == "webdav":
+            p = self.dav_root / self.uid / key
+            p.write_bytes(flip(p.read_bytes()))
+        else:  # a Hub that serves other bytes under the same version tag
+            repo = self.hub.mirrors / "models" / f"ns{self.uid}" / name
+            p = repo / path
+            p.write_bytes(flip(p.read_bytes()))
+            git = ["git", "-C", str(repo), "-c", "user.name=x", "-c", "user.email=x@x"]
+            subprocess.run([*git, "commit", "-qam", "tamper"], check=True)
+            subprocess.run([*git, "tag", "-f", version], check=True, capture_output=True)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, tmp_path, monkeypatch) -> Backend:
+    return Backend(request.param, request, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def publisher(tmp_path, backend) -> LocalZoo:
+    zoo = LocalZoo(tmp_path / "publisher")
+    zoo.publish(make_staging(tmp_path / "s100", version="1.0.0", big_bytes=3000))
+    zoo.publish(make_staging(tmp_path / "s110", version="1.1.0", scale=7.0, big_bytes=3000,
+                             builds={"cpu-fp32": {"metrics": {"latency_p50_ms": 2.0, "accuracy": 0.9}},
+                                     "cpu-int8": {"precision": "int8", "metrics": {"latency_p50_ms": 1.0, "accuracy": 0.88}}}))
+    backend.add_to(zoo)
+    return zoo
+
+
+@pytest.fixture
+def consumer(tmp_path, backend) -> LocalZoo:
+    zoo = LocalZoo(tmp_path / "consumer")
+    backend.add_to(zoo)
+    return zoo
+
+
+# ---- the suite -------------------------------------------------------------------------------
+def test_push_list_show_pull(backend, publisher, consumer, tmp_path):
+    r = api.push("tiny@1.0.0", "origin", tags=["prod"], zoo=publisher)
+    assert r["created"] and r["uploaded"] == 2
+    r = api.push("tiny@1.1.0", "origin", zoo=publisher)
+    assert r["created"]
+    again = api.push("tiny@1.0.0", "origin", zoo=publisher)  # same bytes: a no-op
+    assert not again["created"] and again["uploaded"] == 0
+
+    versions = api.list_versions("tiny", remote="origin", zoo=consumer)
+    assert [(v.version, v.tags) for v in versions] == [("1.1.0", ["latest"]), ("1.0.0", ["prod"])]
+    if backend.kind != "hf":  # a Hub mirror (olah) has no "list a namespace" API: see docs
+        assert [(m.name, m.latest, m.versions) for m in api.list_models(remote="origin", zoo=consumer)] == [("tiny", "1.1.0", 2)]
+    shown = api.show("tiny@prod", remote="origin", zoo=consumer)
+    assert shown["version"] == "1.0.0" and shown["tags"] == ["prod"] and shown["downloaded"] == {"cpu-fp32": False}
+
+    res = api.pull("tiny", remote="origin", zoo=consumer)  # latest → 1.1.0, best CPU build → cpu-int8
+    assert (res.version, res.build, res.source, res.downloaded_files) == ("1.1.0", "cpu-int8", "origin", 2)
+    want = publisher.blobs.path(publisher.resolve("tiny@1.1.0").builds["cpu-int8"].file.sha256).read_bytes()
+    assert Path(res.path).read_bytes() == want
+    assert same_content(consumer.resolve("tiny@1.1.0"), publisher.resolve("tiny@1.1.0"))
+
+    res = api.pull("tiny@prod", remote="origin", to=tmp_path / "out", zoo=consumer)
+    assert res.version == "1.0.0" and Path(res.path) == tmp_path / "out" / MODEL
+    assert consumer.resolve("tiny@prod").version == "1.0.0"  # the tag is remembered for offline use
+
+    # a second pull of a pinned version is served from the cache: no download at all
+    res2 = api.pull("tiny@1.0.0", to=tmp_path / "out", zoo=consumer)
+    assert (res2.source, res2.downloaded_files, res2.path) == ("local", 0, res.path)
+
+
+def test_tampered_remote_file_is_refused_and_nothing_installed(backend, publisher, consumer, tmp_path):
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    ref = publisher.resolve("tiny@1.0.0").builds["cpu-fp32"].file
+    backend.tamper("tiny", "1.0.0", ref.path, ref.sha256)
+    with pytest.raises(IntegrityError) as e:
+        api.pull("tiny@1.0.0", remote="origin", to=tmp_path / "out", zoo=consumer)
+    assert e.value.exit_code == 4
+    assert consumer.get("tiny", "1.0.0") is None
+    assert not consumer.blobs.has(ref.sha256)
+    assert not consumer.blobs.partial_path(ref.sha256).exists()
+    assert not (tmp_path / "out" / MODEL).exists()
+
+
+def _exclusive_step(backend: Backend):
+    """(object, attribute) of the create-exclusive call that settles a publishing race."""
+    if backend.kind == "hf":
+        from huggingface_hub import HfApi
+
+        return HfApi, "create_tag"
+    from zoo.registry.fsbackend import FsBackend
+
+    return FsBackend, "create"
+
+
+def test_concurrent_publishers_of_one_version_cannot_both_win(backend, tmp_path, monkeypatch):
+    zoos = []
+    for i in range(2):
+        z = LocalZoo(tmp_path / f"pub{i}")
+        z.publish(make_staging(tmp_path / f"st{i}", scale=10.0 + i))
+        backend.add_to(z)
+        zoos.append(z)
+    owner, attr = _exclusive_step(backend)
+    real = getattr(owner, attr)
+    barrier = threading.Barrier(2)
+
+    def racing(self, *args, **kwargs):
+        tag = kwargs.get("tag", "")
+        if attr == "create" or tag == "1.0.0":
+            barrier.wait(30)  # both publishers have checked "not there yet" and now write at once
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, attr, racing)
+    results: list = [None, None]
+
+    def push(i):
+        try:
+            results[i] = api.push("tiny@1.0.0", "origin", zoo=zoos[i])
+        except Conflict as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=push, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    won = [i for i, r in enumerate(results) if isinstance(r, dict) and r["created"]]
+    lost = [i for i, r in enumerate(results) if isinstance(r, Conflict)]
+    assert len(won) == 1 and len(lost) == 1, results
+    monkeypatch.setattr(owner, attr, real)
+    reader = LocalZoo(tmp_path / "reader")
+    backend.add_to(reader)
+    remote_manifest = api.show("tiny@1.0.0", remote="origin", zoo=reader)
+    assert remote_manifest["builds"]["cpu-fp32"]["file"]["sha256"] == \
+        zoos[won[0]].resolve("tiny@1.0.0").builds["cpu-fp32"].file.sha256
+    res = api.pull("tiny@1.0.0", remote="origin", zoo=reader)
+    assert Path(res.path).read_bytes() == Path(zoos[won[0]].materialize(zoos[won[0]].resolve("tiny@1.0.0"), "cpu-fp32")).read_bytes()
+
+
+def test_interrupted_push_leaves_no_version_and_resumes(backend, publisher, consumer, monkeypatch):
+    if backend.kind == "hf":
+        from huggingface_hub import HfApi
+
+        owner, attr = HfApi, "create_tag"  # files are committed, the version tag is not
+    else:
+        from zoo.registry.fsbackend import FsBackend
+
+        owner, attr = FsBackend, "put_file"  # the first blob goes up, the second does not
+    real = getattr(owner, attr)
+    calls = []
+
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2 or (attr == "create_tag" and kwargs.get("tag") == "1.0.0"):
+            raise StorageError("connection lost during push")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(owner, attr, failing)
+    with pytest.raises(StorageError):
+        api.push("tiny@1.0.0", "origin", zoo=publisher)
+    monkeypatch.setattr(owner, attr, real)
+    with pytest.raises(NotFound):
+        api.show("tiny@1.0.0", remote="origin", zoo=consumer)
+    r = api.push("tiny@1.0.0", "origin", zoo=publisher)
+    assert r["created"]
+    if backend.kind != "hf":
+        assert r["skipped"] == 1 and r["uploaded"] == 1  # only the missing blob went up
+    assert api.pull("tiny@1.0.0", remote="origin", zoo=consumer).downloaded_files == 2
+
+
+def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consumer, monkeypatch):
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    ref = publisher.resolve("tiny@1.0.0").builds["cpu-fp32"].file
+    assert ref.size > 3000
+    if backend.kind == "hf":
+        # the server drops the connection half-way; huggingface_hub resumes with a Range request
+        import huggingface_hub.constants as hfc
+
+        # huggingface_hub keeps what it received only in whole chunks (10 MB by default)
+        monkeypatch.setattr(hfc, "DOWNLOAD_CHUNK_SIZE", 1024)
+        path = f"/ns{backend.uid}/tiny/resolve/1.0.0/{ref.path}"
+        backend.hub.break_next.add(path)
+        res = api.pull("tiny@1.0.0", remote="origin", zoo=consumer)
+        assert [start for p, start in backend.hub.ranges if p == path] == [1024], (backend.hub.ranges, path)
+    else:
+        from zoo.registry import fsbackend
+        from zoo.registry.fsbackend import FsBackend
+
+        monkeypatch.setattr(fsbackend, "CHUNK", 1024)
+        real = FsBackend.iter_from
+        offsets = []
+
+        def flaky(self, rpath, offset, size):
+            offsets.append(offset)
+            for i, chunk in enumerate(real(self, rpath, offset, size)):
+                if len(offsets) == 1 and rpath.endswith(ref.sha256) and i == 1:
+                    raise SourceUnreachable("connection reset")
+                yield chunk
+
+        monkeypatch.setattr(FsBackend, "iter_from", flaky)
+        # a partial download left by an earlier process is resumed too
+        partial = consumer.blobs.partial_path(ref.sha256)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(publisher.blobs.path(ref.sha256).read_bytes()[:500])
+        res = api.pull("tiny@1.0.0", remote="origin", zoo=consumer)
+        model_offsets = offsets[: offsets.index(0)] if 0 in offsets else offsets
+        assert model_offsets[:2] == [500, 1524]  # resumed at 500, broke after 1 chunk, resumed again
+    assert Path(res.path).read_bytes() == publisher.blobs.path(ref.sha256).read_bytes()
+
+
+@pytest.mark.parametrize("backend", ["s3", "webdav", "hf"], indirect=True)
+def test_unreachable_remote_falls_back_to_the_cache_with_a_note(backend, publisher, consumer):
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    first = api.pull("tiny", remote="origin", zoo=consumer)
+    url, options = backend.dead_options()
+    api.remote_add("origin", url, options=options, zoo=consumer, replace=True)
+    again = api.pull("tiny", zoo=consumer)
+    assert again.path == first.path and again.source == "local"
+    assert any("unreachable" in n and "local cache" in n for n in again.notes)
+    assert api.pull("tiny", offline=True, zoo=consumer).path == first.path
+    with pytest.raises(SourceUnreachable):
+        api.pull("other-model", zoo=consumer)
+    with pytest.raises(NotFound):
+        api.pull("tiny@prod", offline=True, zoo=consumer)
+
+
+@pytest.mark.parametrize("backend", ["folder", "s3", "webdav"], indirect=True)
+def test_mirrors_are_tried_in_order_under_the_same_checksums(backend, publisher, consumer, tmp_path):
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    # a good copy in a folder mirror
+    api.remote_add("copy", str(tmp_path / "mirror"), zoo=publisher)
+    api.push("tiny@1.0.0", "copy", zoo=publisher)
+    ref = publisher.resolve("tiny@1.0.0").builds["cpu-fp32"].file
+    backend.tamper("tiny", "1.0.0", ref.path, ref.sha256)
+    backend.add_to(consumer, mirrors=[str(tmp_path / "mirror")])
+    res = api.pull("tiny@1.0.0", remote="origin", zoo=consumer)  # primary's blob is bad: the mirror's is used
+    assert Path(res.path).read_bytes() == publisher.blobs.path(ref.sha256).read_bytes()
+    if backend.kind != "folder":  # primary unreachable: manifest and blobs from the mirror
+        fresh = LocalZoo(tmp_path / "fresh")
+        url, options = backend.dead_options()
+        api.remote_add("origin", url, options=options, mirrors=[str(tmp_path / "mirror")], zoo=fresh)
+        assert Path(api.pull("tiny@1.0.0", remote="origin", zoo=fresh).path).read_bytes() == Path(res.path).read_bytes()
+
+
+# ---- HTTP(S): read-only ---------------------------------------------------------------------
+def test_http_remote_is_read_only_and_pulls(tmp_path):
+    publisher = LocalZoo(tmp_path / "pub")
+    publisher.publish(make_staging(tmp_path / "s"))
+    api.remote_add("folder", str(tmp_path / "site"), zoo=publisher)
+    api.push("tiny@1.0.0", "folder", tags=["prod"], zoo=publisher)
+    with webdav_server(tmp_path / "site", user=None) as url:  # any HTTP server with Range support
+        consumer = LocalZoo(tmp_path / "con")
+        api.remote_add("web", url, zoo=consumer)
+        assert [m.name for m in api.list_models(remote="web", zoo=consumer)] == ["tiny"]
+        res = api.pull("tiny@prod", remote="web", zoo=consumer)
+        assert res.version == "1.0.0" and Path(res.path).is_file()
+        publisher_web = LocalZoo(tmp_path / "pub")
+        api.remote_add("web", url, zoo=publisher_web)
+        with pytest.raises(InvalidInput, match="read-only"):
+            api.push("tiny@1.0.0", "web", zoo=publisher_web)
+
+
+def test_remote_config_refuses_credentials_and_keeps_a_schema_version(tmp_path):
+    zoo = LocalZoo(tmp_path / "z")
+    with pytest.raises(InvalidInput, match="credential"):
+        api.remote_add("s3", "s3://b/p", options={"secret_access_key": "x"}, zoo=zoo)
+    with pytest.raises(InvalidInput, match="unknown option"):
+        api.remote_add("s3", "s3://b/p", options={"endpoint": "x"}, zoo=zoo)
+    with pytest.raises(InvalidInput, match="unsupported remote URL"):
+        api.remote_add("x", "ftp://host/x", zoo=zoo)
+    api.remote_add("dav", "webdav+https://host/zoo", options={"user": "me", "password_env": "DAV_PW"}, zoo=zoo)
+    api.remote_add("hub", "hf://org", options={"endpoint": "http://127.0.0.1:1"}, mirrors=["http://127.0.0.1:2"], zoo=zoo)
+    import json
+
+    raw = json.loads((zoo.root / "remotes.json").read_text())
+    assert raw["schema_version"] == 1 and [r["name"] for r in raw["remotes"]] == ["dav", "hub"]
+    assert "secret" not in (zoo.root / "remotes.json").read_text()
+    with pytest.raises(InvalidInput, match="already exists"):
+        api.remote_add("dav", "webdav+https://host/other", zoo=zoo)
+    api.remote_remove("dav", zoo=zoo)
+    assert [r["name"] for r in api.remote_list(zoo=zoo)] == ["hub"]
+    with pytest.raises(NotFound):
+        api.remote_remove("dav", zoo=zoo)
+
+
+def test_remote_resolve_not_found_names_what_exists(backend, publisher, consumer):
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    with pytest.raises(NotFound) as e:
+        api.show("tiny@2.0.0", remote="origin", zoo=consumer)
+    assert "1.0.0" in (e.value.hint or "")
+    with pytest.raises(NotFound, match="no model called"):
+        api.show("tinny", remote="origin", zoo=consumer)
+
+
+def test_remote_tag_and_rm(backend, publisher, consumer):
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    api.push("tiny@1.1.0", "origin", zoo=publisher)
+    api.tag("tiny@1.0.0", "stable", remote="origin", zoo=publisher)
+    assert api.show("tiny@stable", remote="origin", zoo=consumer)["version"] == "1.0.0"
+    api.rm("tiny@1.1.0", remote="origin", zoo=publisher)
+    with pytest.raises(NotFound):
+        api.show("tiny@1.1.0", remote="origin", zoo=consumer)
+    if backend.kind != "hf":  # on the Hub, `latest` stays where it was until the next push
+        assert api.show("tiny", remote="origin", zoo=consumer)["version"] == "1.0.0"
+    assert [v.version for v in api.list_versions("tiny", remote="origin", zoo=consumer)] == ["1.0.0"]
