@@ -132,8 +132,8 @@ def bench_pull(tmp: Path, mb: int) -> None:
             raw2.append(raw_download_file())
         r, r2, p = min(raw), min(raw2), min(pulls)
         mbs = lambda s: ref.size / s / 1e6  # noqa: E731
-        print(f"raw boto3 get_object → file:          {r:6.2f} s  {mbs(r):7.1f} MB/s (no checksum)")
-        print(f"raw boto3 download_file (threaded):   {r2:6.2f} s  {mbs(r2):7.1f} MB/s (no checksum)")
+        print(f"raw boto3 get_object → file:          {r:6.2f} s  {mbs(r):7.1f} MB/s (no sha256)")
+        print(f"raw boto3 download_file (threaded):   {r2:6.2f} s  {mbs(r2):7.1f} MB/s (no sha256)")
         print(f"zoo pull (s3fs, sha256, link, ONNX check): {p:6.2f} s  {mbs(p):7.1f} MB/s "
               f"= {r / p:.2f}× get_object, {r2 / p:.2f}× download_file (goal ≥ 0.8×)")
         print(f"second pull of the same version (cache): {min(zoo_pull.cached) * 1000:.1f} ms")

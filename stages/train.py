@@ -1,9 +1,10 @@
 """The `train` kind: fit the recipe's model on the recipe's dataset, deterministically.
 
 Output ``checkpoint``: ``model.safetensors`` (the model's state dict, float32). The same
-recipe, data and tool versions give the same checkpoint bytes: seeds are fixed, torch runs
-with deterministic algorithms on ``context.threads`` threads, and batches come from a seeded
-permutation (no DataLoader workers).
+recipe, data, tool versions and thread count give the same checkpoint bytes: seeds are fixed,
+torch runs with deterministic algorithms on ``config.threads`` (default: ``context.threads``)
+threads, and batches come from a seeded permutation (no DataLoader workers). Float sums are
+split differently on different thread counts, so pin ``threads`` for bit-identical rebuilds.
 
 Metrics: ``train_loss`` / ``train_accuracy`` (averaged over the last epoch's batches, in
 training mode), ``val_loss`` / ``val_accuracy`` (held-out split, evaluation mode), ``epochs``,
@@ -47,6 +48,9 @@ class TrainConfig(KindConfig):
     schedule: Literal["constant", "cosine"] = Field(
         "constant", description="learning-rate schedule over all steps (cosine decays to 0)")
     seed: int = Field(0, description="seed of weight init, batch order and dropout")
+    threads: int | None = Field(
+        None, ge=1, le=256, description="torch threads; the checkpoint bytes depend on it (GEMM splits), "
+                                        "so pin it for bit-identical rebuilds; default: the runner's thread count")
     entry: str | None = Field(None, description="custom training function 'path/to/file.py:function'")
 
     @model_validator(mode="after")
@@ -84,7 +88,6 @@ class Train(StageKind):
         return deps
 
     def run(self, inputs: Inputs, config: TrainConfig, context: StageContext) -> Mapping[str, Path]:
-        import numpy as np
         import torch
 
         from zoo_stages.lib import archs, datasets
@@ -102,7 +105,8 @@ class Train(StageKind):
             raise InvalidInput(f"the dataset has {info['num_classes']} classes but model.num_classes is {num_classes}",
                                hint=f"set `model.num_classes: {info['num_classes']}`")
 
-        with _deterministic(config.seed, context.threads):
+        threads = config.threads or context.threads
+        with _deterministic(config.seed, threads):
             model = archs.build_model(model_section, context.recipe.dir, in_channels=int(data.get("channels", 1)))
             started = time.perf_counter()
             if config.entry:
@@ -131,6 +135,7 @@ class Train(StageKind):
             "samples": int(len(y_train)),
             "num_parameters": int(sum(p.numel() for p in model.parameters())),
             "seconds": round(seconds, 3),
+            "threads": int(threads),
             "history": history,
             "split": info,
         })
@@ -204,7 +209,7 @@ def _fit(model, x_np, y_np, config: TrainConfig, context: StageContext) -> list[
                 sched.step()
             loss_sum += loss.item() * len(idx)
             correct += int((logits.argmax(1) == yb).sum())
-        entry = {"epoch": epoch + 1, "train_loss": loss_sum / n, "train_accuracy": correct / n}
+        entry = {"epoch": epoch + 1, "train_loss": round(loss_sum / n, 6), "train_accuracy": round(correct / n, 6)}
         history.append(entry)
         context.log.info("epoch %d/%d: loss %.4f accuracy %.4f", epoch + 1, config.epochs,
                          entry["train_loss"], entry["train_accuracy"])

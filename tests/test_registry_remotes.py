@@ -15,7 +15,6 @@ import pytest
 from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, SourceUnreachable, StorageError
 from zoo.registry import api
 from zoo.registry.codec import same_content
-from zoo.registry.refs import Ref
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import free_port, hub_server, make_staging, moto_s3, webdav_server
 
@@ -294,6 +293,7 @@ def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consu
         from zoo.registry.fsbackend import FsBackend
 
         monkeypatch.setattr(fsbackend, "CHUNK", 1024)
+        monkeypatch.setattr(fsbackend, "STREAM_CHUNK", 1024)
         real = FsBackend.iter_from
         offsets = []
 

@@ -62,6 +62,23 @@ def test_train_writes_a_deterministic_checkpoint(trained):
     again = Train().run(Inputs([]), Train.Config.model_validate(TRAIN), ctx)["checkpoint"]
     assert again.read_bytes() == ckpt.read_bytes()
     assert ctx.metrics == {**metrics, "seconds": ctx.metrics["seconds"]}
+    # the thread count is part of what fixes the bytes: pinning it in the config wins
+    pinned = _ctx(tmp, "c")
+    pinned.threads = 2
+    out = Train().run(Inputs([]), Train.Config.model_validate({**TRAIN, "threads": 1}), pinned)["checkpoint"]
+    assert out.read_bytes() == ckpt.read_bytes() and pinned.metrics["threads"] == 1
+
+
+def test_kind_modules_import_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = ("import sys, zoo_stages.train, zoo_stages.export, zoo.sources, zoo_stages.lib.archs, "
+            "zoo_stages.lib.datasets; "
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'numpy', 'sklearn', 'safetensors') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_train_metrics_and_accuracy(trained):

@@ -42,8 +42,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from zoo.errors import InvalidInput
 
 PILLOW_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -116,6 +114,8 @@ def class_names(data: dict, recipe_dir: Path) -> list[str]:
 
 def resize_bilinear(x: np.ndarray, size: int) -> np.ndarray:
     """Resize NCHW (or CHW) float images to size x size; half-pixel centres, edges clamped."""
+    import numpy as np
+
     x = np.asarray(x, dtype=np.float32)
     if x.shape[-2:] == (size, size):
         return x
@@ -200,6 +200,8 @@ class _Full:
 
 @lru_cache(maxsize=4)
 def _full_dataset(key: str) -> _Full:
+    import numpy as np
+
     spec = json.loads(key)["spec"]
     state = json.loads(key)["state"]
     source = spec["source"]
@@ -241,11 +243,15 @@ def _split_arrays(key: str, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _shuffle_order(n: int, seed: int) -> np.ndarray:
     """A permutation of range(n) fixed by `seed`, the same on every machine and numpy version."""
+    import numpy as np
+
     keys = [hashlib.sha256(f"{seed}:{i}".encode()).digest() for i in range(n)]
     return np.array(sorted(range(n), key=keys.__getitem__), dtype=np.int64)
 
 
 def _stratified_split(y: np.ndarray, val_fraction: float, seed: int, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     order = _shuffle_order(len(y), seed)
     if limit is not None:
         order = order[:limit]
@@ -279,6 +285,8 @@ def _digest_indices(idx: np.ndarray) -> str:
 
 
 def _load_digits() -> tuple[np.ndarray, np.ndarray, None]:
+    import numpy as np
+
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -287,6 +295,8 @@ def _load_digits() -> tuple[np.ndarray, np.ndarray, None]:
 
 
 def _load_npz(path: Path, given: str) -> tuple[np.ndarray, np.ndarray, None]:
+    import numpy as np
+
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [k for k in ("x", "y") if k not in archive.files]
@@ -314,6 +324,8 @@ def _load_npz(path: Path, given: str) -> tuple[np.ndarray, np.ndarray, None]:
 
 def _scale(x: np.ndarray, where: str) -> np.ndarray:
     """Integer pixels to [0, 1] by their type's range; float pixels must already be in [0, 1]."""
+    import numpy as np
+
     if x.dtype == np.uint8:
         return x.astype(np.float32) / 255.0
     if x.dtype == np.uint16:
@@ -328,6 +340,8 @@ def _scale(x: np.ndarray, where: str) -> np.ndarray:
 
 
 def _load_folder(root: Path, given: str, channels: int, size: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    import numpy as np
+
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not classes:
         raise InvalidInput(f"data.path {given!r} has no class subfolders",
@@ -348,6 +362,8 @@ def _load_folder(root: Path, given: str, channels: int, size: int) -> tuple[np.n
 
 def _read_image(path: Path, channels: int) -> np.ndarray:
     """One image file as float32 CHW in [0, 1]."""
+    import numpy as np
+
     if path.suffix.lower() in NETPBM_SUFFIXES:
         return _read_netpbm(path)
     try:
@@ -367,6 +383,8 @@ def _read_image(path: Path, channels: int) -> np.ndarray:
 
 def _read_netpbm(path: Path) -> np.ndarray:
     """Binary PGM (P5) or PPM (P6), 8 or 16 bits, as float32 CHW in [0, 1]."""
+    import numpy as np
+
     raw = path.read_bytes()
     fields: list[bytes] = []
     pos = 0
@@ -401,6 +419,8 @@ def _read_netpbm(path: Path) -> np.ndarray:
 
 def _to_channels(x: np.ndarray, channels: int, where: str) -> np.ndarray:
     """NCHW images with `channels` channels: replicate grey, luma for grey, drop alpha."""
+    import numpy as np
+
     have = x.shape[1]
     if have == channels:
         return x
@@ -416,6 +436,8 @@ def _to_channels(x: np.ndarray, channels: int, where: str) -> np.ndarray:
 
 
 def _bilinear_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    import numpy as np
+
     scale = n_in / n_out
     src = np.clip((np.arange(n_out, dtype=np.float64) + 0.5) * scale - 0.5, 0, n_in - 1)
     lo = np.floor(src).astype(np.int64)

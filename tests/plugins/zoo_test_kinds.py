@@ -139,3 +139,34 @@ class Blob(StageKind):
                 for _ in range(config.size_mb):
                     dst.write(rng.randbytes(1 << 20))
         return {"data": out}
+
+
+class NoisyConfig(KindConfig):
+    onnx: bool = False
+
+
+class Noisy(StageKind):
+    """Nondeterministic on purpose (fresh random values on every run), for `zoo repro` tests."""
+
+    name = "noisy"
+    Config = NoisyConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        if not config.onnx:
+            out = context.output_path("data.bin")
+            out.write_bytes(os.urandom(16))
+            return {"data": out}
+        import numpy as np
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
+        weights = numpy_helper.from_array(np.random.default_rng().standard_normal((4, 4)).astype("float32"), "w")
+        graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul")], "noisy",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [weights])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 13
+        out = context.output_path("model.onnx")
+        onnx.save(model, str(out))
+        return {"data": out}

@@ -12,7 +12,7 @@ from pathlib import Path
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import Manifest
 from zoo.registry.pull import PullResult
-from zoo.registry.refs import Ref, parse_pinned, parse_ref, version_key
+from zoo.registry.refs import parse_pinned, parse_ref, version_key
 from zoo.registry.store import LocalZoo
 
 __all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "push", "tag", "rm",

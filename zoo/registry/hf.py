@@ -14,6 +14,10 @@ Mapping, through huggingface_hub's public API only:
 Downloads go through ``hf_hub_download`` (its own resumable ``.incomplete`` files) into
 ``<zoo>/blobs/hf-cache`` and are moved into the blob store only after the sha256 matches.
 Mirrors of an ``hf://`` remote are other endpoints serving the same repositories.
+
+Listing every model of a namespace (``zoo list --remote``) needs the Hub's
+``/api/models?author=`` search; Hub mirrors such as olah do not serve it for local repos, so
+there ``zoo list NAME --remote R`` (one model) and pulls by name are what work.
 """
 
 from __future__ import annotations

@@ -58,8 +58,12 @@ def _number(value) -> float | None:
 
 
 def build_passed(metrics: dict) -> bool:
-    """A build passed verification unless its metrics say otherwise (passed false / status failed)."""
-    if metrics.get("passed") is False:
+    """A build passed verification unless its metrics say otherwise (passed false / status failed).
+
+    The manifest stores metrics as numbers or strings, so ``passed: false`` may arrive as 0.
+    """
+    passed = metrics.get("passed")
+    if passed is not None and str(passed).strip().lower() in ("false", "0", "0.0", "no"):
         return False
     return str(metrics.get("status", "")).lower() not in ("failed", "fail", "error")
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from zoo.errors import Conflict, InvalidInput, NotFound, SourceUnreachable, StorageError
+from zoo.errors import Conflict, NotFound, SourceUnreachable, StorageError
 from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_now
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import FileRef, Manifest

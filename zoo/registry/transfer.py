@@ -32,14 +32,19 @@ def _prefetch(chunks: Iterable[bytes], depth: int = 2) -> Iterator[bytes]:
     stop = threading.Event()
 
     def run():
+        it = iter(chunks)
         try:
-            for c in chunks:
+            for c in it:
                 if stop.is_set():
                     return
                 q.put(c)
             q.put(done)
         except BaseException as e:  # handed to the consumer thread, which re-raises it
             q.put(e)
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()  # releases the HTTP response of a stream left early
 
     t = threading.Thread(target=run, daemon=True, name="zoo-prefetch")
     t.start()

@@ -1,0 +1,82 @@
+"""The shipped lenet-digits recipe end to end, as a user runs it: run, rerun, repro, pull."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import zoo as zoo_cli
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def lenet(tmp_path_factory):
+    """One cold run of recipes/lenet-digits.yaml in its own folder, cache and zoo."""
+    base = tmp_path_factory.mktemp("lenet")
+    shutil.copy(REPO / "recipes" / "lenet-digits.yaml", base / "lenet-digits.yaml")
+    env = {"ZOO_CACHE_DIR": str(base / "cache"), "ZOO_HOME": str(base / "home")}
+    cli = zoo_cli("run", base / "lenet-digits.yaml", "--json", env=env)
+    assert cli.code == 0, cli.text
+    return {"dir": base, "recipe": base / "lenet-digits.yaml", "env": env, "result": json.loads(cli.out)}
+
+
+def test_cold_run_runs_every_stage_and_passes_its_gates(lenet):
+    stages = {s["id"]: s for s in lenet["result"]["stages"]}
+    assert list(stages) == ["train", "export", "optimize", "quantize", "verify", "deploy"]
+    assert {s["state"] for s in stages.values()} == {"done"}
+    assert stages["train"]["metrics"]["val_accuracy"] >= 0.9
+    assert stages["verify"]["metrics"]["passed"] is True
+    assert stages["deploy"]["metrics"]["published"] == "lenet-digits@1.0.0"
+    lock = (lenet["dir"] / "lenet-digits.lock").read_text()
+    assert "schema_version: 1" in lock and all(f"  {sid}:" in lock for sid in stages)
+
+
+def test_second_run_is_fully_cached_and_imports_nothing_heavy(lenet):
+    code = ("import sys\nsys.argv = ['zoo', 'run', sys.argv[1]]\nfrom zoo.entry import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code)\n"
+            "print('HEAVY', [m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules])\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(lenet["recipe"])], capture_output=True, text=True,
+                          env={**os.environ, **lenet["env"]})
+    assert "0 ran, 6 cached" in proc.stdout, proc.stdout + proc.stderr
+    assert "HEAVY []" in proc.stdout
+    # the full path (plan) also decides everything without torch/onnx/onnxruntime
+    code_plan = code.replace("'run'", "'plan'")
+    proc = subprocess.run([sys.executable, "-c", code_plan, str(lenet["recipe"])], capture_output=True, text=True,
+                          env={**os.environ, **lenet["env"]})
+    assert "deploy [deploy] ← optimize, quantize, verify: cached" in proc.stdout, proc.stdout + proc.stderr
+    assert "HEAVY []" in proc.stdout
+
+
+def test_four_builds_are_published_with_vectors_and_card(lenet):
+    from zoo.registry.store import LocalZoo
+
+    manifest = LocalZoo(Path(lenet["env"]["ZOO_HOME"])).resolve("lenet-digits@1.0.0")
+    assert set(manifest.builds) == {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile"}
+    assert manifest.builds["mobile"].format == "ort"
+    assert manifest.builds["cuda-fp16"].requires.get("device") == "cuda"
+    assert manifest.builds["cpu-int8"].precision == "int8"
+    for build in manifest.builds.values():
+        assert build.test_vectors, build.name
+        assert build.metrics.get("accuracy", 0) >= 0.85, (build.name, build.metrics)
+    assert manifest.card is not None and manifest.lineage.recipe["name"] == "lenet-digits"
+    assert "latency_p50_ms" in manifest.builds["cpu-int8"].metrics  # measured timings are published
+
+
+def test_repro_check_is_bit_identical(lenet):
+    cli = zoo_cli("repro", lenet["recipe"], "--check", env=lenet["env"], timeout=900)
+    assert cli.code == 0, cli.text
+    for sid in ("train", "export", "optimize", "quantize", "verify", "deploy"):
+        assert f"{sid:<24} identical" in cli.out
+
+
+def test_frozen_run_passes_on_an_up_to_date_lock(lenet):
+    cli = zoo_cli("run", lenet["recipe"], "--frozen", env=lenet["env"])
+    assert cli.code == 0, cli.text
