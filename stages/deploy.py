@@ -176,6 +176,10 @@ class Deploy(StageKind):
     tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
     shared: ClassVar[tuple[str, ...]] = ("model", "data")
     outputs: ClassVar[tuple[str, ...]] = ("release",)
+    # the manifest and card name the recipe, so its identity enters the key; the release embeds
+    # the lock records of every ancestor (context.lineage), so their keys enter it too
+    recipe_fields: ClassVar[tuple[str, ...]] = ("name", "version", "description", "license", "digest")
+    lineage: ClassVar[bool] = True
     summary: ClassVar[str] = "device builds (fp32, int8, fp16, ORT format), model card, manifest; publish to the zoo"
 
     def run(self, inputs: Inputs, config: DeployConfig, context: StageContext) -> Mapping[str, Path]:

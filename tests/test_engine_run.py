@@ -442,3 +442,34 @@ stages:
         obj.unlink()
     fourth = _entry_probe(recipe)
     assert "FULL" in fourth.stderr and "s: done" in fourth.stdout
+
+
+def test_recipe_identity_and_lineage_enter_only_declaring_kinds(tmp_path):
+    text = """\
+schema_version: 1
+name: ident
+version: 0.1.0
+stages:
+  a: {kind: writer}
+  b: {kind: concat}
+  s: {kind: stamp}
+"""
+    recipe = write_recipe(tmp_path, text)
+    first = zoo.run(recipe)
+    cache = Cache(first.cache_dir)
+    s = next(x for x in first.stages if x.id == "s")
+    stamp = json.loads(cache.output_paths(cache.lookup(s.key))["data"].read_text())
+    keys_by_id = {x.id: x.key for x in first.stages}
+    assert stamp["version"] == "0.1.0"
+    assert {k: v["key"] for k, v in stamp["lineage"].items()} == {"a": keys_by_id["a"], "b": keys_by_id["b"]}
+    assert stamp["lineage"]["b"]["inputs"] == {"a": {"data": stamp["lineage"]["a"]["outputs"]["data"]}}
+
+    recipe.write_text(text.replace("version: 0.1.0", "version: 0.2.0"))
+    plan = {x.id: x for x in zoo.plan(recipe).stages}
+    assert plan["a"].state == "cached" and plan["b"].state == "cached"  # a version bump retrains nothing
+    assert plan["s"].state == "will run" and "recipe changed: version: 0.1.0 → 0.2.0" in str(plan["s"].reasons[0])
+
+    recipe.write_text(text.replace('a: {kind: writer}', 'a: {kind: writer, config: {text: "other"}}'))
+    executor = RecordingExecutor()
+    zoo.run(recipe, executor=executor)
+    assert executor.submitted == ["a", "b", "s"]

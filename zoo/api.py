@@ -80,7 +80,8 @@ def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None,
         parts = key = None
         if not pending:
             inputs = {up: entries[up].output_digests() for up in node.needs}
-            parts = keys.key_parts(dag.recipe, node, inputs, cache.hashes)
+            ancestors = {a: by_id[a].key for a in dag.ancestors(nid)}
+            parts = keys.key_parts(dag.recipe, node, inputs, cache.hashes, ancestors)
             key = keys.key_of(parts)
         prev = previous.stages.get(nid) if previous else None
         state, reasons, entry = decide(node, parts, key, cache, prev, nid in forced, pending)

@@ -16,6 +16,7 @@ KIND_VERSION = "kind version changed"
 CONFIG = "config changed"
 INPUT = "input changed"
 CODE = "code changed"
+RECIPE = "recipe changed"
 TOOLS = "tool version changed"
 MISSING = "output missing"
 UPSTREAM = "upstream reran"
@@ -50,6 +51,14 @@ def compare(parts: dict[str, Any], previous: StageLock | None) -> list[Reason]:
     changed_code = sorted(k for k in set(parts["code"]) | set(previous.code) if parts["code"].get(k) != previous.code.get(k))
     if changed_code:
         reasons.append(Reason(CODE, ", ".join(c.removeprefix("kind:") for c in changed_code[:4])))
+    if parts.get("recipe", {}) != previous.recipe:
+        changed = [f"{k}: {_short(previous.recipe.get(k))} → {_short(v)}" for k, v in sorted(parts.get("recipe", {}).items())
+                   if previous.recipe.get(k) != v]
+        reasons.append(Reason(RECIPE, ", ".join(changed[:3]) or "recipe identity"))
+    if parts.get("lineage", {}) != previous.lineage and not changed_inputs:
+        moved = sorted(k for k in set(parts.get("lineage", {})) | set(previous.lineage)
+                       if parts.get("lineage", {}).get(k) != previous.lineage.get(k))
+        reasons.append(Reason(UPSTREAM, "ancestor keys changed: " + ", ".join(moved[:4])))
     changed_tools = [f"{t} {previous.tools.get(t, 'absent')} → {parts['tools'].get(t, 'absent')}"
                      for t in sorted(set(parts["tools"]) | set(previous.tools))
                      if parts["tools"].get(t) != previous.tools.get(t)]

@@ -86,10 +86,14 @@ def watched_files(recipe: Recipe, node: Node) -> list[Path]:
     return files
 
 
-def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], hashes: StatCache) -> dict[str, Any]:
-    """Everything that enters the key of `node`, given its upstream output digests."""
+def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], hashes: StatCache,
+              ancestors: dict[str, str] | None = None) -> dict[str, Any]:
+    """Everything that enters the key of `node`, given its upstream output digests.
+
+    `ancestors` (ancestor id -> key) enters only for kinds that declare ``lineage = True``.
+    """
     cls = kinds.get(node.kind)
-    return {
+    parts = {
         "schema": KEY_SCHEMA_VERSION,
         "kind": node.kind,
         "kind_version": str(cls.version),
@@ -100,6 +104,12 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
         "code": code_digests(recipe, node, hashes),
         "tools": tool_versions(tuple(cls.tools)),
     }
+    if cls.recipe_fields:
+        info = recipe_info(recipe)
+        parts["recipe"] = {f: str(getattr(info, f)) for f in cls.recipe_fields}
+    if cls.lineage:
+        parts["lineage"] = dict(sorted((ancestors or {}).items()))
+    return parts
 
 
 def key_of(parts: dict[str, Any]) -> str:

@@ -39,16 +39,23 @@ class StageLock:
     tools: dict[str, str]
     outputs: dict[str, str]
     metrics: dict[str, Any] = field(default_factory=dict)
+    recipe: dict[str, str] = field(default_factory=dict)
+    lineage: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_parts(cls, key: str, parts: dict[str, Any], outputs: dict[str, str], metrics: dict[str, Any]) -> "StageLock":
         return cls(kind=parts["kind"], key=key, kind_version=parts["kind_version"], config=parts["config"],
                    config_digest=digest_json(parts["config"]), shared_digest=digest_json(parts["shared"]),
                    matrix=parts["matrix"], inputs=parts["inputs"], code=parts["code"], tools=parts["tools"],
-                   outputs=outputs, metrics=_scalar_metrics(metrics))
+                   outputs=outputs, metrics=_scalar_metrics(metrics), recipe=parts.get("recipe", {}),
+                   lineage=parts.get("lineage", {}))
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        data = dict(self.__dict__)
+        for optional in ("recipe", "lineage"):  # only kinds that declare them have them
+            if not data[optional]:
+                del data[optional]
+        return data
 
 
 @dataclass

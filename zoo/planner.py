@@ -55,6 +55,17 @@ class Dag:
                     frontier.append(node.id)
         return out
 
+    def ancestors(self, stage_id: str) -> list[str]:
+        """Every stage upstream of `stage_id` (transitively), in DAG order."""
+        found: set[str] = set()
+        frontier = list(self.nodes[stage_id].needs)
+        while frontier:
+            current = frontier.pop()
+            if current not in found:
+                found.add(current)
+                frontier.extend(self.nodes[current].needs)
+        return [nid for nid in self.nodes if nid in found]
+
     def select(self, names: list[str]) -> set[str]:
         """Instance ids for stage ids or instance ids (for --force / --stage); PlanError if unknown."""
         chosen: set[str] = set()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from zoo import explain, keys
+from zoo import explain, keys, kinds
 from zoo.cache import Cache, Entry
 from zoo.executors import Executor
 from zoo.explain import Reason
@@ -152,7 +152,8 @@ class Runner:
         nid = node.id
         if nid not in self.parts:
             inputs = {up: self.entries[up].output_digests() for up in node.needs}
-            self.parts[nid] = keys.key_parts(self.dag.recipe, node, inputs, self.hashes)
+            ancestors = {a: self.reports[a].key for a in self.dag.ancestors(nid)}
+            self.parts[nid] = keys.key_parts(self.dag.recipe, node, inputs, self.hashes, ancestors)
             report.key = keys.key_of(self.parts[nid])
         key = report.key
         upstream_runs = [up for up in node.needs if self.reports[up].state == RAN]
@@ -210,6 +211,11 @@ class Runner:
             up_node = self.dag.nodes[up]
             upstream.append(UpstreamRef(stage_id=up, kind=up_node.kind, outputs={k: str(v) for k, v in paths.items()},
                                         metrics=entry.metrics, matrix=dict(up_node.instance.matrix), key=entry.key))
+        lineage = {}
+        if kinds.get(node.kind).lineage:
+            for a in self.dag.ancestors(node.id):
+                record = StageLock.from_parts(self.entries[a].key, self.parts[a], self.entries[a].output_digests(), {})
+                lineage[a] = record.to_json()
         tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-")
         threads = max(1, (os.cpu_count() or 1) // self.jobs)
         task = StageTask(stage_id=node.id, kind=node.kind, key=key,
@@ -217,7 +223,7 @@ class Runner:
                          matrix=dict(node.instance.matrix), shared=keys.shared_sections(self.dag.recipe, node),
                          recipe=keys.recipe_info(self.dag.recipe), upstream=upstream,
                          out_dir=str(tmp / "out"), work_dir=str(tmp / "work"), log_path=str(tmp / "stage.log"),
-                         threads=threads, publish=self.publish)
+                         threads=threads, publish=self.publish, lineage=lineage)
         return task, tmp
 
     def _finish(self, future: Future) -> None:

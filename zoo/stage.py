@@ -10,6 +10,11 @@ A stage kind is a class deriving from `StageKind` that declares:
 - ``shared``: the recipe-wide sections (``model``, ``data``...) the kind reads; their
   content enters the cache key;
 - ``outputs``: the names of the outputs ``run`` returns;
+- ``recipe_fields``: recipe identity fields (name, version, description, license, digest) the kind
+  writes into its outputs; their values enter the key (most kinds need none, so bumping a
+  recipe's version does not retrain);
+- ``lineage``: True if the kind needs the lock records of all its ancestors (``context.lineage``,
+  e.g. to embed provenance); their keys then enter its key;
 
 and implements ``run(inputs, config, context) -> {output name: path inside context.out_dir}``.
 Metrics go in ``context.metrics``. A kind may also override ``dependencies`` to name files
@@ -125,6 +130,7 @@ class StageContext:
     threads: int = 1
     key: str = ""
     publish: bool = True  # False while `zoo repro` rebuilds: no side effects outside out_dir
+    lineage: Mapping[str, Any] = field(default_factory=dict)  # ancestor id -> lock record (kinds with lineage=True)
     metrics: dict[str, Any] = field(default_factory=dict)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("zoo.stage"))
 
@@ -164,6 +170,8 @@ class StageKind:
     tools: ClassVar[tuple[str, ...]] = ()
     shared: ClassVar[tuple[str, ...]] = ()
     outputs: ClassVar[tuple[str, ...]] = ()
+    recipe_fields: ClassVar[tuple[str, ...]] = ()
+    lineage: ClassVar[bool] = False
     summary: ClassVar[str] = ""
 
     def dependencies(self, config: KindConfig, ctx: KeyContext) -> list[Path]:

@@ -45,6 +45,7 @@ class StageTask:
     log_path: str
     threads: int = 1
     publish: bool = True
+    lineage: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
 
 
@@ -67,7 +68,7 @@ def execute(task: StageTask) -> dict[str, Any]:
                                       metrics=u.metrics, matrix=u.matrix, key=u.key) for u in task.upstream])
             context = StageContext(stage_id=task.stage_id, out_dir=out_dir, work_dir=work_dir, recipe=task.recipe,
                                    shared=task.shared, matrix=task.matrix, threads=task.threads, key=task.key,
-                                   publish=task.publish, log=logger)
+                                   publish=task.publish, lineage=task.lineage, log=logger)
             logger.info("stage %s (%s) starting with %d thread(s)", task.stage_id, task.kind, task.threads)
             returned = kind.run(inputs, config, context) or {}
             outputs = _relative_outputs(returned, out_dir, cls)

@@ -170,3 +170,19 @@ class Noisy(StageKind):
         out = context.output_path("model.onnx")
         onnx.save(model, str(out))
         return {"data": out}
+
+
+class Stamp(StageKind):
+    """Writes the recipe version and its ancestors' lock records (recipe_fields + lineage)."""
+
+    name = "stamp"
+    outputs = ("data",)
+    recipe_fields = ("name", "version")
+    lineage = True
+
+    def run(self, inputs, config, context):
+        import json
+
+        out = context.output_path("stamp.json")
+        out.write_text(json.dumps({"version": context.recipe.version, "lineage": dict(context.lineage)}, sort_keys=True))
+        return {"data": out}
