@@ -89,8 +89,9 @@ def stage_errors(summary: dict[str, Any]) -> str:
     for s in summary.get("stages", []):
         err = s.get("error")
         if err:
-            first = str(err.get("message", "")).strip().splitlines()
-            lines.append(f"  {s['id']}: {err.get('type')}: {first[0] if first else ''}"
+            # pydantic puts the reason on the second line of its message
+            first = [ln.strip() for ln in str(err.get("message", "")).strip().splitlines() if ln.strip()][:2]
+            lines.append(f"  {s['id']}: {err.get('type')}: {' | '.join(first)}"
                          + (f" [log: {s.get('log')}]" if s.get("log") else ""))
     return "\n".join(lines) or "  (no stage error recorded)"
 

@@ -18,6 +18,15 @@ layout) and a `Build` entry; then the model card ``README.md`` and, last, ``zoo-
 That folder is exactly what `LocalZoo.publish` reads, and it is byte-deterministic: the same
 inputs give the same bytes (no timestamps, sorted keys, one inference thread).
 
+Provenance (`zoo_stages.lib.provenance`): every shipped ONNX build is stamped with
+``metadata_props`` (zoo version, recipe name@version and digest, deploy's key, build name,
+source digest, license and the sources' attribution); an ORT-format build is converted from a
+stamped copy of its source, so it carries the same props. The release also holds ``zoo.lock``
+(the lock records of every ancestor stage: what reproduces it) and ``provenance.intoto.json``
+(an in-toto statement, SLSA provenance v1, whose subjects are every build file), both listed
+in the manifest's ``files``; the model card gets a Provenance section rendered from the
+statement.
+
 - Builds without conversion ship their upstream model unchanged, with verify's metrics and test
   vectors for the build of the same name (``verified_as`` overrides the name). Those vectors
   are re-run against the model (``check_vectors``) so a wrong name mapping fails loudly.
@@ -46,6 +55,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from zoo.errors import GateFailed, InvalidInput, StageFailed, ZooError
 from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind, Upstream
+from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
 
 CARD_FILE = "README.md"
 # flatbuffers writes the canonical .ort bytes (see convert.canonical_ort_bytes), so its version matters too
@@ -60,6 +70,8 @@ _VECTOR_FILE = re.compile(r"^(input|output)_(\d+)\.pb$")
 _NOT_METRICS = {"ir_version", "opset"}
 # timings: measurements that change from run to run (everything else verify reports is deterministic)
 _MEASURED = re.compile(r"^(latency|throughput|speedup)")
+# options about what happens around the release, not what it holds: left out of its provenance
+_SIDE_EFFECT_OPTIONS = {"publish", "measurements"}
 
 
 class BuildSpec(KindConfig):
@@ -171,7 +183,7 @@ class Deploy(StageKind):
     """Package upstream models as device builds, write the model card and manifest, publish."""
 
     name: ClassVar[str] = "deploy"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"  # 2: provenance (stamped builds, zoo.lock, in-toto statement)
     Config: ClassVar[type[KindConfig]] = DeployConfig
     tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
     shared: ClassVar[tuple[str, ...]] = ("model", "data")
@@ -218,6 +230,8 @@ class _Release:
         self.data_spec: dict[str, Any] | None = context.shared.get("data") or None
         self.verify = self._read_verify()
         self._heldout: tuple[Any, Any] | None | bool = False  # False: not loaded yet
+        self.attribution: dict[str, list[dict[str, str]]] = {}  # build -> its sources' attribution
+        self.provenance_section = ""  # the card's Provenance section (also for the published copy)
 
     # -- verify's outputs -------------------------------------------------------------------
 
@@ -307,15 +321,23 @@ class _Release:
         verification = self._verification_summary()
         if verification:
             extra["deploy"]["verification"] = verification
+        lineage = self._lineage()
+        files, stmt = self._provenance_files(builds, lineage)
+        extra["provenance"] = {"statement": STATEMENT_FILE, "lock": LOCK_FILE,
+                               "license": stmt["predicate"]["buildDefinition"]["internalParameters"]["license"],
+                               "attribution": self._all_attribution()}
         manifest = Manifest(
             name=recipe.name, version=recipe.version, description=recipe.description, license=recipe.license,
             task=str(self.model_spec.get("task") or self.ctx.shared.get("task") or ""),
-            builds=builds, lineage=self._lineage(), extra=extra,
+            builds=builds, lineage=lineage, files=files, extra=extra,
         )
         from zoo_stages.lib.modelcard import render_card
+        from zoo_stages.lib.provenance import card_section
 
+        self.provenance_section = card_section(stmt)
         card = render_card(manifest, dataset=self.data_spec, intended_use=self.config.intended_use,
                            limitations=self.config.limitations, verification=verification, conversions=conversions)
+        card = _with_section(card, self.provenance_section)
         card_path = self.release / CARD_FILE
         _write_bytes(card_path, card.encode("utf-8"))
         manifest.card = _file_ref(self.release, card_path)
@@ -324,6 +346,43 @@ class _Release:
         # written last: a release folder with a manifest is a finished one
         _write_bytes(self.release / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode("utf-8"))
         return manifest
+
+    def _provenance_files(self, builds: dict[str, Build], lineage: Lineage) -> tuple[list[FileRef], dict[str, Any]]:
+        """Write zoo.lock and the in-toto statement into the release; their FileRefs and the statement."""
+        from zoo_stages.lib import provenance
+
+        recipe, lineage_records = self.ctx.recipe, dict(self.ctx.lineage)
+        lock_path = self.release / LOCK_FILE
+        _write_bytes(lock_path, provenance.lock_yaml(recipe, lineage_records).encode("utf-8"))
+        lock_ref = _file_ref(self.release, lock_path)
+        # direct inputs the engine did not describe (a deploy run outside the engine, as in tests)
+        unrecorded = provenance.input_digests(up for up in self.inputs if up.stage_id not in lineage_records)
+        data = None
+        if "data" in lineage.sources:
+            data = {"digest": lineage.sources["data"], "source": str((self.data_spec or {}).get("source", ""))}
+        subjects = [(ref.path, ref.sha256) for b in builds.values() for ref in b.all_files()]
+        stmt = provenance.statement(subjects=subjects, recipe=recipe, key=self.ctx.key,
+                                    config=self.config.model_dump(mode="json", by_alias=True,
+                                                                  exclude=_SIDE_EFFECT_OPTIONS),
+                                    lineage=lineage_records, tools=lineage.tools, inputs=unrecorded, data=data,
+                                    attribution=self._all_attribution(), lock_sha256=lock_ref.sha256)
+        stmt_path = self.release / STATEMENT_FILE
+        _write_bytes(stmt_path, provenance.statement_bytes(stmt))
+        return [lock_ref, _file_ref(self.release, stmt_path)], stmt
+
+    def _all_attribution(self) -> list[dict[str, str]]:
+        from zoo_stages.lib.provenance import merge_attribution
+
+        return merge_attribution(*self.attribution.values())
+
+    def _props(self, name: str, spec: BuildSpec, source: Path) -> dict[str, str]:
+        """The metadata_props of build `name`: release identity, its source's digest, license."""
+        from zoo.hashing import ALGORITHM, hash_file_uncached
+        from zoo_stages.lib import provenance
+
+        self.attribution[name] = provenance.model_attribution(source)
+        sources = {f"{spec.source}.model": f"{ALGORITHM}:{hash_file_uncached(source)}"}
+        return provenance.release_props(self.ctx.recipe, self.ctx.key, name, sources, self.attribution[name])
 
     def _one(self, name: str, spec: BuildSpec) -> tuple[Build, dict[str, Any] | None, str | None]:
         """Stage one build under builds/<name>/; returns its Build entry, conversion record, verified name."""
@@ -334,10 +393,11 @@ class _Release:
         bdir.mkdir(parents=True, exist_ok=True)
         vname = self._verified_name(name, spec)
         src_info = describe(source)
+        props = self._props(name, spec, source)
         if spec.convert is None:
-            shipped = self._as_is(name, spec, vname, source, src_info, bdir)
+            shipped = self._as_is(name, spec, vname, source, src_info, bdir, props)
         else:
-            shipped = self._converted(name, spec, vname, source, src_info, bdir)
+            shipped = self._converted(name, spec, vname, source, src_info, bdir, props)
         info = describe(shipped.model)
         vectors = self._vectors(name, spec, vname, shipped.model, bdir)
         metrics = dict(shipped.metrics)
@@ -361,8 +421,15 @@ class _Release:
         return build, shipped.conversion, vname
 
     def _as_is(self, name: str, spec: BuildSpec, vname: str | None, source: Path, src_info: Any,
-               bdir: Path) -> _Shipped:
-        """An upstream model shipped unchanged (with its external data), with verify's metrics."""
+               bdir: Path, props: Mapping[str, str]) -> _Shipped:
+        """An upstream model shipped as is (graph, weights, external data), with verify's metrics.
+
+        Only the provenance metadata_props are added, after checking that the unstamped source
+        is the model verify checked: metadata changes no output, so verify's figures and
+        vectors still apply (the vectors are re-run against the stamped file).
+        """
+        from zoo_stages.lib.provenance import stamp_file
+
         model = bdir / "model.onnx"
         _copy(source, model)
         extra = []
@@ -375,18 +442,20 @@ class _Release:
             metrics = self._verified_metrics(vname)
         elif self.verify.builds is not None:
             self.ctx.log.warning("deploy: build %s was not verified (no build %r in verify's report)", name, name)
+        stamp_file(model, props)
         return _Shipped(model=model, extra_files=extra, precision=src_info.precision or "fp32", metrics=metrics)
 
     def _converted(self, name: str, spec: BuildSpec, vname: str | None, source: Path, src_info: Any,
-                   bdir: Path) -> _Shipped:
+                   bdir: Path, props: Mapping[str, str]) -> _Shipped:
         """An fp16 or ORT-format conversion of an upstream model, parity-checked against it on the CPU."""
         from zoo_stages.lib import convert as cv
+        from zoo_stages.lib.provenance import stamp_file
 
         atol, rtol = DEFAULT_TOLERANCES[spec.convert]
         atol = spec.atol if spec.atol is not None else atol
         rtol = spec.rtol if spec.rtol is not None else rtol
         if spec.convert == "fp16":
-            model = cv.to_fp16(source, bdir / "model.onnx", op_block_list=spec.op_block_list)
+            model = stamp_file(cv.to_fp16(source, bdir / "model.onnx", op_block_list=spec.op_block_list), props)
             sidecar = bdir / "model.onnx.data"  # only for models above protobuf's 2 GiB limit
             shipped = _Shipped(model=model, extra_files=[sidecar] if sidecar.exists() else [], precision="fp16",
                                execution_providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
@@ -397,7 +466,9 @@ class _Release:
                 shipped.conversion["op_block_list"] = sorted(spec.op_block_list)
         else:
             style = spec.optimization_style or "Fixed"
-            result = cv.to_ort(source, bdir, optimization_style=style, work_dir=self.work)
+            # the ORT format keeps metadata_props: convert a stamped copy so the build carries them
+            result = cv.to_ort(self._stamped_copy(name, source, src_info, props), bdir, optimization_style=style,
+                               work_dir=self.work)
             major, minor = metadata.version("onnxruntime").split(".")[:2]
             shipped = _Shipped(model=result.model, extra_files=[result.operators_config],
                                precision=src_info.precision or "fp32",
@@ -416,6 +487,19 @@ class _Release:
         if vname is not None:
             shipped.conversion["source_verified_as"] = vname
         return shipped
+
+    def _stamped_copy(self, name: str, source: Path, src_info: Any, props: Mapping[str, str]) -> Path:
+        """A copy of `source` (and its external data) in the work folder, stamped with `props`."""
+        from zoo_stages.lib.provenance import stamp_file
+
+        folder = self.work / "stamped" / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        copy = folder / source.name
+        _copy(source, copy)
+        for location in src_info.external_data:
+            _copy(source.parent / location, folder / location)
+        return stamp_file(copy, props)
 
     def _verified_metrics(self, vname: str) -> dict[str, float | int]:
         # the release is an artifact: timings (different on every run) are added only when publishing
@@ -686,6 +770,7 @@ class _Release:
         card = render_card(data, dataset=self.data_spec, intended_use=self.config.intended_use,
                            limitations=self.config.limitations, verification=verification,
                            conversions=deploy_extra.get("conversions"))
+        card = _with_section(card, self.provenance_section)
         _write_bytes(pub / CARD_FILE, card.encode("utf-8"))  # a new file: the hardlink to the release's card is replaced
         data.card = _file_ref(pub, pub / CARD_FILE)
         data = Manifest.model_validate(data.model_dump())
@@ -708,6 +793,9 @@ class _Release:
                 sources["data"] = digest_json(split_info(self.data_spec, recipe.dir))
             except ZooError as e:  # the card and manifest still say which data section was used
                 self.ctx.log.warning("deploy: could not fingerprint the dataset: %s", e)
+        for record in self._all_attribution():  # third-party files (pretrained weights...) the builds derive from
+            if record.get("sha256"):
+                sources[record.get("source", "source")] = f"sha256:{record['sha256']}"
         return Lineage(recipe={"name": recipe.name, "version": recipe.version, "digest": recipe.digest},
                        stages=stages, sources=sources, tools=tools)
 
@@ -749,6 +837,13 @@ def _report_metrics(entry: Mapping[str, Any]) -> dict[str, float | int]:
         elif isinstance(v, float) and math.isfinite(v):
             out[str(k)] = v
     return out
+
+
+def _with_section(card: str, section: str) -> str:
+    """The card with `section` (Markdown) appended."""
+    if not section:
+        return card
+    return card.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
 
 
 def _jsonable(value: Any) -> Any:

@@ -5,7 +5,7 @@ Weights come from exactly one of:
 - ``weights: {url|path, sha256}``: upstream pretrained torch weights (e.g. torchvision's
   ``alexnet-owt-7be5be79.pth``), fetched and verified through `zoo.sources`;
 - ``onnx: {url|path, sha256}``: an existing ONNX model, checked and passed through unchanged
-  (torch is not needed; bytes are kept when the model needs no fix-up).
+  (torch is not needed; the graph and weights are kept, only provenance metadata is added).
 
 The model is built from the recipe's ``model:`` section, exported with the TorchScript
 exporter (``exporter: dynamo`` needs onnxscript), then: IR version capped at 13 (what
@@ -17,6 +17,10 @@ Parity gate: onnxruntime and torch run the same ``parity.samples`` seeded random
 [0, 1); any element with ``|onnx - torch| > atol + rtol * |torch|`` fails the stage with a
 table of max-abs and max-rel errors per output. Exporting the same weights twice gives the
 same bytes.
+
+Provenance: the model's ``metadata_props`` record zoo's version, the stage key, the digests of
+the checkpoint or source file, the recipe's license and the source's attribution (see
+`zoo_stages.lib.provenance`; ``weights: {license, attribution}`` override the defaults).
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ class SourceRef(KindConfig):
     url: str | None = Field(None, description="https://..., http://... or hf://org/repo[@rev]/path")
     path: str | None = Field(None, description="local file, relative to the recipe")
     sha256: str | None = Field(None, description="hex sha256 (full, or at least 8 leading digits)")
+    license: str | None = Field(None, description="license of the file (e.g. BSD-3-Clause); stamped into every "
+                                                  "derived build (known hosts such as download.pytorch.org "
+                                                  "have a default)")
+    attribution: str | None = Field(None, description="who to credit for the file; propagated like `license`")
 
     @model_validator(mode="after")
     def _one_location(self):
@@ -85,11 +93,12 @@ class ExportConfig(KindConfig):
 
 class Export(StageKind):
     name = "export"
-    version = "1"
+    version = "2"  # 2: provenance metadata_props
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime")
     shared = ("data", "model")
     outputs = ("model",)
+    recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "export to ONNX (checked, shape-inferred, parity-gated against torch)"
 
     def dependencies(self, config: ExportConfig, ctx: KeyContext) -> list[Path]:
@@ -120,21 +129,42 @@ class Export(StageKind):
                                hint="add a train stage to `needs:`, or set `weights: {url: ..., sha256: ...}`")
         target = context.output_path("model.onnx")
         if config.onnx is not None:
-            _passthrough(config, context, target)
+            _passthrough(config, context, target, inputs)
         else:
             if checkpoint is not None:
                 source, label = Path(checkpoint), "checkpoint"
             else:
                 source, label = _fetch(config.weights, context), "weights"
-            _export_torch(source, label, config, context, target)
+            props = _provenance(inputs, context, config.weights if label == "weights" else None, "weights", source)
+            _export_torch(source, label, config, context, target, props)
         return {"model": target}
+
+
+def _provenance(inputs: Inputs, context: StageContext, ref: SourceRef | None, field: str,
+                source: Path | None) -> dict[str, str]:
+    """The metadata_props of the exported model: key, input digests, license and attribution."""
+    from zoo_stages.lib import provenance
+
+    sources = provenance.input_digests(inputs)
+    attribution = provenance.upstream_attribution(inputs)
+    if ref is not None and source is not None:
+        digest = _sha256(source)
+        sources[field] = f"sha256:{digest}"
+        own = provenance.source_attribution(field, url=ref.url, path=ref.path, sha256=digest,
+                                            license=ref.license, attribution=ref.attribution)
+        # a zoo-built ONNX source carries its own sources' attribution: keep passing it on
+        inherited = provenance.model_attribution(source) if field == "onnx" else []
+        attribution = provenance.merge_attribution(attribution, inherited, [own])
+    return provenance.artifact_props("export", context.key, context.recipe.license, dict(sorted(sources.items())),
+                                     attribution)
 
 
 # ---------------------------------------------------------------------------------------------
 # torch -> ONNX
 
 
-def _export_torch(weights: Path, label: str, config: ExportConfig, context: StageContext, target: Path) -> None:
+def _export_torch(weights: Path, label: str, config: ExportConfig, context: StageContext, target: Path,
+                  props: Mapping[str, str]) -> None:
     import numpy as np
     import torch
 
@@ -158,6 +188,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
         proto = _load_onnx(raw)
         proto = _normalise(proto)
         _check(proto, raw)
+        _stamp(proto, props)
         _save(proto, target)
 
         rng = np.random.default_rng(config.parity.seed)
@@ -400,20 +431,22 @@ def _parity_table(report: dict) -> str:
 # ONNX pass-through
 
 
-def _passthrough(config: ExportConfig, context: StageContext, target: Path) -> None:
-    """Check an existing ONNX model and copy it to `target` (unchanged bytes when possible)."""
+def _passthrough(config: ExportConfig, context: StageContext, target: Path, inputs: Inputs) -> None:
+    """Check an existing ONNX model and write it to `target`, graph and weights unchanged.
+
+    Only the provenance metadata_props are added (the source's sha256 is in ``zoo.sources``);
+    a model above onnxruntime's IR version or with external data is also re-serialised with the
+    IR capped and the external data inlined below 2 GB.
+    """
     source = _fetch(config.onnx, context)
+    props = _provenance(inputs, context, config.onnx, "onnx", source)
     external = _uses_external_data(_load_onnx(source, with_data=False))
     proto = _load_onnx(source)
     if proto.ir_version > MAX_IR_VERSION or external:
-        # re-serialised: IR capped (onnxruntime loads <= 13) and external data inlined below 2 GB
-        _check(_normalise(proto), source)
-        _save(proto, target)
-    else:
-        _check(proto, source)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
+        _normalise(proto)
+    _check(proto, source)
+    _stamp(proto, props)
+    _save(proto, target)
     smoke = _smoke_run(target, config, context.threads)
     context.metrics.update(_describe(proto, target))
     context.metrics.update({
@@ -458,6 +491,12 @@ def _smoke_run(path: Path, config: ExportConfig, threads: int) -> dict[str, Any]
 
 # ---------------------------------------------------------------------------------------------
 # shared helpers
+
+
+def _stamp(proto, props: Mapping[str, str]) -> None:
+    from zoo_stages.lib.provenance import stamp
+
+    stamp(proto, props)
 
 
 def _fetch(ref: SourceRef, context: StageContext) -> Path:

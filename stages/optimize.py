@@ -12,7 +12,9 @@ ops (``com.microsoft`` FusedConv, FusedGemm...), ``all`` also adds layout transf
 (``com.microsoft.nchwc``) tuned to this host's SIMD width. Both only run on onnxruntime's CPU
 build, and the quantizer cannot handle them; the domains used are recorded in the metrics.
 
-The output is deterministic: the same input gives the same bytes (checked by the tests).
+The output is deterministic: the same input gives the same bytes (checked by the tests). Its
+``metadata_props`` carry the provenance stamp (`zoo_stages.lib.provenance`): zoo version, stage
+key, input digests, license and the attribution inherited from the input model.
 """
 
 from __future__ import annotations
@@ -50,14 +52,15 @@ class OptimizeConfig(KindConfig):
 
 class Optimize(StageKind):
     name = "optimize"
-    version = "1"
+    version = "2"  # 2: provenance metadata_props
     Config = OptimizeConfig
     tools = ("onnx", "onnxruntime", "onnxsim", "onnxoptimizer", "numpy")
     outputs = ("model",)
+    recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "onnxruntime offline graph optimization (+ onnxsim/onnxoptimizer), parity-checked"
 
     def run(self, inputs: Inputs, config: OptimizeConfig, context: StageContext) -> Mapping[str, Path]:
-        from zoo_stages.lib import onnxutil
+        from zoo_stages.lib import onnxutil, provenance
 
         src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
         original = onnxutil.load_model(src)
@@ -72,6 +75,9 @@ class Optimize(StageKind):
 
         parity = check_parity(original, optimized, config.parity, config.input_shape,
                               providers=(config.execution_provider,))
+        provenance.stamp(optimized, provenance.artifact_props(
+            self.name, context.key, context.recipe.license, provenance.input_digests(inputs),
+            provenance.upstream_attribution(inputs)))
         out = onnxutil.save_model(optimized, context.output_path("model.onnx"))
 
         domains = onnxutil.custom_domains(optimized)

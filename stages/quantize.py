@@ -35,6 +35,8 @@ optimization, ONNX shape inference), which the QDQ quantizer needs for good cove
 on for static quantization. The input must use standard ONNX ops only: a model optimized at
 level extended/all (``com.microsoft`` fused ops) is refused with a hint.
 
+The model's ``metadata_props`` carry the provenance stamp (`zoo_stages.lib.provenance`).
+
 Latency numbers in the metrics and candidates.json vary run to run; the model bytes do not,
 except that in ``auto`` mode the winner itself is chosen by measured latency (candidates within
 ``accept.tie_tolerance`` of the fastest are treated as tied and resolved by the fixed candidate
@@ -264,11 +266,12 @@ def candidates_table(rows: list[dict[str, Any]], chosen: str | None = None) -> s
 
 class Quantize(StageKind):
     name = "quantize"
-    version = "1"
+    version = "2"  # 2: provenance metadata_props
     Config = QuantizeConfig
     tools = ("onnx", "onnxruntime", "numpy")
     shared = ("data",)
     outputs = ("model",)
+    recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
 
     def dependencies(self, config: QuantizeConfig, ctx: KeyContext) -> list[Path]:
@@ -292,6 +295,11 @@ class _Run:
         self.work.mkdir(parents=True, exist_ok=True)
         self.data = context.shared.get("data")
         self.src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
+        from zoo_stages.lib import provenance
+
+        # every model this run writes (the output, auto's candidates) carries the same stamp
+        self.props = provenance.artifact_props(Quantize.name, context.key, context.recipe.license,
+                                               provenance.input_digests(inputs), provenance.upstream_attribution(inputs))
         self.flags: list[str] = []
         self._preprocessed: Path | None = None
         self._val: tuple | None = None
@@ -404,7 +412,9 @@ class _Run:
                             quant_format=QuantFormat.QDQ if settings.format == "qdq" else QuantFormat.QOperator,
                             activation_type=getattr(QuantType, settings.activation_type),
                             calibrate_method=method, extra_options=extra, **common)
-        model = onnxutil.prune_opset_imports(onnxutil.load_model(raw))
+        from zoo_stages.lib.provenance import stamp
+
+        model = stamp(onnxutil.prune_opset_imports(onnxutil.load_model(raw)), self.props)
         return onnxutil.save_model(model, target)
 
     # -- measurement ---------------------------------------------------------------------------

@@ -184,12 +184,46 @@ def _print_run_summary(result, recipe: Path) -> None:
     _echo(f"{result.recipe}@{result.version}: {len(ran)} ran, {len(cached)} cached"
           + (f", {len(result.failed)} failed" if result.failed else "") + f" ({total:.1f}s of stage time)")
     for s in result.stages:
-        if s.kind == "deploy" and s.metrics.get("builds_table"):
-            _echo(s.metrics["builds_table"])
+        if s.state == "done" and isinstance(s.metrics.get("gates"), list):
+            _echo(_gates_table(s))
         if s.metrics.get("published"):
+            if s.state == "done":
+                _echo(_builds_table(s.metrics["published"]))
             _echo(f"published {s.metrics['published']}")
     if result.lock_changed:
         _echo(f"updated {result.lock_path}")
+
+
+def _gates_table(stage) -> str:
+    rows = [(str(g.get("gate", "")), g.get("value"), "PASS" if g.get("passed") else "FAIL")
+            for g in stage.metrics["gates"] if isinstance(g, dict) and not g.get("implicit")]
+    width = max([len(r[0]) for r in rows] + [4])
+    lines = [f"gates ({stage.id}):"]
+    for gate, value, verdict in rows:
+        shown = f"{value:.4g}" if isinstance(value, (int, float)) else "n/a"
+        lines.append(f"  {gate:<{width}}  {shown:>8}  {verdict}")
+    return "\n".join(lines)
+
+
+def _builds_table(ref: str) -> str:
+    """The published version's builds, read back from the local zoo."""
+    from zoo.errors import ZooError
+
+    try:
+        from zoo.registry.store import LocalZoo
+
+        manifest = LocalZoo().resolve(ref)
+    except ZooError as e:
+        return f"(cannot read {ref} from the local zoo: {e})"
+    header = f"  {'build':<11} {'format':<6} {'precision':<9} {'size':>9} {'accuracy':>8} {'p50 ms':>7}  sha256"
+    lines = [f"builds of {ref}:", header]
+    for name, b in manifest.builds.items():
+        acc, p50 = b.metrics.get("accuracy"), b.metrics.get("latency_p50_ms")
+        acc_text = f"{acc:.4f}" if isinstance(acc, (int, float)) else "-"
+        p50_text = f"{p50:.2f}" if isinstance(p50, (int, float)) else "-"
+        lines.append(f"  {name:<11} {b.format:<6} {b.precision:<9} {_size(b.file.size):>9} "
+                     f"{acc_text:>8} {p50_text:>7}  {b.file.sha256[:12]}")
+    return "\n".join(lines)
 
 
 def _size(n: int) -> str:

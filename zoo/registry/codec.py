@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -42,10 +43,27 @@ def read_manifest_file(path: Path) -> Manifest:
     return load_manifest(data, str(path))
 
 
+# timings measured on the publishing host: they differ on every verify run
+_MEASURED = re.compile(r"^(latency|throughput|speedup)")
+
+
 def content_key(manifest: Manifest) -> bytes:
-    """What 'the same version' means: every field except the publish time."""
+    """What 'the same version' means: the same bytes and the same description of them.
+
+    Left out: the publish time, and what only reports measurements — timing metrics, the model
+    card that shows them, and verify's gate values. A republish that differs only there (verify
+    ran again and timed slightly differently) is a no-op that keeps the first published figures;
+    any other difference (a build's bytes, ports, accuracy, license, lineage…) is a Conflict.
+    """
     obj = manifest.model_dump(mode="json")
     obj.pop("created", None)
+    obj.pop("card", None)
+    for build in obj.get("builds", {}).values():
+        build["metrics"] = {k: v for k, v in build.get("metrics", {}).items() if not _MEASURED.match(k)}
+    deploy = obj.get("extra", {}).get("deploy")
+    if isinstance(deploy, dict):
+        deploy.pop("measured", None)
+        deploy.pop("verification", None)
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 

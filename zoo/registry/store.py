@@ -247,11 +247,12 @@ class LocalZoo:
 
     # ---- materializing ------------------------------------------------------------------
     def build_files(self, manifest: Manifest, build: str | Build) -> list[FileRef]:
-        """The files a build needs on disk: its model, sidecars, test vectors, and the model card."""
+        """The files a build needs on disk: its model, sidecars, test vectors, the model card, and the
+        version-level files (lockfile, provenance statement) that describe every build."""
         b = self.get_build(manifest, build)
         files = {f.path: f for f in b.all_files()}
-        if manifest.card:
-            files.setdefault(manifest.card.path, manifest.card)
+        for ref in ([manifest.card] if manifest.card else []) + list(manifest.files):
+            files.setdefault(ref.path, ref)
         return list(files.values())
 
     @staticmethod

@@ -1,0 +1,242 @@
+"""Provenance: metadata_props on every ONNX artifact, zoo.lock and the in-toto statement of a release,
+license/attribution propagation from a pretrained-weights source to every derived build.
+
+One tiny chain is built by calling the kinds directly (as the engine would): export (from
+`weights:` with a license and attribution) -> optimize -> quantize (dynamic) -> deploy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from zoo.errors import InvalidInput  # noqa: E402
+from zoo.hashing import hash_file_uncached  # noqa: E402
+from zoo.lockfile import StageLock, read as read_lock  # noqa: E402
+from zoo.registry.manifest import MANIFEST_FILE, Manifest  # noqa: E402
+from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
+from zoo_stages.deploy import Deploy  # noqa: E402
+from zoo_stages.export import Export  # noqa: E402
+from zoo_stages.lib import archs, provenance  # noqa: E402
+from zoo_stages.optimize import Optimize  # noqa: E402
+from zoo_stages.quantize import Quantize  # noqa: E402
+
+DATA = {"source": "digits", "path": None, "image_size": 8, "channels": 1, "val_fraction": 0.2,
+        "split_seed": 0, "limit": None}
+LENET = {"arch": "lenet5", "num_classes": 10, "entry": None, "input_name": "input", "output_name": "logits",
+         "task": "image-classification"}
+LICENSE = "Apache-2.0"
+WEIGHTS_LICENSE, WEIGHTS_CREDIT = "BSD-3-Clause", "Example Labs pretrained LeNet"
+BUILDS = {"cpu-fp32": {"from": "optimize"}, "cpu-int8": {"from": "quantize"},
+          "cuda-fp16": {"from": "export", "convert": "fp16"}, "mobile": {"from": "quantize", "convert": "ort"}}
+
+
+def _recipe(tmp: Path) -> RecipeInfo:
+    return RecipeInfo(name="tiny-lenet", version="2.1.0", description="provenance test", license=LICENSE,
+                      path=tmp / "recipe.yaml", digest="d" * 64)
+
+
+def _ctx(tmp: Path, stage: str, key: str, *, lineage=None, publish=False) -> StageContext:
+    return StageContext(stage_id=stage, out_dir=tmp / stage / "out", work_dir=tmp / stage / "work",
+                        recipe=_recipe(tmp), shared={"data": DATA, "model": LENET}, matrix={}, threads=1, key=key,
+                        publish=publish, lineage=lineage or {})
+
+
+def _record(kind: str, key: str, outputs: dict[str, str]) -> dict:
+    """A lock record as the engine puts it into context.lineage."""
+    return StageLock(kind=kind, key=key, kind_version="2", config={"x": 1}, config_digest="c" * 64,
+                     shared_digest="s" * 64, matrix={}, inputs={}, code={f"kind:zoo_stages.{kind}": "e" * 64},
+                     tools={"onnx": "1.23"}, outputs=outputs, recipe={"license": LICENSE}).to_json()
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("chain")
+    torch.manual_seed(0)
+    weights = tmp / "lenet-pretrained.pt"
+    torch.save(archs.build_model(LENET, tmp, in_channels=1).state_dict(), weights)
+    sha = hashlib.sha256(weights.read_bytes()).hexdigest()
+    export_cfg = Export.Config.model_validate({"input_shape": [1, 8, 8], "parity": {"samples": 2}, "weights": {
+        "path": weights.name, "sha256": sha, "license": WEIGHTS_LICENSE, "attribution": WEIGHTS_CREDIT}})
+    exported = Export().run(Inputs([]), export_cfg, _ctx(tmp, "export", "key-export"))["model"]
+    up_export = Upstream("export", "export", {"model": exported}, {}, key="key-export")
+    optimized = Optimize().run(Inputs([up_export]), Optimize.Config(), _ctx(tmp, "optimize", "key-optimize"))["model"]
+    quant_cfg = Quantize.Config.model_validate({"mode": "dynamic", "accept": {"min_speedup": 0.0, "max_accuracy_drop": 1.0},
+                                                "latency": {"warmup": 1, "runs": 3}})
+    quantized = Quantize().run(Inputs([up_export]), quant_cfg, _ctx(tmp, "quantize", "key-quantize"))["model"]
+    ups = [up_export,
+           Upstream("optimize", "optimize", {"model": optimized}, {}, key="key-optimize"),
+           Upstream("quantize", "quantize", {"model": quantized}, {}, key="key-quantize")]
+    lineage = {u.stage_id: _record(u.kind, u.key, {"model": hash_file_uncached(u.outputs["model"])}) for u in ups}
+    deploy_cfg = Deploy.Config.model_validate({"builds": BUILDS, "publish": False})
+    release = Deploy().run(Inputs(ups), deploy_cfg, _ctx(tmp, "deploy", "key-deploy", lineage=lineage))["release"]
+    return {"tmp": tmp, "weights": weights, "sha": sha, "export": exported, "optimize": optimized,
+            "quantize": quantized, "release": release, "ups": ups, "lineage": lineage, "deploy_cfg": deploy_cfg}
+
+
+def _props(path: Path) -> dict[str, str]:
+    return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+
+
+def _manifest(release: Path) -> Manifest:
+    return Manifest.model_validate_json((release / MANIFEST_FILE).read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# intermediate artifacts
+
+
+def test_intermediate_models_carry_what_their_key_determines(chain):
+    version = metadata.version("zoo-onnx")
+    expected_sources = {
+        "export": {"weights": f"sha256:{chain['sha']}"},
+        "optimize": {"export.model": f"blake3:{hash_file_uncached(chain['export'])}"},
+        "quantize": {"export.model": f"blake3:{hash_file_uncached(chain['export'])}"},
+    }
+    for kind in ("export", "optimize", "quantize"):
+        props = _props(chain[kind])
+        zoo = {k: v for k, v in props.items() if k.startswith("zoo.")}
+        assert set(zoo) == {"zoo.version", "zoo.kind", "zoo.stage_key", "zoo.sources", "zoo.license",
+                            "zoo.attribution"}, kind
+        assert zoo["zoo.version"] == version and zoo["zoo.kind"] == kind
+        assert zoo["zoo.stage_key"] == f"key-{kind}" and zoo["zoo.license"] == LICENSE
+        assert json.loads(zoo["zoo.sources"]) == expected_sources[kind]
+        # the stage id is not in a cache key, so it is never stamped; nor is the recipe's version
+        assert "zoo.stage" not in zoo and "zoo.recipe" not in zoo
+        # the wire-level reader agrees with onnx's parser
+        assert provenance.read_metadata(chain[kind]) == props
+    for kind in (Export, Optimize, Quantize):
+        assert kind.recipe_fields == ("license",)  # the license they stamp enters their key
+
+
+def test_weights_attribution_propagates_through_every_stage(chain):
+    want = [{"source": "weights", "uri": f"file:{chain['weights'].name}", "sha256": chain["sha"],
+             "license": WEIGHTS_LICENSE, "attribution": WEIGHTS_CREDIT}]
+    for kind in ("export", "optimize", "quantize"):
+        assert json.loads(_props(chain[kind])["zoo.attribution"]) == want, kind
+    assert provenance.upstream_attribution(Inputs(chain["ups"])) == want
+
+
+def test_stamping_is_deterministic_and_keeps_foreign_props(chain, tmp_path):
+    again = Optimize().run(Inputs(chain["ups"][:1]), Optimize.Config(), _ctx(tmp_path, "optimize", "key-optimize"))
+    assert again["model"].read_bytes() == chain["optimize"].read_bytes()
+    other = Optimize().run(Inputs(chain["ups"][:1]), Optimize.Config(), _ctx(tmp_path, "o2", "another-key"))
+    assert _props(other["model"])["zoo.stage_key"] == "another-key"
+    model = onnx.load(str(chain["export"]))
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "author", "someone"
+    provenance.stamp(model, {"zoo.kind": "test", "zoo.b": "2", "zoo.a": "1"})
+    assert [(p.key, p.value) for p in model.metadata_props] == [("author", "someone"), ("zoo.a", "1"),
+                                                                 ("zoo.b", "2"), ("zoo.kind", "test")]
+    with pytest.raises(ValueError, match="must start with"):
+        provenance.stamp(model, {"version": "1"})
+
+
+def test_read_metadata_refuses_a_file_that_is_not_protobuf(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff")
+    with pytest.raises(InvalidInput, match="not a readable ONNX model"):
+        provenance.read_metadata(bad)
+
+
+def test_known_hosts_give_a_default_license_that_the_recipe_can_override():
+    url = "https://download.pytorch.org/models/alexnet-owt-7be5be79.pth"
+    rec = provenance.source_attribution("weights", url=url, sha256="7be5be79")
+    assert rec["license"] == "BSD-3-Clause" and "torchvision" in rec["attribution"] and rec["uri"] == url
+    own = provenance.source_attribution("weights", url=url, license="CC-BY-NC-4.0", attribution="me")
+    assert (own["license"], own["attribution"]) == ("CC-BY-NC-4.0", "me")
+    assert "license" not in provenance.source_attribution("weights", url="https://example.org/w.pt")
+
+
+# ---------------------------------------------------------------------------------------------
+# the release
+
+
+def test_every_shipped_build_carries_the_full_stamp(chain):
+    rel, m = chain["release"], _manifest(chain["release"])
+    assert [m.builds[b].file.path for b in BUILDS] == ["builds/cpu-fp32/model.onnx", "builds/cpu-int8/model.onnx",
+                                                       "builds/cuda-fp16/model.onnx", "builds/mobile/model.ort"]
+    sources = {"cpu-fp32": "optimize", "cpu-int8": "quantize", "cuda-fp16": "export", "mobile": "quantize"}
+    for name, build in m.builds.items():
+        path = rel / build.file.path
+        if build.format == "onnx":
+            props = _props(path)
+        else:  # the ORT format keeps metadata_props too (converted from a stamped copy)
+            props = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map
+        src = chain[sources[name]]
+        assert props["zoo.recipe"] == "tiny-lenet@2.1.0" and props["zoo.recipe_digest"] == "d" * 64
+        assert props["zoo.stage_key"] == "key-deploy" and props["zoo.build"] == name and props["zoo.kind"] == "deploy"
+        assert props["zoo.license"] == LICENSE and props["zoo.version"] == metadata.version("zoo-onnx")
+        assert json.loads(props["zoo.sources"]) == {f"{sources[name]}.model": f"blake3:{hash_file_uncached(src)}"}
+        assert json.loads(props["zoo.attribution"])[0]["license"] == WEIGHTS_LICENSE
+    # stamping changes no output: the shipped fp32 model computes exactly what its source does
+    x = np.random.default_rng(0).random((3, 1, 8, 8), dtype=np.float32)
+    run = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]  # noqa: E731
+    np.testing.assert_array_equal(run(rel / "builds/cpu-fp32/model.onnx"), run(chain["optimize"]))
+
+
+def test_release_holds_its_lockfile_and_an_in_toto_statement(chain, tmp_path):
+    rel, m = chain["release"], _manifest(chain["release"])
+    assert [f.path for f in m.files] == [provenance.LOCK_FILE, provenance.STATEMENT_FILE]
+    for f in m.files:
+        assert hashlib.sha256((rel / f.path).read_bytes()).hexdigest() == f.sha256
+    # zoo.lock: the engine's lockfile format, holding exactly the lineage records
+    (tmp_path / "r.lock").write_bytes((rel / provenance.LOCK_FILE).read_bytes())
+    lock = read_lock(tmp_path / "r.lock")
+    assert lock.recipe == {"name": "tiny-lenet", "version": "2.1.0", "digest": "d" * 64}
+    assert {sid: s.to_json() for sid, s in lock.stages.items()} == chain["lineage"]
+
+    stmt = json.loads((rel / provenance.STATEMENT_FILE).read_text())
+    assert stmt["_type"] == "https://in-toto.io/Statement/v1"
+    assert stmt["predicateType"] == "https://slsa.dev/provenance/v1"
+    files = {f.path: f.sha256 for b in m.builds.values() for f in b.all_files()}
+    assert {s["name"]: s["digest"]["sha256"] for s in stmt["subject"]} == files
+    assert provenance.check_statement(stmt, files) == []
+    definition = stmt["predicate"]["buildDefinition"]
+    assert definition["externalParameters"]["recipe"] == {"name": "tiny-lenet", "version": "2.1.0",
+                                                          "digest": "d" * 64, "license": LICENSE}
+    assert set(definition["externalParameters"]["deploy"]["builds"]) == set(BUILDS)
+    assert "publish" not in definition["externalParameters"]["deploy"]
+    deps = {d["name"]: d for d in definition["resolvedDependencies"]}
+    for sid in ("export", "optimize", "quantize"):
+        assert deps[f"stage:{sid}/model"]["digest"] == {"blake3": chain["lineage"][sid]["outputs"]["model"]}
+    assert deps["source:weights"]["digest"] == {"sha256": chain["sha"]}
+    assert deps["source:weights"]["annotations"] == {"license": WEIGHTS_LICENSE, "attribution": WEIGHTS_CREDIT}
+    assert "data:split" in deps
+    assert definition["internalParameters"]["license"].startswith(f"{LICENSE}; weights: {WEIGHTS_LICENSE}")
+    run = stmt["predicate"]["runDetails"]
+    assert run["builder"]["id"].endswith(f"zoo@{metadata.version('zoo-onnx')}")
+    assert run["byproducts"] == [{"name": "zoo.lock", "digest": {"sha256": m.files[0].sha256}}]
+    assert "key-deploy" in run["metadata"]["invocationId"]
+    # license and attribution reach the manifest, its lineage and the card
+    assert m.extra["provenance"]["attribution"][0]["attribution"] == WEIGHTS_CREDIT
+    assert m.lineage.sources["weights"] == f"sha256:{chain['sha']}"
+    card = (rel / "README.md").read_text()
+    assert "## Provenance" in card and WEIGHTS_CREDIT in card and m.files[0].sha256 in card
+    assert str(chain["tmp"]) not in card + (rel / provenance.STATEMENT_FILE).read_text()  # no host paths
+
+
+def test_a_tampered_subject_is_reported(chain):
+    stmt = json.loads((chain["release"] / provenance.STATEMENT_FILE).read_text())
+    files = {s["name"]: s["digest"]["sha256"] for s in stmt["subject"]}
+    files["builds/cpu-int8/model.onnx"] = "0" * 64
+    del files["builds/mobile/model.ort"]
+    problems = provenance.check_statement(stmt, files)
+    assert any("cpu-int8/model.onnx: sha256" in p for p in problems)
+    assert any("mobile/model.ort is not a file" in p for p in problems)
+
+
+def test_the_release_is_byte_deterministic(chain, tmp_path):
+    again = Deploy().run(Inputs(chain["ups"]), chain["deploy_cfg"],
+                         _ctx(tmp_path, "deploy", "key-deploy", lineage=chain["lineage"]))["release"]
+    files = lambda root: {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}  # noqa: E731
+    assert files(again) == files(chain["release"])

@@ -1,0 +1,330 @@
+"""Air-gapped bundles: versions of the local zoo in one tar file, verified byte for byte on import.
+
+    zoo bundle export lenet-digits@1.0.0 alexnet@1.0.0 -o models.tar     # on a connected host
+    zoo bundle import models.tar                                          # on the air-gapped one
+
+Layout (an uncompressed tar; members in this order, no directories, no links)::
+
+    zoo-bundle.json                       {"schema_version": 1, "versions": [{"name", "version",
+                                           "manifest": "manifests/<name>/<version>.json",
+                                           "manifest_sha256"}], "blobs": {sha256: size}}
+    manifests/<name>/<version>.json       each version's manifest (the zoo's canonical bytes)
+    blobs/sha256/<sha256>                 every file of those versions, once, named by its sha256
+
+The tar is deterministic for the same versions (sorted members, zero mtimes and owners) and
+written to a temporary file renamed into place, so a reader never sees half a bundle.
+
+Import refuses, before anything is installed: member names that are absolute, contain '..' or
+are not in the layout above; links, devices, FIFOs; manifests that do not match the index;
+blobs whose sha256 or size differ from what the index and manifests say (IntegrityError,
+exit 4); ONNX builds whose external data points outside their version (UnsafePath); a version
+already in the zoo with other bytes (Conflict). Only then are the verified blobs moved into the
+store and each manifest recorded (a version already present with the same bytes is a no-op).
+Nothing in a bundle is imported or executed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, StorageError, UnsafePath
+from zoo.registry.codec import dump_manifest, load_manifest, same_content
+from zoo.registry.manifest import Manifest
+from zoo.registry.refs import parse_ref
+from zoo.registry.store import LocalZoo
+
+BUNDLE_SCHEMA_VERSION = 1
+INDEX = "zoo-bundle.json"
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+_BLOB = re.compile(r"^blobs/sha256/([0-9a-f]{64})$")
+_MANIFEST = re.compile(r"^manifests/([a-z0-9][a-z0-9._-]*)/([0-9A-Za-z.+-]+)\.json$")
+_MAX_INDEX_BYTES = 64 << 20
+
+
+@dataclass
+class BundleResult:
+    """What an export wrote or an import installed."""
+
+    path: str
+    versions: list[str] = field(default_factory=list)  # name@version, in bundle order
+    installed: list[str] = field(default_factory=list)  # import: versions new to this zoo
+    present: list[str] = field(default_factory=list)  # import: versions already here with the same bytes
+    blobs: int = 0
+    bytes: int = 0
+
+
+def _zoo(zoo: LocalZoo | None) -> LocalZoo:
+    return zoo or LocalZoo()
+
+
+# ---------------------------------------------------------------------------------------------
+# export
+
+
+def export_bundle(refs: Iterable[str], out: str | Path, zoo: LocalZoo | None = None) -> BundleResult:
+    """Write the versions `refs` (``name@version`` or ``name@tag``) with all their files to the tar `out`.
+
+    Every file of every build must be in the local zoo (NotFound otherwise: pull each build
+    first); each blob is re-hashed while it is written, so a damaged local blob is never shipped.
+    """
+    zoo = _zoo(zoo)
+    manifests: dict[str, Manifest] = {}
+    for text in refs:
+        m = zoo.resolve(parse_ref(text))
+        manifests.setdefault(m.ref, m)
+    if not manifests:
+        raise InvalidInput("no versions to bundle", hint="zoo bundle export NAME@VERSION... -o FILE.tar")
+    blobs: dict[str, int] = {}
+    for m in manifests.values():
+        missing = zoo.missing(m.all_files())
+        if missing:
+            raise NotFound(f"{m.ref}: {len(missing)} file(s) are not in the local zoo (e.g. {missing[0].path})",
+                           hint=f"pull every build first: `zoo pull {m.ref} --build …` for each of "
+                                f"{', '.join(sorted(m.builds))}")
+        for f in m.all_files():
+            blobs[f.sha256] = f.size
+    ordered = sorted(manifests.values(), key=lambda m: (m.name, m.version))
+    entries, manifest_bytes = [], {}
+    for m in ordered:
+        data = dump_manifest(m)
+        path = f"manifests/{m.name}/{m.version}.json"
+        manifest_bytes[path] = data
+        entries.append({"name": m.name, "version": m.version, "manifest": path,
+                        "manifest_sha256": hashlib.sha256(data).hexdigest()})
+    index = {"schema_version": BUNDLE_SCHEMA_VERSION, "versions": entries, "blobs": dict(sorted(blobs.items()))}
+
+    out = Path(out).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    total = 0
+    try:
+        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+            _add_bytes(tar, INDEX, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+            for path, data in manifest_bytes.items():
+                _add_bytes(tar, path, data)
+            for sha, size in sorted(blobs.items()):
+                with open(zoo.blobs.path(sha), "rb") as f:
+                    reader = _HashingReader(f)
+                    tar.addfile(_member(f"blobs/sha256/{sha}", size), reader)
+                if reader.hexdigest() != sha or reader.count != size:
+                    raise IntegrityError(f"local blob {sha[:12]}… is corrupt; refusing to bundle it",
+                                         hint="`zoo rm` the version that uses it and pull it again")
+                total += size
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except OSError as e:
+        raise StorageError(f"cannot write bundle {out}: {e}") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+    return BundleResult(path=str(out), versions=[m.ref for m in ordered], blobs=len(blobs), bytes=total)
+
+
+def _member(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = size, 0o644, 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    tar.addfile(_member(name, len(data)), io.BytesIO(data))
+
+
+class _HashingReader:
+    """A file wrapper that hashes what tarfile reads from it."""
+
+    def __init__(self, f):
+        self.f, self.h, self.count = f, hashlib.sha256(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.h.update(data)
+        self.count += len(data)
+        return data
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# import
+
+
+def import_bundle(path: str | Path, zoo: LocalZoo | None = None) -> BundleResult:
+    """Verify every byte of the bundle at `path`, then install its versions into the local zoo.
+
+    All checks run before anything is installed (see the module docstring); on any failure
+    the zoo is left as it was. Versions already present with the same content are no-ops.
+    """
+    zoo = _zoo(zoo)
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise NotFound(f"bundle {path} does not exist", hint="give the .tar written by `zoo bundle export`")
+    try:
+        tar = tarfile.open(path, "r:*")
+    except (tarfile.TarError, OSError) as e:
+        raise InvalidInput(f"{path} is not a readable tar file ({e})", hint="give the .tar written by `zoo bundle export`") from None
+    with tar, tempfile.TemporaryDirectory(dir=zoo.tmp_dir(), prefix="bundle-") as scratch:
+        members = _checked_members(tar, path)
+        index = _read_index(tar, members, path)
+        manifests = _read_manifests(tar, members, index, path)
+        blobs = _verify_blobs(tar, members, index, manifests, Path(scratch), path)
+        _check_versions(zoo, manifests, blobs)
+        return _install(zoo, manifests, blobs, index, path)
+
+
+def _checked_members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
+    """Every member by name, refusing unsafe names, unexpected names, duplicates and non-files."""
+    members: dict[str, tarfile.TarInfo] = {}
+    for m in tar.getmembers():
+        name = m.name
+        if name.startswith("/") or "\\" in name or "\x00" in name or any(p in ("..", "") for p in name.split("/")):
+            raise UnsafePath(f"{path.name}: member {name!r} escapes the bundle", hint="refusing to import this bundle")
+        if m.isdir():
+            continue  # re-packed bundles may hold folder entries; they carry no content
+        if not m.isfile():
+            what = "a link" if (m.issym() or m.islnk()) else "not a regular file"
+            raise UnsafePath(f"{path.name}: member {name!r} is {what}", hint="bundles hold regular files only")
+        if name != INDEX and not _BLOB.match(name) and not _MANIFEST.match(name):
+            raise IntegrityError(f"{path.name}: unexpected member {name!r}",
+                                 hint="a bundle holds zoo-bundle.json, manifests/ and blobs/sha256/ only")
+        if name in members:
+            raise IntegrityError(f"{path.name}: member {name!r} appears twice", hint="refusing an ambiguous bundle")
+        members[name] = m
+    if INDEX not in members:
+        raise InvalidInput(f"{path.name} has no {INDEX}: not a zoo bundle", hint="write bundles with `zoo bundle export`")
+    return members
+
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int) -> bytes:
+    if member.size > limit:
+        raise IntegrityError(f"bundle member {member.name} is implausibly large ({member.size} bytes)")
+    f = tar.extractfile(member)
+    assert f is not None  # regular files only (checked)
+    return f.read()
+
+
+def _read_index(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], path: Path) -> dict:
+    try:
+        index = json.loads(_read_member(tar, members[INDEX], _MAX_INDEX_BYTES))
+    except ValueError as e:
+        raise InvalidInput(f"{path.name}: {INDEX} is not valid JSON ({e})") from None
+    if not isinstance(index, dict) or index.get("schema_version") != BUNDLE_SCHEMA_VERSION:
+        raise InvalidInput(f"{path.name}: unsupported bundle schema_version {index.get('schema_version') if isinstance(index, dict) else None!r}",
+                           hint=f"this zoo reads schema_version {BUNDLE_SCHEMA_VERSION}")
+    versions, blobs = index.get("versions"), index.get("blobs")
+    if not isinstance(versions, list) or not isinstance(blobs, dict):
+        raise InvalidInput(f"{path.name}: {INDEX} needs `versions` (a list) and `blobs` (a mapping)")
+    for sha, size in blobs.items():
+        if not _SHA.match(str(sha)) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidInput(f"{path.name}: {INDEX} lists an invalid blob {sha!r}: {size!r}")
+    return index
+
+
+def _read_manifests(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], index: dict,
+                    path: Path) -> list[Manifest]:
+    manifests = []
+    listed = set()
+    for entry in index["versions"]:
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in
+                                                  ("name", "version", "manifest", "manifest_sha256")):
+            raise InvalidInput(f"{path.name}: {INDEX} has an invalid version entry {entry!r}")
+        mpath = entry["manifest"]
+        if mpath not in members or not _MANIFEST.match(mpath):
+            raise IntegrityError(f"{path.name}: the manifest of {entry['name']}@{entry['version']} ({mpath}) is missing")
+        data = _read_member(tar, members[mpath], _MAX_INDEX_BYTES)
+        if hashlib.sha256(data).hexdigest() != entry["manifest_sha256"]:
+            raise IntegrityError(f"{path.name}: {mpath} does not match its sha256 in {INDEX}",
+                                 hint="the bundle was modified or damaged; export it again")
+        m = load_manifest(data, f"{path.name}:{mpath}")
+        if (m.name, m.version) != (entry["name"], entry["version"]):
+            raise IntegrityError(f"{path.name}: {mpath} describes {m.ref}, not {entry['name']}@{entry['version']}")
+        for f in m.all_files():
+            if index["blobs"].get(f.sha256) != f.size:
+                raise IntegrityError(f"{path.name}: {m.ref}: {f.path} is not in the bundle's blob list",
+                                     hint="the bundle is incomplete; export it again")
+        manifests.append(m)
+        listed.add(mpath)
+    extra = sorted(n for n in members if _MANIFEST.match(n) and n not in listed)
+    if extra:
+        raise IntegrityError(f"{path.name}: manifest {extra[0]} is not in {INDEX}")
+    if not manifests:
+        raise InvalidInput(f"{path.name} holds no versions")
+    return manifests
+
+
+def _verify_blobs(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], index: dict, manifests: list[Manifest],
+                  scratch: Path, path: Path) -> dict[str, Path]:
+    """Copy every listed blob to `scratch`, checking sha256 and size; sha256 -> verified file."""
+    from zoo.registry.fileio import copy_verified
+
+    needed = {f.sha256: f.size for m in manifests for f in m.all_files()}
+    present = {_BLOB.match(n).group(1): m for n, m in members.items() if _BLOB.match(n)}
+    unlisted = sorted(set(present) - set(index["blobs"]))
+    if unlisted:
+        raise IntegrityError(f"{path.name}: blob {unlisted[0][:12]}… is not in {INDEX}")
+    out: dict[str, Path] = {}
+    for sha, size in sorted(needed.items()):
+        member = present.get(sha)
+        if member is None:
+            raise IntegrityError(f"{path.name}: blob {sha[:12]}… is missing from the bundle",
+                                 hint="the bundle is incomplete; export it again")
+        if member.size != size:
+            raise IntegrityError(f"{path.name}: blob {sha[:12]}… is {member.size} bytes, the manifests say {size}",
+                                 hint="the bundle was modified or damaged; nothing was installed")
+        f = tar.extractfile(member)
+        assert f is not None
+        dest = scratch / sha
+        copy_verified(f, dest, sha, size, f"{path.name}: blob {sha[:12]}…")
+        out[sha] = dest
+    return out
+
+
+def _check_versions(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, Path]) -> None:
+    """Refuse conflicting versions and unsafe ONNX external data before anything is installed."""
+    from zoo.registry.safety import check_external_data
+
+    for m in manifests:
+        existing = zoo.get(m.name, m.version)
+        if existing is not None and not same_content(existing, m):
+            raise Conflict(f"{m.ref} is already in the local zoo with different content; nothing was imported",
+                           hint="versions are immutable: `zoo rm` the local one first if it must be replaced")
+        version_files = {f.path for f in m.all_files()}
+        for build in m.builds.values():
+            if build.format == "onnx":
+                check_external_data(blobs[build.file.sha256], build.file.path, version_files)
+
+
+def _install(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, Path], index: dict,
+             path: Path) -> BundleResult:
+    from zoo.registry.fileio import link_or_copy
+
+    result = BundleResult(path=str(path), versions=[m.ref for m in manifests])
+    for sha, src in blobs.items():
+        if not zoo.blobs.has(sha, index["blobs"][sha]):
+            dest = zoo.blobs.path(sha)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            link_or_copy(src, dest)  # verified in _verify_blobs: a present blob is a verified blob
+            result.blobs += 1
+            result.bytes += index["blobs"][sha]
+    for m in manifests:
+        if zoo.get(m.name, m.version) is not None:
+            result.present.append(m.ref)
+            continue
+        zoo.adopt(m)
+        result.installed.append(m.ref)
+    return result
+

@@ -1,0 +1,240 @@
+"""`zoo release RECIPE --version X.Y.Z --to REMOTE [--tag T]`: ship a recipe's version to a remote zoo.
+
+    from zoo.release import release
+    r = release("recipes/lenet-digits.yaml", version="1.0.0", to="prod-s3", tags=["prod"])
+    print(r.ref, "created" if r.created else "already there", r.builds)
+
+Steps, each refusing rather than guessing:
+
+1. ``--version`` must equal the recipe's ``version:`` (the lockfile records it, so the recipe
+   stays the truth): InvalidInput (exit 2) otherwise.
+2. The recipe runs with ``frozen=True``: a lockfile that would change is refused with the diff
+   (LockOutOfDate, exit 1) unless ``allow_stale_lock`` (then a normal run updates the lock).
+   Cached stages do not rerun. The verify stage checks every gate; a failing gate or stage
+   fails the release (its exit code) and nothing is published.
+3. The deploy stage published the version to the local zoo with its ``zoo.lock`` and
+   ``provenance.intoto.json`` (if deploy was cached and this zoo lacks the version, the cached
+   release folder is published). The local version must hold exactly the builds the lockfile's
+   deploy output holds, and the statement's subjects must match them (Conflict / IntegrityError).
+4. The version is pushed to the remote: blobs first, the manifest last and create-exclusive,
+   so it appears atomically or not at all. The same bytes already there: a no-op; different
+   bytes under the same version: Conflict (exit 3). Then the tags move, on the remote and locally.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from zoo.errors import Conflict, GateFailed, IntegrityError, InvalidInput, StageFailed, StorageError, ZooError
+
+DEPLOY_KIND = "deploy"
+VERIFY_KIND = "verify"
+
+
+@dataclass
+class ReleaseResult:
+    """What `release` did. ``created`` is False when the remote already held these exact bytes."""
+
+    name: str
+    version: str
+    remote: str
+    tags: list[str]
+    recipe: str
+    executed: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)
+    lock_changed: bool = False
+    created: bool = False
+    uploaded: int = 0
+    skipped: int = 0
+    bytes: int = 0
+    builds: dict[str, str] = field(default_factory=dict)  # build -> sha256 of its model file
+    files: dict[str, str] = field(default_factory=dict)  # version-level file (zoo.lock...) -> sha256
+    gates: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def noop(self) -> bool:
+        """Nothing ran, nothing was uploaded, the remote already had this version."""
+        return not self.executed and not self.created and self.uploaded == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": 1, "ref": self.ref, "noop": self.noop, **asdict(self)}
+
+
+def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = (), allow_stale_lock: bool = False,
+            cache_dir: str | Path | None = None, jobs: int = 1, zoo: Any = None,
+            on_update: Callable[[Any], None] | None = None) -> ReleaseResult:
+    """Run `recipe` under its lockfile, check its gates, publish `name@version` to remote `to`, tag it."""
+    from zoo import api
+    from zoo.registry.config import RemotesConfig
+    from zoo.registry.refs import LATEST, check_tag, check_version
+    from zoo.registry.store import LocalZoo
+
+    dag = api.load(recipe)
+    check_version(version)
+    if version != dag.recipe.version:
+        raise InvalidInput(f"--version {version} does not match the recipe's version {dag.recipe.version} "
+                           f"({dag.recipe.path.name})",
+                           hint=f"set `version: {version}` in {dag.recipe.path.name} and run `zoo run "
+                                f"{dag.recipe.path.name}` so the lockfile records it, then release again")
+    tags = list(dict.fromkeys(tags))
+    for tag in tags:
+        check_tag(tag)
+        if tag == LATEST:
+            raise InvalidInput("`latest` cannot be set by hand: it follows the highest version",
+                               hint="use another tag name, e.g. --tag prod")
+    deploy_id = _publishing_deploy(dag)
+    zoo = zoo or LocalZoo()
+    RemotesConfig(zoo.root).get(to)  # an unknown remote fails before anything runs
+
+    try:
+        result = api.run(dag, cache_dir=cache_dir, jobs=jobs, frozen=not allow_stale_lock, on_update=on_update)
+    except api.LockOutOfDate as e:
+        raise api.LockOutOfDate(e.message.replace("--frozen: ", "", 1) + "\nnothing was released",
+                                hint=f"run `zoo run {dag.recipe.path.name}` and commit the updated lockfile, "
+                                     "or pass --allow-stale-lock to release what the recipe builds now") from None
+    if not result.ok:
+        raise _stage_failure(result, to)
+    out = ReleaseResult(name=dag.recipe.name, version=version, remote=to, tags=tags, recipe=str(dag.recipe.path),
+                        executed=[s.id for s in result.stages if s.state == "done"],
+                        cached=[s.id for s in result.stages if s.state == "cached"],
+                        lock_changed=result.lock_changed)
+    out.gates = _check_gates(result, out.notes)
+
+    manifest = _local_version(zoo, result, deploy_id, dag.recipe.name, version, out.notes)
+    _check_statement(zoo, manifest)
+    out.builds = {name: b.file.sha256 for name, b in sorted(manifest.builds.items())}
+    out.files = {f.path: f.sha256 for f in manifest.files}
+
+    from zoo.registry import api as registry
+
+    pushed = registry.push(manifest.ref, to, tags=tags, zoo=zoo)
+    out.created, out.uploaded = bool(pushed.get("created")), int(pushed.get("uploaded", 0))
+    out.skipped, out.bytes = int(pushed.get("skipped", 0)), int(pushed.get("bytes", 0))
+    for tag in tags:
+        zoo.tag(manifest.name, manifest.version, tag)
+    return out
+
+
+def _publishing_deploy(dag) -> str:
+    """The id of the one deploy stage that publishes the version."""
+    deploys = [nid for nid, n in dag.nodes.items() if n.kind == DEPLOY_KIND and getattr(n.instance.config, "publish", False)]
+    if not deploys:
+        raise InvalidInput(f"{dag.recipe.path.name} has no deploy stage that publishes, so there is nothing to release",
+                           hint="add a `deploy` stage (with `publish: true`, the default)")
+    if len(deploys) > 1:
+        raise InvalidInput(f"{dag.recipe.path.name} has several publishing deploy stages ({', '.join(deploys)}); "
+                           "they would all publish the same version",
+                           hint="keep one deploy stage with `publish: true`")
+    return deploys[0]
+
+
+def _stage_failure(result, remote: str) -> ZooError:
+    """The first failed stage as an error with its own exit code (gate 1, storage 3, integrity 4...)."""
+    failed = result.failed[0]
+    err = failed.error or {}
+    message = f"stage {failed.id} failed: {err.get('message', 'unknown error')}; nothing was published to {remote}"
+    if err.get("table"):
+        exc: ZooError = GateFailed(message, table=err["table"], hint=err.get("hint"))
+    else:
+        exc = StageFailed(message, stage_id=failed.id, hint=err.get("hint") or f"see the log: {failed.log_path}")
+    exc.exit_code = int(err.get("exit_code") or 1)
+    return exc
+
+
+def _check_gates(result, notes: list[str]) -> list[dict[str, Any]]:
+    """verify's gate outcomes; GateFailed if any verify stage did not pass (it normally fails itself)."""
+    verifies = [s for s in result.stages if s.kind == VERIFY_KIND]
+    if not verifies:
+        notes.append("the recipe has no verify stage: no quality gate checked this release")
+        return []
+    gates: list[dict[str, Any]] = []
+    for s in verifies:
+        for g in s.metrics.get("gates") or []:
+            if isinstance(g, dict):
+                gates.append({"stage": s.id, **{k: g[k] for k in ("gate", "value", "passed") if k in g}})
+        if s.metrics.get("passed") is False or any(g.get("passed") is False for g in gates if g["stage"] == s.id):
+            failing = [g["gate"] for g in gates if g["stage"] == s.id and g.get("passed") is False]
+            raise GateFailed(f"stage {s.id}: gates failed: {', '.join(map(str, failing)) or 'see its report'}; "
+                             "nothing was released", hint=f"see `zoo status {result.path}` and verify's report")
+    return gates
+
+
+def _local_version(zoo, result, deploy_id: str, name: str, version: str, notes: list[str]):
+    """The local zoo's manifest of the version, checked against the deploy output the lockfile records."""
+    from zoo.cache import Cache
+    from zoo.registry.codec import load_manifest
+    from zoo.registry.manifest import MANIFEST_FILE
+
+    report = next(s for s in result.stages if s.id == deploy_id)
+    cache = Cache(result.cache_dir)
+    entry = cache.lookup(report.key) if report.key else None
+    staged = None
+    release_dir = None
+    if entry is not None and "release" in entry.outputs:
+        release_dir = cache.output_paths(entry)["release"]
+        staged = load_manifest((release_dir / MANIFEST_FILE).read_bytes(), str(release_dir / MANIFEST_FILE))
+        if (staged.name, staged.version) != (name, version):
+            raise InvalidInput(f"stage {deploy_id} built {staged.ref}, not {name}@{version}",
+                               hint="the deploy stage names the version after the recipe; re-run it")
+    local = zoo.get(name, version)
+    if local is None:
+        if release_dir is None:
+            raise StorageError(f"{name}@{version} is not in the local zoo and stage {deploy_id}'s output is not cached",
+                               hint=f"run `zoo run {result.path} {deploy_id} --force` to rebuild and publish it")
+        # deploy was cached but published into another zoo: publish its (timing-free) release folder
+        local = zoo.publish(release_dir)
+        notes.append(f"stage {deploy_id} was cached: published its release folder to the local zoo "
+                     "(without this host's timing measurements)")
+    if staged is not None:
+        problems = _differences(staged, local)
+        if problems:
+            raise Conflict(f"the local zoo's {local.ref} is not what the recipe builds now: {'; '.join(problems)}",
+                           hint=f"versions are immutable: bump `version:` in the recipe, or `zoo rm {local.ref}` "
+                                "if that local copy was never shared")
+    return local
+
+
+def _differences(staged, local) -> list[str]:
+    """Build files and version-level files whose bytes differ between two manifests of one version."""
+    problems = []
+    if set(staged.builds) != set(local.builds):
+        problems.append(f"builds {sorted(local.builds)} vs {sorted(staged.builds)}")
+    for name in sorted(set(staged.builds) & set(local.builds)):
+        a = {f.path: f.sha256 for f in staged.builds[name].all_files()}
+        b = {f.path: f.sha256 for f in local.builds[name].all_files()}
+        if a != b:
+            problems.append(f"build {name} has other bytes")
+    if {f.path: f.sha256 for f in staged.files} != {f.path: f.sha256 for f in local.files}:
+        problems.append("its lockfile or provenance differ")
+    return problems
+
+
+def _check_statement(zoo, manifest) -> None:
+    """The version's provenance statement names exactly its build files' sha256 (when it has one)."""
+    from zoo_stages.lib.provenance import STATEMENT_FILE, check_statement
+
+    ref = next((f for f in manifest.files if f.path == STATEMENT_FILE), None)
+    if ref is None:
+        return
+    if not zoo.blobs.has(ref.sha256, ref.size):
+        raise IntegrityError(f"{manifest.ref}: {STATEMENT_FILE} is missing from the local zoo",
+                             hint=f"`zoo rm {manifest.ref}` and run the recipe again")
+    try:
+        stmt = json.loads(zoo.blobs.path(ref.sha256).read_bytes())
+    except ValueError as e:
+        raise IntegrityError(f"{manifest.ref}: {STATEMENT_FILE} is not valid JSON ({e})") from None
+    build_files = {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
+    problems = check_statement(stmt, build_files)
+    subjects = {s.get("name") for s in stmt.get("subject") or []}
+    problems += [f"build file {p} is not a subject of the statement" for p in sorted(set(build_files) - subjects)]
+    if problems:
+        raise IntegrityError(f"{manifest.ref}: the provenance statement does not match the builds: "
+                             + "; ".join(problems[:5]), hint="rebuild the version; do not edit released files")
