@@ -158,9 +158,10 @@ def kind_header(name: str) -> str:
 
     cls = kinds.get(name)
     outputs = ", ".join(f"`{o}`" for o in cls.outputs) or "none"
-    shared = ", ".join(f"`{s}:`" for s in cls.shared) or "none"
+    shared = ("reads the recipe's " + ", ".join(f"`{s}:`" for s in cls.shared)) if cls.shared \
+        else "reads no recipe-wide section"
     tools = ", ".join(cls.tools) or "none"
-    return (f"*{cls.summary}* — outputs: {outputs}; reads the recipe's {shared}; "
+    return (f"*{cls.summary}* — outputs: {outputs}; {shared}; "
             f"kind version {cls.version}; tool versions in its cache key: {tools}.\n\n")
 
 
@@ -187,7 +188,7 @@ def generated() -> dict[str, str]:
          for s in [quantize.resolve(quantize.QuantizeConfig(mode="auto"), c)]])
     out["verify:metrics"] = markdown_table(
         ["metric", "meaning"],
-        [[f"`{k}`", v] for k, v in verify.METRICS.items()]
+        [[f"`{k}`", v.replace("|", "\\|")] for k, v in verify.METRICS.items()]
         + [["`throughput_bs<N>`", "samples/s at batch size N, for each N in `latency.batch_sizes`"]])
     out["gates:operators"] = " ".join(f"`{op}`" for op in gates.OPERATORS) + "\n"
     out["deploy:tolerances"] = markdown_table(
@@ -205,7 +206,8 @@ def render(text: str, blocks: dict[str, str]) -> tuple[str, list[str]]:
         if key not in blocks:
             unknown.append(key)
             return m.group(0)
-        return m.group(1) + blocks[key] + m.group(4)
+        # blank lines around the content: markdown ends the comment's HTML block before a table
+        return m.group(1) + "\n" + blocks[key] + "\n" + m.group(4)
 
     return BLOCK.sub(sub, text), unknown
 

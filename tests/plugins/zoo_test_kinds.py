@@ -28,6 +28,7 @@ class Writer(StageKind):
         out = context.output_path("data.txt")
         out.write_text(config.text * config.repeat)
         context.metrics["chars"] = len(config.text) * config.repeat
+        context.metrics["pid"] = os.getpid()
         print(f"writer wrote {out.name}")  # goes to the stage log
         return {"data": out}
 
