@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -44,21 +43,10 @@ OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     """Write `data` to `path` through a temp file in the same folder, fsync, then rename."""
+    from zoo.cache import atomic_write
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write(path, data)
     return path
 
 
