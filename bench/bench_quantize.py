@@ -1,10 +1,10 @@
 """Quantization benchmarks of the real stage kinds (prints figures; never run as a test).
 
 1. Latency: AlexNet-224 (random-init weights, seeded) goes through `zoo run` as a temporary
-   recipe export → optimize (level all: the fp32 build) and export → quantize (static QDQ,
-   calibrated on scikit-learn's digits resized to 3x224x224). Both ONNX models are then timed
-   here with onnxruntime on 1 thread, batch 1, after warm-up, in interleaved blocks so machine
-   load hits both alike: p50/p90 and the ratio fp32 p50 / int8 p50 (goal ≥ 3.5×).
+   recipe export → optimize (levels all and extended: the fp32 builds) and export → quantize
+   (static QDQ, calibrated on scikit-learn's digits resized to 3x224x224). The ONNX models are
+   then timed here with onnxruntime on 1 thread, batch 1, after warm-up, in interleaved blocks
+   so machine load hits all alike: p50/p90 and the ratio fastest fp32 p50 / int8 p50 (goal ≥ 3.5×).
 2. Accuracy: a copy of recipes/alexnet.yaml (AlexNet trained on digits at 3x64x64) runs end to
    end; verify's metrics (`zoo run --json`) give fp32 and int8 held-out accuracy and the drop
    in points (goal ≤ 0.5 pt).
@@ -195,6 +195,10 @@ stages:
       weights: {{path: {weights}, sha256: {sha}}}
   optimize:
     config: {{level: all}}
+  optimize-extended:
+    kind: optimize
+    needs: [export]
+    config: {{level: extended}}
   quantize:
     needs: [export]
     config:
@@ -217,27 +221,31 @@ def bench_latency(work: Path, args) -> dict[str, Any]:
     sha = save_random_alexnet(weights, args.classes)
     recipe = folder / "bench.yaml"
     recipe.write_text(latency_recipe(weights, sha, args.classes, args.calib_samples, args.variants))
-    print(f"[1] zoo run {recipe.name} (export → optimize, export → quantize) …", flush=True)
+    print(f"[1] zoo run {recipe.name} (export → optimize all / extended, export → quantize) …", flush=True)
     summary, wall = run_zoo(recipe, folder / "cache", folder / "home")
     durations = {s["id"]: s["duration_s"] for s in summary["stages"]}
     print(f"[1] built in {wall:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in durations.items())})", flush=True)
 
     quant_ids = [s["id"] for s in summary["stages"] if s["kind"] == "quantize"]
-    paths = {"fp32 export": output_path(summary, "export"), "fp32 build (optimize all)": output_path(summary, "optimize")}
+    paths = {"fp32 export": output_path(summary, "export"),
+             "fp32 optimize extended": output_path(summary, "optimize-extended"),
+             "fp32 optimize all": output_path(summary, "optimize")}
     for sid in quant_ids:
         label = "int8 build (static QDQ)" if sid == "quantize" else f"int8 {sid.removeprefix('quantize-')}"
         paths[label] = output_path(summary, sid)
     print(f"[1] timing {len(paths)} models: {args.runs} runs each after {args.warmup} warm-up, 1 thread, batch 1 "
           f"(load {load_average()}) …", flush=True)
     timings = time_models(paths, runs=args.runs, warmup=args.warmup)
-    fp32 = timings["fp32 build (optimize all)"]["p50"]
+    # the int8 build is compared with the fastest fp32 build: the honest baseline
+    fp32_label = min((k for k in timings if k.startswith("fp32")), key=lambda k: timings[k]["p50"])
+    fp32 = timings[fp32_label]["p50"]
     rows = []
     for label, t in timings.items():
         rows.append([label, f"{paths[label].stat().st_size / 2**20:.1f}", f"{t['p50']:.2f}", f"{t['p90']:.2f}",
                      f"{t['mean']:.2f}", f"{fp32 / t['p50']:.2f}x"])
     ratio = fp32 / timings["int8 build (static QDQ)"]["p50"]
     own = stage(summary, "quantize")["metrics"]
-    return {"rows": rows, "ratio": ratio, "durations": durations, "stage_speedup": own.get("speedup"),
+    return {"rows": rows, "ratio": ratio, "fp32_label": fp32_label, "durations": durations, "stage_speedup": own.get("speedup"),
             "stage_p50": (own.get("fp32_latency_p50_ms"), own.get("latency_p50_ms")),
             "stage_threads": own.get("latency_threads")}
 
@@ -304,9 +312,10 @@ def main() -> None:
         acc = None if args.skip_accuracy else bench_accuracy(work, args)
         print()
         if lat:
-            print("AlexNet-224, onnxruntime CPU, 1 thread, batch 1 (ms; speedup = fp32 build p50 / p50):")
+            print(f"AlexNet-224, onnxruntime CPU, 1 thread, batch 1 (ms; speedup against the fastest fp32 build, "
+                  f"{lat['fp32_label']}):")
             print(table(["model", "size MB", "p50", "p90", "mean", "speedup"], lat["rows"]))
-            print(f"int8 / fp32 build speedup: {lat['ratio']:.2f}x — goal ≥ {LATENCY_GOAL}x "
+            print(f"int8 (static QDQ) / fastest fp32 build speedup: {lat['ratio']:.2f}x — goal ≥ {LATENCY_GOAL}x "
                   f"{'MET' if lat['ratio'] >= LATENCY_GOAL else 'NOT met'}")
             fp, q = lat["stage_p50"]
             if lat["stage_speedup"]:

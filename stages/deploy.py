@@ -188,6 +188,9 @@ class Deploy(StageKind):
     tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
     shared: ClassVar[tuple[str, ...]] = ("model", "data")
     outputs: ClassVar[tuple[str, ...]] = ("release",)
+    # helpers whose code enters this kind's cache key
+    code_modules = ("zoo_stages.lib.convert", "zoo_stages.lib.describe", "zoo_stages.lib.modelcard",
+                    "zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.datasets")
     # the manifest and card name the recipe, so its identity enters the key; the release embeds
     # the lock records of every ancestor (context.lineage), so their keys enter it too
     recipe_fields: ClassVar[tuple[str, ...]] = ("name", "version", "description", "license", "digest")

@@ -98,6 +98,8 @@ class Export(StageKind):
     tools = ("torch", "onnx", "onnxruntime")
     shared = ("data", "model")
     outputs = ("model",)
+    # helpers whose code enters this kind's cache key
+    code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxutil",)
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "export to ONNX (checked, shape-inferred, parity-gated against torch)"
 

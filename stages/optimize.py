@@ -56,6 +56,8 @@ class Optimize(StageKind):
     Config = OptimizeConfig
     tools = ("onnx", "onnxruntime", "onnxsim", "onnxoptimizer", "numpy")
     outputs = ("model",)
+    # helpers whose code enters this kind's cache key
+    code_modules = ("zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance",)
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "onnxruntime offline graph optimization (+ onnxsim/onnxoptimizer), parity-checked"
 

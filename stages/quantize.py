@@ -271,6 +271,8 @@ class Quantize(StageKind):
     tools = ("onnx", "onnxruntime", "numpy")
     shared = ("data",)
     outputs = ("model",)
+    # helpers whose code enters this kind's cache key
+    code_modules = ("zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.datasets",)
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
 

@@ -72,6 +72,8 @@ class Train(StageKind):
     tools = ("torch", "numpy", "scikit-learn", "safetensors")
     shared = ("data", "model")
     outputs = ("checkpoint",)
+    # helpers whose code enters this kind's cache key
+    code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.datasets",)
     summary = "train the model on the recipe's dataset (deterministic; safetensors checkpoint)"
 
     def dependencies(self, config: TrainConfig, ctx: KeyContext) -> list[Path]:

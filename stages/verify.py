@@ -180,6 +180,8 @@ class Verify(StageKind):
     tools = ("onnx", "onnxruntime", "numpy")
     shared = ("data", "model")
     outputs = ("report", "vectors")
+    # helpers whose code enters this kind's cache key
+    code_modules = ("zoo_stages.lib.gates", "zoo_stages.lib.onnxutil", "zoo_stages.lib.datasets",)
     summary = "checks each build (checker, parity, accuracy, latency, throughput), saves test vectors, applies gates"
 
     def dependencies(self, config: VerifyConfig, ctx: KeyContext) -> list[Path]:

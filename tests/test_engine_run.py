@@ -473,3 +473,23 @@ stages:
     executor = RecordingExecutor()
     zoo.run(recipe, executor=executor)
     assert executor.submitted == ["a", "b", "s"]
+
+
+def test_declared_code_modules_enter_the_key(tmp_path, monkeypatch):
+    helper = tmp_path / "lib_mod" / "zoo_helper_for_test.py"
+    helper.parent.mkdir()
+    helper.write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(helper.parent))
+    from zoo import kinds
+
+    writer = kinds.get("writer")
+    monkeypatch.setattr(writer, "code_modules", ("zoo_helper_for_test",))
+    recipe = write_recipe(tmp_path, "schema_version: 1\nname: c\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n")
+    zoo.run(recipe)
+    assert zoo.plan(recipe).stages[0].state == "cached"
+    helper.write_text("VALUE = 2\n")
+    report = zoo.plan(recipe).stages[0]
+    assert report.state == "will run" and "code changed: zoo_helper_for_test" in str(report.reasons[0])
+    monkeypatch.setattr(writer, "code_modules", ("no_such_module_anywhere",))
+    with pytest.raises(Exception, match="no_such_module_anywhere"):
+        zoo.plan(recipe)

@@ -61,6 +61,13 @@ def _record(kind: str, key: str, outputs: dict[str, str]) -> dict:
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("chain")
+    with pytest.MonkeyPatch.context() as mp:  # module scope: set up before conftest's per-test paths
+        mp.setenv("ZOO_CACHE_DIR", str(tmp / "cache"))
+        mp.setenv("ZOO_HOME", str(tmp / "home"))
+        return _build_chain(tmp)
+
+
+def _build_chain(tmp: Path) -> dict:
     torch.manual_seed(0)
     weights = tmp / "lenet-pretrained.pt"
     torch.save(archs.build_model(LENET, tmp, in_channels=1).state_dict(), weights)

@@ -51,7 +51,7 @@ def test_second_run_is_fully_cached_and_imports_nothing_heavy(lenet):
     code_plan = code.replace("'run'", "'plan'")
     proc = subprocess.run([sys.executable, "-c", code_plan, str(lenet["recipe"])], capture_output=True, text=True,
                           env={**os.environ, **lenet["env"]})
-    assert "deploy [deploy] ← optimize, quantize, verify: cached" in proc.stdout, proc.stdout + proc.stderr
+    assert "deploy [deploy] ← export, optimize, quantize, verify: cached" in proc.stdout, proc.stdout + proc.stderr
     assert "HEAVY []" in proc.stdout
 
 

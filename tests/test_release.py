@@ -179,3 +179,52 @@ def test_other_bytes_under_a_released_version_are_refused(rel):
     cli = _release(rel, "--allow-stale-lock", version="1.0.1")
     assert cli.code == 3 and "not what the recipe builds now" in cli.err, cli.text
     assert LocalZoo(home).resolve("lenet-digits@1.0.1").card.sha256 != remote_before["card"]["sha256"]
+
+
+def test_a_failing_gate_fails_the_release_and_publishes_nothing(rel):
+    folder = rel["base"] / "strict"
+    folder.mkdir()
+    recipe = folder / "lenet-digits.yaml"
+    text = (REPO / "recipes" / "lenet-digits.yaml").read_text()
+    strict = text.replace("- cpu-fp32.accuracy >= 0.9", "- cpu-fp32.accuracy >= 0.9999")
+    assert strict != text
+    recipe.write_text(strict.replace("version: 1.0.0", "version: 1.0.2"))
+    cli = _release(rel, "--allow-stale-lock", version="1.0.2", recipe=recipe)
+    assert cli.code == 1, cli.text
+    assert "stage verify failed" in cli.err and "cpu-fp32.accuracy" in cli.err and "nothing was published" in cli.err
+    home = LocalZoo(Path(rel["env"]["ZOO_HOME"]))
+    assert home.get("lenet-digits", "1.0.2") is None
+    assert "1.0.2" not in [v.version for v in registry.list_versions("lenet-digits", remote="prod", zoo=home)]
+
+
+RECIPE_WITHOUT_DEPLOY = """\
+schema_version: 1
+name: chain
+version: 0.1.0
+stages:
+  a:
+    kind: writer
+"""
+
+
+def test_refusals_before_anything_runs(tmp_path):
+    from zoo.errors import InvalidInput, NotFound
+    from zoo.release import release
+
+    recipe = tmp_path / "chain.yaml"
+    recipe.write_text(RECIPE_WITHOUT_DEPLOY)
+    zoo = LocalZoo()
+    registry.remote_add("web", "https://models.example.org/zoo", zoo=zoo)
+    with pytest.raises(InvalidInput, match="no deploy stage that publishes"):
+        release(recipe, version="0.1.0", to="web")
+    lenet = tmp_path / "lenet-digits.yaml"
+    shutil.copy(REPO / "recipes" / "lenet-digits.yaml", lenet)
+    with pytest.raises(NotFound, match="no remote called 'nowhere'"):
+        release(lenet, version="1.0.0", to="nowhere")
+    with pytest.raises(InvalidInput, match="read-only"):
+        release(lenet, version="1.0.0", to="web")
+    with pytest.raises(InvalidInput, match="`latest` cannot be set"):
+        release(lenet, version="1.0.0", to="web", tags=["latest"])
+    with pytest.raises(InvalidInput, match="invalid version"):
+        release(lenet, version="v1", to="web")
+    assert not (tmp_path / "lenet-digits.lock").exists() and zoo.list() == []  # nothing ran

@@ -51,14 +51,28 @@ def shared_sections(recipe: Recipe, node: Node) -> dict[str, Any]:
     return {name: shared.get(name) for name in cls.shared}
 
 
+def module_files(cls: type) -> dict[str, Path]:
+    """The source files of a kind's module and of the `code_modules` it declares (not imported)."""
+    from importlib.util import find_spec
+
+    from zoo.errors import InvalidInput
+
+    found: dict[str, Path] = {}
+    own = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if own:
+        found[cls.__module__] = Path(own)
+    for name in cls.code_modules:
+        spec = find_spec(name)
+        if spec is None or not spec.origin or not Path(spec.origin).is_file():
+            raise InvalidInput(f"kind {cls.name!r} declares code module {name!r}, which cannot be found")
+        found[name] = Path(spec.origin)
+    return found
+
+
 def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str]:
-    """Digests of the kind's module and of the files its config names (user code, data)."""
+    """Digests of the kind's code (its module, its code_modules) and of files its config names."""
     cls = kinds.get(node.kind)
-    out: dict[str, str] = {}
-    module = sys.modules.get(cls.__module__)
-    module_file = getattr(module, "__file__", None)
-    if module_file:
-        out[f"kind:{cls.__module__}"] = hashes.digest(Path(module_file))
+    out: dict[str, str] = {f"kind:{name}": hashes.digest(path) for name, path in module_files(cls).items()}
     ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
     for dep in cls().dependencies(node.instance.config, ctx):
         dep = Path(dep)
@@ -73,10 +87,7 @@ def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str
 def watched_files(recipe: Recipe, node: Node) -> list[Path]:
     """Every file whose content went into `code_digests` (for the no-op fast path's stamp)."""
     cls = kinds.get(node.kind)
-    files: list[Path] = []
-    module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    if module_file:
-        files.append(Path(module_file))
+    files: list[Path] = list(module_files(cls).values())
     ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
     for dep in cls().dependencies(node.instance.config, ctx):
         dep = Path(dep).resolve()

@@ -92,7 +92,10 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
                                hint="use another tag name, e.g. --tag prod")
     deploy_id = _publishing_deploy(dag)
     zoo = zoo or LocalZoo()
-    RemotesConfig(zoo.root).get(to)  # an unknown remote fails before anything runs
+    remote = RemotesConfig(zoo.root).get(to)  # an unknown or read-only remote fails before anything runs
+    if remote.read_only:
+        raise InvalidInput(f"remote {to} ({remote.url}) is read-only: a release cannot be published there",
+                           hint="release to a writable remote (folder, s3://, webdav+https://, hf://)")
 
     try:
         result = api.run(dag, cache_dir=cache_dir, jobs=jobs, frozen=not allow_stale_lock, on_update=on_update)
@@ -159,7 +162,7 @@ def _check_gates(result, notes: list[str]) -> list[dict[str, Any]]:
     for s in verifies:
         for g in s.metrics.get("gates") or []:
             if isinstance(g, dict):
-                gates.append({"stage": s.id, **{k: g[k] for k in ("gate", "value", "passed") if k in g}})
+                gates.append({"stage": s.id, **{k: g[k] for k in ("gate", "value", "passed", "implicit") if k in g}})
         if s.metrics.get("passed") is False or any(g.get("passed") is False for g in gates if g["stage"] == s.id):
             failing = [g["gate"] for g in gates if g["stage"] == s.id and g.get("passed") is False]
             raise GateFailed(f"stage {s.id}: gates failed: {', '.join(map(str, failing)) or 'see its report'}; "

@@ -10,6 +10,8 @@ A stage kind is a class deriving from `StageKind` that declares:
 - ``shared``: the recipe-wide sections (``model``, ``data``...) the kind reads; their
   content enters the cache key;
 - ``outputs``: the names of the outputs ``run`` returns;
+- ``code_modules``: modules besides its own whose source enters the key (the helpers it runs,
+  e.g. ``zoo_stages.lib.onnxutil``), so editing a helper reruns the stages that use it;
 - ``recipe_fields``: recipe identity fields (name, version, description, license, digest) the kind
   writes into its outputs; their values enter the key (most kinds need none, so bumping a
   recipe's version does not retrain);
@@ -170,6 +172,7 @@ class StageKind:
     tools: ClassVar[tuple[str, ...]] = ()
     shared: ClassVar[tuple[str, ...]] = ()
     outputs: ClassVar[tuple[str, ...]] = ()
+    code_modules: ClassVar[tuple[str, ...]] = ()
     recipe_fields: ClassVar[tuple[str, ...]] = ()
     lineage: ClassVar[bool] = False
     summary: ClassVar[str] = ""

@@ -27,6 +27,10 @@ attribution of a source reaches every derived build. The bytes of the upstream m
 the stage's key, so what is propagated is determined by the key too.
 
 Only the standard library is imported at module level; ``onnx`` is imported to stamp.
+
+This module is not part of any cache key (only a kind's own module is hashed): a change to
+what it writes changes the output bytes of export, optimize, quantize and deploy, so bump
+those kinds' ``version`` with it, or `zoo repro --check` will report the difference.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ external-data checks), ``store`` (`LocalZoo`), ``staging`` (building a staging f
 ``config`` (remotes.json), ``fsbackend`` (fsspec: folder, S3, WebDAV, HTTP), ``remotes``
 (remote zoo layout + mirrors), ``hf`` (Hugging Face Hub), ``transfer`` (resumable verified
 downloads), ``select`` (best build for this host), ``pull``, ``api`` (what the CLI calls),
-``testing`` (servers on 127.0.0.1 for tests and benchmarks).
+``bundle`` (air-gapped tar bundles: export, verified import), ``testing`` (servers on 127.0.0.1
+for tests and benchmarks).
 
 Local zoo layout (``$ZOO_HOME``, default ``~/.local/share/zoo``)::
 
