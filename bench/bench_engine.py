@@ -77,7 +77,9 @@ def ensure_dvc_venv(venv: Path) -> Path:
     if not dvc.exists():
         print(f"creating a temporary venv with dvc at {venv} …", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "dvc"], check=True)
+        proc = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "dvc"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"pip install dvc failed:\n{proc.stderr[-3000:]}")
     return dvc
 
 

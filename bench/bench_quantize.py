@@ -91,8 +91,7 @@ def stage_errors(summary: dict[str, Any]) -> str:
         if err:
             # pydantic puts the reason on the second line of its message
             first = [ln.strip() for ln in str(err.get("message", "")).strip().splitlines() if ln.strip()][:2]
-            lines.append(f"  {s['id']}: {err.get('type')}: {' | '.join(first)}"
-                         + (f" [log: {s.get('log')}]" if s.get("log") else ""))
+            lines.append(f"  {s['id']}: {err.get('type')}: {' | '.join(first)}")
     return "\n".join(lines) or "  (no stage error recorded)"
 
 
@@ -260,7 +259,7 @@ def bench_accuracy(work: Path, args) -> dict[str, Any]:
     recipe = folder / args.recipe.name
     shutil.copyfile(args.recipe, recipe)  # zoo rewrites the lockfile next to the recipe: run a copy
     print(f"[2] zoo run {args.recipe.relative_to(REPO) if args.recipe.is_relative_to(REPO) else args.recipe} "
-          "(a copy; trains AlexNet on digits, about 2 minutes) …", flush=True)
+          "(a copy; trains AlexNet on digits, 2-4 minutes) …", flush=True)
     summary, wall = run_zoo(recipe, folder / "cache", folder / "home", check=False)
     verify = next((s for s in summary["stages"] if s["kind"] == "verify"), None)
     if verify is None or verify.get("state") not in ("done", "cached") or not verify.get("metrics"):

@@ -328,3 +328,22 @@ def test_runtime_style_with_saved_optimizations_is_reproducible(tmp_path, images
     got = cv.run_batched(cv.open_session(first.model), {"input": images})
     parity = cv.compare([run(qdq, images)], got, ["logits"], atol=0.05, rtol=0.05)
     assert parity.top1_agreement == 1.0 and parity.cosine > 0.999, parity.table()
+
+
+def test_fp16_refuses_onnxruntime_specific_operators(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from zoo.errors import InvalidInput
+    from zoo_stages.lib.convert import to_fp16
+
+    node = helper.make_node("FusedGemm", ["x", "w"], ["y"], domain="com.microsoft", name="fused")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], [0.5] * 16)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 13
+    onnx.save(model, str(tmp_path / "fused.onnx"))
+    with pytest.raises(InvalidInput, match="onnxruntime-specific operators") as err:
+        to_fp16(tmp_path / "fused.onnx", tmp_path / "out.onnx")
+    assert "from:` the export" in err.value.hint

@@ -493,3 +493,15 @@ def test_declared_code_modules_enter_the_key(tmp_path, monkeypatch):
     monkeypatch.setattr(writer, "code_modules", ("no_such_module_anywhere",))
     with pytest.raises(Exception, match="no_such_module_anywhere"):
         zoo.plan(recipe)
+
+
+def test_worker_sees_the_config_the_recipe_gave(tmp_path):
+    # validators that look at which options were given must not see filled-in defaults
+    recipe = write_recipe(tmp_path, "schema_version: 1\nname: p\nversion: 0.1.0\nstages:\n"
+                                    "  a: {kind: picky, config: {mode: b}}\n")
+    result = zoo.run(recipe)
+    assert result.ok, result.stages[0].error
+    bad = write_recipe(tmp_path, "schema_version: 1\nname: p\nversion: 0.1.0\nstages:\n"
+                                 "  a: {kind: picky, config: {mode: b, option: 2}}\n", name="bad.yaml")
+    cli = zoo_cli("validate", bad)
+    assert cli.code == 2 and "option does not apply to mode: b" in cli.err

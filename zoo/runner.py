@@ -219,7 +219,9 @@ class Runner:
         tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-")
         threads = max(1, (os.cpu_count() or 1) // self.jobs)
         task = StageTask(stage_id=node.id, kind=node.kind, key=key,
-                         config=node.instance.config.model_dump(mode="json", by_alias=True),
+                         # only what the recipe set: the worker re-validates it, and validators that
+                         # check which options were given must see the recipe, not filled-in defaults
+                         config=node.instance.config.model_dump(mode="json", by_alias=True, exclude_unset=True),
                          matrix=dict(node.instance.matrix), shared=keys.shared_sections(self.dag.recipe, node),
                          recipe=keys.recipe_info(self.dag.recipe), upstream=upstream,
                          out_dir=str(tmp / "out"), work_dir=str(tmp / "work"), log_path=str(tmp / "stage.log"),

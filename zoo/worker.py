@@ -62,7 +62,7 @@ def execute(task: StageTask) -> dict[str, Any]:
         try:
             cls = kinds.get(task.kind)
             kind = cls()
-            config = cls.Config.model_validate(task.config)
+            config = _validated_config(cls, task.config)
             inputs = Inputs([Upstream(stage_id=u.stage_id, kind=u.kind,
                                       outputs={k: Path(v) for k, v in u.outputs.items()},
                                       metrics=u.metrics, matrix=u.matrix, key=u.key) for u in task.upstream])
@@ -78,6 +78,17 @@ def execute(task: StageTask) -> dict[str, Any]:
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
             return {"ok": False, "duration_s": time.perf_counter() - started, "error": _describe(e)}
+
+
+def _validated_config(cls: type, raw: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    from zoo.errors import InvalidInput
+
+    try:
+        return cls.Config.model_validate(raw)
+    except ValidationError as e:  # the recipe was validated at load time: this is a kind's bug
+        raise InvalidInput(f"kind {cls.name!r} rejected its config on the worker: {e}") from None
 
 
 def _relative_outputs(returned: Any, out_dir: Path, cls: type) -> dict[str, str]:

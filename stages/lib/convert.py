@@ -61,6 +61,13 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
                            hint="use `from:` a float32 stage (e.g. optimize) for fp16 builds")
     if precision == "fp16":
         raise InvalidInput(f"{src} is already a float16 model", hint="drop `convert: fp16` for this build")
+    runtime_ops = sorted({f"{n.domain}.{n.op_type}" for n in model.graph.node if n.domain.startswith("com.microsoft")})
+    if runtime_ops:
+        # onnxruntime's offline optimizer fuses ops into CPU-specific kernels (NCHWc layouts, fused
+        # convs): float16 conversion produces a graph those kernels refuse
+        raise InvalidInput(f"{src} holds onnxruntime-specific operators ({', '.join(runtime_ops[:4])}), which "
+                           "cannot be converted to float16",
+                           hint="make the fp16 build `from:` the export (or an optimize at `level: basic`)")
     blocked = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list or ()))
     with _warnings_to_log():
         converted = convert_float_to_float16(model, keep_io_types=keep_io_types, op_block_list=blocked)

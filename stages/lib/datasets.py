@@ -192,7 +192,7 @@ def _cache_key(spec: dict, recipe_dir: Path) -> str:
 
 
 class _Full:
-    """Every sample of the source, resized, with its labels (before limit and split)."""
+    """Every sample of the source at its own size, with its labels (before limit and split)."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, num_classes: int, class_names: list[str] | None):
         self.x, self.y, self.num_classes, self.class_names = x, y, num_classes, class_names
@@ -211,10 +211,7 @@ def _full_dataset(key: str) -> _Full:
         x, y, names = _load_npz(Path(state[0]), spec["path"])
     else:
         x, y, names = _load_folder(Path(state[0]), spec["path"], spec["channels"], spec["image_size"])
-    # resize before replicating channels: both are linear, so the order only changes the cost
-    x = resize_bilinear(x, spec["image_size"])
-    x = _to_channels(x, spec["channels"], where="data.channels")
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    # resizing and channel replication happen per split, after `limit`: only the images used pay
     num_classes = len(names) if names is not None else int(y.max()) + 1 if len(y) else 0
     return _Full(x, y.astype(np.int64), num_classes, names)
 
@@ -228,10 +225,16 @@ def _indices(key: str) -> tuple[np.ndarray, np.ndarray]:
 
 @lru_cache(maxsize=8)
 def _split_arrays(key: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
+    spec = json.loads(key)["spec"]
     full = _full_dataset(key)
     train_idx, val_idx = _indices(key)
     idx = train_idx if split == "train" else val_idx
-    x, y = full.x[idx], full.y[idx]
+    # resize before replicating channels: both are per-image and linear, so the order only changes the cost
+    x = resize_bilinear(full.x[idx], spec["image_size"])
+    x = np.ascontiguousarray(_to_channels(x, spec["channels"], where="data.channels"), dtype=np.float32)
+    y = full.y[idx]
     x.setflags(write=False)
     y.setflags(write=False)
     return x, y

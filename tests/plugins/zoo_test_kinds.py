@@ -187,3 +187,29 @@ class Stamp(StageKind):
         out = context.output_path("stamp.json")
         out.write_text(json.dumps({"version": context.recipe.version, "lineage": dict(context.lineage)}, sort_keys=True))
         return {"data": out}
+
+
+from pydantic import model_validator  # noqa: E402
+
+
+class PickyConfig(KindConfig):
+    mode: str = "a"
+    option: int = 1
+
+    @model_validator(mode="after")
+    def _option_only_in_mode_a(self):
+        # like quantize's "calibration does not apply to mode: dynamic": depends on what was *given*
+        if self.mode == "b" and "option" in self.model_fields_set:
+            raise ValueError("option does not apply to mode: b")
+        return self
+
+
+class Picky(StageKind):
+    name = "picky"
+    Config = PickyConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        out = context.output_path("mode.txt")
+        out.write_text(config.mode)
+        return {"data": out}
