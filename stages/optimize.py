@@ -111,6 +111,13 @@ def simplify(model, tool: str):
     """
     from zoo_stages.lib import onnxutil
 
+    import importlib.util
+
+    from zoo.errors import InvalidInput
+
+    if tool in ("onnxsim", "onnxoptimizer") and importlib.util.find_spec(tool) is None:
+        raise InvalidInput(f"`simplify: {tool}` needs the {tool} package, which is not installed",
+                           hint="pip install 'zoo-onnx[simplify]', or set `simplify: none`")
     copy = type(model)()
     copy.CopyFrom(model)
     if tool == "onnxsim":
