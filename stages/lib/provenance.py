@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from zoo.errors import InvalidInput
+from zoo.registry.onnxscan import read_varint as _varint  # one protobuf varint reader
 
 PREFIX = "zoo."
 LOCK_FILE = "zoo.lock"
@@ -95,19 +96,6 @@ def read_metadata(path: Path) -> dict[str, str]:
                 return _top_level_props(mm, size)
             except ValueError as e:
                 raise InvalidInput(f"{path} is not a readable ONNX model ({e})") from None
-
-
-def _varint(buf, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
 
 
 def _fields(buf, pos: int, end: int):

@@ -37,7 +37,8 @@ class ScanError(ValueError):
     """The bytes are not a well-formed protobuf message."""
 
 
-def _varint(buf, pos: int, end: int) -> tuple[int, int]:
+def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+    """(value, next position) of the protobuf varint at `pos`; ScanError (a ValueError) if malformed."""
     result = shift = 0
     while True:
         if pos >= end or shift > 63:
@@ -59,12 +60,12 @@ def _walk(buf, pos: int, end: int, kind: int, depth: int, found: list[str]) -> N
     entries: list[tuple[int, int]] = []
     key = value = None
     while pos < end:
-        tag, pos = _varint(buf, pos, end)
+        tag, pos = read_varint(buf, pos, end)
         field, wire = tag >> 3, tag & 7
         if field == 0:
             raise ScanError("field number 0")
         if wire == 0:
-            v, pos = _varint(buf, pos, end)
+            v, pos = read_varint(buf, pos, end)
             if kind == TENSOR and field == TENSOR_DATA_LOCATION:
                 is_external = v == EXTERNAL
         elif wire == 1:
@@ -72,7 +73,7 @@ def _walk(buf, pos: int, end: int, kind: int, depth: int, found: list[str]) -> N
         elif wire == 5:
             pos += 4
         elif wire == 2:
-            n, pos = _varint(buf, pos, end)
+            n, pos = read_varint(buf, pos, end)
             if pos + n > end:
                 raise ScanError("length-delimited field runs past its message")
             if kind == ENTRY and field in (1, 2):
