@@ -190,7 +190,8 @@ class Deploy(StageKind):
     outputs: ClassVar[tuple[str, ...]] = ("release",)
     # helpers whose code enters this kind's cache key
     code_modules = ("zoo_stages.lib.convert", "zoo_stages.lib.describe", "zoo_stages.lib.modelcard",
-                    "zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.datasets")
+                    "zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxfile",
+                    "zoo_stages.lib.datasets")
     # the manifest and card name the recipe, so its identity enters the key; the release embeds
     # the lock records of every ancestor (context.lineage), so their keys enter it too
     recipe_fields: ClassVar[tuple[str, ...]] = ("name", "version", "description", "license", "digest")

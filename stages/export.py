@@ -10,8 +10,8 @@ Weights come from exactly one of:
 The model is built from the recipe's ``model:`` section, exported with the TorchScript
 exporter (``exporter: dynamo`` needs onnxscript), then: IR version capped at 13 (what
 onnxruntime loads), doc strings and node metadata stripped (they may hold source paths),
-``onnx.checker.check_model(full_check=True)``, strict shape inference (the inferred shapes are
-kept in the saved model). External data is used only above protobuf's 2 GB limit.
+``onnx.checker.check_model(full_check=True)``, which includes strict type and shape inference.
+External data is used only above protobuf's 2 GB limit.
 
 Parity gate: onnxruntime and torch run the same ``parity.samples`` seeded random inputs in
 [0, 1); any element with ``|onnx - torch| > atol + rtol * |torch|`` fails the stage with a
@@ -93,13 +93,14 @@ class ExportConfig(KindConfig):
 
 class Export(StageKind):
     name = "export"
-    version = "2"  # 2: provenance metadata_props
+    version = "3"  # 2: provenance metadata_props; 3: inferred value_info no longer stored
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime")
     shared = ("data", "model")
     outputs = ("model",)
     # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxutil",)
+    code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxutil",
+                    "zoo_stages.lib.onnxfile")
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "export to ONNX (checked, shape-inferred, parity-gated against torch)"
 
@@ -170,34 +171,30 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
     import numpy as np
     import torch
 
-    from zoo_stages.lib import archs
-
     model_section = dict(context.shared.get("model") or {})
     shape = _input_shape(config, context)
     in_name = model_section.get("input_name") or "input"
     out_name = model_section.get("output_name") or "logits"
     with _torch_threads(context.threads):
-        model = archs.build_model(model_section, context.recipe.dir, in_channels=shape[0])
-        _load_weights(model, weights, label)
-        model.eval()
-        raw = context.work_dir / "export" / "raw.onnx"
-        if raw.parent.exists():
-            shutil.rmtree(raw.parent)
-        raw.parent.mkdir(parents=True)
+        model = _build_with_weights(model_section, context.recipe.dir, shape[0], weights, label)
+        work = context.work_dir / "export"
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
         # batch 2 for a dynamic axis: the dynamo exporter specialises sizes 0 and 1
         dummy = torch.zeros((2 if config.dynamic_batch else 1, *shape), dtype=torch.float32)
-        _run_exporter(model, dummy, raw, in_name, out_name, config)
-        proto = _load_onnx(raw)
+        proto = _run_exporter(model, dummy, work / "raw.onnx", in_name, out_name, config)
         proto = _normalise(proto)
-        _check(proto, raw)
         _stamp(proto, props)
-        _save(proto, target)
+        blob = _check(proto, work / "raw.onnx")
+        _save(proto, target, blob)
 
         rng = np.random.default_rng(config.parity.seed)
         x = rng.random((config.parity.samples, *shape), dtype=np.float32)
         with torch.no_grad():
             expected = _flatten_outputs(model(torch.from_numpy(x)))
-        got = _run_onnxruntime(target, in_name, x, config.dynamic_batch, context.threads)
+        got = _run_onnxruntime(blob if blob is not None else target, in_name, x, config.dynamic_batch,
+                               context.threads)
 
     report = _parity(expected, got, _output_names(proto), config.parity)
     context.metrics.update(_describe(proto, target))
@@ -234,14 +231,43 @@ def _input_shape(config: ExportConfig, context: StageContext) -> list[int]:
     return [int(data.get("channels", 1)), size, size]
 
 
-def _load_weights(model, path: Path, label: str) -> None:
-    """Load a state dict (safetensors, or torch.save with weights_only=True) into `model`."""
+def _build_with_weights(model_section: dict, recipe_dir: Path, in_channels: int, weights: Path, label: str):
+    """The recipe's model with `weights` loaded, in eval mode.
+
+    The module is first built on torch's meta device: its random initialisation (0.4-0.7 s for
+    AlexNet's 61M parameters) would be overwritten anyway, so the loaded tensors are assigned
+    instead of copied. A module that keeps tensors outside its state dict (non-persistent
+    buffers) would stay half on the meta device: it is then built and loaded the ordinary way.
+    """
+    import torch
+
+    from zoo_stages.lib import archs
+
+    with torch.device("meta"):
+        model = archs.build_model(model_section, recipe_dir, in_channels=in_channels)
+    _load_weights(model, weights, label, assign=True)
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        model = archs.build_model(model_section, recipe_dir, in_channels=in_channels)
+        _load_weights(model, weights, label)
+    return model.eval()
+
+
+def _load_weights(model, path: Path, label: str, *, assign: bool = False) -> None:
+    """Load a state dict (safetensors, or torch.save with weights_only=True) into `model`.
+
+    `assign` puts the loaded tensors themselves into the module (for a module built on the
+    meta device) instead of copying them into its own.
+    """
     import torch
 
     with open(path, "rb") as f:
         head = f.read(16)
     try:
-        if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch.save zip, or the legacy pickle format
+        if head[:4] == b"PK\x03\x04":  # torch.save's zip format: memory-mapped, no copy of the weights
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+                state = state["state_dict"]  # the common {"state_dict": ..., "epoch": ...} wrapper
+        elif head[:1] == b"\x80":  # the legacy pickle format
             state = torch.load(path, map_location="cpu", weights_only=True)
             if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
                 state = state["state_dict"]  # the common {"state_dict": ..., "epoch": ...} wrapper
@@ -277,11 +303,19 @@ def _load_weights(model, path: Path, label: str) -> None:
         parts.extend(mismatched[:5])
         raise InvalidInput(f"the {label} do not fit the model: {'; '.join(parts)}",
                            hint="check model.arch / model.num_classes / data.channels (or input_shape) against the weights")
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(state, strict=True, assign=assign)
 
 
-def _run_exporter(model, dummy, raw: Path, in_name: str, out_name: str, config: ExportConfig) -> None:
+def _run_exporter(model, dummy, raw: Path, in_name: str, out_name: str, config: ExportConfig):
+    """The exported ModelProto. The TorchScript exporter writes to memory unless the weights
+    approach protobuf's 2 GB limit; then (and with dynamo) it writes `raw` and that is loaded."""
+    import io
+
+    import onnx
     import torch
+
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    in_memory = config.exporter == "torchscript" and weight_bytes < PROTOBUF_LIMIT // 2
 
     with warnings.catch_warnings():
         # we choose the TorchScript exporter on purpose, and its tracer warns about the
@@ -301,13 +335,17 @@ def _run_exporter(model, dummy, raw: Path, in_name: str, out_name: str, config: 
                               dynamic_shapes=dynamic, optimize=True, verbose=False)
         else:
             dynamic_axes = {in_name: {0: "batch"}, out_name: {0: "batch"}} if config.dynamic_batch else None
+            buffer = io.BytesIO()
             try:
-                torch.onnx.export(model, (dummy,), str(raw), dynamo=False, input_names=[in_name],
+                torch.onnx.export(model, (dummy,), buffer if in_memory else str(raw), dynamo=False, input_names=[in_name],
                                   output_names=[out_name], opset_version=config.opset,
                                   dynamic_axes=dynamic_axes, do_constant_folding=True)
             except (torch.onnx.errors.UnsupportedOperatorError, torch.onnx.errors.SymbolicValueError) as e:
                 raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
                                    hint="raise `opset`, or try `exporter: dynamo`") from None
+            if in_memory:
+                return onnx.load_from_string(buffer.getvalue())
+    return _load_onnx(raw)
 
 
 def _normalise(proto):
@@ -331,47 +369,64 @@ def _all_nodes(graph):
                 yield from _all_nodes(g)
 
 
-def _check(proto, path_hint: Path):
-    """Full checker and strict shape inference; keeps the inferred value_info in `proto`."""
+def _check(proto, path_hint: Path) -> bytes | None:
+    """``onnx.checker`` full check (checker, then strict type and shape inference) of `proto`.
+
+    Returns the model's deterministic serialisation, which was checked and is what `_save`
+    writes and the parity session loads (serialising 233 MB once instead of three times).
+    Above protobuf's 2 GB limit it returns None and checks the file at `path_hint` instead.
+    """
     import onnx
 
     try:
-        if proto.ByteSize() < PROTOBUF_LIMIT:
-            onnx.checker.check_model(proto, full_check=True)
-            inferred = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
-            del proto.graph.value_info[:]
-            proto.graph.value_info.extend(inferred.graph.value_info)
-        else:  # too big for an in-memory check: check the saved file instead
+        blob = proto.SerializeToString(deterministic=True)
+    except Exception:  # protobuf refuses messages above 2 GB (ValueError or EncodeError)
+        blob = None
+    if blob is not None and len(blob) > PROTOBUF_LIMIT:
+        blob = None
+    try:
+        if blob is not None:
+            onnx.checker.check_model(blob, full_check=True)
+        else:  # too big for an in-memory check: check the file instead
+            path_hint.parent.mkdir(parents=True, exist_ok=True)
+            onnx.save_model(proto, str(path_hint), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=path_hint.name + ".data", size_threshold=1024)
             onnx.checker.check_model(str(path_hint), full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise InvalidInput(f"the ONNX model fails onnx's checker: {str(e).splitlines()[0]}",
                            hint="try another opset") from None
+    return blob
 
 
-def _save(proto, target: Path) -> None:
-    """Write `proto` atomically; external data (model.onnx.data) only above 2 GB."""
+def _save(proto, target: Path, blob: bytes | None = None) -> None:
+    """Write the model atomically: `blob` (its serialisation) when given, else external data
+    (model.onnx.data) for a model above 2 GB."""
     import onnx
 
+    from zoo_stages.lib.onnxutil import atomic_write_bytes
+
+    if blob is not None:
+        atomic_write_bytes(target, blob)
+        return
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        if proto.ByteSize() < PROTOBUF_LIMIT:
-            tmp.write_bytes(proto.SerializeToString())
-        else:
-            onnx.save_model(proto, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=DATA_LOCATION, size_threshold=1024)
+        onnx.save_model(proto, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=DATA_LOCATION, size_threshold=1024)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def _run_onnxruntime(path: Path, in_name: str, x, dynamic_batch: bool, threads: int) -> list:
+def _run_onnxruntime(model: Path | bytes, in_name: str, x, dynamic_batch: bool, threads: int) -> list:
+    """The model's outputs on `x` in onnxruntime (`model`: the serialised model or its path)."""
     import numpy as np
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = max(1, int(threads))
     opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    source = model if isinstance(model, bytes) else str(model)
+    session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
     if dynamic_batch:
         return session.run(None, {in_name: x})
     runs = [session.run(None, {in_name: x[i:i + 1]}) for i in range(len(x))]
@@ -446,9 +501,9 @@ def _passthrough(config: ExportConfig, context: StageContext, target: Path, inpu
     proto = _load_onnx(source)
     if proto.ir_version > MAX_IR_VERSION or external:
         _normalise(proto)
-    _check(proto, source)
     _stamp(proto, props)
-    _save(proto, target)
+    blob = _check(proto, context.work_dir / "export" / "check.onnx")
+    _save(proto, target, blob)
     smoke = _smoke_run(target, config, context.threads)
     context.metrics.update(_describe(proto, target))
     context.metrics.update({

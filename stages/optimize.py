@@ -3,8 +3,11 @@
 Steps: (1) optional simplification with onnxsim or onnxoptimizer; (2) onnxruntime's offline
 optimizer at ``level`` (basic | extended | all) for ``execution_provider``, saved with
 ``SessionOptions.optimized_model_filepath``; (3) a parity check of the result against the input
-on ``parity.samples`` fixed random inputs, both run unoptimized on 1 thread; exceeding
-``atol + rtol*|ref|`` anywhere raises GateFailed with a max-abs / max-rel table.
+on ``parity.samples`` fixed random inputs, on 1 thread: the input unoptimized, the result in
+the optimizer's own session (which runs exactly the graph it saved, so no second 200 MB load);
+exceeding ``atol + rtol*|ref|`` anywhere raises GateFailed with a max-abs / max-rel table.
+The provenance stamp and the pruned opset imports are then written into the saved file in
+place (`zoo_stages.lib.onnxfile`), without re-serialising the graph.
 
 Levels: ``basic`` keeps standard ONNX ops only (constant folding, redundant-node removal) and
 is the default because it stays portable and quantizable. ``extended`` adds onnxruntime fused
@@ -26,6 +29,7 @@ from pydantic import Field
 
 from zoo.errors import GateFailed, StageFailed
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind
+from zoo_stages.lib import onnxfile
 
 
 class ParityConfig(KindConfig):
@@ -57,37 +61,49 @@ class Optimize(StageKind):
     tools = ("onnx", "onnxruntime", "onnxsim", "onnxoptimizer", "numpy")
     outputs = ("model",)
     # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance",)
+    code_modules = ("zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxfile")
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "onnxruntime offline graph optimization (+ onnxsim/onnxoptimizer), parity-checked"
 
     def run(self, inputs: Inputs, config: OptimizeConfig, context: StageContext) -> Mapping[str, Path]:
+        import onnx
+
         from zoo_stages.lib import onnxutil, provenance
 
         src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
-        original = onnxutil.load_model(src)
-        model = simplify(original, config.simplify) if config.simplify != "none" else original
+        if config.simplify != "none":
+            original = onnxutil.load_model(src)
+            reference: Path | bytes = onnxutil.model_bytes(original)
+            source: Path | bytes = onnxutil.model_bytes(simplify(original, config.simplify))
+        else:
+            reference = source = Path(src)  # onnxruntime reads the file itself: nothing re-serialised
+        nodes_before = len(onnx.load(str(src), load_external_data=False).graph.node)
 
-        optimized_path = Path(context.work_dir) / "ort_optimized.onnx"
-        optimized_path.parent.mkdir(parents=True, exist_ok=True)
+        out = context.output_path("model.onnx")
         # A single-threaded session: constant folding then computes the same bits every time.
-        onnxutil.make_session(model, threads=1, level=config.level, providers=[config.execution_provider],
-                              optimized_path=optimized_path)
-        optimized = onnxutil.prune_opset_imports(onnxutil.load_model(optimized_path))
-
-        parity = check_parity(original, optimized, config.parity, config.input_shape,
+        # The session runs exactly the graph it saves, so it is also the parity candidate.
+        optimizer = onnxutil.make_session(source, threads=1, level=config.level,
+                                          providers=[config.execution_provider], optimized_path=out)
+        parity = check_parity(reference, optimizer, config.parity, config.input_shape,
                               providers=(config.execution_provider,))
-        provenance.stamp(optimized, provenance.artifact_props(
+        del optimizer
+
+        optimized = onnxutil.prune_opset_imports(onnx.load(str(out), load_external_data=False))
+        if optimized.ir_version > onnxutil.MAX_IR_VERSION:
+            onnxfile.rewrite(out, ir_version=onnxutil.MAX_IR_VERSION)
+            optimized.ir_version = onnxutil.MAX_IR_VERSION
+        # provenance and the pruned opset imports are written after the graph, in place
+        provenance.stamp_file(out, provenance.artifact_props(
             self.name, context.key, context.recipe.license, provenance.input_digests(inputs),
-            provenance.upstream_attribution(inputs)))
-        out = onnxutil.save_model(optimized, context.output_path("model.onnx"))
+            provenance.upstream_attribution(inputs)),
+            opset_import=[(o.domain, o.version) for o in optimized.opset_import])
 
         domains = onnxutil.custom_domains(optimized)
         context.metrics.update({
             "level": config.level,
             "execution_provider": config.execution_provider,
             "simplify": config.simplify,
-            "nodes_before": len(original.graph.node),
+            "nodes_before": nodes_before,
             "nodes_after": len(optimized.graph.node),
             "ops_after": onnxutil.op_counts(optimized),
             "custom_domains": domains,
@@ -149,15 +165,22 @@ def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[i
                  providers: tuple[str, ...] = ("CPUExecutionProvider",)) -> dict:
     """Compare `candidate` with `reference` on fixed random inputs; GateFailed with a table if off.
 
-    Both run unoptimized on one thread, so the difference measured is the optimization's own.
-    Returns {output name: {max_abs, max_rel, ok}} plus the tolerances and sample count.
+    Each is a model (proto, path or bytes), run unoptimized on one thread, or an existing
+    session (the optimizer's own, which runs the graph it saved). Returns {output name:
+    {max_abs, max_rel, ok}} plus the tolerances and sample count.
     """
     import numpy as np
+    import onnxruntime as ort
 
     from zoo_stages.lib import onnxutil
 
-    ref_sess = onnxutil.make_session(onnxutil.model_bytes(reference), threads=1, level="disable", providers=providers)
-    cand_sess = onnxutil.make_session(onnxutil.model_bytes(candidate), threads=1, level="disable", providers=providers)
+    def session(model):
+        if isinstance(model, ort.InferenceSession):
+            return model
+        return onnxutil.make_session(model, threads=1, level="disable", providers=providers)
+
+    ref_sess = session(reference)
+    cand_sess = session(candidate)
     feeds = onnxutil.random_inputs(ref_sess, parity.samples, parity.seed, input_shape)
     names = [o.name for o in ref_sess.get_outputs()]
     ref_outs = [onnxutil.run(ref_sess, x) for x in feeds]

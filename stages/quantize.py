@@ -45,6 +45,8 @@ order, which makes the choice stable unless two candidates are genuinely close).
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping
@@ -90,7 +92,11 @@ class LatencyConfig(KindConfig):
     """How latency is measured (batch 1)."""
 
     warmup: int = Field(5, ge=0, le=10_000)
-    runs: int = Field(30, ge=1, le=100_000)
+    runs: int = Field(30, ge=1, le=100_000, description="timed runs per model (at most, see min_runs)")
+    min_runs: int | None = Field(
+        5, ge=1, le=100_000, description="static/dynamic modes: stop after this many interleaved runs once the "
+                                         "quantized and fp32 models are clearly apart (null: always `runs`); "
+                                         "auto mode always times `runs`")
     threads: int = Field(1, ge=1, le=1024)
 
 
@@ -272,7 +278,8 @@ class Quantize(StageKind):
     shared = ("data",)
     outputs = ("model",)
     # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.datasets",)
+    code_modules = ("zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxfile",
+                    "zoo_stages.lib.datasets")
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
 
@@ -312,7 +319,12 @@ class _Run:
     def go(self) -> Mapping[str, Path]:
         from zoo_stages.lib import onnxutil
 
-        model = onnxutil.load_model(self.src)
+        import onnx
+
+        src = Path(self.src)
+        direct = onnxutil.loadable_as_is(src) and not onnxutil.external_data_files(src)
+        # graph only: the weights are parsed here only if the model must be rewritten below
+        model = onnx.load(str(src), load_external_data=False) if direct else onnxutil.load_model(src)
         # onnxruntime's own fused/layout ops (from optimize level extended/all) defeat its quantizer
         domains = [d for d in onnxutil.custom_domains(model) if d.startswith("com.microsoft")]
         if domains:
@@ -321,7 +333,15 @@ class _Run:
                                "which onnxruntime's quantizer cannot handle",
                                hint="optimize with `level: basic` the model that feeds quantize "
                                     "(extended/all add fused com.microsoft ops)")
-        self.fp32_path = onnxutil.save_model(model, self.work / "fp32.onnx")
+        # The quantizer reads the upstream file through a hard link in the work folder (it writes
+        # temp files next to its input: never into the cache). A model whose IR version or
+        # external data needs fixing is first written out as a self-contained copy instead.
+        self.fp32_path = self.work / "fp32.onnx"
+        self.fp32_path.unlink(missing_ok=True)
+        if direct:
+            _link_or_copy(src, self.fp32_path)
+        else:
+            onnxutil.save_model(model, self.fp32_path)
         needs_data = self.config.mode in ("static", "auto")
         if needs_data and not self.data:
             raise InvalidInput(f"quantize mode {self.config.mode!r} needs the recipe's `data:` section "
@@ -414,10 +434,24 @@ class _Run:
                             quant_format=QuantFormat.QDQ if settings.format == "qdq" else QuantFormat.QOperator,
                             activation_type=getattr(QuantType, settings.activation_type),
                             calibrate_method=method, extra_options=extra, **common)
-        from zoo_stages.lib.provenance import stamp
+        return self._finish(raw, target)
 
-        model = stamp(onnxutil.prune_opset_imports(onnxutil.load_model(raw)), self.props)
-        return onnxutil.save_model(model, target)
+    def _finish(self, raw: Path, target: Path) -> Path:
+        """Stamp the quantizer's output with provenance and its pruned opset imports (written
+        in place after the graph) and move it to `target`."""
+        import onnx
+
+        from zoo_stages.lib import onnxfile, onnxutil, provenance
+
+        if onnxutil.external_data_files(raw):  # only above 2 GB: make one self-contained file
+            onnxutil.save_model(onnxutil.load_model(raw), raw)
+        model = onnxutil.prune_opset_imports(onnx.load(str(raw), load_external_data=False))
+        if model.ir_version > onnxutil.MAX_IR_VERSION:
+            onnxfile.rewrite(raw, ir_version=onnxutil.MAX_IR_VERSION)
+        provenance.stamp_file(raw, self.props, opset_import=[(o.domain, o.version) for o in model.opset_import])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(raw), str(target))
+        return target
 
     # -- measurement ---------------------------------------------------------------------------
 
@@ -428,22 +462,46 @@ class _Run:
         from zoo_stages.lib import onnxutil
 
         lat_cfg = self.config.latency
-        blob = onnxutil.model_bytes(onnxutil.load_model(path))  # load and serialise once for both sessions
-        timing = onnxutil.make_session(blob, threads=lat_cfg.threads, level="all")
+        row, timing, sample = self._prepare(path)
+        stats = onnxutil.measure_latency(timing, sample, warmup=lat_cfg.warmup, runs=lat_cfg.runs)
+        row["latency_p50_ms"], row["latency_p90_ms"] = stats["p50_ms"], stats["p90_ms"]
+        row["latency_runs"] = stats["runs"]
+        return row
+
+    def measure_pair(self, fp32_path: Path, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """`measure` of the fp32 parent and the quantized model, timed in interleaved rounds that
+        stop early (latency.min_runs) once one is clearly faster."""
+        from zoo_stages.lib import onnxutil
+
+        lat_cfg = self.config.latency
+        fp32, fp32_timing, sample = self._prepare(fp32_path)
+        row, timing, _ = self._prepare(path)
+        stats = onnxutil.compare_latency({"fp32": fp32_timing, "int8": timing}, sample, warmup=lat_cfg.warmup,
+                                         runs=lat_cfg.runs, min_runs=lat_cfg.min_runs)
+        for target, key in ((fp32, "fp32"), (row, "int8")):
+            target["latency_p50_ms"], target["latency_p90_ms"] = stats[key]["p50_ms"], stats[key]["p90_ms"]
+            target["latency_runs"] = stats[key]["runs"]
+        return fp32, row
+
+    def _prepare(self, path: Path):
+        """(row with size and accuracy, a timing session, the batch-1 sample to time) for one model."""
+        import numpy as np
+
+        from zoo_stages.lib import onnxutil
+
+        timing = onnxutil.make_session(path, threads=self.config.latency.threads, level="all")
         row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size}
         if self.data:
             x, y = self._val_split()
             onnxutil.check_input_shape(timing, x.shape[1:], where="the held-out split")
             sample = onnxutil.batch_of(x, onnxutil.fixed_batch(timing) or 1)
-            evaluator = onnxutil.make_session(blob, threads=1, level="all")
+            evaluator = onnxutil.make_session(path, threads=1, level="all")
             row["accuracy"] = onnxutil.accuracy(onnxutil.run_batched(evaluator, x), y)
         else:
             shape = [d if isinstance(d, int) and d > 0 else 1 for d in onnxutil.single_input(timing)[1]]
             sample = np.random.default_rng(0).random(tuple(shape), dtype=np.float32)
             row["accuracy"] = None
-        stats = onnxutil.measure_latency(timing, sample, warmup=lat_cfg.warmup, runs=lat_cfg.runs)
-        row["latency_p50_ms"], row["latency_p90_ms"] = stats["p50_ms"], stats["p90_ms"]
-        return row
+        return row, timing, sample
 
     def _compare(self, row: dict[str, Any], fp32: dict[str, Any]) -> dict[str, Any]:
         row["speedup"] = fp32["latency_p50_ms"] / row["latency_p50_ms"] if row.get("latency_p50_ms") else None
@@ -458,8 +516,8 @@ class _Run:
         if settings.mode == "static" and settings.format == "qoperator" and settings.activation_type == "QInt8":
             self.flags.append("S8S8 in QOperator format is slow on x86-64 (onnxruntime docs); prefer qdq or uint8 activations")
         out = self.quantize(settings, self.context.output_path("model.onnx"))
-        fp32 = self.measure(self.fp32_path)
-        row = self._compare(self.measure(out), fp32)
+        fp32, row = self.measure_pair(self.fp32_path, out)
+        row = self._compare(row, fp32)
         accept = self.config.accept
         if row["speedup"] is not None and row["speedup"] < 1.0:
             self.flags.append(f"the quantized model is slower than its fp32 parent on this host "
@@ -513,7 +571,8 @@ class _Run:
                              f"max_accuracy_drop {accept.max_accuracy_drop:g}, min_speedup {accept.min_speedup:g}",
                              table=table,
                              hint="relax `accept:`, calibrate on more samples, or keep the fp32 model")
-        out = onnxutil.save_model(onnxutil.load_model(built[chosen]), self.context.output_path("model.onnx"))
+        out = self.context.output_path("model.onnx")
+        shutil.copyfile(built[chosen], out)  # already stamped and self-contained
         winner = next(r for r in rows if r["name"] == chosen)
         self._record(resolve(self.config, chosen), winner, fp32)
         self.context.metrics["chosen"] = chosen
@@ -535,9 +594,18 @@ class _Run:
             "fp32_latency_p50_ms": fp32.get("latency_p50_ms"),
             "speedup": row.get("speedup"),
             "latency_threads": self.config.latency.threads,
+            "latency_runs": row.get("latency_runs"),
             "slower_than_fp32": bool(row.get("speedup") is not None and row["speedup"] < 1.0),
             "flags": list(self.flags),
         })
+
+
+def _link_or_copy(src: Path, dest: Path) -> None:
+    """A hard link to `src` at `dest` (free), or a copy across filesystems."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
 
 
 def _calibration_reader(input_name: str, images, batch_size: int, fixed: bool):

@@ -81,13 +81,26 @@ def add(path: Path, cache_dir: Path | None = None) -> Path:
     return target
 
 
+# (device, inode, size, mtime_ns) -> sha256: a stage checks a weights file, then records its
+# digest in provenance and metrics; hashing 233 MB three times cost 0.45 s.
+_SHA256_MEMO: dict[tuple[int, int, int, int], str] = {}
+
+
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
+    """Hex sha256 of a file's bytes (remembered per process while the file's stat is unchanged)."""
+    st = os.stat(path)
+    memo_key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if memo_key in _SHA256_MEMO:
+        return _SHA256_MEMO[memo_key]
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             h.update(chunk)
-    return h.hexdigest()
+    digest = h.hexdigest()
+    if len(_SHA256_MEMO) > 256:
+        _SHA256_MEMO.clear()
+    _SHA256_MEMO[memo_key] = digest
+    return digest
 
 
 # ---------------------------------------------------------------------------------------------

@@ -124,6 +124,47 @@ def check_external_data(model: "onnx.ModelProto", base_dir: Path) -> list[Path]:
     return files
 
 
+def loadable_as_is(path: Path) -> bool:
+    """Whether onnxruntime can load the file at `path` directly: its IR version is at most
+    `MAX_IR_VERSION`. Its external data must stay in its folder (UnsafePath otherwise).
+
+    Only the top-level fields and the tensors' external-data records are read, never the
+    weights, so this costs microseconds where `load_model` parses the whole file.
+    """
+    from zoo.registry.onnxscan import ScanError, external_locations
+    from zoo_stages.lib import onnxfile
+
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInput(f"ONNX model {path} does not exist", hint="check the upstream stage's `model` output")
+    header = onnxfile.read_header(path)
+    try:
+        locations = external_locations(path)
+    except ScanError as e:
+        raise InvalidInput(f"{path} is not a readable ONNX model ({e})") from None
+    base = path.parent.resolve()
+    for location in locations:
+        rel = Path(location)
+        if (not location or rel.is_absolute() or ".." in rel.parts or location.startswith(("/", "\\"))
+                or ":" in location or not (base / rel).resolve().is_relative_to(base)):
+            raise UnsafePath(f"{path.name} references external data {location!r} outside the model's folder",
+                             hint="external data must be a plain relative file name next to the .onnx file")
+        if not (base / rel).is_file():
+            raise InvalidInput(f"{path.name}: external data file {location!r} is missing next to the model",
+                               hint="copy the .onnx file together with its external data file(s)")
+    return header.ir_version is not None and header.ir_version <= MAX_IR_VERSION
+
+
+def external_data_files(path: Path) -> list[str]:
+    """The external-data locations the ONNX file at `path` records, read without loading weights."""
+    from zoo.registry.onnxscan import ScanError, external_locations
+
+    try:
+        return external_locations(Path(path))
+    except ScanError as e:
+        raise InvalidInput(f"{path} is not a readable ONNX model ({e})") from None
+
+
 def fix_ir_version(model: "onnx.ModelProto") -> "onnx.ModelProto":
     """Lower the model's IR version to `MAX_IR_VERSION` (in place) so onnxruntime can load it."""
     if model.ir_version > MAX_IR_VERSION:
@@ -277,7 +318,12 @@ def make_session(model: "onnx.ModelProto | Path | str | bytes", *, threads: int 
     if missing:
         raise InvalidInput(f"execution provider {missing[0]!r} is not available in this onnxruntime build",
                            hint=f"available: {', '.join(available)}")
-    data = model_bytes(as_model(model)) if not isinstance(model, (bytes, bytearray)) else bytes(model)
+    if isinstance(model, (bytes, bytearray)):
+        data: "bytes | str" = bytes(model)
+    elif isinstance(model, (str, Path)) and loadable_as_is(Path(model)):
+        data = str(model)  # onnxruntime reads the file itself: no parse and re-serialise in Python
+    else:
+        data = model_bytes(as_model(model))
     so = session_options(threads, level, optimized_path)
     try:
         return ort.InferenceSession(data, sess_options=so, providers=list(providers))
@@ -448,6 +494,57 @@ def measure_latency(session: "ort.InferenceSession", x: "np.ndarray", *, warmup:
         "runs": runs,
         "warmup": warmup,
     }
+
+
+def compare_latency(sessions: Mapping[str, "ort.InferenceSession"], x: "np.ndarray", *, warmup: int = 5,
+                    runs: int = 30, min_runs: int | None = None) -> dict[str, dict[str, Any]]:
+    """Latency of several sessions on the same input, measured in interleaved rounds.
+
+    Each round runs every session once, so machine load drifts over all of them alike. With
+    `min_runs` set, measuring stops after at least that many rounds once the fastest and the
+    slowest session are clearly apart (their interquartile ranges do not overlap and their
+    medians differ by more than 15%): enough for a faster/slower verdict, at a fraction of
+    the time. Returns `measure_latency`'s fields per session, plus ``stopped_early``.
+    """
+    import numpy as np
+
+    if runs < 1:
+        raise InvalidInput(f"latency runs must be at least 1 (got {runs})")
+    feeds = {}
+    for key, session in sessions.items():
+        name, _ = single_input(session)
+        feeds[key] = {name: np.ascontiguousarray(x, dtype=np.float32)}
+    for _ in range(max(0, warmup)):
+        for key, session in sessions.items():
+            session.run(None, feeds[key])
+    times: dict[str, list[float]] = {key: [] for key in sessions}
+    done = 0
+    stopped_early = False
+    while done < runs:
+        for key, session in sessions.items():
+            t0 = time.perf_counter_ns()
+            session.run(None, feeds[key])
+            times[key].append((time.perf_counter_ns() - t0) / 1e6)
+        done += 1
+        if min_runs is not None and done >= min_runs and done < runs and len(sessions) > 1 and _clearly_apart(times):
+            stopped_early = True
+            break
+    out = {}
+    for key, values in times.items():
+        arr = np.asarray(values, dtype=np.float64)
+        out[key] = {"p50_ms": float(np.percentile(arr, 50)), "p90_ms": float(np.percentile(arr, 90)),
+                    "mean_ms": float(arr.mean()), "min_ms": float(arr.min()), "runs": done, "warmup": warmup,
+                    "stopped_early": stopped_early}
+    return out
+
+
+def _clearly_apart(times: Mapping[str, list[float]]) -> bool:
+    import numpy as np
+
+    stats = sorted((float(np.percentile(v, 50)), float(np.percentile(v, 25)), float(np.percentile(v, 75)))
+                   for v in times.values())
+    fastest, slowest = stats[0], stats[-1]
+    return fastest[2] < slowest[1] and slowest[0] > 1.15 * fastest[0]
 
 
 def batch_of(samples: "np.ndarray", batch_size: int) -> "np.ndarray":

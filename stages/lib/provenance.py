@@ -36,13 +36,11 @@ those kinds' ``version`` with it, or `zoo repro --check` will report the differe
 from __future__ import annotations
 
 import json
-import mmap
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from zoo.errors import InvalidInput
-from zoo.registry.onnxscan import read_varint as _varint  # one protobuf varint reader
 
 PREFIX = "zoo."
 LOCK_FILE = "zoo.lock"
@@ -58,9 +56,6 @@ KNOWN_SOURCES: tuple[tuple[str, dict[str, str]], ...] = (
     ("https://download.pytorch.org/models/",
      {"license": "BSD-3-Clause", "attribution": "torchvision pretrained weights, (c) PyTorch contributors"}),
 )
-
-# ModelProto field numbers (onnx.proto): metadata_props, and StringStringEntryProto's key/value
-_METADATA_PROPS, _ENTRY_KEY, _ENTRY_VALUE = 14, 1, 2
 
 
 def zoo_version() -> str:
@@ -86,52 +81,9 @@ def read_metadata(path: Path) -> dict[str, str]:
     Only the top-level message is walked and every other field is skipped by its length, so
     weights are never parsed and nothing is imported. InvalidInput if the file is not protobuf.
     """
-    path = Path(path)
-    with open(path, "rb") as f:
-        size = f.seek(0, 2)
-        if size == 0:
-            raise InvalidInput(f"{path} is empty, not an ONNX model")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            try:
-                return _top_level_props(mm, size)
-            except ValueError as e:
-                raise InvalidInput(f"{path} is not a readable ONNX model ({e})") from None
+    from zoo_stages.lib import onnxfile
 
-
-def _fields(buf, pos: int, end: int):
-    """(field number, wire type, start, stop) of each field of one message; stop is the next field."""
-    while pos < end:
-        tag, pos = _varint(buf, pos, end)
-        field, wire = tag >> 3, tag & 7
-        start = pos
-        if wire == 0:
-            _, pos = _varint(buf, pos, end)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        elif wire == 2:
-            n, start = _varint(buf, pos, end)
-            pos = start + n
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if pos > end or field == 0:
-            raise ValueError("malformed field")
-        yield field, wire, start, pos
-
-
-def _top_level_props(buf, size: int) -> dict[str, str]:
-    props: dict[str, str] = {}
-    for field, wire, start, stop in _fields(buf, 0, size):
-        if field != _METADATA_PROPS or wire != 2:
-            continue
-        key = value = ""
-        for sub, sub_wire, s, e in _fields(buf, start, stop):
-            if sub_wire == 2 and sub in (_ENTRY_KEY, _ENTRY_VALUE):
-                text = bytes(buf[s:e]).decode("utf-8", errors="replace")
-                key, value = (text, value) if sub == _ENTRY_KEY else (key, text)
-        props[key] = value
-    return props
+    return dict(onnxfile.read_header(Path(path)).metadata)
 
 
 def stamp(model: Any, props: Mapping[str, str]) -> Any:
@@ -140,31 +92,37 @@ def stamp(model: Any, props: Mapping[str, str]) -> Any:
     Entries of other tools are kept in their order; ours follow, sorted by key, so the same
     props always give the same bytes.
     """
-    bad = [k for k in props if not k.startswith(PREFIX)]
-    if bad:
-        raise ValueError(f"provenance props must start with {PREFIX!r}: {bad}")
-    kept = [(p.key, p.value) for p in model.metadata_props if not p.key.startswith(PREFIX)]
+    entries = stamped_entries([(p.key, p.value) for p in model.metadata_props], props)
     del model.metadata_props[:]
-    for key, value in kept + sorted((k, str(v)) for k, v in props.items()):
+    for key, value in entries:
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
     return model
 
 
-def stamp_file(path: Path, props: Mapping[str, str]) -> Path:
-    """Stamp the ONNX file at `path` in place (atomically). External data is left untouched."""
-    import onnx
+def stamped_entries(existing: Iterable[tuple[str, str]], props: Mapping[str, str]) -> list[tuple[str, str]]:
+    """`existing` metadata entries with the ``zoo.*`` ones replaced by `props` (see `stamp`)."""
+    bad = [k for k in props if not k.startswith(PREFIX)]
+    if bad:
+        raise ValueError(f"provenance props must start with {PREFIX!r}: {bad}")
+    kept = [(k, v) for k, v in existing if not k.startswith(PREFIX)]
+    return kept + sorted((k, str(v)) for k, v in props.items())
 
-    from zoo_stages.lib.onnxutil import atomic_write_bytes
+
+def stamp_file(path: Path, props: Mapping[str, str], *,
+               opset_import: Iterable[tuple[str, int]] | None = None) -> Path:
+    """Stamp the ONNX file at `path` with `props` (and optionally new opset imports).
+
+    Only the small top-level fields are rewritten (`zoo_stages.lib.onnxfile`): the graph and
+    its weights are neither parsed nor copied, unless the file has other hard links, in which
+    case it is rewritten to a new inode and renamed. External data is left untouched.
+    """
+    from zoo_stages.lib import onnxfile
 
     path = Path(path)
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:  # protobuf's DecodeError and onnx's own errors all mean "not a model"
-        raise InvalidInput(f"{path} is not a readable ONNX model: {e}") from None
-    stamp(model, props)
-    atomic_write_bytes(path, model.SerializeToString(deterministic=True))
-    return path
+    header = onnxfile.read_header(path)
+    return onnxfile.rewrite(path, metadata=stamped_entries(header.metadata, props),
+                            opset_import=list(opset_import) if opset_import is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------
