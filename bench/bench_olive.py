@@ -8,8 +8,9 @@ quantize ``mode: dynamic``: the like-for-like row), plus a second row with stati
 quantization (calibrated on digits at 3x224x224), which Olive's config does not do.
 
 Every run is cold: Olive gets a fresh folder (its cache and output dirs are relative to it),
-zoo a fresh ZOO_CACHE_DIR/ZOO_HOME. The runs alternate (Olive, zoo dynamic, zoo static, Olive…)
-so machine load falls on all rows alike. Printed: median/min/max wall time, the ratio to
+zoo a fresh ZOO_CACHE_DIR/ZOO_HOME. The runs alternate, and their order rotates every round
+(Olive, zoo dynamic, zoo static; then zoo dynamic, zoo static, Olive; …), so machine load and
+the cost of the previous run's freed memory fall on all rows alike. Printed: median/min/max wall time, the ratio to
 Olive (goal: zoo ≤ 0.5× Olive), per-stage/pass medians, and import overheads.
 
     .venv/bin/python bench/bench_olive.py [--repeat 5] [--olive-venv DIR] [--skip-static]
@@ -251,19 +252,24 @@ def main() -> None:
         sha = sha256_file(weights)
 
         rows: dict[str, list[dict[str, Any]]] = {"olive": [], "dynamic": [], "static": []}
+        kinds = (["olive"] if olive else []) + ["dynamic"] + ([] if args.skip_static else ["static"])
         for i in range(args.repeat):
-            if olive:
-                r = run_olive(olive, work, i, weights)
-                rows["olive"].append(r)
-                print(f"  run {i + 1}/{args.repeat}: olive {r['wall']:.2f} s", end="", flush=True)
-                shutil.rmtree(r.pop("folder"), ignore_errors=True)  # 0.5 GB of Olive cache per run
-            else:
-                print(f"  run {i + 1}/{args.repeat}:", end="", flush=True)
-            for static in (False, True) if not args.skip_static else (False,):
+            # Rotate the order each round: on this VM a run right after a large process has exited
+            # pays for faulting in freshly released memory (up to +2 s measured here), so every
+            # row must follow every other row equally often.
+            order = kinds[i % len(kinds):] + kinds[:i % len(kinds)]
+            print(f"  run {i + 1}/{args.repeat}:", end="", flush=True)
+            for kind in order:
+                if kind == "olive":
+                    r = run_olive(olive, work, i, weights)
+                    rows["olive"].append(r)
+                    print(f" olive {r['wall']:.2f} s;", end="", flush=True)
+                    shutil.rmtree(r.pop("folder"), ignore_errors=True)  # 0.5 GB of Olive cache per run
+                    continue
+                static = kind == "static"
                 r = run_zoo_cold(work, i, weights, sha, static)
-                rows["static" if static else "dynamic"].append(r)
-                print(f", zoo {'static' if static else 'dynamic'} {r['wall']:.2f} s"
-                      + ("" if r["ok"] else " (FAILED)"), end="", flush=True)
+                rows[kind].append(r)
+                print(f" zoo {kind} {r['wall']:.2f} s" + ("" if r["ok"] else " (FAILED)") + ";", end="", flush=True)
                 shutil.rmtree(r.pop("folder"), ignore_errors=True)
             print(f"  [load {load_average()}]", flush=True)
 

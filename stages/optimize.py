@@ -22,6 +22,7 @@ key, input digests, license and the attribution inherited from the input model.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Literal, Mapping
 
@@ -80,13 +81,17 @@ class Optimize(StageKind):
         nodes_before = len(onnx.load(str(src), load_external_data=False).graph.node)
 
         out = context.output_path("model.onnx")
-        # A single-threaded session: constant folding then computes the same bits every time.
-        # The session runs exactly the graph it saves, so it is also the parity candidate.
-        optimizer = onnxutil.make_session(source, threads=1, level=config.level,
-                                          providers=[config.execution_provider], optimized_path=out)
-        parity = check_parity(reference, optimizer, config.parity, config.input_shape,
-                              providers=(config.execution_provider,))
-        del optimizer
+        providers = (config.execution_provider,)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimize") as pool:
+            # the reference session loads beside the optimizer (onnxruntime releases the GIL)
+            loading = pool.submit(onnxutil.make_session, reference, threads=1, level="disable", providers=providers)
+            # A single-threaded session: constant folding then computes the same bits every time.
+            # The session runs exactly the graph it saves, so it is also the parity candidate.
+            optimizer = onnxutil.make_session(source, threads=1, level=config.level, providers=providers,
+                                              optimized_path=out)
+            ref_session = loading.result()
+        parity = check_parity(ref_session, optimizer, config.parity, config.input_shape, providers=providers)
+        del optimizer, ref_session
 
         optimized = onnxutil.prune_opset_imports(onnx.load(str(out), load_external_data=False))
         if optimized.ir_version > onnxutil.MAX_IR_VERSION:

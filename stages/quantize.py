@@ -468,13 +468,13 @@ class _Run:
         row["latency_runs"] = stats["runs"]
         return row
 
-    def measure_pair(self, fp32_path: Path, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-        """`measure` of the fp32 parent and the quantized model, timed in interleaved rounds that
-        stop early (latency.min_runs) once one is clearly faster."""
+    def measure_pair(self, fp32_prepared: tuple, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """`measure` of the fp32 parent (`_prepare`d) and the quantized model, timed in interleaved
+        rounds that stop early (latency.min_runs) once one is clearly faster."""
         from zoo_stages.lib import onnxutil
 
         lat_cfg = self.config.latency
-        fp32, fp32_timing, sample = self._prepare(fp32_path)
+        fp32, fp32_timing, sample = fp32_prepared
         row, timing, _ = self._prepare(path)
         stats = onnxutil.compare_latency({"fp32": fp32_timing, "int8": timing}, sample, warmup=lat_cfg.warmup,
                                          runs=lat_cfg.runs, min_runs=lat_cfg.min_runs)
@@ -516,7 +516,7 @@ class _Run:
         if settings.mode == "static" and settings.format == "qoperator" and settings.activation_type == "QInt8":
             self.flags.append("S8S8 in QOperator format is slow on x86-64 (onnxruntime docs); prefer qdq or uint8 activations")
         out = self.quantize(settings, self.context.output_path("model.onnx"))
-        fp32, row = self.measure_pair(self.fp32_path, out)
+        fp32, row = self.measure_pair(self._prepare(self.fp32_path), out)
         row = self._compare(row, fp32)
         accept = self.config.accept
         if row["speedup"] is not None and row["speedup"] < 1.0:

@@ -32,9 +32,12 @@ class Executor(Protocol):
 # fresh mmap and unmaps it on free, so every copy faults its pages in again; on virtual machines a
 # page fault costs microseconds (measured here: 3 load+serialise cycles of a 233 MB model, 2.8 s of
 # which 2.4 s kernel time; 0.46 s with these settings). Keeping freed memory in the heap (no mmap,
-# no trim) and backing it with transparent huge pages removes almost all of those faults. The cost:
-# a worker's resident memory stays at its peak until it exits (workers exit with the run).
-WORKER_MALLOC_TUNABLES = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"
+# no trim) and backing it with transparent huge pages removes almost all of those faults; one arena
+# makes threads (stages overlap checks, saves and parity runs) reuse that same heap instead of
+# faulting in their own. The cost: a worker's resident memory stays at its peak until it exits
+# (workers exit with the run).
+WORKER_MALLOC_TUNABLES = (
+    "glibc.malloc.hugetlb=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295:glibc.malloc.arena_max=1")
 _spawn_lock = threading.Lock()
 
 
@@ -86,7 +89,10 @@ class ProcessExecutor:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+            from zoo.worker import init_worker
+
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=init_worker)
         # the pool spawns its workers inside submit (on demand, for the spawn start method)
         with _child_env(worker_env_overrides()):
             return self._pool.submit(execute, task)

@@ -180,6 +180,10 @@ def _classes() -> SimpleNamespace:
         layers, so training starts at once (digits at 64x64: 71% held-out after one epoch
         instead of 21-46%). Only fresh models are affected: loaded weights replace these.
         """
+        if last.weight.is_meta:
+            # built on the meta device for loaded weights (export): nothing to initialise, and
+            # normal_ on meta tensors would import torch._dynamo (1.3 s)
+            return
         for m in model.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")

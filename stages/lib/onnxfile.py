@@ -109,15 +109,7 @@ def rewrite(path: Path, *, metadata: Sequence[tuple[str, str]] | None = None,
     otherwise through a temp file and a rename. Either way the graph bytes are not parsed.
     """
     path = Path(path)
-    replaced: dict[int, list[bytes]] = {}
-    if ir_version is not None:
-        replaced[IR_VERSION] = [_varint_field(IR_VERSION, ir_version)]
-    if opset_import is not None:
-        replaced[OPSET_IMPORT] = [_bytes_field(OPSET_IMPORT, _bytes_field(_DOMAIN, d.encode()) +
-                                               _varint_field(_VERSION, int(v))) for d, v in opset_import]
-    if metadata is not None:
-        replaced[METADATA_PROPS] = [_bytes_field(METADATA_PROPS, _bytes_field(_KEY, k.encode()) +
-                                                 _bytes_field(_VALUE, v.encode())) for k, v in metadata]
+    replaced = _replacements(metadata, opset_import, ir_version)
     if not replaced:
         return path
     with _mapped(path) as (buf, size):
@@ -144,8 +136,38 @@ def rewrite(path: Path, *, metadata: Sequence[tuple[str, str]] | None = None,
     return path
 
 
+def rewrite_bytes(blob: bytes, *, metadata: Sequence[tuple[str, str]] | None = None,
+                  opset_import: Sequence[tuple[str, int]] | None = None) -> bytes:
+    """`rewrite` for a serialised model in memory: the bytes up to the end of the graph are
+    kept as they are, the fields after it re-emitted. ValueError when the fields to replace
+    precede the graph (no writer emits them there) or `blob` is not protobuf."""
+    replaced = _replacements(metadata, opset_import, None)
+    view = memoryview(blob)
+    top = fields(view, 0, len(blob))
+    graphs = [i for i, f in enumerate(top) if f.number == GRAPH]
+    if not graphs or any(f.number in replaced for f in top[:graphs[-1] + 1]):
+        raise ValueError("the fields to replace do not all follow the graph")
+    cut = graphs[-1] + 1
+    tail_start = top[cut].start if cut < len(top) else len(blob)
+    return b"".join([view[:tail_start], _emit(view, top[cut:], replaced)])
+
+
 # ---------------------------------------------------------------------------------------------
 # internals
+
+
+def _replacements(metadata, opset_import, ir_version) -> dict[int, list[bytes]]:
+    """Encoded top-level fields by field number, for the arguments that are not None."""
+    replaced: dict[int, list[bytes]] = {}
+    if ir_version is not None:
+        replaced[IR_VERSION] = [_varint_field(IR_VERSION, ir_version)]
+    if opset_import is not None:
+        replaced[OPSET_IMPORT] = [_bytes_field(OPSET_IMPORT, _bytes_field(_DOMAIN, d.encode()) +
+                                               _varint_field(_VERSION, int(v))) for d, v in opset_import]
+    if metadata is not None:
+        replaced[METADATA_PROPS] = [_bytes_field(METADATA_PROPS, _bytes_field(_KEY, k.encode()) +
+                                                 _bytes_field(_VALUE, v.encode())) for k, v in metadata]
+    return replaced
 
 
 class _mapped:

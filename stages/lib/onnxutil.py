@@ -42,11 +42,16 @@ OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write `data` to `path` through a temp file in the same folder, fsync, then rename."""
+    """Write `data` to `path` through a temp file in the same folder, then rename.
+
+    No fsync here: stages write into their own work and output folders, and the cache fsyncs
+    each output when it commits it (`zoo.cache.Cache.commit`); an fsync per write made the
+    stage wait for 233 MB of writeback the kernel can do while the stage goes on.
+    """
     from zoo.cache import atomic_write
 
     path = Path(path)
-    atomic_write(path, data)
+    atomic_write(path, data, fsync=False)
     return path
 
 
