@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, RecipeInfo, StageContext, Upstream
-from zoo_stages.lib import onnxutil
-from zoo_stages.quantize import CANDIDATES, Quantize, QuantizeConfig, resolve, select_candidate
+from zoo_stages.lib import datasets, onnxutil
+from zoo_stages.quantize import CANDIDATES, Quantize, QuantizeConfig, resolve, saturation_hint, select_candidate
 
 DIGITS8 = {"source": "digits", "image_size": 8, "channels": 1, "limit": 300}
 DIGITS32 = {"source": "digits", "image_size": 32, "channels": 1, "limit": 300}
@@ -105,13 +105,18 @@ def test_defaults_follow_onnxruntime_guidance():
     assert (dyn.activation_type, dyn.format, dyn.weight_type, dyn.preprocess, dyn.name) == \
         (None, None, "QUInt8", False, "dynamic-quint8")
     names = [resolve(QuantizeConfig(mode="auto"), n) for n in CANDIDATES]
-    assert [(s.mode, s.format, s.per_channel) for s in names] == [
-        ("static", "qdq", False), ("static", "qdq", True), ("static", "qoperator", False),
-        ("dynamic", None, False), ("dynamic", None, False)]
-    assert [s.weight_type for s in names[3:]] == ["QInt8", "QUInt8"]
+    assert [(s.mode, s.format, s.per_channel, s.linear) for s in names] == [
+        ("static", "qdq", False, "qdq"), ("static", "qdq", True, "qdq"), ("static", "qoperator", False, "qdq"),
+        ("static", "qdq", False, "blockwise"), ("dynamic", None, False, "qdq"), ("dynamic", None, False, "qdq")]
+    assert [s.weight_type for s in names[4:]] == ["QInt8", "QUInt8"]
+    assert resolve(QuantizeConfig(linear="blockwise")).linear == "blockwise"
+    assert resolve(QuantizeConfig(mode="dynamic")).linear == "qdq"
 
 
 @pytest.mark.parametrize("config,message", [
+    ({"mode": "dynamic", "linear": "blockwise"}, "linear does not apply"),
+    ({"mode": "auto", "linear": "blockwise"}, "linear is chosen by mode: auto"),
+    ({"linear": "blockwise", "linear_block_size": 100}, "power of two"),
     ({"mode": "dynamic", "activation_type": "QInt8"}, "activation_type does not apply"),
     ({"mode": "dynamic", "format": "qdq"}, "format does not apply"),
     ({"mode": "dynamic", "calibration": {"samples": 8}}, "calibration does not apply"),
@@ -167,6 +172,7 @@ def test_selection_breaks_near_ties_by_candidate_order():
     ({"mode": "static"}, {"QuantizeLinear", "DequantizeLinear"}),
     ({"mode": "static", "per_channel": True}, {"QuantizeLinear", "DequantizeLinear"}),
     ({"mode": "static", "format": "qoperator"}, {"QLinearConv"}),
+    ({"mode": "static", "linear": "blockwise", "linear_block_size": 32}, {"QuantizeLinear", "com.microsoft.MatMulNBits"}),
     ({"mode": "static", "calibration": {"method": "entropy", "samples": 16}}, {"QuantizeLinear"}),
     ({"mode": "static", "calibration": {"method": "percentile", "samples": 16}}, {"QuantizeLinear"}),
     ({"mode": "dynamic", "weight_type": "QInt8"}, {"DynamicQuantizeLinear", "ConvInteger"}),
@@ -178,10 +184,17 @@ def test_each_mode_produces_a_runnable_model(tmp_path, small, config, expect_ops
     model = onnx.load(str(out))
     assert model.ir_version <= 13
     onnx.checker.check_model(model)
-    x = np.random.default_rng(0).random((4, 1, 8, 8), dtype=np.float32)
-    q = onnxutil.run(onnxutil.make_session(out), x)[0]
+    # Held-out digits: the distribution the activation ranges were calibrated on (uniform noise
+    # saturates them and measures the calibration data, not the quantizer).
+    x = datasets.load_split(DIGITS8, tmp_path, "val")[0][:16]
     ref = onnxutil.run(onnxutil.make_session(small), x)[0]
+    # Level basic keeps Q/DQ unfused, so this checks the quantizer's scales and zero points
+    # exactly, on any CPU. The fused int8 kernels (level all) are host-dependent: on x86 without
+    # VNNI, VPMADDUBSW's 16-bit sums saturate (per-channel weights here: cosine 0.985).
+    q = onnxutil.run(onnxutil.make_session(out, level="basic"), x)[0]
     assert onnxutil.compare_logits(q, ref)["cosine_min"] > 0.99
+    fused = onnxutil.run(onnxutil.make_session(out, level="all"), x)[0]
+    assert onnxutil.compare_logits(fused, ref)["top1_agreement"] >= 0.9
     m = ctx.metrics
     assert m["speedup"] > 0 and m["latency_p50_ms"] > 0 and m["fp32_latency_p50_ms"] > 0
     assert m["accuracy"] is not None and m["accuracy_drop"] == pytest.approx(m["fp32_accuracy"] - m["accuracy"])
@@ -194,6 +207,18 @@ def test_static_quantization_is_deterministic(tmp_path, small):
     assert a.read_bytes() == b.read_bytes()
     c, _ = run_quantize(tmp_path, small, name="c", calibration={"seed": 1, "samples": 8}, **FAST)
     assert c.read_bytes() != a.read_bytes()  # the calibration sample matters
+
+
+def test_blockwise_linear_layers_are_8bit_matmulnbits_and_deterministic(tmp_path, small):
+    a, _ = run_quantize(tmp_path, small, name="a", linear="blockwise", linear_block_size=32, **FAST)
+    b, _ = run_quantize(tmp_path, small, name="b", linear="blockwise", linear_block_size=32, **FAST)
+    assert a.read_bytes() == b.read_bytes()
+    nodes = onnx.load(str(a)).graph.node
+    nbits = [n for n in nodes if n.op_type == "MatMulNBits"]
+    assert len(nbits) == 1 and not [n for n in nodes if n.op_type == "Gemm"]  # the classifier, now 8-bit blockwise
+    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in nbits[0].attribute}
+    assert (attrs["bits"], attrs["block_size"], attrs["accuracy_level"]) == (8, 32, 4)
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops_of(a)  # the convolutions stay static QDQ
 
 
 def test_preset_avx2_writes_uint8_activations_and_7bit_weights(tmp_path, small):
@@ -295,3 +320,22 @@ def test_a_fixed_batch_model_calibrates_and_measures(tmp_path):
     assert "QuantizeLinear" in ops_of(out)
     assert ctx.metrics["accuracy"] is not None
     assert onnxutil.fixed_batch(onnxutil.make_session(out)) == 1
+
+
+@pytest.mark.parametrize("machine,flags,expect", [
+    ("x86_64", ["avx2", "fma"], True),             # e.g. AMD Zen 3, Intel Haswell..Skylake client
+    ("x86_64", ["avx2", "avx512f", "avx512_vnni"], False),
+    ("x86_64", ["avx2", "avx_vnni"], False),       # Alder Lake and later clients
+    ("aarch64", ["asimd", "asimddp"], False),
+])
+def test_int8_saturation_risk_follows_the_cpu_flags(machine, flags, expect):
+    assert onnxutil.int8_may_saturate({"machine": machine, "flags": flags}) is expect
+
+
+def test_saturation_hint_names_the_avx2_preset_only_where_it_helps(monkeypatch):
+    monkeypatch.setattr(onnxutil, "int8_may_saturate", lambda host=None: True)
+    assert "preset: x86-avx2" in saturation_hint(resolve(QuantizeConfig(mode="static")))
+    assert saturation_hint(resolve(QuantizeConfig(preset="x86-avx2"))) == ""  # already 7-bit weights
+    assert saturation_hint(resolve(QuantizeConfig(mode="dynamic", weight_type="QUInt8"))) == ""  # u8 x u8 kernels
+    monkeypatch.setattr(onnxutil, "int8_may_saturate", lambda host=None: False)
+    assert saturation_hint(resolve(QuantizeConfig(mode="static"))) == ""
