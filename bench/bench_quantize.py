@@ -247,9 +247,57 @@ def bench_latency(work: Path, args) -> dict[str, Any]:
                      f"{t['mean']:.2f}", f"{fp32 / t['p50']:.2f}x"])
     ratio = fp32 / timings[MAIN_INT8]["p50"]
     own = stage(summary, "quantize")["metrics"]
-    return {"rows": rows, "ratio": ratio, "fp32_label": fp32_label, "durations": durations, "stage_speedup": own.get("speedup"),
+    profile = None
+    if args.profile:
+        print(f"[1] profiling {fp32_label} and {MAIN_INT8} per operator …", flush=True)
+        profile = {label: op_times(paths[label]) for label in (fp32_label, *(k for k in paths if k.startswith("int8")))}
+    return {"rows": rows, "ratio": ratio, "fp32_label": fp32_label, "durations": durations, "profile": profile,
+            "stage_speedup": own.get("speedup"),
             "stage_p50": (own.get("fp32_latency_p50_ms"), own.get("latency_p50_ms")),
             "stage_threads": own.get("latency_threads")}
+
+
+def op_times(path: Path, runs: int = 20) -> dict[str, float]:
+    """Mean kernel milliseconds per inference by operator type (onnxruntime's profiler, 1 thread,
+    batch 1). The profiler adds overhead, so these sum to more than the p50 above: read them as
+    shares."""
+    import json
+    from collections import defaultdict
+
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(path.parent.parent / "profile")  # outside the cache entry
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)}
+    for _ in range(5):
+        session.run(None, feed)
+    for _ in range(runs):
+        session.run(None, feed)
+    trace = Path(session.end_profiling())
+    totals: dict[str, float] = defaultdict(float)
+    for event in json.loads(trace.read_text()):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            totals[event["args"]["op_name"]] += event["dur"]
+    trace.unlink()
+    warm = 5 + runs  # the profiler records warm-up runs too
+    return {op: us / warm / 1000 for op, us in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
+def host_line() -> str:
+    """CPU model and the SIMD features that decide int8 speed, with what they imply."""
+    from zoo_stages.lib import onnxutil
+
+    host = onnxutil.host_info()
+    flags = ", ".join(host["flags"]) or "none known"
+    line = f"host: {host['cpu']}, {host['cpu_count']} CPUs, onnxruntime {host['versions']['onnxruntime']}; int8 features: {flags}"
+    if onnxutil.int8_may_saturate(host):
+        line += ("\n  no VNNI: int8 dot products run on VPMADDUBSW (AVX2), about twice fp32's rate per instruction, "
+                 "not four times as with VNNI/AMX; expect a lower int8 speedup than on a VNNI host")
+    return line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,6 +350,8 @@ def main() -> None:
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-accuracy", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (printed)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print where the time goes: kernel ms per operator type (onnxruntime profiler)")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.warmup, args.calib_samples = 60, 10, 64
@@ -309,6 +359,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="zoo-bench-quantize-"))
     print(f"bench_quantize: {time.strftime('%Y-%m-%d %H:%M')}, load average {load_average()}, work dir {work}")
+    print(host_line())
     try:
         lat = None if args.skip_latency else bench_latency(work, args)
         acc = None if args.skip_accuracy else bench_accuracy(work, args)
@@ -323,6 +374,11 @@ def main() -> None:
             if lat["stage_speedup"]:
                 print(f"(the quantize stage's own check, fp32 export {fp:.2f} ms vs int8 {q:.2f} ms, "
                       f"{lat['stage_threads']} thread(s), its default runs: {lat['stage_speedup']:.2f}x)")
+            if lat["profile"]:
+                print("\nkernel ms per inference by operator (profiled; shares, not latencies):")
+                for label, ops in lat["profile"].items():
+                    top = ", ".join(f"{op} {ms:.2f}" for op, ms in list(ops.items())[:4])
+                    print(f"  {label:<42} total {sum(ops.values()):6.2f}: {top}")
             print()
         if acc:
             print(f"AlexNet 3x64x64 trained on digits ({args.recipe.name}), held-out split"

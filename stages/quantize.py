@@ -671,8 +671,9 @@ def _blockwise_linear(path: Path, block_size: int) -> None:
 
     Gemm nodes are first rewritten as MatMul + Add by onnxruntime's own helper (MatMulNBits
     takes MatMul only). Why: at batch 1 a fully connected layer streams its weights once per
-    inference, and MatMulNBits' kernels stream them faster than QGemm's (AlexNet-224's
-    classifier: 2.8 ms instead of 3.8 ms on this host).
+    inference, and with VNNI MatMulNBits' kernels stream them faster than QGemm's (AlexNet-224's
+    classifier: 2.8 ms instead of 3.8 ms on an AVX-512 VNNI host; on AVX2 without VNNI QGemm is
+    slightly faster, so this stays opt-in).
     """
     import logging
 
