@@ -69,3 +69,43 @@ def test_repro_does_not_touch_the_lockfile_or_cache(tmp_path):
     repro.check(recipe)
     assert (tmp_path / "recipe.lock").read_text() == lock
     assert zoo.plan(recipe).stages[0].state == "cached"
+
+
+def test_the_lockfile_records_where_each_stage_ran_and_frozen_ignores_it(tmp_path):
+    import yaml
+
+    from zoo import host, lockfile
+
+    recipe = write_recipe(tmp_path, "schema_version: 1\nname: x\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n")
+    assert zoo.run(recipe).ok
+    lock_file = tmp_path / "recipe.lock"
+    data = yaml.safe_load(lock_file.read_text())
+    assert data["stages"]["a"]["host"] == host.describe()
+    # the lock as another machine would have written it: same outputs, other CPU
+    data["stages"]["a"]["host"] = {"machine": "x86_64", "cpu": "Elsewhere", "features": ["avx512f", "avx512_vnni"]}
+    lock_file.write_text(yaml.safe_dump(data))
+    assert lockfile.read(lock_file).stages["a"].host["cpu"] == "Elsewhere"
+    cli = zoo_cli("run", recipe, "--frozen")
+    assert cli.code == 0, cli.text  # where a stage ran is not what it is
+
+
+def test_a_difference_after_building_on_another_cpu_says_so(tmp_path):
+    import yaml
+
+    recipe = write_recipe(tmp_path, "schema_version: 1\nname: x\nversion: 0.1.0\nstages:\n  n: {kind: noisy}\n")
+    assert zoo.run(recipe).ok
+    lock_file = tmp_path / "recipe.lock"
+    data = yaml.safe_load(lock_file.read_text())
+    data["stages"]["n"]["host"] = {"machine": data["stages"]["n"]["host"]["machine"], "cpu": "Elsewhere",
+                                   "features": ["made_up_simd"]}
+    lock_file.write_text(yaml.safe_dump(data))
+    details = repro.check(recipe).stages[0].details
+    note = [d for d in details if d.startswith("note: the locked outputs were built on another kind of CPU")]
+    assert note and "Elsewhere" in note[0] and "without made_up_simd" in note[0]
+
+
+def test_a_difference_on_the_same_cpu_has_no_host_note(tmp_path):
+    recipe = write_recipe(tmp_path, "schema_version: 1\nname: x\nversion: 0.1.0\nstages:\n  n: {kind: noisy}\n")
+    assert zoo.run(recipe).ok
+    details = repro.check(recipe).stages[0].details
+    assert details and not any("another kind of CPU" in d for d in details)

@@ -46,11 +46,12 @@ class Entry:
     parts: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
     created: float = 0.0
+    host: dict[str, Any] = field(default_factory=dict)  # where it ran (zoo.host.describe); not part of the key
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": ENTRY_SCHEMA_VERSION, "key": self.key, "stage": self.stage, "kind": self.kind,
                 "outputs": self.outputs, "files": self.files, "metrics": self.metrics, "parts": self.parts,
-                "duration_s": self.duration_s, "created": self.created}
+                "duration_s": self.duration_s, "created": self.created, "host": self.host}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Entry":
@@ -58,7 +59,8 @@ class Entry:
             raise ValueError(f"unsupported cache entry schema_version {data.get('schema_version')!r}")
         return cls(key=data["key"], stage=data["stage"], kind=data["kind"], outputs=data["outputs"],
                    files=data["files"], metrics=data.get("metrics", {}), parts=data.get("parts", {}),
-                   duration_s=data.get("duration_s", 0.0), created=data.get("created", 0.0))
+                   duration_s=data.get("duration_s", 0.0), created=data.get("created", 0.0),
+                   host=data.get("host") or {})
 
     def output_digests(self) -> dict[str, str]:
         return {name: out["digest"] for name, out in self.outputs.items()}
@@ -165,7 +167,8 @@ class Cache:
 
     # --- commit and materialise ---------------------------------------------------------
     def commit(self, *, key: str, stage: str, kind: str, out_dir: Path, outputs: dict[str, str],
-               metrics: dict[str, Any], parts: dict[str, Any], duration_s: float, record: bool = True) -> Entry:
+               metrics: dict[str, Any], parts: dict[str, Any], duration_s: float, record: bool = True,
+               host: dict[str, Any] | None = None) -> Entry:
         """Store a finished stage's out_dir and record its entry (last, atomically).
 
         `outputs` maps output names to paths relative to out_dir (a file or a folder). With
@@ -189,7 +192,7 @@ class Cache:
         for rel, meta in files.items():
             self._store_file(out_dir / rel, meta["digest"])
         entry = Entry(key=key, stage=stage, kind=kind, outputs=named, files=files, metrics=metrics,
-                      parts=parts, duration_s=duration_s, created=time.time())
+                      parts=parts, duration_s=duration_s, created=time.time(), host=dict(host or {}))
         if record:
             atomic_write(self.entry_path(key), json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
         return entry

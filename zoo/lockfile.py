@@ -41,18 +41,22 @@ class StageLock:
     metrics: dict[str, Any] = field(default_factory=dict)
     recipe: dict[str, str] = field(default_factory=dict)
     lineage: dict[str, str] = field(default_factory=dict)
+    # Where the outputs were built (zoo.host.describe): informational, so `--frozen` ignores it,
+    # and kept out of lineage, so a build's provenance does not change with the machine.
+    host: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_parts(cls, key: str, parts: dict[str, Any], outputs: dict[str, str], metrics: dict[str, Any]) -> "StageLock":
+    def from_parts(cls, key: str, parts: dict[str, Any], outputs: dict[str, str], metrics: dict[str, Any],
+                   host: dict[str, Any] | None = None) -> "StageLock":
         return cls(kind=parts["kind"], key=key, kind_version=parts["kind_version"], config=parts["config"],
                    config_digest=digest_json(parts["config"]), shared_digest=digest_json(parts["shared"]),
                    matrix=parts["matrix"], inputs=parts["inputs"], code=parts["code"], tools=parts["tools"],
                    outputs=outputs, metrics=_scalar_metrics(metrics), recipe=parts.get("recipe", {}),
-                   lineage=parts.get("lineage", {}))
+                   lineage=parts.get("lineage", {}), host=dict(host or {}))
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
-        for optional in ("recipe", "lineage"):  # only kinds that declare them have them
+        for optional in ("recipe", "lineage", "host"):  # only kinds that declare them have them; old entries lack host
             if not data[optional]:
                 del data[optional]
         return data

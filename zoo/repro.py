@@ -6,6 +6,9 @@ into the temporary one), or rebuilt too when the real cache no longer has them. 
 output's digest is compared with the lockfile's; for a differing ONNX file the first differing
 tensor, attribute or node is named.
 
+A differing stage whose lockfile record was built on a CPU with other SIMD features (`host:` in
+the lockfile) says so: that alone changes float results.
+
 Nothing is normalised away: a stage is identical only if every output byte is. Measurements
 that cannot be bit-identical (latencies, throughput) are metrics, never output files, and are
 not compared.
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zoo import api, lockfile, paths
+from zoo import api, host, lockfile, paths
 from zoo.cache import Cache, Entry, link_or_copy
 from zoo.errors import InvalidInput
 
@@ -81,8 +84,11 @@ def check(path: str | Path, *, stages: list[str] | None = None, cache_dir: str |
             else:
                 new_entry = scratch.lookup(report.key) or scratch.read_entry(report.key)
                 old_entry = real.read_entry(locked.key)
-                checks.append(StageCheck(report.id, DIFFERS, _explain(locked.outputs, report.outputs, old_entry,
-                                                                      new_entry, real, scratch)))
+                details = _explain(locked.outputs, report.outputs, old_entry, new_entry, real, scratch)
+                rebuilt_on = (new_entry.host if new_entry else {}) or host.describe()
+                if locked.host and not host.same_kernels(locked.host, rebuilt_on):
+                    details.append(_other_host(locked.host, rebuilt_on))
+                checks.append(StageCheck(report.id, DIFFERS, details))
     return ReproReport(recipe=f"{dag.recipe.name}@{dag.recipe.version}", stages=checks)
 
 
@@ -136,6 +142,14 @@ def _explain(old: dict[str, str], new: dict[str, str], old_entry: Entry | None, 
             line += ": " + _json_difference(real.object_path(a["digest"]), scratch.object_path(b["digest"]))
         details.append(line)
     return details
+
+
+def _other_host(locked: dict[str, Any], rebuilt_on: dict[str, Any]) -> str:
+    """Why a difference may be the machine's, not the recipe's: torch and onnxruntime pick their
+    kernels by CPU features, and different kernels round floats differently."""
+    return (f"note: the locked outputs were built on another kind of CPU ({locked.get('cpu') or locked.get('machine')}; "
+            f"this rebuild ran {host.kernel_difference(locked, rebuilt_on)}); torch and onnxruntime choose kernels "
+            f"by CPU features, so float results can differ: check bit for bit on a host with the same features")
 
 
 def _json_difference(a: Path, b: Path) -> str:

@@ -132,7 +132,7 @@ class Runner:
     def lock_records(self) -> dict[str, StageLock]:
         """Lock records of every stage that completed (ran or cached) in this run."""
         return {nid: StageLock.from_parts(self.entries[nid].key, self.parts[nid], self.entries[nid].output_digests(),
-                                          self.entries[nid].metrics)
+                                          self.entries[nid].metrics, host=self.entries[nid].host)
                 for nid in self.dag.order() if nid in self.entries}
 
     # --- scheduling -----------------------------------------------------------------------
@@ -242,7 +242,8 @@ class Runner:
             if result["ok"]:
                 entry = self.cache.commit(key=report.key, stage=nid, kind=node.kind, out_dir=tmp / "out",
                                           outputs=result["outputs"], metrics=result["metrics"], parts=self.parts[nid],
-                                          duration_s=report.duration_s, record=node.cache_policy != "disable")
+                                          duration_s=report.duration_s, record=node.cache_policy != "disable",
+                                          host=result.get("host"))
                 self.entries[nid] = entry
                 report.state, report.metrics = RAN, result["metrics"]
                 report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}

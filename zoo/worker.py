@@ -71,8 +71,8 @@ def init_worker() -> None:
 
 
 def execute(task: StageTask) -> dict[str, Any]:
-    """Run the stage; returns {"ok", "outputs", "metrics", "duration_s"} or {"ok": False, "error": ...}."""
-    from zoo import kinds
+    """Run the stage; returns {"ok", "outputs", "metrics", "duration_s", "host"} or {"ok": False, "error": ...}."""
+    from zoo import host, kinds
     from zoo.stage import Inputs, StageContext, Upstream
 
     started = time.perf_counter()
@@ -95,7 +95,8 @@ def execute(task: StageTask) -> dict[str, Any]:
             outputs = _relative_outputs(returned, out_dir, cls)
             metrics = _jsonable(context.metrics)
             logger.info("stage %s done in %.2fs", task.stage_id, time.perf_counter() - started)
-            return {"ok": True, "outputs": outputs, "metrics": metrics, "duration_s": time.perf_counter() - started}
+            return {"ok": True, "outputs": outputs, "metrics": metrics, "duration_s": time.perf_counter() - started,
+                    "host": host.describe()}
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
             return {"ok": False, "duration_s": time.perf_counter() - started, "error": _describe(e)}

@@ -627,26 +627,12 @@ def read_test_vectors(set_dir: Path) -> tuple[dict[str, "np.ndarray"], dict[str,
 # host
 
 
-_CPU_FLAGS = ("sse4_1", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
-              "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-
-
 def host_info() -> dict[str, Any]:
     """CPU model, core count, the SIMD flags relevant to int8 kernels, and runtime versions."""
     from importlib.metadata import PackageNotFoundError, version
 
-    cpu_model, flags = "", set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "Hardware") and not cpu_model:
-                    cpu_model = value.strip()
-                elif key in ("flags", "Features"):
-                    flags.update(value.split())
-    except OSError:  # not Linux: fall back to what platform knows
-        pass
+    from zoo import host
+
     versions = {}
     for dist in ("onnxruntime", "onnx", "numpy"):
         try:
@@ -656,9 +642,9 @@ def host_info() -> dict[str, Any]:
     return {
         "machine": platform.machine(),
         "system": platform.system(),
-        "cpu": cpu_model or platform.processor() or platform.machine(),
+        "cpu": host.cpu_model(),
         "cpu_count": os.cpu_count(),
-        "flags": sorted(f for f in _CPU_FLAGS if f in flags),
+        "flags": host.kernel_features(),
         "python": platform.python_version(),
         "versions": versions,
     }
