@@ -247,6 +247,22 @@ stages:
     assert f"retry with: zoo run {recipe} bad --force" in cli.err
 
 
+def test_a_first_run_where_nothing_completes_writes_no_lockfile(tmp_path):
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: failing
+version: 0.1.0
+stages:
+  bad: {kind: failing, config: {message: "unreachable"}}
+""")
+    assert zoo.run(recipe).exit_code() == 1
+    assert not (tmp_path / "recipe.lock").exists()
+    (tmp_path / "recipe.yaml").write_text((tmp_path / "recipe.yaml").read_text().replace(
+        "stages:\n", "stages:\n  good: {kind: writer}\n"))
+    assert zoo.run(recipe).exit_code() == 1
+    assert "good:" in (tmp_path / "recipe.lock").read_text()  # something completed: pinned
+
+
 def test_gate_failure_prints_the_table(tmp_path):
     recipe = write_recipe(tmp_path, """\
 schema_version: 1

@@ -128,7 +128,9 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
                     on_update=update)
     reports = runner.run()
     new_lock = _merged_lock(dag, previous, runner.lock_records())
-    changed = lockfile.write(lock_file, new_lock) if record and not frozen else False
+    # a first run in which nothing completed has nothing to pin: leave no empty lockfile behind
+    worth_writing = bool(new_lock.stages) or previous is not None
+    changed = lockfile.write(lock_file, new_lock) if record and not frozen and worth_writing else False
     result = Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
                     stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
                     lock_changed=changed, executed=executed)
