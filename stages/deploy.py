@@ -39,12 +39,9 @@ statement.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -52,10 +49,15 @@ from typing import Any, ClassVar, Literal, Mapping
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from zoo.errors import GateFailed, InvalidInput, StageFailed, ZooError
+from zoo.errors import GateFailed, InvalidInput, ZooError
 from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind, Upstream
+from zoo_stages.lib.conversion_check import ConversionCheck
+from zoo_stages.lib.onnxutil import atomic_write_bytes
 from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
+from zoo_stages.lib.release_files import check_complete, copy_file, file_ref
+from zoo_stages.lib.vectors import find_sets, read_tensors, vector_files, write_test_vectors
+from zoo_stages.lib.verify_report import VerifyOutputs, read_verify_outputs
 
 CARD_FILE = "README.md"
 # flatbuffers writes the canonical .ort bytes (see convert.canonical_ort_bytes), so its version matters too
@@ -65,11 +67,6 @@ LINEAGE_TOOLS = ("flatbuffers", "onnx", "onnxruntime", "torch", "zoo-onnx")
 DEFAULT_TOLERANCES = {"fp16": (1e-2, 1e-2), "ort": (1e-4, 1e-4)}
 # re-running verify's vectors: same model, same kernels; only thread scheduling may differ
 VECTOR_CHECK_TOLERANCE = (1e-3, 1e-3)
-_VECTOR_FILE = re.compile(r"^(input|output)_(\d+)\.pb$")
-# numeric entries of verify's report that describe the model rather than measure it
-_NOT_METRICS = {"ir_version", "opset"}
-# timings: measurements that change from run to run (everything else verify reports is deterministic)
-_MEASURED = re.compile(r"^(latency|throughput|speedup)")
 # options about what happens around the release, not what it holds: left out of its provenance
 _SIDE_EFFECT_OPTIONS = {"publish", "measurements"}
 
@@ -141,32 +138,6 @@ class DeployConfig(KindConfig):
 
 
 @dataclass
-class _Verify:
-    """verify's outputs as deploy reads them (all parts optional)."""
-
-    stage_id: str | None = None
-    builds: dict[str, dict[str, Any]] | None = None
-    reference: str | None = None
-    gates: list[Any] | None = None
-    threads: int | None = None
-    eval_samples: int | None = None
-    vectors: Path | None = None
-    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # verify's metrics, timings included
-    measured_gates: list[Any] | None = None
-
-    def entry(self, name: str) -> dict[str, Any] | None:
-        return (self.builds or {}).get(name)
-
-    def vector_dir(self, name: str) -> Path | None:
-        if self.vectors is None:
-            return None
-        for candidate in (self.vectors / name, self.vectors / "vectors" / name):
-            if candidate.is_dir() and any(candidate.glob("test_data_set_*")):
-                return candidate
-        return None
-
-
-@dataclass
 class _Shipped:
     """What one build ships, before it is described in the manifest."""
 
@@ -191,7 +162,8 @@ class Deploy(StageKind):
     # helpers whose code enters this kind's cache key
     code_modules = ("zoo_stages.lib.convert", "zoo_stages.lib.describe", "zoo_stages.lib.modelcard",
                     "zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxfile",
-                    "zoo_stages.lib.datasets")
+                    "zoo_stages.lib.datasets", "zoo_stages.lib.vectors", "zoo_stages.lib.verify_report",
+                    "zoo_stages.lib.conversion_check", "zoo_stages.lib.release_files")
     # the manifest and card name the recipe, so its identity enters the key; the release embeds
     # the lock records of every ancestor (context.lineage), so their keys enter it too
     recipe_fields: ClassVar[tuple[str, ...]] = ("name", "version", "description", "license", "digest")
@@ -232,51 +204,15 @@ class _Release:
         self.work = work
         self.model_spec: dict[str, Any] = dict(context.shared.get("model") or {})
         self.data_spec: dict[str, Any] | None = context.shared.get("data") or None
-        self.verify = self._read_verify()
-        self._heldout: tuple[Any, Any] | None | bool = False  # False: not loaded yet
+        self.task = str(self.model_spec.get("task") or context.shared.get("task") or "")
+        self.verify: VerifyOutputs = read_verify_outputs(inputs, context.log)
+        self.check = ConversionCheck(
+            self.verify, data_spec=self.data_spec, recipe_dir=context.recipe.dir, task=self.task,
+            parity_samples=config.parity_samples, vector_samples=config.vector_samples, log=context.log)
         self.attribution: dict[str, list[dict[str, str]]] = {}  # build -> its sources' attribution
         self.provenance_section = ""  # the card's Provenance section (also for the published copy)
 
     # -- verify's outputs -------------------------------------------------------------------
-
-    def _read_verify(self) -> _Verify:
-        providers = [up for up in self.inputs if "report" in up.outputs or up.kind == "verify"]
-        if not providers:
-            self.ctx.log.warning("deploy: no verify stage upstream; builds ship without verified metrics")
-            return _Verify()
-        if len(providers) > 1:
-            raise InvalidInput(f"several upstream stages provide a verify report: "
-                               f"{', '.join(up.stage_id for up in providers)}",
-                               hint="deploy needs exactly one verify stage")
-        up = providers[0]
-        v = _Verify(stage_id=up.stage_id, vectors=Path(up.outputs["vectors"]) if "vectors" in up.outputs else None)
-        measured = up.metrics.get("builds") if isinstance(up.metrics, Mapping) else None
-        if isinstance(measured, Mapping):
-            v.measured = {str(k): dict(e) for k, e in measured.items() if isinstance(e, Mapping)}
-        gates = up.metrics.get("gates") if isinstance(up.metrics, Mapping) else None
-        v.measured_gates = gates if isinstance(gates, list) else None
-        report_path = up.outputs.get("report")
-        if report_path is None:
-            return v
-        report_path = Path(report_path)
-        if report_path.is_dir():
-            report_path = report_path / "report.json"
-        try:
-            report = json.loads(report_path.read_text())
-        except (OSError, ValueError) as e:
-            raise InvalidInput(f"cannot read verify's report {report_path}: {e}",
-                               hint=f"re-run stage {up.stage_id!r}") from e
-        builds = report.get("builds") if isinstance(report, dict) else None
-        if isinstance(builds, list):  # tolerate [{name: ..., metrics: ...}, ...]
-            builds = {str(b.get("name")): b for b in builds if isinstance(b, dict) and b.get("name")}
-        v.builds = {str(k): (e if isinstance(e, dict) else {}) for k, e in (builds or {}).items()}
-        v.reference = report.get("reference") if isinstance(report.get("reference"), str) else None
-        gates = report.get("gates")
-        v.gates = gates if isinstance(gates, list) else None
-        v.threads = report.get("threads") if isinstance(report.get("threads"), int) else None
-        samples = report.get("eval_samples")
-        v.eval_samples = samples if isinstance(samples, int) and not isinstance(samples, bool) and samples > 0 else None
-        return v
 
     def _verified_name(self, name: str, spec: BuildSpec) -> str | None:
         """The name under which verify checked this build's model (its source's, for conversions)."""
@@ -322,7 +258,7 @@ class _Release:
         extra: dict[str, Any] = {"deploy": {"verified_as": verified}}
         if conversions:
             extra["deploy"]["conversions"] = conversions
-        verification = self._verification_summary()
+        verification = self.verify.summary()
         if verification:
             extra["deploy"]["verification"] = verification
         lineage = self._lineage()
@@ -332,7 +268,7 @@ class _Release:
                                "attribution": self._all_attribution()}
         manifest = Manifest(
             name=recipe.name, version=recipe.version, description=recipe.description, license=recipe.license,
-            task=str(self.model_spec.get("task") or self.ctx.shared.get("task") or ""),
+            task=self.task,
             builds=builds, lineage=lineage, files=files, extra=extra,
         )
         from zoo_stages.lib.modelcard import render_card
@@ -340,15 +276,15 @@ class _Release:
 
         self.provenance_section = card_section(stmt)
         card = render_card(manifest, dataset=self.data_spec, intended_use=self.config.intended_use,
-                           limitations=self.config.limitations, verification=verification, conversions=conversions)
-        card = _with_section(card, self.provenance_section)
+                           limitations=self.config.limitations, verification=verification, conversions=conversions,
+                           appendix=self.provenance_section)
         card_path = self.release / CARD_FILE
-        _write_bytes(card_path, card.encode("utf-8"))
-        manifest.card = _file_ref(self.release, card_path)
+        atomic_write_bytes(card_path, card.encode("utf-8"))
+        manifest.card = file_ref(self.release, card_path)
         manifest = Manifest.model_validate(manifest.model_dump())
-        self._check_complete(manifest)
+        check_complete(self.release, manifest)
         # written last: a release folder with a manifest is a finished one
-        _write_bytes(self.release / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode("utf-8"))
+        atomic_write_bytes(self.release / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode("utf-8"))
         return manifest
 
     def _provenance_files(self, builds: dict[str, Build], lineage: Lineage) -> tuple[list[FileRef], dict[str, Any]]:
@@ -357,8 +293,8 @@ class _Release:
 
         recipe, lineage_records = self.ctx.recipe, dict(self.ctx.lineage)
         lock_path = self.release / LOCK_FILE
-        _write_bytes(lock_path, provenance.lock_yaml(recipe, lineage_records).encode("utf-8"))
-        lock_ref = _file_ref(self.release, lock_path)
+        atomic_write_bytes(lock_path, provenance.lock_yaml(recipe, lineage_records).encode("utf-8"))
+        lock_ref = file_ref(self.release, lock_path)
         # direct inputs the engine did not describe (a deploy run outside the engine, as in tests)
         unrecorded = provenance.input_digests(up for up in self.inputs if up.stage_id not in lineage_records)
         data = None
@@ -371,8 +307,8 @@ class _Release:
                                     lineage=lineage_records, tools=lineage.tools, inputs=unrecorded, data=data,
                                     attribution=self._all_attribution(), lock_sha256=lock_ref.sha256)
         stmt_path = self.release / STATEMENT_FILE
-        _write_bytes(stmt_path, provenance.statement_bytes(stmt))
-        return [lock_ref, _file_ref(self.release, stmt_path)], stmt
+        atomic_write_bytes(stmt_path, provenance.statement_bytes(stmt))
+        return [lock_ref, file_ref(self.release, stmt_path)], stmt
 
     def _all_attribution(self) -> list[dict[str, str]]:
         from zoo_stages.lib.provenance import merge_attribution
@@ -410,7 +346,7 @@ class _Release:
             p.stat().st_size for p in shipped.extra_files if not p.name.endswith(".required_operators.config"))
         build = Build(
             name=name,
-            file=_file_ref(self.release, shipped.model),
+            file=file_ref(self.release, shipped.model),
             format=info.format,
             precision=spec.precision or shipped.precision,
             opset=info.opset if info.opset is not None else src_info.opset,
@@ -419,8 +355,8 @@ class _Release:
             execution_providers=list(spec.execution_providers or shipped.execution_providers),
             requires=dict(sorted({**shipped.requires, **(spec.requires or {})}.items())),
             metrics=dict(sorted(metrics.items())),
-            test_vectors=[_file_ref(self.release, p) for p in vectors],
-            extra_files=[_file_ref(self.release, p) for p in sorted(shipped.extra_files)],
+            test_vectors=[file_ref(self.release, p) for p in vectors],
+            extra_files=[file_ref(self.release, p) for p in sorted(shipped.extra_files)],
         )
         return build, shipped.conversion, vname
 
@@ -435,15 +371,15 @@ class _Release:
         from zoo_stages.lib.provenance import stamp_file
 
         model = bdir / "model.onnx"
-        _copy(source, model)
+        copy_file(source, model)
         extra = []
         for location in src_info.external_data:
-            _copy(source.parent / location, bdir / location)
+            copy_file(source.parent / location, bdir / location)
             extra.append(bdir / location)
         metrics: dict[str, Any] = {}
         if vname is not None:
             self._check_digest(name, spec, vname, source)
-            metrics = self._verified_metrics(vname)
+            metrics = self.verify.verified_metrics(vname)
         elif self.verify.builds is not None:
             self.ctx.log.warning("deploy: build %s was not verified (no build %r in verify's report)", name, name)
         stamp_file(model, props)
@@ -471,7 +407,7 @@ class _Release:
         else:
             style = spec.optimization_style or "Fixed"
             # the ORT format keeps metadata_props: convert a stamped copy so the build carries them
-            result = cv.to_ort(self._stamped_copy(name, source, src_info, props), bdir, optimization_style=style,
+            result = cv.to_ort(self._stampedcopy_file(name, source, src_info, props), bdir, optimization_style=style,
                                work_dir=self.work)
             major, minor = metadata.version("onnxruntime").split(".")[:2]
             shipped = _Shipped(model=result.model, extra_files=[result.operators_config],
@@ -480,10 +416,10 @@ class _Release:
             shipped.conversion = {"kind": "ort", "from": spec.source, "optimization_style": style,
                                   "optimization_level": result.optimization_level,
                                   "files": [result.model.name, result.operators_config.name]}
-        parity, accuracy, feeds = self._parity(name, vname, source, shipped.model, atol=atol, rtol=rtol)
+        parity, accuracy, feeds = self.check.parity(name, vname, source, shipped.model, atol=atol, rtol=rtol)
         cv.require_parity(parity, f"build {name} ({spec.convert} conversion of {spec.source})")
         if spec.convert == "ort" and shipped.conversion["optimization_style"] == "Runtime":
-            shipped.conversion["runtime_optimizations_replay"] = self._replay_status(
+            shipped.conversion["runtime_optimizations_replay"] = self.check.replay_status(
                 name, source, shipped.model, feeds, atol=atol, rtol=rtol)
         figures = parity.metrics()
         shipped.metrics = {**figures, **accuracy}
@@ -492,7 +428,7 @@ class _Release:
             shipped.conversion["source_verified_as"] = vname
         return shipped
 
-    def _stamped_copy(self, name: str, source: Path, src_info: Any, props: Mapping[str, str]) -> Path:
+    def _stampedcopy_file(self, name: str, source: Path, src_info: Any, props: Mapping[str, str]) -> Path:
         """A copy of `source` (and its external data) in the work folder, stamped with `props`."""
         from zoo_stages.lib.provenance import stamp_file
 
@@ -500,14 +436,10 @@ class _Release:
         if folder.exists():
             shutil.rmtree(folder)
         copy = folder / source.name
-        _copy(source, copy)
+        copy_file(source, copy)
         for location in src_info.external_data:
-            _copy(source.parent / location, folder / location)
+            copy_file(source.parent / location, folder / location)
         return stamp_file(copy, props)
-
-    def _verified_metrics(self, vname: str) -> dict[str, float | int]:
-        # the release is an artifact: timings (different on every run) are added only when publishing
-        return {k: v for k, v in _report_metrics(self.verify.entry(vname) or {}).items() if not _MEASURED.match(k)}
 
     def _check_digest(self, name: str, spec: BuildSpec, vname: str, source: Path) -> None:
         """verify records the digest of each model it checked: the shipped one must be that model."""
@@ -540,135 +472,6 @@ class _Release:
             model = found[0]
         return model
 
-    # -- inputs for parity and vectors --------------------------------------------------------
-
-    def _heldout_data(self) -> tuple[Any, Any] | None:
-        """The recipe's held-out split (x, y), or None without a data section."""
-        if self._heldout is False:
-            self._heldout = None
-            if self.data_spec:
-                from zoo_stages.lib.datasets import load_split
-
-                x, y = load_split(self.data_spec, self.ctx.recipe.dir, "val")
-                self._heldout = (x, y)
-        return self._heldout  # type: ignore[return-value]
-
-    def _data_fits(self, ports: list, x: Any) -> bool:
-        if len(ports) != 1 or ports[0].dtype != "float32":
-            return False
-        shape = ports[0].shape
-        if len(shape) != x.ndim:
-            return False
-        return all(not isinstance(d, int) or d == s for d, s in zip(shape[1:], x.shape[1:]))
-
-    def _parity(self, name: str, vname: str | None, source: Path, candidate: Path, *, atol: float,
-                rtol: float) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        """Compare `candidate` with `source` on the CPU; also accuracy when labels are known.
-
-        Returns (parity, accuracy figures, the inputs used)."""
-        import numpy as np
-
-        from zoo_stages.lib import convert as cv
-
-        src_sess = cv.open_session(source)
-        cand_sess = cv.open_session(candidate)
-        from zoo_stages.lib.describe import session_ports
-
-        ports, out_ports = session_ports(src_sess)
-        labels = None
-        data = self._heldout_data()
-        if data is not None and self._data_fits(ports, data[0]):
-            x, labels = data
-            # by default the very samples verify evaluated, so accuracies are comparable
-            wanted = self.config.parity_samples or self.verify.eval_samples or len(x)
-            n = min(len(x), wanted)
-            feeds = {ports[0].name: np.ascontiguousarray(x[:n])}
-            labels = labels[:n]
-            origin = "held-out split"
-        else:
-            feeds, origin = self._reference_inputs(name, vname, ports)
-        ref = cv.run_batched(src_sess, feeds)
-        got = cv.run_batched(cand_sess, feeds)
-        parity = cv.compare(ref, got, [p.name for p in out_ports], atol=atol, rtol=rtol)
-        self.ctx.log.info("deploy: %s parity on %s (%d samples): max |diff| %.3g", name, origin,
-                          parity.samples, parity.max_abs)
-        accuracy: dict[str, Any] = {}
-        task = str(self.model_spec.get("task") or self.ctx.shared.get("task") or "")
-        if labels is not None and got and np.ndim(got[0]) == 2 and "classification" in (task or "classification"):
-            y = np.asarray(labels)[: len(got[0])]
-            acc = float(np.mean(np.argmax(got[0], axis=1) == y))
-            src_acc = float(np.mean(np.argmax(ref[0], axis=1) == y))
-            accuracy = {"accuracy": acc, "accuracy_drop_vs_source": src_acc - acc,
-                        "accuracy_samples": int(len(y))}
-            ref_acc = self._reference_accuracy()
-            if ref_acc is not None and len(y) == self.verify.eval_samples:
-                accuracy["accuracy_drop"] = ref_acc - acc
-        return parity, accuracy, feeds
-
-    def _replay_status(self, name: str, source: Path, candidate: Path, feeds: dict[str, Any], *, atol: float,
-                       rtol: float) -> str:
-        """Whether a Runtime-style ORT model also works with its saved optimizations replayed.
-
-        The build's parity gate uses the default loading (no replay), which always works; replay
-        is opt-in on the device and some onnxruntime versions cannot replay some records, so the
-        outcome is recorded (and shown on the card) rather than failing the release.
-        """
-        from zoo_stages.lib import convert as cv
-
-        try:
-            session = cv.open_session(candidate, runtime_optimizations=True)
-            got = cv.run_batched(session, feeds)
-        except (StageFailed, InvalidInput, RuntimeError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            self.ctx.log.warning("deploy: %s: onnxruntime cannot replay the saved runtime optimizations: %s",
-                                 name, first)
-            return f"fails: {first}"
-        ref = cv.run_batched(cv.open_session(source), feeds)
-        names = [o.name for o in session.get_outputs()]
-        parity = cv.compare(ref, got, names, atol=atol, rtol=rtol)
-        return "ok" if parity.passed else f"outputs differ: max |diff| {parity.max_abs:.3g}"
-
-    def _reference_accuracy(self) -> float | None:
-        ref = self.verify.reference
-        entry = self.verify.entry(ref) if ref else None
-        value = _report_metrics(entry or {}).get("accuracy")
-        return float(value) if isinstance(value, (int, float)) else None
-
-    def _reference_inputs(self, name: str, vname: str | None, ports: list) -> tuple[dict[str, Any], str]:
-        """Inputs to feed a model without verified vectors: verify's test inputs (of `vname`, then
-        the reference build, then any build), else held-out samples, else fixed random values."""
-        import numpy as np
-
-        from zoo_stages.lib.describe import numpy_dtype
-
-        candidates = [vname, self.verify.reference, *sorted(self.verify.builds or {})]
-        if self.verify.vectors is not None and self.verify.vectors.is_dir():
-            candidates += sorted(p.name for p in self.verify.vectors.iterdir() if p.is_dir())
-        for cand in dict.fromkeys(c for c in candidates if c):
-            vdir = self.verify.vector_dir(cand)
-            if vdir is None:
-                continue
-            sets = sorted(vdir.glob("test_data_set_*"))
-            arrays = _read_tensors(sets[0], "input")
-            if len(arrays) == len(ports) and all(
-                    a.dtype == numpy_dtype(p.dtype) and a.ndim == len(p.shape) for a, p in zip(arrays, ports)):
-                return {p.name: a for p, a in zip(ports, arrays)}, f"verify's test inputs of {cand}"
-        data = self._heldout_data()
-        if data is not None and self._data_fits(ports, data[0]):
-            n = min(len(data[0]), self.config.vector_samples)
-            return {ports[0].name: np.ascontiguousarray(data[0][:n])}, "held-out split"
-        rng = np.random.default_rng(0)
-        feeds = {}
-        for p in ports:
-            shape = [d if isinstance(d, int) and d > 0 else 1 for d in p.shape]
-            if p.shape and not isinstance(p.shape[0], int):
-                shape[0] = self.config.vector_samples
-            dtype = numpy_dtype(p.dtype)
-            feeds[p.name] = (rng.random(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
-                             else np.zeros(shape, dtype=dtype))
-        self.ctx.log.warning("deploy: %s: no test inputs from verify or data; using fixed random inputs", name)
-        return feeds, "fixed random inputs (seed 0)"
-
     # -- test vectors -------------------------------------------------------------------------
 
     def _vectors(self, name: str, spec: BuildSpec, vname: str | None, model_file: Path, bdir: Path) -> list[Path]:
@@ -681,23 +484,20 @@ class _Release:
         vdir = self.verify.vector_dir(vname) if (vname and spec.convert is None) else None
         written: list[Path] = []
         if vdir is not None:
-            for set_dir in sorted(vdir.glob("test_data_set_*")):
-                files = sorted((f for f in set_dir.iterdir() if _VECTOR_FILE.match(f.name)), key=_vector_order)
-                for f in files:
+            for set_dir in find_sets(vdir):
+                for f in vector_files(set_dir):
                     dst = bdir / set_dir.name / f.name
-                    _copy(f, dst)
+                    copy_file(f, dst)
                     written.append(dst)
                 if self.config.check_vectors:
                     self._check_vector_set(name, vname, session, ports, out_ports, set_dir)
             if written:
                 return written
-        feeds, origin = self._reference_inputs(name, vname, ports)
+        feeds, origin = self.check.inputs_for(name, vname, ports)
         outputs = cv.run_batched(session, feeds)
-        set_dir = bdir / "test_data_set_0"
-        for i, p in enumerate(ports):
-            written.append(_write_tensor(set_dir / f"input_{i}.pb", feeds[p.name], p.name))
-        for i, (p, arr) in enumerate(zip(out_ports, outputs)):
-            written.append(_write_tensor(set_dir / f"output_{i}.pb", arr, p.name))
+        set_dir = write_test_vectors(bdir / "test_data_set_0", {p.name: feeds[p.name] for p in ports},
+                                     {p.name: arr for p, arr in zip(out_ports, outputs)})
+        written += vector_files(set_dir)
         self.ctx.log.info("deploy: %s test vectors generated from %s", name, origin)
         return written
 
@@ -705,8 +505,8 @@ class _Release:
                           set_dir: Path) -> None:
         from zoo_stages.lib import convert as cv
 
-        inputs = _read_tensors(set_dir, "input")
-        expected = _read_tensors(set_dir, "output")
+        inputs = read_tensors(set_dir, "input")
+        expected = read_tensors(set_dir, "output")
         if len(inputs) != len(ports) or len(expected) != len(out_ports):
             raise GateFailed(f"build {name}: verify's test vectors of {vname!r} have {len(inputs)} inputs and "
                              f"{len(expected)} outputs; the model has {len(ports)} and {len(out_ports)}",
@@ -722,25 +522,6 @@ class _Release:
 
     # -- manifest parts -----------------------------------------------------------------------
 
-    def _verification_summary(self, measured: bool = False) -> dict[str, Any]:
-        v = self.verify
-        out: dict[str, Any] = {}
-        if v.stage_id:
-            out["stage"] = v.stage_id
-        if v.reference:
-            out["reference"] = v.reference
-        source = v.measured_gates if measured and v.measured_gates is not None else v.gates
-        if source is not None:
-            gates = _jsonable(source)
-            if not measured:
-                # a timing gate's value and outcome are measurements too: keep only what was required
-                gates = [{k: g[k] for k in g if k not in ("value", "passed")}
-                         if isinstance(g, dict) and _MEASURED.match(str(g.get("metric", ""))) else g for g in gates]
-            out["gates"] = gates
-        if v.threads is not None:
-            out["threads"] = v.threads
-        return out
-
     def publication(self, manifest: Manifest) -> Path:
         """The folder to publish: the release itself, or a copy whose manifest and card add verify's timings.
 
@@ -752,8 +533,7 @@ class _Release:
         for name in manifest.builds:
             spec, vname = self.config.builds[name], verified_as.get(name)
             if spec.convert is None and vname and vname in self.verify.measured:
-                timings[name] = {k: v for k, v in _report_metrics(self.verify.measured[vname]).items()
-                                 if _MEASURED.match(k)}
+                timings[name] = self.verify.timings(vname)
         if not self.config.measurements or not any(timings.values()):
             return self.release
         pub = self.work / "publish"
@@ -763,7 +543,7 @@ class _Release:
         data = Manifest.model_validate(manifest.model_dump())
         for name, extra in timings.items():
             data.builds[name].metrics.update(extra)
-        verification = self._verification_summary(measured=True)
+        verification = self.verify.summary(measured=True)
         deploy_extra = dict(data.extra.get("deploy") or {})
         if verification:
             deploy_extra["verification"] = verification
@@ -773,12 +553,11 @@ class _Release:
 
         card = render_card(data, dataset=self.data_spec, intended_use=self.config.intended_use,
                            limitations=self.config.limitations, verification=verification,
-                           conversions=deploy_extra.get("conversions"))
-        card = _with_section(card, self.provenance_section)
-        _write_bytes(pub / CARD_FILE, card.encode("utf-8"))  # a new file: the hardlink to the release's card is replaced
-        data.card = _file_ref(pub, pub / CARD_FILE)
+                           conversions=deploy_extra.get("conversions"), appendix=self.provenance_section)
+        atomic_write_bytes(pub / CARD_FILE, card.encode("utf-8"))  # a new file: the hardlink to the release's card is replaced
+        data.card = file_ref(pub, pub / CARD_FILE)
         data = Manifest.model_validate(data.model_dump())
-        _write_bytes(pub / MANIFEST_FILE, data.model_dump_json(indent=2).encode("utf-8"))
+        atomic_write_bytes(pub / MANIFEST_FILE, data.model_dump_json(indent=2).encode("utf-8"))
         return pub
 
     def _lineage(self) -> Lineage:
@@ -802,108 +581,3 @@ class _Release:
                 sources[record.get("source", "source")] = f"sha256:{record['sha256']}"
         return Lineage(recipe={"name": recipe.name, "version": recipe.version, "digest": recipe.digest},
                        stages=stages, sources=sources, tools=tools)
-
-    def _check_complete(self, manifest: Manifest) -> None:
-        """The release folder holds exactly the manifest's files, with the recorded bytes."""
-        listed = {ref.path: ref for ref in manifest.all_files()}
-        present = {p.relative_to(self.release).as_posix() for p in self.release.rglob("*") if p.is_file()}
-        present.discard(MANIFEST_FILE)
-        if present != set(listed):
-            raise StageFailed(f"release folder and manifest disagree: unlisted {sorted(present - set(listed))}, "
-                              f"missing {sorted(set(listed) - present)}")
-        for path, ref in listed.items():
-            actual = _file_ref(self.release, self.release / path)
-            if (actual.sha256, actual.size) != (ref.sha256, ref.size):
-                raise StageFailed(f"release file {path} changed while deploy was writing it")
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-def _report_metrics(entry: Mapping[str, Any]) -> dict[str, float | int]:
-    """The numeric metrics of one build in verify's report (``{metrics: {...}}`` or flat).
-
-    Strings (stage id, digests, notes), nested values (throughput tables) and model properties
-    the manifest records elsewhere (opset, IR version) are left out; non-finite numbers too.
-    """
-    import math
-
-    raw = entry.get("metrics") if isinstance(entry.get("metrics"), Mapping) else entry
-    out: dict[str, float | int] = {}
-    for k, v in raw.items():
-        if k in _NOT_METRICS:
-            continue
-        if isinstance(v, bool):
-            out[str(k)] = int(v)
-        elif isinstance(v, int):
-            out[str(k)] = v
-        elif isinstance(v, float) and math.isfinite(v):
-            out[str(k)] = v
-    return out
-
-
-def _with_section(card: str, section: str) -> str:
-    """The card with `section` (Markdown) appended."""
-    if not section:
-        return card
-    return card.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-
-def _vector_order(path: Path) -> tuple[int, int]:
-    m = _VECTOR_FILE.match(path.name)
-    assert m is not None
-    return (0 if m.group(1) == "input" else 1, int(m.group(2)))
-
-
-def _read_tensors(set_dir: Path, role: str) -> list[Any]:
-    """The arrays of `role`_0.pb, `role`_1.pb... of one test data set, in index order."""
-    import onnx
-    from onnx import numpy_helper
-
-    files = sorted((f for f in set_dir.glob(f"{role}_*.pb") if _VECTOR_FILE.match(f.name)), key=_vector_order)
-    arrays = []
-    for f in files:
-        try:
-            arrays.append(numpy_helper.to_array(onnx.TensorProto.FromString(f.read_bytes())))
-        except Exception as e:
-            raise InvalidInput(f"cannot read test vector {f}: {e}", hint="re-run the verify stage") from e
-    return arrays
-
-
-def _write_tensor(path: Path, array: Any, name: str) -> Path:
-    from onnx import numpy_helper
-
-    _write_bytes(path, numpy_helper.from_array(array, name).SerializeToString(deterministic=True))
-    return path
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    from zoo_stages.lib.onnxutil import atomic_write_bytes
-
-    atomic_write_bytes(path, data)
-
-
-def _copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _file_ref(root: Path, path: Path) -> FileRef:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return FileRef(path=path.relative_to(root).as_posix(), sha256=h.hexdigest(), size=path.stat().st_size)

@@ -434,7 +434,6 @@ class _Run:
         """Quantize the fp32 input with `settings` into `target` (a deterministic, self-contained file)."""
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
-        from zoo_stages.lib import onnxutil
 
         src = self._source_for(settings)
         raw = self.work / f"{settings.name}.raw.onnx"
@@ -482,7 +481,6 @@ class _Run:
 
     def measure(self, path: Path) -> dict[str, Any]:
         """p50/p90 latency at batch 1 and (when data is available) held-out accuracy of one model."""
-        import numpy as np
 
         from zoo_stages.lib import onnxutil
 

@@ -181,7 +181,8 @@ class Verify(StageKind):
     shared = ("data", "model")
     outputs = ("report", "vectors")
     # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.gates", "zoo_stages.lib.onnxutil", "zoo_stages.lib.datasets",)
+    code_modules = ("zoo_stages.lib.gates", "zoo_stages.lib.onnxutil", "zoo_stages.lib.datasets",
+                    "zoo_stages.lib.vectors", "zoo_stages.lib.onnxfile")
     summary = "checks each build (checker, parity, accuracy, latency, throughput), saves test vectors, applies gates"
 
     def dependencies(self, config: VerifyConfig, ctx: KeyContext) -> list[Path]:
@@ -380,7 +381,7 @@ def write_vectors(session, x, count: int, seed: int, dest: Path) -> list[Path]:
     """`count` test data sets under `dest` from held-out images at seeded indices; outputs from `session`."""
     import numpy as np
 
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib import onnxutil, vectors
 
     if count == 0:
         return []
@@ -394,6 +395,6 @@ def write_vectors(session, x, count: int, seed: int, dest: Path) -> list[Path]:
     for i in range(count):
         sample = np.ascontiguousarray(x[idx[i * batch:(i + 1) * batch]], dtype=np.float32)
         outputs = onnxutil.run(session, sample)
-        sets.append(onnxutil.write_test_vectors(dest / f"test_data_set_{i}", {input_name: sample},
+        sets.append(vectors.write_test_vectors(dest / f"test_data_set_{i}", {input_name: sample},
                                                 dict(zip(output_names, outputs))))
     return sets

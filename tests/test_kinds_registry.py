@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from importlib.util import find_spec
+from pathlib import Path
 import tomllib
 from importlib.metadata import entry_points
 
@@ -35,6 +38,32 @@ def test_every_builtin_kind_declares_the_contract(name):
     assert issubclass(cls.Config, KindConfig)
     assert cls.Config.model_config.get("extra") == "forbid"
     assert cls.version and cls.outputs and cls.run is not StageKind.run
+
+
+def _helper_imports(path: Path, package: str = "zoo_stages.lib") -> set[str]:
+    """The modules of `package` that the source at `path` imports (at any depth in the file)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == package:
+                found |= {f"{package}.{alias.name}" for alias in node.names}
+            elif node.module.startswith(package + "."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith(package + ".")}
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(kinds.BUILTIN_KINDS))
+def test_every_helper_a_kind_runs_enters_its_cache_key(name):
+    # a helper missing from code_modules would let an edit to it reuse stale cached outputs
+    cls = kinds.get(name)
+    todo, closure = [Path(sys.modules[cls.__module__].__file__)], set()
+    while todo:
+        for module in _helper_imports(todo.pop()) - closure:
+            closure.add(module)
+            todo.append(Path(find_spec(module).origin))
+    assert closure <= set(cls.code_modules), f"add to {name}.code_modules: {sorted(closure - set(cls.code_modules))}"
 
 
 def test_third_party_kinds_come_from_entry_points():

@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.onnxutil: safe loading, atomic saving, sessions, timing, test vectors."""
+"""Tests of zoo_stages.lib.onnxutil: safe loading, atomic saving, sessions, timing."""
 
 from __future__ import annotations
 
@@ -202,23 +202,6 @@ def test_latency_and_throughput():
     fixed = onnxutil.make_session(linear_model(batch=1))
     assert onnxutil.measure_throughput(fixed, x, [1, 8], warmup=0, runs=2)["8"] is None
     assert onnxutil.batch_of(x, 7).shape == (7, 1, 4, 4)
-
-
-def test_test_vectors_roundtrip_in_model_zoo_layout(tmp_path):
-    model = linear_model()
-    sess = onnxutil.make_session(model)
-    x = np.random.default_rng(3).random((1, 1, 4, 4), dtype=np.float32)
-    y = onnxutil.run(sess, x)[0]
-    set_dir = onnxutil.write_test_vectors(tmp_path / "test_data_set_0", {"input": x}, {"logits": y})
-    assert sorted(p.name for p in set_dir.iterdir()) == ["input_0.pb", "output_0.pb"]
-    proto = onnx.TensorProto()
-    proto.ParseFromString((set_dir / "input_0.pb").read_bytes())
-    assert proto.name == "input"
-    inputs, outputs = onnxutil.read_test_vectors(set_dir)
-    assert list(inputs) == ["input"] and list(outputs) == ["logits"]
-    np.testing.assert_array_equal(onnxutil.run(sess, inputs["input"])[0], outputs["logits"])
-    with pytest.raises(InvalidInput):
-        onnxutil.read_test_vectors(tmp_path)
 
 
 def test_host_info_describes_the_cpu():

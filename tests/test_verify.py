@@ -16,6 +16,7 @@ from zoo.errors import GateFailed, InvalidInput, RecipeError
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages.lib import gates as gatelib
 from zoo_stages.lib import onnxutil
+from zoo_stages.lib.vectors import read_test_vectors
 from zoo_stages.lib.datasets import load_split
 from zoo_stages.verify import Verify, VerifyConfig, _build_name, metric_names
 
@@ -136,7 +137,7 @@ def test_vectors_follow_the_model_zoo_layout_and_reload_to_the_same_outputs(tmp_
         assert sets == ["test_data_set_0", "test_data_set_1"]
         for s in sets:
             assert sorted(p.name for p in (vectors / build / s).iterdir()) == ["input_0.pb", "output_0.pb"]
-            inputs, outputs = onnxutil.read_test_vectors(vectors / build / s)
+            inputs, outputs = read_test_vectors(vectors / build / s)
             assert list(inputs) == ["image"] and list(outputs) == ["scores"]
             assert inputs["image"].shape == (1, 1, 8, 8)
             # inputs come from the held-out split
@@ -211,7 +212,7 @@ def test_without_data_verify_measures_parity_on_random_inputs(tmp_path, trained)
     q = report["builds"]["cpu-int8"]
     assert q["accuracy"] is None and q["accuracy_drop"] is None
     assert q["top1_agreement"] >= 0.5 and q["cosine"] > 0.9
-    inputs, _ = onnxutil.read_test_vectors(out["vectors"] / "cpu-int8" / "test_data_set_0")
+    inputs, _ = read_test_vectors(out["vectors"] / "cpu-int8" / "test_data_set_0")
     assert 0 <= inputs["image"].min() and inputs["image"].max() < 1
     # accuracy cannot be gated without labelled data: refused before anything runs
     ctx2 = make_context(tmp_path, "b")

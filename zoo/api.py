@@ -15,7 +15,7 @@ from zoo import keys, lockfile, paths, planner, recipe as recipe_mod
 from zoo.cache import Cache
 from zoo.errors import ZooError
 from zoo.executors import Executor, make_executor
-from zoo.runner import CACHED, FAILED, RAN, WILL_RUN, Runner, StageReport, decide
+from zoo.runner import CACHED, FAILED, WILL_RUN, Runner, StageReport, decide
 
 
 class LockOutOfDate(ZooError):

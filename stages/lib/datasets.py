@@ -40,9 +40,12 @@ import math
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo.errors import InvalidInput
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PILLOW_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 NETPBM_SUFFIXES = (".pgm", ".ppm", ".pnm")

@@ -31,11 +31,12 @@ DEFAULT_LIMITATIONS = (
 
 def render_card(manifest: Manifest, *, dataset: Mapping[str, Any] | None = None, intended_use: str = "",
                 limitations: str = "", verification: Mapping[str, Any] | None = None,
-                conversions: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+                conversions: Mapping[str, Mapping[str, Any]] | None = None, appendix: str = "") -> str:
     """The README.md text of `manifest`: YAML front matter, then Markdown sections.
 
     `dataset` is the recipe's ``data:`` section, `verification` verify's summary (reference
-    build, gates), `conversions` build name -> how it was converted (kind, source, parity).
+    build, gates), `conversions` build name -> how it was converted (kind, source, parity);
+    `appendix` is Markdown appended last (deploy's Provenance section).
     """
     import yaml
 
@@ -60,7 +61,10 @@ def render_card(manifest: Manifest, *, dataset: Mapping[str, Any] | None = None,
     parts += ["## Limitations", "", (limitations or DEFAULT_LIMITATIONS).strip(), ""]
     parts += _pull_section(manifest)
     parts += _lineage_section(manifest)
-    return "\n".join(parts).rstrip("\n") + "\n"
+    text = "\n".join(parts).rstrip("\n") + "\n"
+    if appendix.strip("\n"):
+        text = text + "\n" + appendix.rstrip("\n") + "\n"
+    return text
 
 
 def front_matter(manifest: Manifest, *, dataset: Mapping[str, Any] | None = None) -> dict[str, Any]:

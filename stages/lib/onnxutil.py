@@ -6,7 +6,6 @@
 - onnxruntime sessions with fixed thread counts and deterministic compute;
 - running models (batched, respecting a fixed batch dimension), comparing outputs;
 - latency (p50/p90 after warm-up) and throughput at several batch sizes;
-- test vectors in the ONNX Model Zoo layout (``test_data_set_N/input_K.pb``/``output_K.pb``);
 - a description of the host CPU for reports.
 
 numpy, onnx and onnxruntime are imported inside functions so importing this module is cheap.
@@ -578,49 +577,6 @@ def measure_throughput(session: "ort.InferenceSession", samples: "np.ndarray", b
         stats = measure_latency(session, batch_of(samples, bs), warmup=warmup, runs=runs)
         result[str(bs)] = float(bs * 1000.0 / stats["p50_ms"]) if stats["p50_ms"] > 0 else None
     return result
-
-
-# ---------------------------------------------------------------------------------------------
-# test vectors (ONNX Model Zoo layout)
-
-
-def write_test_vectors(set_dir: Path, inputs: Mapping[str, "np.ndarray"], outputs: Mapping[str, "np.ndarray"]) -> Path:
-    """Write one test data set: ``input_K.pb`` / ``output_K.pb`` TensorProtos named after the model's I/O.
-
-    `inputs` and `outputs` are ordered like the model's graph inputs and outputs.
-    """
-    from onnx import numpy_helper
-
-    set_dir = Path(set_dir)
-    set_dir.mkdir(parents=True, exist_ok=True)
-    for prefix, tensors in (("input", inputs), ("output", outputs)):
-        for k, (name, array) in enumerate(tensors.items()):
-            proto = numpy_helper.from_array(array, name=name)
-            atomic_write_bytes(set_dir / f"{prefix}_{k}.pb", proto.SerializeToString(deterministic=True))
-    return set_dir
-
-
-def read_test_vectors(set_dir: Path) -> tuple[dict[str, "np.ndarray"], dict[str, "np.ndarray"]]:
-    """Read one test data set written by `write_test_vectors`: ({input name: array}, {output name: array})."""
-    import onnx
-    from onnx import numpy_helper
-
-    set_dir = Path(set_dir)
-
-    def read(prefix: str) -> dict[str, Any]:
-        found = {}
-        k = 0
-        while (set_dir / f"{prefix}_{k}.pb").is_file():
-            proto = onnx.TensorProto()
-            proto.ParseFromString((set_dir / f"{prefix}_{k}.pb").read_bytes())
-            found[proto.name or f"{prefix}_{k}"] = numpy_helper.to_array(proto)
-            k += 1
-        return found
-
-    inputs, outputs = read("input"), read("output")
-    if not inputs:
-        raise InvalidInput(f"{set_dir} holds no input_0.pb", hint="expected the ONNX Model Zoo test_data_set layout")
-    return inputs, outputs
 
 
 # ---------------------------------------------------------------------------------------------

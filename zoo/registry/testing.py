@@ -21,7 +21,6 @@ def tiny_onnx(path: Path, *, scale: float = 2.0, external: str | None = None, bi
     write hostile locations); `big_bytes` pads the weight to about that many bytes.
     """
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     n = max(4, big_bytes // 4)
