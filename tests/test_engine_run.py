@@ -511,6 +511,38 @@ def test_declared_code_modules_enter_the_key(tmp_path, monkeypatch):
         zoo.plan(recipe)
 
 
+def test_a_cached_stage_redoes_its_effects_outside_the_cache(tmp_path, monkeypatch):
+    from zoo import kinds
+    from zoo.errors import Conflict
+
+    calls = []
+
+    def on_cached(self, outputs, config, context):
+        calls.append((context.stage_id, sorted(outputs), outputs["data"].is_file(), context.publish))
+        if (tmp_path / "refuse").exists():
+            raise Conflict("the effect is refused", hint="remove the refusal")
+        context.metrics["effect"] = "redone"
+
+    monkeypatch.setattr(kinds.get("writer"), "on_cached", on_cached)
+    recipe = write_recipe(tmp_path, "schema_version: 1\nname: c\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n")
+    first = zoo.run(recipe)
+    assert states(first) == {"a": "done"} and calls == []  # a stage that runs does its effects in run()
+    executor = RecordingExecutor()
+    second = zoo.run(recipe, executor=executor)
+    assert states(second) == {"a": "cached"} and executor.submitted == []
+    assert calls == [("a", ["data"], True, True)]
+    assert second.stages[0].metrics["effect"] == "redone"
+    assert "effect" not in Cache(second.cache_dir).lookup(second.stages[0].key).metrics  # reported, not cached
+    # zoo repro rebuilds without side effects: never called
+    zoo.run(recipe, record=False)
+    assert len(calls) == 1
+    # a refused effect fails the stage with the kind's error, so the run does not claim it
+    (tmp_path / "refuse").write_text("")
+    third = zoo.run(recipe)
+    assert states(third) == {"a": "failed"} and not third.ok
+    assert third.stages[0].error["type"] == "Conflict" and third.stages[0].error["hint"] == "remove the refusal"
+
+
 def test_worker_sees_the_config_the_recipe_gave(tmp_path):
     # validators that look at which options were given must not see filled-in defaults
     recipe = write_recipe(tmp_path, "schema_version: 1\nname: p\nversion: 0.1.0\nstages:\n"

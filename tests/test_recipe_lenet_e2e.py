@@ -80,3 +80,42 @@ def test_repro_check_is_bit_identical(lenet):
 def test_frozen_run_passes_on_an_up_to_date_lock(lenet):
     cli = zoo_cli("run", lenet["recipe"], "--frozen", env=lenet["env"])
     assert cli.code == 0, cli.text
+
+
+def test_a_forced_rebuild_with_the_same_bytes_leaves_the_lockfile_alone(lenet):
+    lock = lenet["dir"] / "lenet-digits.lock"
+    before = lock.read_bytes()
+    cli = zoo_cli("run", lenet["recipe"], "--force", "export", "--json", env=lenet["env"])
+    assert cli.code == 0, cli.text
+    stages = {s["id"]: s for s in json.loads(cli.out)["stages"]}
+    assert stages["export"]["state"] == "done" and stages["optimize"]["state"] == "cached"
+    # export ran again (new timings, same bytes): the lock pins bytes, so it does not change
+    assert lock.read_bytes() == before
+
+
+def test_a_shared_cache_publishes_into_each_machines_own_zoo(lenet, tmp_path):
+    from zoo.registry.codec import same_content
+    from zoo.registry.store import LocalZoo
+
+    # another machine: the same (shared) cache, its own local zoo
+    other = tmp_path / "other-home"
+    env = {**lenet["env"], "ZOO_HOME": str(other)}
+    lock_before = (lenet["dir"] / "lenet-digits.lock").read_bytes()
+    cli = zoo_cli("run", lenet["recipe"], "--json", env=env)
+    assert cli.code == 0, cli.text
+    stages = {s["id"]: s for s in json.loads(cli.out)["stages"]}
+    assert {s["state"] for s in stages.values()} == {"cached"}
+    assert stages["deploy"]["metrics"]["published"] == "lenet-digits@1.0.0"
+    assert (lenet["dir"] / "lenet-digits.lock").read_bytes() == lock_before
+    there = LocalZoo(other).resolve("lenet-digits@1.0.0")
+    first = LocalZoo(Path(lenet["env"]["ZOO_HOME"])).resolve("lenet-digits@1.0.0")
+    assert same_content(there, first)  # the same bytes; only the timings stay with the machine that measured them
+    assert "latency_p50_ms" not in there.builds["cpu-int8"].metrics
+    pulled = zoo_cli("pull", "lenet-digits", "--build", "cpu-int8", env=env)
+    assert pulled.code == 0 and Path(pulled.out.strip()).is_relative_to(other), pulled.text
+    # the zoo is wiped: a cached rerun (the no-op fast path included) must publish again, not just say so
+    shutil.rmtree(other)
+    for _ in range(2):
+        cli = zoo_cli("run", lenet["recipe"], env=env)
+        assert cli.code == 0 and "published lenet-digits@1.0.0" in cli.out, cli.text
+        assert LocalZoo(other).get("lenet-digits", "1.0.0") is not None

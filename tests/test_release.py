@@ -174,10 +174,12 @@ def test_other_bytes_under_a_released_version_are_refused(rel):
     assert cli.code == 3 and "already on remote prod with different content" in cli.err, cli.text
     after = _remote_manifest(rel, rel["base"] / "reader", "lenet-digits@1.0.1")
     assert after["card"] == remote_before["card"] and after["builds"] == remote_before["builds"]
-    # back to the released recipe: deploy is cached, but the local zoo now holds the other bytes
+    # back to the released recipe: deploy is cached, and re-publishing its cached release into the
+    # local zoo (which now holds the other bytes) is refused before anything reaches the remote
     recipe.write_text(original)
     cli = _release(rel, "--allow-stale-lock", version="1.0.1")
-    assert cli.code == 3 and "not what the recipe builds now" in cli.err, cli.text
+    assert cli.code == 3 and "already published with different content" in cli.err, cli.text
+    assert "nothing was published to prod" in cli.err
     assert LocalZoo(home).resolve("lenet-digits@1.0.1").card.sha256 != remote_before["card"]["sha256"]
 
 

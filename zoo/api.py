@@ -148,7 +148,14 @@ def _write_stamp(dag: planner.Dag, cache: Cache, runner: Runner, result: Result)
         files.update(keys.watched_files(dag.recipe, node))
     entries = [cache.entry_path(e.key) for e in runner.entries.values()]
     objects = [cache.object_path(m["digest"]) for e in runner.entries.values() for m in e.files.values()]
-    notes = [f"published {s.metrics['published']}" for s in result.stages if s.metrics.get("published")]
+    published = [str(s.metrics["published"]) for s in result.stages if s.metrics.get("published")]
+    notes = [f"published {ref}" for ref in published]
+    if published:
+        # "published" must stay true: a fast answer needs the version still in this local zoo
+        from zoo.registry.store import LocalZoo
+
+        zoo = LocalZoo()
+        objects = objects + [zoo.manifest_path(*ref.split("@", 1)) for ref in published]
     fastpath.write_stamp(recipe_path=dag.recipe.path, cache_dir=cache.root, lock_path=result.lock_path,
                          files=files, entries=entries, objects=objects,
                          summary={"name": dag.recipe.name, "version": dag.recipe.version,
@@ -180,9 +187,17 @@ def _forced(dag: planner.Dag, force: Iterable[str] | bool) -> set[str]:
 
 
 def _merged_lock(dag: planner.Dag, previous: lockfile.Lock | None, records: dict) -> lockfile.Lock:
-    """This run's records over the previous lock, dropping stages no longer in the recipe."""
+    """This run's records over the previous lock, dropping stages no longer in the recipe.
+
+    A stage rebuilt with the same key and the same output bytes keeps its previous record: the
+    lock pins inputs and outputs, and rewriting it for new timings or another host's name would
+    turn every reproduction (a fresh clone, another machine) into a lockfile diff.
+    """
     stages = {sid: s for sid, s in (previous.stages.items() if previous else []) if sid in dag.nodes}
-    stages.update(records)
+    for sid, record in records.items():
+        old = stages.get(sid)
+        if old is None or (old.key, old.outputs) != (record.key, record.outputs):
+            stages[sid] = record
     r = dag.recipe
     return lockfile.Lock(recipe={"name": r.name, "version": r.version, "digest": r.digest}, stages=stages)
 

@@ -2,9 +2,10 @@
 
 After a run in which every stage succeeded, the runner writes a *stamp*: the (inode, size,
 mtime) of every file that went into the stage keys (the recipe, its lockfile, each kind's module,
-user code and data the kinds named, the site-packages folders whose contents give tool versions)
-and the cache entries and objects of the run. If all of those stat the same, every key and every
-hit is the same as last time, so the run would execute nothing; the fast path prints the same
+user code and data the kinds named, the site-packages folders whose contents give tool versions),
+the cache entries and objects of the run, and the local zoo's manifest of each version the run
+published (with the variables that locate that zoo). If all of those stat the same, every key and
+every hit is the same as last time, so the run would execute nothing; the fast path prints the same
 summary without importing the CLI framework, pydantic or any kind. Anything else — a changed
 file, a flag, a missing object, another PYTHONPATH — falls through to the full path.
 """
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-STAMP_SCHEMA_VERSION = 1
+STAMP_SCHEMA_VERSION = 2  # 2: the environment names the local zoo
 
 
 def _stat(path: str) -> list[int] | None:
@@ -40,7 +41,9 @@ def _cache_dir_from_env() -> Path:
 
 
 def _environment() -> dict[str, Any]:
-    return {"sys_path": list(sys.path), "python": sys.version, "executable": sys.executable}
+    # the local zoo's location (zoo.paths.zoo_home) follows these variables
+    zoo_vars = {name: os.environ.get(name) for name in ("ZOO_HOME", "XDG_DATA_HOME", "HOME")}
+    return {"sys_path": list(sys.path), "python": sys.version, "executable": sys.executable, "zoo": zoo_vars}
 
 
 def _site_dirs() -> list[str]:

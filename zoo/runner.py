@@ -8,6 +8,7 @@ leaves dependents unscheduled.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ from zoo.explain import Reason
 from zoo.hashing import StatCache
 from zoo.lockfile import Lock, StageLock
 from zoo.planner import Dag, Node
-from zoo.worker import StageTask, UpstreamRef
+from zoo.worker import StageTask, UpstreamRef, describe_error
 
 # stage states
 WAITING, RUNNING, CACHED, RAN, FAILED, SKIPPED, WILL_RUN = (
@@ -201,7 +202,32 @@ class Runner:
         report.duration_s = 0.0
         report.log_path = str(self.cache.log_path(entry.key))
         report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
+        if self.publish:
+            self._redo_effects(report, entry)
         self.on_update(report)
+
+    def _redo_effects(self, report: StageReport, entry: Entry) -> None:
+        """A cache hit skips run(): let the kind redo what it does outside the cache (deploy publishes)."""
+        from zoo.stage import StageContext, StageKind
+
+        node = self.dag.nodes[report.id]
+        cls = kinds.get(node.kind)
+        if cls.on_cached is StageKind.on_cached:
+            return
+        tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-cached-")
+        context = StageContext(stage_id=node.id, out_dir=tmp / "out", work_dir=tmp / "work",
+                               recipe=keys.recipe_info(self.dag.recipe),
+                               shared=keys.shared_sections(self.dag.recipe, node), matrix=dict(node.instance.matrix),
+                               key=entry.key, publish=True, log=logging.getLogger(f"zoo.stage.{node.id}"))
+        try:
+            cls().on_cached(self.cache.output_paths(entry), node.instance.config, context)
+        except Exception as e:  # reported like a failure of the stage: the run did not do what it says
+            report.state, report.error = FAILED, describe_error(e)
+            self.failed = True
+            return
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        report.metrics = {**entry.metrics, **context.metrics}
 
     def _task(self, node: Node, key: str) -> tuple[StageTask, Path]:
         upstream = []

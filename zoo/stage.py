@@ -20,7 +20,8 @@ A stage kind is a class deriving from `StageKind` that declares:
 
 and implements ``run(inputs, config, context) -> {output name: path inside context.out_dir}``.
 Metrics go in ``context.metrics``. A kind may also override ``dependencies`` to name files
-(user code, datasets) whose content must enter the cache key.
+(user code, datasets) whose content must enter the cache key, and ``on_cached`` to redo an effect
+outside the cache (publishing) when the stage is found cached.
 
 Kinds must import heavy libraries (torch, onnx, onnxruntime) inside ``run``, never at module
 level: the engine imports kind modules to compute cache keys, and a fully cached run must not
@@ -184,3 +185,13 @@ class StageKind:
     def run(self, inputs: Inputs, config: KindConfig, context: StageContext) -> Mapping[str, Path]:
         """Do the work; write outputs under context.out_dir and return {name: path}."""
         raise NotImplementedError
+
+    def on_cached(self, outputs: Mapping[str, Path], config: KindConfig, context: StageContext) -> None:
+        """Redo what `run` does outside the cache, for a stage found cached instead of run.
+
+        A cache hit skips `run`, so an effect beyond the outputs (deploy publishes to this
+        machine's local zoo) would be missing where the cache is shared between machines or the
+        zoo was reset. Called in the engine's process with the cached (read-only) outputs; must be
+        idempotent and cheap when the effect is already in place. Metrics set in context.metrics
+        are reported for this run (not cached). Never called while `zoo repro` rebuilds.
+        """

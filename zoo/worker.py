@@ -99,7 +99,7 @@ def execute(task: StageTask) -> dict[str, Any]:
                     "host": host.describe()}
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
-            return {"ok": False, "duration_s": time.perf_counter() - started, "error": _describe(e)}
+            return {"ok": False, "duration_s": time.perf_counter() - started, "error": describe_error(e)}
 
 
 def _validated_config(cls: type, raw: dict[str, Any]) -> Any:
@@ -151,7 +151,8 @@ def _fallback(obj: Any) -> Any:
     return repr(obj)
 
 
-def _describe(e: BaseException) -> dict[str, Any]:
+def describe_error(e: BaseException) -> dict[str, Any]:
+    """A failure as the runner reports it: type, message, traceback; exit code and hint of a ZooError."""
     from zoo.errors import ZooError
 
     info: dict[str, Any] = {"type": type(e).__name__, "message": str(e) or type(e).__name__,
