@@ -543,6 +543,53 @@ def test_a_cached_stage_redoes_its_effects_outside_the_cache(tmp_path, monkeypat
     assert third.stages[0].error["type"] == "Conflict" and third.stages[0].error["hint"] == "remove the refusal"
 
 
+class OtherMachineExecutor:
+    """Runs each stage in this process as a worker whose onnx is another version than the planner's."""
+
+    def submit(self, task):
+        from concurrent.futures import Future
+
+        from zoo import keys, worker
+
+        real = keys.tool_version
+        keys.tool_version = lambda dist: "0.0-other" if dist == "onnx" else real(dist)
+        future = Future()
+        try:
+            future.set_result(worker.execute(task))
+        finally:
+            keys.tool_version = real
+        return future
+
+    def shutdown(self):
+        pass
+
+
+def test_outputs_of_a_worker_with_other_tool_versions_are_not_cached(tmp_path, monkeypatch):
+    from zoo import kinds
+
+    monkeypatch.setattr(kinds.get("writer"), "tools", ("onnx",))
+    recipe = write_recipe(tmp_path, "schema_version: 1\nname: c\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n")
+    result = zoo.run(recipe, executor=OtherMachineExecutor())
+    assert states(result) == {"a": "failed"}
+    error = result.stages[0].error
+    assert error["type"] == "WorkerMismatch" and "onnx is 0.0-other" in error["message"], error
+    assert "constraints.txt" in error["hint"]
+    assert not list(Cache(result.cache_dir).root.glob("entries/**/*.json"))  # nothing cached under the key
+    # the same worker code with the planner's versions agrees, and caches
+    assert states(zoo.run(recipe)) == {"a": "done"}
+    assert list(Cache(result.cache_dir).root.glob("entries/**/*.json"))
+
+
+def test_environment_mismatch_names_each_difference():
+    from zoo.runner import environment_mismatch
+
+    parts = {"tools": {"onnx": "1.23.0", "zoo-onnx": "0.1.0"}, "code": {"kind:m": "aa", "file:data.csv": "bb"}}
+    assert environment_mismatch(parts, None) == ""
+    assert environment_mismatch(parts, {"tools": dict(parts["tools"]), "code": {"kind:m": "aa"}}) == ""
+    seen = {"tools": {"onnx": "1.22.0", "zoo-onnx": "0.1.0"}, "code": {"kind:m": "cc"}}
+    assert environment_mismatch(parts, seen) == "onnx is 1.22.0 (here: 1.23.0); the code of m differs"
+
+
 def test_worker_sees_the_config_the_recipe_gave(tmp_path):
     # validators that look at which options were given must not see filled-in defaults
     recipe = write_recipe(tmp_path, "schema_version: 1\nname: p\nversion: 0.1.0\nstages:\n"

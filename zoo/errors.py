@@ -60,6 +60,10 @@ class StageFailed(ZooError):
         self.log_tail = log_tail
 
 
+class WorkerMismatch(StageFailed):
+    """A worker ran a stage with other tool versions or kind code than its cache key was computed with."""
+
+
 class GateFailed(ZooError):
     """A quality gate (accuracy, parity, latency...) was not met. `table` is printable text."""
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from zoo import explain, keys, kinds
 from zoo.cache import Cache, Entry
+from zoo.errors import WorkerMismatch
 from zoo.executors import Executor
 from zoo.explain import Reason
 from zoo.hashing import StatCache
@@ -265,6 +266,13 @@ class Runner:
                           "error": {"type": type(e).__name__, "message": f"the stage's process died: {e}"}}
             report.duration_s = result.get("duration_s", 0.0)
             self._keep_log(tmp / "stage.log", report.key)
+            if result["ok"] and (mismatch := environment_mismatch(self.parts[nid], result.get("environment"))):
+                result = {"ok": False, "error": {"type": "WorkerMismatch", "exit_code": WorkerMismatch.exit_code,
+                                                 "message": f"stage {nid} ran where {mismatch}, so its outputs "
+                                                            "do not belong under the key computed here; "
+                                                            "nothing was cached",
+                                                 "hint": "install the same versions on every worker as on the "
+                                                         "machine running `zoo run` (pip install -c constraints.txt)"}}
             if result["ok"]:
                 entry = self.cache.commit(key=report.key, stage=nid, kind=node.kind, out_dir=tmp / "out",
                                           outputs=result["outputs"], metrics=result["metrics"], parts=self.parts[nid],
@@ -286,6 +294,24 @@ class Runner:
             dest = self.cache.log_path(key)
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dest)
+
+
+def environment_mismatch(parts: dict[str, Any], seen: dict[str, Any] | None) -> str:
+    """How the worker's tool versions and kind code differ from the key's ('' if they agree).
+
+    Workers that report nothing (older ones) are trusted, as before."""
+    if not seen:
+        return ""
+    diffs = []
+    for dist, want in sorted(parts.get("tools", {}).items()):
+        got = seen.get("tools", {}).get(dist)
+        if got is not None and got != want:
+            diffs.append(f"{dist} is {got} (here: {want})")
+    for name, want in sorted(parts.get("code", {}).items()):
+        got = seen.get("code", {}).get(name)
+        if name.startswith("kind:") and got is not None and got != want:
+            diffs.append(f"the code of {name[5:]} differs")
+    return "; ".join(diffs)
 
 
 def log_tail(path: str | None, lines: int = 20) -> str:

@@ -96,7 +96,7 @@ def execute(task: StageTask) -> dict[str, Any]:
             metrics = _jsonable(context.metrics)
             logger.info("stage %s done in %.2fs", task.stage_id, time.perf_counter() - started)
             return {"ok": True, "outputs": outputs, "metrics": metrics, "duration_s": time.perf_counter() - started,
-                    "host": host.describe()}
+                    "host": host.describe(), "environment": key_environment(cls)}
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
             return {"ok": False, "duration_s": time.perf_counter() - started, "error": describe_error(e)}
@@ -149,6 +149,19 @@ def _fallback(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     return repr(obj)
+
+
+def key_environment(cls: type) -> dict[str, dict[str, str]]:
+    """The tool versions and kind code digests this process has, as they enter a cache key.
+
+    The runner computes a stage's key where the recipe is planned; a worker on another machine
+    (dask) may have other versions, and its outputs must not be cached under that key.
+    """
+    from zoo.hashing import hash_file_uncached
+    from zoo.keys import module_files, tool_versions
+
+    return {"tools": tool_versions(tuple(cls.tools)),
+            "code": {f"kind:{name}": hash_file_uncached(path) for name, path in module_files(cls).items()}}
 
 
 def describe_error(e: BaseException) -> dict[str, Any]:
