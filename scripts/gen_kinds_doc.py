@@ -170,7 +170,7 @@ def generated() -> dict[str, str]:
     from zoo import kinds
     from zoo.recipe import DataSpec, ModelSpec
     from zoo_stages import deploy, quantize, verify
-    from zoo_stages.lib import gates
+    from zoo_stages.lib import gates, quant_settings
 
     header = ["field", "type", "default", "description"]
     out = {"fields:model": markdown_table(header, field_rows(ModelSpec)),
@@ -180,12 +180,12 @@ def generated() -> dict[str, str]:
     out["quantize:presets"] = markdown_table(
         ["preset", "activation_type", "weight_type", "reduce_range"],
         [[f"`{p}`", v["activation_type"], v["weight_type"], str(v["reduce_range"]).lower()]
-         for p, v in quantize.PRESETS.items()])
+         for p, v in quant_settings.PRESETS.items()])
     out["quantize:candidates"] = markdown_table(
         ["order", "candidate", "mode", "format", "per_channel", "activations", "weights"],
         [[str(i + 1), f"`{c}`", s.mode, s.format or "—", str(s.per_channel).lower(), s.activation_type or "dynamic uint8",
-          s.weight_type] for i, c in enumerate(quantize.CANDIDATES)
-         for s in [quantize.resolve(quantize.QuantizeConfig(mode="auto"), c)]])
+          s.weight_type] for i, c in enumerate(quant_settings.CANDIDATES)
+         for s in [quant_settings.resolve(quantize.QuantizeConfig(mode="auto"), c)]])
     out["verify:metrics"] = markdown_table(
         ["metric", "meaning"],
         [[f"`{k}`", v.replace("|", "\\|")] for k, v in verify.METRICS.items()]

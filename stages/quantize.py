@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -55,18 +55,11 @@ from pydantic import Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, StageFailed
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo_stages.lib import quant_ops
+from zoo_stages.lib.quant_select import candidates_table, select_candidate
+from zoo_stages.lib.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
 
 QuantTypeName = Literal["QInt8", "QUInt8"]
-
-PRESETS: dict[str, dict[str, Any]] = {
-    "x86-avx2": {"activation_type": "QUInt8", "weight_type": "QInt8", "reduce_range": True},
-    "x86-vnni": {"activation_type": "QUInt8", "weight_type": "QInt8", "reduce_range": False},
-    "arm64": {"activation_type": "QInt8", "weight_type": "QInt8", "reduce_range": False},
-}
-
-# The auto mode's search space, in preference order (earlier wins ties).
-CANDIDATES = ("static-qdq", "static-qdq-per-channel", "static-qoperator", "static-qdq-blockwise",
-              "dynamic-qint8", "dynamic-quint8")
 
 _TYPE_ALIASES = {"qint8": "QInt8", "int8": "QInt8", "s8": "QInt8", "quint8": "QUInt8", "uint8": "QUInt8", "u8": "QUInt8"}
 
@@ -170,125 +163,6 @@ class QuantizeConfig(KindConfig):
         return self
 
 
-@dataclass(frozen=True)
-class Settings:
-    """One fully resolved quantization recipe (what onnxruntime is called with)."""
-
-    name: str
-    mode: str  # static | dynamic
-    format: str | None  # qdq | qoperator (static)
-    per_channel: bool
-    reduce_range: bool
-    activation_type: str | None  # QInt8 | QUInt8 (static)
-    weight_type: str
-    calibration: str | None  # minmax | entropy | percentile (static)
-    preprocess: bool
-    preprocess_explicit: bool
-    linear: str = "qdq"  # qdq | blockwise (static): how Gemm/MatMul layers with constant weights are quantized
-    linear_block_size: int = 256
-
-
-def resolve(config: QuantizeConfig, name: str | None = None) -> Settings:
-    """The settings of a static/dynamic config, or of one auto candidate `name`."""
-    preset = PRESETS.get(config.preset or "", {})
-    mode, fmt, per_channel, weight = config.mode, config.format, config.per_channel, config.weight_type
-    if name is not None:
-        mode = name.split("-")[0]
-        fmt = {"static-qdq": "qdq", "static-qdq-per-channel": "qdq", "static-qoperator": "qoperator",
-               "static-qdq-blockwise": "qdq"}.get(name)
-        per_channel = name == "static-qdq-per-channel"
-        if mode == "dynamic":
-            weight = "QInt8" if name == "dynamic-qint8" else "QUInt8"
-    fmt = fmt or "qdq"
-    if mode == "static":
-        # S8S8 QDQ is onnxruntime's default; S8S8 QOperator is slow on x86-64, so QOperator
-        # defaults to uint8 activations.
-        activation = config.activation_type or preset.get("activation_type") or ("QUInt8" if fmt == "qoperator" else "QInt8")
-    else:
-        activation, fmt = None, None
-    weight = weight or preset.get("weight_type") or "QInt8"
-    reduce_range = config.reduce_range if config.reduce_range is not None else bool(preset.get("reduce_range", False))
-    preprocess = config.preprocess if config.preprocess is not None else mode == "static"
-    linear = "blockwise" if name == "static-qdq-blockwise" else (config.linear or "qdq") if name is None else "qdq"
-    if mode != "static":
-        linear = "qdq"
-    return Settings(
-        name=name or (f"static-{fmt}" if mode == "static" else f"dynamic-{weight.lower()}"),
-        mode=mode, format=fmt, per_channel=bool(per_channel), reduce_range=reduce_range,
-        activation_type=activation, weight_type=weight,
-        calibration=config.calibration.method if mode == "static" else None,
-        preprocess=preprocess, preprocess_explicit=config.preprocess is not None,
-        linear=linear, linear_block_size=config.linear_block_size,
-    )
-
-
-def select_candidate(rows: list[dict[str, Any]], *, max_accuracy_drop: float, min_speedup: float,
-                     tie_tolerance: float = 0.0) -> str | None:
-    """Mark each candidate row passed/failed and return the name of the one to keep (or None).
-
-    A row has ``name``, ``accuracy_drop``, ``speedup``, ``latency_p50_ms`` and optionally
-    ``error``. A row passes when it built, its accuracy drop is at most `max_accuracy_drop`,
-    its speedup is at least `min_speedup`, and it is not slower than the fp32 parent
-    (speedup < 1 is flagged ``slower_than_fp32`` and never picked). Among passing rows the
-    fastest wins; rows within `tie_tolerance` (a share) of the fastest p50 are tied, and the
-    earliest in `rows` order wins the tie, so measurement noise rarely flips the choice.
-    Rows are updated in place with ``passed``, ``reasons`` and ``slower_than_fp32``.
-    """
-    passing = []
-    for row in rows:
-        reasons = []
-        speedup, drop = row.get("speedup"), row.get("accuracy_drop")
-        row["slower_than_fp32"] = speedup is not None and speedup < 1.0
-        if row.get("error"):
-            reasons.append(f"failed to build: {row['error']}")
-        else:
-            if drop is None:
-                reasons.append("accuracy not measured")
-            elif drop > max_accuracy_drop:
-                reasons.append(f"accuracy drop {drop:.4f} > {max_accuracy_drop:g}")
-            if speedup is None:
-                reasons.append("latency not measured")
-            else:
-                if row["slower_than_fp32"]:
-                    reasons.append(f"slower than fp32 parent (speedup {speedup:.2f}x)")
-                if speedup < min_speedup:
-                    reasons.append(f"speedup {speedup:.2f}x < {min_speedup:g}x")
-        row["passed"] = not reasons
-        row["reasons"] = reasons
-        if not reasons:
-            passing.append(row)
-    if not passing:
-        return None
-    fastest = min(r["latency_p50_ms"] for r in passing)
-    for row in passing:  # rows order = preference order
-        if row["latency_p50_ms"] <= fastest * (1.0 + tie_tolerance):
-            return row["name"]
-    return None  # unreachable: the fastest row itself always qualifies
-
-
-def candidates_table(rows: list[dict[str, Any]], chosen: str | None = None) -> str:
-    """A text table of auto candidates: accuracy, drop, p50, speedup, size, verdict."""
-
-    def num(v, fmt):
-        return "n/a" if v is None else format(v, fmt)
-
-    header = ("candidate", "accuracy", "drop", "p50_ms", "speedup", "size_kb", "result", "notes")
-    lines = [header]
-    for r in rows:
-        verdict = "CHOSEN" if r["name"] == chosen else ("pass" if r.get("passed") else "FAIL")
-        notes = "; ".join(r.get("reasons") or [])
-        if r.get("slower_than_fp32") and "slower than fp32" not in notes:
-            notes = "; ".join(filter(None, [notes, "slower than fp32 parent"]))
-        lines.append((r["name"], num(r.get("accuracy"), ".4f"), num(r.get("accuracy_drop"), "+.4f"),
-                      num(r.get("latency_p50_ms"), ".3f"), num(r.get("speedup"), ".2f"),
-                      num(r["size_bytes"] / 1024 if r.get("size_bytes") is not None else None, ".1f"),
-                      verdict, notes))
-    widths = [max(len(str(row[i])) for row in lines) for i in range(len(header))]
-    text = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(text)
-
-
 class Quantize(StageKind):
     name = "quantize"
     version = "2"  # 2: provenance metadata_props
@@ -298,7 +172,8 @@ class Quantize(StageKind):
     outputs = ("model",)
     # helpers whose code enters this kind's cache key
     code_modules = ("zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxfile",
-                    "zoo_stages.lib.datasets")
+                    "zoo_stages.lib.datasets", "zoo_stages.lib.quant_settings", "zoo_stages.lib.quant_select",
+                    "zoo_stages.lib.quant_ops")
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
 
@@ -447,17 +322,17 @@ class _Run:
             method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                       "percentile": CalibrationMethod.Percentile}[settings.calibration]
             extra = {"CalibPercentile": self.config.calibration.percentile} if settings.calibration == "percentile" else {}
-            reader = _calibration_reader(input_name, images, batch_size, fixed=fixed)
+            reader = quant_ops.calibration_reader(input_name, images, batch_size, fixed=fixed)
             linear = []
             if settings.linear == "blockwise":
-                src, linear = _linear_nodes(src, self.work / "named.onnx")
+                src, linear = quant_ops.linear_nodes(src, self.work / "named.onnx")
             quantize_static(str(src), str(raw), reader,
                             quant_format=QuantFormat.QDQ if settings.format == "qdq" else QuantFormat.QOperator,
                             activation_type=getattr(QuantType, settings.activation_type),
                             calibrate_method=method, extra_options=extra, nodes_to_exclude=linear or None,
                             **common)
             if linear:
-                _blockwise_linear(raw, settings.linear_block_size)
+                quant_ops.blockwise_linear(raw, settings.linear_block_size)
         return self._finish(raw, target)
 
     def _finish(self, raw: Path, target: Path) -> Path:
@@ -624,110 +499,9 @@ class _Run:
         })
 
 
-def saturation_hint(settings: Settings) -> str:
-    """A sentence to append to an accuracy complaint when this host's int8 kernels may saturate
-    full-range int8 weights (x86 without VNNI), else ''."""
-    from zoo_stages.lib import onnxutil
-
-    if settings.weight_type != "QInt8" or settings.reduce_range or not onnxutil.int8_may_saturate():
-        return ""
-    return ("; this CPU has no VNNI, so onnxruntime's int8 kernels can saturate full-range int8 weights: "
-            "try `preset: x86-avx2` (reduce_range) and compare")
-
-
-def _linear_nodes(path: Path, named: Path) -> tuple[Path, list[str]]:
-    """(model path, names of its fully connected nodes): Gemm, and MatMul whose second input is
-    an initializer (the layers MatMulNBits can take). The quantizer excludes nodes by name, so
-    when one of them has none, every unnamed node gets ``<op>_<index>`` in a copy at `named`."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    weights = {t.name for t in model.graph.initializer}
-    linear = [n for n in model.graph.node
-              if n.op_type == "Gemm" or (n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in weights)]
-    if all(n.name for n in linear):
-        return path, [n.name for n in linear]
-    from zoo_stages.lib import onnxutil
-
-    model = onnxutil.load_model(path)
-    taken = {n.name for n in model.graph.node if n.name}
-    for i, node in enumerate(model.graph.node):
-        if not node.name:
-            name = f"{node.op_type}_{i}"
-            while name in taken:
-                name += "_"
-            node.name = name
-            taken.add(name)
-    onnxutil.save_model(model, named)
-    return _linear_nodes(named, named)
-
-
-def _blockwise_linear(path: Path, block_size: int) -> None:
-    """Quantize the float fully connected layers left in the model at `path` (in place) to
-    onnxruntime's MatMulNBits: 8-bit symmetric weights, one scale per `block_size` inputs,
-    accuracy_level 4 (activations quantized per block at run time, int8 dot products).
-
-    Gemm nodes are first rewritten as MatMul + Add by onnxruntime's own helper (MatMulNBits
-    takes MatMul only). Why: at batch 1 a fully connected layer streams its weights once per
-    inference, and with VNNI MatMulNBits' kernels stream them faster than QGemm's (AlexNet-224's
-    classifier: 2.8 ms instead of 3.8 ms on an AVX-512 VNNI host; on AVX2 without VNNI QGemm is
-    slightly faster, so this stays opt-in).
-    """
-    import logging
-
-    import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-    from onnxruntime.quantization.onnx_model import ONNXModel
-
-    model = onnx.load(str(path))
-    wrapped = ONNXModel(model)
-    wrapped.replace_gemm_with_matmul()
-    quantizer = MatMulNBitsQuantizer(wrapped.model, bits=8, block_size=block_size, is_symmetric=True,
-                                     accuracy_level=4, op_types_to_quantize=("MatMul",))
-    previous = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").level
-    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
-    try:
-        quantizer.process()
-    finally:
-        logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(previous)
-    result = quantizer.model.model
-    if not any(n.op_type == "MatMulNBits" for n in result.graph.node):
-        raise StageFailed("linear: blockwise found no fully connected layer with a constant weight to quantize",
-                          hint="use `linear: qdq` for this model")
-    result.ir_version = min(result.ir_version, 13)
-    onnx.save_model(result, str(path))
-
-
 def _link_or_copy(src: Path, dest: Path) -> None:
     """A hard link to `src` at `dest` (free), or a copy across filesystems."""
     try:
         os.link(src, dest)
     except OSError:
         shutil.copyfile(src, dest)
-
-
-def _calibration_reader(input_name: str, images, batch_size: int, fixed: bool):
-    """A CalibrationDataReader over `images` in fixed-order batches (the last one padded if `fixed`)."""
-    import numpy as np
-    from onnxruntime.quantization import CalibrationDataReader
-
-    class ArrayReader(CalibrationDataReader):
-        def __init__(self):
-            self.batches = []
-            for start in range(0, len(images), batch_size):
-                chunk = images[start:start + batch_size]
-                if fixed and len(chunk) < batch_size:
-                    chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - len(chunk), axis=0)])
-                self.batches.append({input_name: np.ascontiguousarray(chunk, dtype=np.float32)})
-            self.pos = 0
-
-        def get_next(self):
-            if self.pos >= len(self.batches):
-                return None
-            self.pos += 1
-            return self.batches[self.pos - 1]
-
-        def rewind(self):
-            self.pos = 0
-
-    return ArrayReader()

@@ -21,7 +21,6 @@ in place); zoo then evaluates it and writes the checkpoint as usual.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any, Literal, Mapping
@@ -30,6 +29,7 @@ from pydantic import Field, model_validator
 
 from zoo.errors import InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo_stages.lib import checkpoints
 
 
 class OptimizerConfig(KindConfig):
@@ -73,7 +73,7 @@ class Train(StageKind):
     shared = ("data", "model")
     outputs = ("checkpoint",)
     # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.datasets",)
+    code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.datasets", "zoo_stages.lib.checkpoints")
     summary = "train the model on the recipe's dataset (deterministic; safetensors checkpoint)"
 
     def dependencies(self, config: TrainConfig, ctx: KeyContext) -> list[Path]:
@@ -127,7 +127,7 @@ class Train(StageKind):
             val_loss, val_acc = _evaluate(model, x_val, y_val, max(config.batch_size, 256))
             seconds = time.perf_counter() - started
 
-        path = _save_checkpoint(model, context.output_path("model.safetensors"))
+        path = checkpoints.save_checkpoint(model, context.output_path("model.safetensors"))
         context.metrics.update({
             "train_loss": round(train_loss, 6),
             "train_accuracy": round(train_acc, 6),
@@ -251,18 +251,3 @@ def _evaluate(model, x_np, y_np, batch_size: int) -> tuple[float, float]:
             loss_sum += torch.nn.functional.cross_entropy(logits, yb, reduction="sum").item()
             correct += int((logits.argmax(1) == yb).sum())
     return loss_sum / n, correct / n
-
-
-def _save_checkpoint(model, target: Path) -> Path:
-    """The state dict as safetensors, written to a temp file and renamed into place."""
-    from safetensors.torch import save_file
-
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        # a single metadata key: safetensors writes metadata as a map, keep its order trivial
-        save_file(state, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target

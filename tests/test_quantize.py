@@ -14,7 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, RecipeInfo, StageContext, Upstream
 from zoo_stages.lib import datasets, onnxutil
-from zoo_stages.quantize import CANDIDATES, Quantize, QuantizeConfig, resolve, saturation_hint, select_candidate
+from zoo_stages.lib.quant_select import select_candidate
+from zoo_stages.lib.quant_settings import CANDIDATES, resolve, saturation_hint
+from zoo_stages.quantize import Quantize, QuantizeConfig
 
 DIGITS8 = {"source": "digits", "image_size": 8, "channels": 1, "limit": 300}
 DIGITS32 = {"source": "digits", "image_size": 32, "channels": 1, "limit": 300}

@@ -1,1 +1,14 @@
-"""Helpers shared by the built-in kinds (datasets, architectures, ONNX utilities)."""
+"""Helpers shared by the built-in kinds, one job per module.
+
+- data and models: `datasets` (the recipe's dataset, fixed split), `archs` (torch.nn
+  architectures), `checkpoints` (safetensors save, weights_only load);
+- ONNX: `onnxutil` (safe load/save, sessions, timing), `onnxfile` (wire-level fields),
+  `describe` (ports, opset, precision), `convert` (fp16, ORT format), `provenance` (stamps,
+  in-toto statement);
+- quantize: `quant_settings` (presets, candidates), `quant_select` (auto's choice),
+  `quant_ops` (blockwise linear layers, calibration reader);
+- verify and deploy: `gates`, `vectors` (ONNX Model Zoo test vectors), `verify_report`,
+  `conversion_check`, `release_files`, `modelcard`.
+
+A kind lists the helpers it runs in its ``code_modules`` so that editing one reruns it.
+"""
