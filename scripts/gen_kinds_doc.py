@@ -182,9 +182,9 @@ def generated() -> dict[str, str]:
         [[f"`{p}`", v["activation_type"], v["weight_type"], str(v["reduce_range"]).lower()]
          for p, v in quant_settings.PRESETS.items()])
     out["quantize:candidates"] = markdown_table(
-        ["order", "candidate", "mode", "format", "per_channel", "activations", "weights"],
+        ["order", "candidate", "mode", "format", "per_channel", "activations", "weights", "reduce_range"],
         [[str(i + 1), f"`{c}`", s.mode, s.format or "—", str(s.per_channel).lower(), s.activation_type or "dynamic uint8",
-          s.weight_type] for i, c in enumerate(quant_settings.CANDIDATES)
+          s.weight_type, str(s.reduce_range).lower()] for i, c in enumerate(quant_settings.CANDIDATES)
          for s in [quant_settings.resolve(quantize.QuantizeConfig(mode="auto"), c)]])
     out["verify:metrics"] = markdown_table(
         ["metric", "meaning"],

@@ -469,7 +469,9 @@ class _Run:
                              f"max_accuracy_drop {accept.max_accuracy_drop:g}, min_speedup {accept.min_speedup:g}",
                              table=table,
                              hint="relax `accept:`, calibrate on more samples, or keep the fp32 model"
-                                  + saturation_hint(resolve(self.config, names[0])))
+                                  # the hint suggests the x86-avx2 types: pointless when auto tried them
+                                  + ("" if "static-qdq-x86-avx2" in names
+                                     else saturation_hint(resolve(self.config, names[0]))))
         out = self.context.output_path("model.onnx")
         shutil.copyfile(built[chosen], out)  # already stamped and self-contained
         winner = next(r for r in rows if r["name"] == chosen)

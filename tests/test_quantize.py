@@ -109,8 +109,13 @@ def test_defaults_follow_onnxruntime_guidance():
     names = [resolve(QuantizeConfig(mode="auto"), n) for n in CANDIDATES]
     assert [(s.mode, s.format, s.per_channel, s.linear) for s in names] == [
         ("static", "qdq", False, "qdq"), ("static", "qdq", True, "qdq"), ("static", "qoperator", False, "qdq"),
-        ("static", "qdq", False, "blockwise"), ("dynamic", None, False, "qdq"), ("dynamic", None, False, "qdq")]
-    assert [s.weight_type for s in names[4:]] == ["QInt8", "QUInt8"]
+        ("static", "qdq", False, "blockwise"), ("static", "qdq", False, "qdq"), ("dynamic", None, False, "qdq"),
+        ("dynamic", None, False, "qdq")]
+    assert [s.weight_type for s in names[5:]] == ["QInt8", "QUInt8"]
+    # the saturation-free variant for x86 without VNNI: the x86-avx2 preset's types, whatever else is set
+    avx2 = resolve(QuantizeConfig(mode="auto", activation_type="QInt8"), "static-qdq-x86-avx2")
+    assert (avx2.activation_type, avx2.weight_type, avx2.reduce_range) == ("QUInt8", "QInt8", True)
+    assert not any(s.reduce_range for s in names if s.name != "static-qdq-x86-avx2")
     assert resolve(QuantizeConfig(linear="blockwise")).linear == "blockwise"
     assert resolve(QuantizeConfig(mode="dynamic")).linear == "qdq"
 
@@ -267,13 +272,20 @@ def test_auto_picks_a_fast_candidate_and_records_the_table(tmp_path, wide):
     assert out.read_bytes() == (ctx.work_dir / "quantize" / "candidates" / f"{chosen}.onnx").read_bytes()
 
 
-def test_auto_with_no_acceptable_candidate_raises_with_the_table(tmp_path, small):
+def test_auto_with_no_acceptable_candidate_raises_with_the_table(tmp_path, small, monkeypatch):
+    monkeypatch.setattr(onnxutil, "int8_may_saturate", lambda host=None: True)  # as on x86 without VNNI
     with pytest.raises(GateFailed, match="no quantization candidate") as err:
         run_quantize(tmp_path, small, mode="auto", candidates=["static-qdq", "dynamic-qint8"],
                      accept={"min_speedup": 1000.0}, **FAST)
     assert "static-qdq" in err.value.table and "dynamic-qint8" in err.value.table
     assert "FAIL" in err.value.table
     assert (tmp_path / "run" / "out" / "candidates.json").is_file()
+    assert "preset: x86-avx2" in err.value.hint
+    # when auto already tried the x86-avx2 types, suggesting them would send the user in a circle
+    with pytest.raises(GateFailed) as err:
+        run_quantize(tmp_path, small, name="again", mode="auto", candidates=["static-qdq", "static-qdq-x86-avx2"],
+                     accept={"min_speedup": 1000.0}, **FAST)
+    assert "static-qdq-x86-avx2" in err.value.table and "x86-avx2`" not in err.value.hint
 
 
 def test_static_without_data_is_refused(tmp_path, small):

@@ -22,8 +22,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 # The auto mode's search space, in preference order (earlier wins ties).
+# static-qdq-x86-avx2 is static QDQ with the x86-avx2 preset's types (U8S8, 7-bit weights): on x86
+# without VNNI it is the variant whose int8 kernels cannot saturate, so auto can fall back on it
+# when full-range weights lose accuracy there.
 CANDIDATES = ("static-qdq", "static-qdq-per-channel", "static-qoperator", "static-qdq-blockwise",
-              "dynamic-qint8", "dynamic-quint8")
+              "static-qdq-x86-avx2", "dynamic-qint8", "dynamic-quint8")
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ def resolve(config: QuantizeConfig, name: str | None = None) -> Settings:
     if name is not None:
         mode = name.split("-")[0]
         fmt = {"static-qdq": "qdq", "static-qdq-per-channel": "qdq", "static-qoperator": "qoperator",
-               "static-qdq-blockwise": "qdq"}.get(name)
+               "static-qdq-blockwise": "qdq", "static-qdq-x86-avx2": "qdq"}.get(name)
         per_channel = name == "static-qdq-per-channel"
         if mode == "dynamic":
             weight = "QInt8" if name == "dynamic-qint8" else "QUInt8"
@@ -64,6 +67,9 @@ def resolve(config: QuantizeConfig, name: str | None = None) -> Settings:
         activation, fmt = None, None
     weight = weight or preset.get("weight_type") or "QInt8"
     reduce_range = config.reduce_range if config.reduce_range is not None else bool(preset.get("reduce_range", False))
+    if name == "static-qdq-x86-avx2":
+        avx2 = PRESETS["x86-avx2"]
+        activation, weight, reduce_range = avx2["activation_type"], avx2["weight_type"], avx2["reduce_range"]
     preprocess = config.preprocess if config.preprocess is not None else mode == "static"
     linear = "blockwise" if name == "static-qdq-blockwise" else (config.linear or "qdq") if name is None else "qdq"
     if mode != "static":
