@@ -117,7 +117,7 @@ class Index:
     def _open(self) -> sqlite3.Connection:
         try:
             try:
-                db = self._connect()
+                db = self._connect() if self.path.exists() else self._create()
             except sqlite3.DatabaseError as e:
                 if isinstance(e, sqlite3.OperationalError) or self.source is None:
                     raise
@@ -132,6 +132,17 @@ class Index:
         if complete is None and self.source is not None:
             self.rebuild()
         return db
+
+    def _create(self) -> sqlite3.Connection:
+        """A new index file; a -wal/-shm left from a deleted one would be replayed into it, so they go first."""
+        from filelock import FileLock
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.path) + ".lock", timeout=120):
+            if not self.path.exists():
+                for suffix in ("-wal", "-shm"):
+                    Path(str(self.path) + suffix).unlink(missing_ok=True)
+            return self._connect()
 
     def _replace_damaged(self) -> sqlite3.Connection:
         """Move a file that is not an SQLite database aside (one process at a time) and start afresh."""
