@@ -1,4 +1,4 @@
-"""`zoo list/show/search/pull/push/tag/rm` and `zoo remote …`: the model zoo commands.
+"""`zoo list/show/search/pull/push/tag/rm/fsck` and `zoo remote …`: the model zoo commands.
 
 Only parses arguments, calls `zoo.registry.api`, and prints (rich tables, or JSON with
 --json). Everything heavier than typer is imported inside the commands so `zoo --help` stays
@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
     app.command("push")(push_cmd)
     app.command("tag")(tag_cmd)
     app.command("rm")(rm_cmd)
+    app.command("fsck")(fsck_cmd)
     remote_app = typer.Typer(help="Manage remote zoos (S3, WebDAV, HTTP(S), folders, Hugging Face).",
                              no_args_is_help=True)
     remote_app.command("add")(remote_add_cmd)
@@ -162,7 +163,8 @@ def pull_cmd(
     for n in result.notes:
         _note(n)
     if result.downloaded_files:
-        _note(f"{result.ref} [{result.build}] from {result.source}: {result.downloaded_files} file(s), "
+        where = ", ".join(result.fetched_from) or result.source
+        _note(f"{result.ref} [{result.build}] from {where}: {result.downloaded_files} file(s), "
               f"{result.downloaded_bytes} bytes verified")
     print(result.path, flush=True)
 
@@ -186,10 +188,11 @@ def push_cmd(
 
 def tag_cmd(
     ref: str = typer.Argument(..., help="NAME@VERSION.", show_default=False),
-    tag: str = typer.Argument(..., help="Tag to point at it (moved if it exists).", show_default=False),
+    tag: str = typer.Argument(..., help="Tag to point at it (moved if it exists); not `latest`, which always "
+                                        "follows the newest release.", show_default=False),
     remote: Optional[str] = RemoteOpt,
 ) -> None:
-    """Point a tag (prod, stable…) at a version."""
+    """Point a tag (prod, stable…) at a version. `latest` is automatic: it cannot be set by hand."""
     from zoo.registry import api
 
     result = api.tag(ref, tag, remote=remote)
@@ -205,6 +208,43 @@ def rm_cmd(
 
     result = api.rm(ref, remote=remote)
     print(f"removed {result['ref']} ({result['remote']}; {result['blobs_freed']} blob(s) freed)", flush=True)
+    name = result["ref"].split("@")[0]
+    dropped = result.get("tags_dropped") or []
+    if dropped:
+        _note(f"dropped tag(s) {', '.join(dropped)} (they pointed at {result['ref']})")
+    if "latest" in dropped:
+        _note(f"{name}@latest now points at {result['latest']}" if result.get("latest") else f"no version of {name} is left")
+
+
+def fsck_cmd(
+    ref: Optional[str] = typer.Argument(None, help="Only this model (NAME) or version (NAME@VERSION).", show_default=False),
+    repair: bool = typer.Option(False, "--repair", help="Remove corrupt blobs and snapshot files (a later pull fetches "
+                                                         "them again), drop tags that point nowhere, rebuild the index."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check the local zoo: manifests, blob contents (sha256), snapshot files, tags and the index.
+
+    Exits 4 when something is corrupt (and was not repaired), 0 when the zoo is clean.
+    """
+    from zoo.errors import EXIT_INTEGRITY, IntegrityError
+    from zoo.registry import api
+
+    report = api.fsck(ref, repair=repair)
+    if as_json:
+        _print_json(report)
+        if not report.ok:
+            raise typer.Exit(EXIT_INTEGRITY)
+        return
+    for p in report.problems:
+        print(f"{p.kind:<8} {'repaired' if p.repaired else 'CORRUPT ':<8} {p.detail}  ({p.where})", flush=True)
+    print(f"checked {report.versions} version(s), {report.blobs_checked} blob(s) by sha256"
+          + (f"; {report.blobs_missing} not downloaded" if report.blobs_missing else "")
+          + f"; {len(report.problems)} problem(s)" + (f", {len(report.unrepaired)} left" if repair else ""), flush=True)
+    if not report.ok:
+        bad = report.unrepaired
+        hint = ("a manifest that does not parse is never deleted: restore it, or `zoo rm` the version"
+                if all(p.kind == "manifest" for p in bad) else "`zoo fsck --repair`, then pull the affected builds again")
+        raise IntegrityError(f"the local zoo has {len(bad)} problem(s)", hint=hint)
 
 
 def remote_add_cmd(

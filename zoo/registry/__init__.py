@@ -7,21 +7,27 @@ external-data checks), ``store`` (`LocalZoo`), ``staging`` (building a staging f
 ``config`` (remotes.json), ``fsbackend`` (fsspec: folder, S3, WebDAV, HTTP), ``remotes``
 (remote zoo layout + mirrors), ``hf`` (Hugging Face Hub), ``transfer`` (resumable verified
 downloads), ``select`` (best build for this host), ``pull``, ``api`` (what the CLI calls),
-``bundle`` (air-gapped tar bundles: export, verified import), ``testing`` (servers on 127.0.0.1
-for tests and benchmarks).
+``bundle`` (air-gapped tar bundles: export, verified import), ``fsck`` (checking and repairing
+a local zoo), ``testing`` (servers on 127.0.0.1 for tests and benchmarks).
 
 Local zoo layout (``$ZOO_HOME``, default ``~/.local/share/zoo``)::
 
     remotes.json                                  remotes config {"schema_version": 1, "remotes": [...]}
     index.sqlite                                  derived index (versions, tags, build metrics, blob refs);
-                                                  rebuilt from the files below by LocalZoo.reindex()
-    blobs/sha256/<aa>/<sha256>                    every file, once, by content; read-only; present = verified
+                                                  rebuilt from the files below when missing or damaged
+    index-pending/<name>                          a writer of <name> has not finished updating the index:
+                                                  the next reader re-syncs that model from its files
+    blobs/sha256/<aa>/<sha256>                    every file, once, by content; read-only; verified by
+                                                  sha256 before it is served
+    blobs/verified/<aa>/<sha256>                  "dev ino size mtime_ns ctime_ns" of the blob when it last
+                                                  hashed right (a re-check is a stat while it matches)
     blobs/partial/<sha256>.part                   a download in progress (resumed from its length)
     blobs/hf-cache/                               huggingface_hub's download area (files move into blobs/)
     models/<name>/versions/<version>/zoo-manifest.json
                                                   the version's manifest, written last and create-exclusive
     models/<name>/versions/<version>/<path>       materialized files: hard links to blobs (a snapshot, so
-                                                  this folder is itself a valid staging folder)
+                                                  this folder is itself a valid staging folder); `--to`
+                                                  folders get independent copies instead
     models/<name>/tags/<tag>                      one line: the version the tag points at (`latest`, `prod`…)
     tmp/                                          scratch space
 

@@ -15,7 +15,7 @@ from zoo.registry.pull import PullResult
 from zoo.registry.refs import parse_pinned, parse_ref, version_key
 from zoo.registry.store import LocalZoo
 
-__all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "push", "tag", "rm",
+__all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "push", "tag", "rm", "fsck",
            "remote_add", "remote_list", "remote_remove", "PullResult", "VersionInfo"]
 
 
@@ -107,16 +107,27 @@ def pull(ref: str, *, build: str | None = None, to: str | Path | None = None, re
 
 def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | None = None) -> dict:
     """Publish local `name@version` to remote `to` (blobs first, manifest last, create-exclusive)."""
+    from zoo.registry.refs import LATEST
+    from zoo.registry.store import latest_is_automatic
+
     zoo = _zoo(zoo)
     r = parse_pinned(ref)
+    if LATEST in (tags or []):
+        raise latest_is_automatic(r.name)
     manifest = zoo.resolve(r)
     return _remote(to, zoo).push(zoo, manifest, list(tags or []))
 
 
 def tag(ref: str, tag_name: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
-    """Point `tag_name` at `name@version`, locally or on `remote`."""
+    """Point `tag_name` at `name@version`, locally or on `remote`; `latest` is never set by hand
+    (it follows the newest release), so asking for it is InvalidInput."""
+    from zoo.registry.refs import LATEST, check_tag
+    from zoo.registry.store import latest_is_automatic
+
     zoo = _zoo(zoo)
     r = parse_pinned(ref)
+    if check_tag(tag_name) == LATEST:
+        raise latest_is_automatic(r.name)
     if remote:
         _remote(remote, zoo).set_tag(r.name, tag_name, r.version)
     else:
@@ -125,13 +136,24 @@ def tag(ref: str, tag_name: str, *, remote: str | None = None, zoo: LocalZoo | N
 
 
 def rm(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
-    """Remove `name@version` (locally: with its unused blobs; on a remote: its manifest and tags)."""
+    """Remove `name@version` (locally: with its unused blobs; on a remote: its manifest and tags).
+
+    Locally the result also says which tags pointed at it (`tags_dropped`) and where `latest`
+    points now (`latest`, None when no version is left).
+    """
     zoo = _zoo(zoo)
     r = parse_pinned(ref)
     if remote:
         _remote(remote, zoo).remove(r.name, r.version)
         return {"ref": str(r), "remote": remote, "blobs_freed": 0}
-    return {"ref": str(r), "remote": "local", "blobs_freed": zoo.remove(r.name, r.version)}
+    return {"ref": str(r), "remote": "local"} | zoo.remove_version(r.name, r.version)
+
+
+def fsck(ref: str | None = None, *, repair: bool = False, zoo: LocalZoo | None = None):
+    """Check the local zoo (or one model / version); see `zoo.registry.fsck`. Returns an FsckReport."""
+    from zoo.registry.fsck import fsck as _fsck
+
+    return _fsck(_zoo(zoo), ref, repair=repair)
 
 
 def remote_add(name: str, url: str, *, options: dict[str, str] | None = None, mirrors: list[str] | None = None,
@@ -159,6 +181,8 @@ def as_dict(obj) -> dict:
     """JSON-ready form of any result above."""
     if isinstance(obj, Manifest):
         return obj.model_dump(mode="json")
+    if hasattr(obj, "as_dict"):
+        return obj.as_dict()
     if hasattr(obj, "__dataclass_fields__"):
         d = asdict(obj)
         if isinstance(obj, PullResult):

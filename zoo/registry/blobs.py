@@ -1,17 +1,28 @@
 """The content-addressed blob store: ``blobs/sha256/<aa>/<sha256>``, read-only files.
 
-A blob becomes visible only after its bytes were hashed and matched, so a present blob is a
-verified blob; checking presence costs one stat. Partial downloads live in ``partial/`` and
-are resumed from their current length.
+A blob is written only after its bytes were hashed and matched, but a blob on disk can still
+change later (a write through a hard link, a bad disk, root ignoring the 0444 mode). So a blob
+counts as present only when its content matches its name: `has` hashes it, and remembers the
+result in ``verified/<aa>/<sha256>`` keyed by the file's identity (device, inode, size,
+mtime_ns, ctime_ns). Any write moves ctime, which the user cannot set back, so a recorded
+identity that still matches proves the bytes were not touched since they were hashed: a
+re-check costs a stat and a small read. Partial downloads live in ``partial/`` and are resumed
+from their current length.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Iterable, Literal
 
 from zoo.registry.fileio import copy_verified
+
+State = Literal["ok", "missing", "corrupt"]
+
+
+def _identity(st: os.stat_result) -> str:
+    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
 class BlobStore:
@@ -26,19 +37,73 @@ class BlobStore:
     def partial_path(self, sha256: str) -> Path:
         return self.root / "partial" / f"{sha256}.part"
 
-    def has(self, sha256: str, size: int | None = None) -> bool:
-        """True if the blob is present (and `size` long, when given): one stat."""
+    def _memo_path(self, sha256: str) -> Path:
+        return self.root / "verified" / sha256[:2] / sha256
+
+    def present(self, sha256: str) -> bool:
+        """True if a file is stored under `sha256`, whatever its content (one stat)."""
+        return self.path(sha256).is_file()
+
+    def check(self, sha256: str, size: int | None = None, *, rehash: bool = False) -> State:
+        """"ok" when the blob exists and its content hashes to `sha256` (and is `size` long),
+        "missing" when it does not exist, "corrupt" when its bytes differ from its name.
+
+        The hash is memoised per file identity, so a blob checked before costs a stat;
+        `rehash` ignores the memo (`zoo fsck`).
+        """
         try:
             st = os.stat(self.path(sha256))
         except OSError:
-            return False
-        return size is None or st.st_size == size
+            return "missing"
+        if size is not None and st.st_size != size:
+            return "corrupt"
+        try:
+            if not rehash and self._memo_path(sha256).read_text() == _identity(st):
+                return "ok"
+        except OSError:
+            pass
+        from zoo.registry.fileio import sha256_file
+
+        try:
+            got, _ = sha256_file(self.path(sha256))
+        except FileNotFoundError:
+            return "missing"
+        if got != sha256:
+            self._memo_path(sha256).unlink(missing_ok=True)
+            return "corrupt"
+        self._remember(sha256, st)
+        return "ok"
+
+    def has(self, sha256: str, size: int | None = None) -> bool:
+        """True if the blob is present with the right content (see `check`); a corrupt blob is not had."""
+        return self.check(sha256, size) == "ok"
+
+    def _remember(self, sha256: str, st: os.stat_result | None = None) -> None:
+        """Record that the blob's current bytes were verified (best effort: a lost memo costs a re-hash)."""
+        from zoo.registry.fileio import atomic_write_bytes
+
+        try:
+            st = st or os.stat(self.path(sha256))
+            atomic_write_bytes(self._memo_path(sha256), _identity(st).encode(), sync=False)
+        except Exception:  # noqa: BLE001 - the memo is an optimisation, never a reason to fail
+            pass
+
+    def relinked(self, sha256: str, before: os.stat_result) -> None:
+        """After a hard link to a verified blob (which moves its ctime), keep the memo valid if the
+        content cannot have changed in between (same size and mtime as when it was verified)."""
+        try:
+            st = os.stat(self.path(sha256))
+        except OSError:
+            return
+        if (st.st_ino, st.st_size, st.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns):
+            self._remember(sha256, st)
 
     def add(self, src: Path | BinaryIO | Iterable[bytes], sha256: str, size: int, what: str) -> Path:
         """Store bytes as a blob after checking them against (sha256, size); IntegrityError otherwise.
 
         The source is always hashed, even when the blob exists, so a wrong source file is
-        never accepted just because a blob with the claimed digest is already present.
+        never accepted just because a blob with the claimed digest is already present. A
+        stored blob whose bytes went bad is replaced by the (verified) new bytes.
         """
         dest = self.path(sha256)
         if self.has(sha256, size):
@@ -54,12 +119,38 @@ class BlobStore:
                                          hint="the file was modified after the manifest was written")
                 return dest
         copy_verified(src, dest, sha256, size, what)
+        self._remember(sha256)
         return dest
 
     def remove(self, sha256: str) -> None:
+        self._memo_path(sha256).unlink(missing_ok=True)
         p = self.path(sha256)
         try:
             os.chmod(p, 0o644)
             p.unlink()
         except FileNotFoundError:
             pass
+
+    def drop_partial_lock(self, sha256: str) -> None:
+        """Remove ``partial/<sha256>.part.lock`` once no download holds it.
+
+        Only unlinked while we hold its flock and the name still points at the inode we locked;
+        filelock re-opens the path when the inode it locked has no name any more, so a waiter
+        never ends up holding a lock on a deleted file beside a new one.
+        """
+        import fcntl
+
+        lock = Path(str(self.partial_path(sha256)) + ".lock")
+        try:
+            fd = os.open(lock, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            st, cur = os.fstat(fd), os.stat(lock)
+            if (st.st_dev, st.st_ino) == (cur.st_dev, cur.st_ino):
+                os.unlink(lock)
+        except OSError:
+            pass  # held by a download in progress, or already gone: leave it
+        finally:
+            os.close(fd)

@@ -9,17 +9,20 @@ Resolution order:
   config order; each remote tries its mirrors in order). If none can be reached and the local
   zoo has the reference, it is used and a note says so.
 
-Nothing pulled is ever imported or executed: files are verified, linked into place and their
-ONNX external-data locations checked, nothing more.
+Nothing pulled is ever imported or executed: files are verified, their ONNX external-data
+locations checked, and only then is the version adopted and the files placed (hard links in
+the zoo's own snapshot folder; independent copies or reflinks for ``--to``).
 """
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoo.errors import NotFound, SourceUnreachable, StorageError, ZooError
-from zoo.registry.manifest import Manifest
+from zoo.errors import IntegrityError, NotFound, SourceUnreachable, StorageError, ZooError
+from zoo.registry.fileio import storage_error
+from zoo.registry.manifest import FileRef, Manifest
 from zoo.registry.refs import LATEST, Ref, parse_ref
 from zoo.registry.remotes import RemoteZoo, open_remote
 from zoo.registry.store import LocalZoo
@@ -33,10 +36,11 @@ class PullResult:
     version: str
     build: str
     path: str
-    source: str  # remote name, or "local"
+    source: str  # where the manifest came from: remote name, or "local"
     downloaded_files: int = 0
     downloaded_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    fetched_from: list[str] = field(default_factory=list)  # the remotes the downloaded bytes came from
 
     @property
     def ref(self) -> str:
@@ -93,7 +97,13 @@ def _local(zoo: LocalZoo, r: Ref) -> Manifest | None:
 
 def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: str | None = None,
          offline: bool = False, zoo: LocalZoo | None = None, providers: list[str] | None = None) -> PullResult:
-    """Pull `ref` (``name[@version|@tag]``) and return where its build's model file is."""
+    """Pull `ref` (``name[@version|@tag]``) and return where its build's model file is.
+
+    Everything is checked before anything is adopted: each of the build's files (fetched or
+    already stored) must hash to its sha256, and every ONNX file of the version held locally
+    must keep its external data inside the version. Only then are the manifest and tags
+    recorded and the files placed, so a refused pull leaves no version and no tag behind.
+    """
     from zoo.registry.select import best_build
 
     zoo = zoo or LocalZoo()
@@ -104,39 +114,81 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
     b = zoo.get_build(manifest, build) if build else best_build(manifest, providers)
     dest = Path(to).expanduser().resolve() if to else None
 
-    if source is None:
-        done = zoo.is_materialized(manifest, b, dest)
+    if source is None and dest is None:
+        done = zoo.is_materialized(manifest, b)
         if done is not None:
             return PullResult(manifest.name, manifest.version, b.name, str(done), "local", notes=notes)
 
-    files = zoo.build_files(manifest, b)
-    missing = zoo.missing(files)
-    got_bytes = 0
-    if missing:
-        if offline:
-            raise NotFound(f"{manifest.ref} build {b.name} is not in the local cache (offline)",
-                           hint="pull it once while online")
+    fetched: list[FileRef] = []
+    used: list[str] = []
+    try:
+        files = zoo.build_files(manifest, b)
         order = ([source] if source else []) + [x for x in remotes if x is not source]
-        for f in missing:
-            _fetch_any(order, manifest, f, zoo)
-            got_bytes += f.size
-    if source is not None:
-        zoo.adopt(manifest)
-        if r.tag and r.tag != LATEST:
-            zoo.tag(manifest.name, manifest.version, r.tag)  # so the same tag resolves offline later
-    path = zoo.materialize(manifest, b, dest)
+        _fetch_needed(zoo, manifest, b.name, files, order, offline, fetched, used, notes)
+        if b.format == "onnx":
+            # external data the model names but the build does not list (checked for safety just below)
+            listed = {f.path for f in files}
+            version_files = {f.path: f for f in manifest.all_files()}
+            extra = [version_files[rel] for rel in zoo.check_onnx_files(manifest, [b.name]) if rel not in listed]
+            _fetch_needed(zoo, manifest, b.name, extra, order, offline, fetched, used, notes)
+        zoo.check_onnx_files(manifest)  # every ONNX file of this version held locally, before adopting anything
+        if source is not None:
+            zoo.adopt(manifest)
+            if r.tag and r.tag != LATEST:
+                zoo.tag(manifest.name, manifest.version, r.tag)  # so the same tag resolves offline later
+        path = zoo.materialize(manifest, b, dest)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise storage_error(Path(e.filename) if e.filename else zoo.root, e) from e
+    except StorageError as e:
+        if e.message.startswith("no space left"):
+            for f in fetched:
+                zoo.blobs.partial_path(f.sha256).unlink(missing_ok=True)  # give the space back
+        raise
+    finally:
+        for f in fetched:
+            zoo.blobs.drop_partial_lock(f.sha256)
     return PullResult(manifest.name, manifest.version, b.name, str(path), source.name if source else "local",
-                      len(missing), got_bytes, notes)
+                      len(fetched), sum(f.size for f in fetched), notes, fetched_from=used)
 
 
-def _fetch_any(order: list[RemoteZoo], manifest: Manifest, f, zoo: LocalZoo) -> None:
-    from zoo.errors import IntegrityError
+def _fetch_needed(zoo: LocalZoo, manifest: Manifest, build: str, files: list[FileRef], order: list[RemoteZoo],
+                  offline: bool, fetched: list[FileRef], used: list[str], notes: list[str]) -> None:
+    """Make every file of `files` present with the right content, fetching what is missing or corrupt."""
+    states = {f.path: zoo.blobs.check(f.sha256, f.size) for f in files}
+    corrupt = [f for f in files if states[f.path] == "corrupt"]
+    if corrupt and (offline or not order):
+        raise IntegrityError(f"{manifest.ref}: the stored copy of {', '.join(f.path for f in corrupt)} does not match "
+                             f"its sha256 (corrupted on disk); refusing to serve it",
+                             hint=f"`zoo fsck --repair` removes the bad copy; then `zoo pull {manifest.ref} --build {build}` "
+                                  "from a remote fetches it again")
+    missing = [f for f in files if states[f.path] != "ok"]
+    if missing and offline:
+        raise NotFound(f"{manifest.ref} build {build} is not in the local cache (offline)",
+                       hint="pull it once while online")
+    for f in missing:
+        if states[f.path] == "corrupt":
+            zoo.blobs.remove(f.sha256)  # never served, never resumed from
+        fetched.append(f)
+        name = _fetch_any(order, manifest, f, zoo)
+        if name not in used:
+            used.append(name)
+        if states[f.path] == "corrupt":
+            notes.append(f"{manifest.ref}: the stored copy of {f.path} was corrupt; fetched it again from {name}")
+    for f in missing:
+        if not zoo.blobs.has(f.sha256, f.size):
+            raise IntegrityError(f"{manifest.ref}: {f.path} does not match its sha256 after the download",
+                                 hint="retry the pull; if it persists the remote copy is corrupt")
 
+
+def _fetch_any(order: list[RemoteZoo], manifest: Manifest, f, zoo: LocalZoo) -> str:
+    """Fetch one file from the first remote that has it; returns that remote's name."""
     errors: list[ZooError] = []
     for rz in order:
         try:
             rz.fetch(manifest, f, zoo.blobs)
-            return
+            return rz.name
         except (StorageError, NotFound) as e:
             errors.append(e)
         except IntegrityError as e:

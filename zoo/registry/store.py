@@ -1,7 +1,10 @@
 """LocalZoo: the local model zoo (publish, resolve, list, tag, remove, materialize).
 
 See `zoo.registry` for the on-disk layout. Every write is atomic; a version becomes visible
-only when its manifest is written, after all of its blobs.
+only when its manifest is written, after all of its blobs. Manifests and tag files are the
+truth: every change to them happens under the model's lock between a pending mark and the
+index update (see `zoo.registry.index`), so a writer killed half-way never leaves the index
+out of date for the next reader.
 """
 
 from __future__ import annotations
@@ -10,16 +13,19 @@ import difflib
 import hashlib
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
-from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, StorageError, UnsafePath
+from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, StorageError, UnsafePath, ZooError
 from zoo.registry.blobs import BlobStore
 from zoo.registry.codec import dump_manifest, load_manifest, read_manifest_file, same_content, utc_now
-from zoo.registry.fileio import atomic_write_bytes, create_exclusive_bytes, link_or_copy
+from zoo.registry.fileio import _umask, atomic_write_bytes, create_exclusive_bytes, link_or_copy, private_copy
 from zoo.registry.index import Index, VersionInfo
 from zoo.registry.manifest import MANIFEST_FILE, Build, FileRef, Manifest
-from zoo.registry.refs import LATEST, Ref, check_name, check_tag, check_version, is_prerelease, moves_latest, parse_ref
+from zoo.registry.refs import (LATEST, Ref, check_name, check_tag, check_version, is_prerelease, moves_latest, newest, parse_ref)
 from zoo.registry.safety import check_external_data, safe_join
+
+PENDING_DIR = "index-pending"  # <model name>: a writer of that model has not finished updating the index
 
 
 class LocalZoo:
@@ -32,7 +38,7 @@ class LocalZoo:
             root = zoo_home()
         self.root = Path(root)
         self.blobs = BlobStore(self.root / "blobs")
-        self.index = Index(self.root / "index.sqlite")
+        self.index = Index(self.root / "index.sqlite", source=self)
 
     # ---- paths --------------------------------------------------------------------------
     def model_dir(self, name: str) -> Path:
@@ -49,12 +55,114 @@ class LocalZoo:
         p.mkdir(parents=True, exist_ok=True)
         return p
 
-    def _lock(self, name: str):
+    def _lock(self, name: str, timeout: float = 120):
         from filelock import FileLock
 
         d = self.model_dir(name)
-        d.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(d / ".lock"), timeout=120)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            from zoo.registry.fileio import storage_error
+
+            raise storage_error(d, e) from e
+        return FileLock(str(d / ".lock"), timeout=timeout)
+
+    # ---- keeping the index true to the files ----------------------------------------------
+    def _pending(self, name: str) -> Path:
+        return self.root / PENDING_DIR / name
+
+    @contextmanager
+    def _changing(self, name: str):
+        """Mark `name` pending for the index while its files change (the caller holds its lock).
+
+        The mark is cleared only when the body finished, index update included; if the process
+        dies or the body raises, the next read of the index re-syncs the model from its files.
+        """
+        atomic_write_bytes(self._pending(name), b"")
+        yield
+        self._pending(name).unlink(missing_ok=True)
+
+    def _model_entries(self, name: str) -> list[tuple[Manifest, str]]:
+        """(manifest, sha256 of its bytes) of each version of `name` on disk; unreadable ones are skipped
+        here (the index lists what can be served) and reported by `zoo fsck`."""
+        from zoo.errors import ZooError
+
+        out = []
+        for mpath in sorted((self.root / "models" / name).glob(f"versions/*/{MANIFEST_FILE}")):
+            try:
+                data = mpath.read_bytes()
+                m = load_manifest(data, str(mpath))
+            except (OSError, ZooError):
+                continue
+            if (m.name, m.version) == (name, mpath.parent.name):
+                out.append((m, hashlib.sha256(data).hexdigest()))
+        return out
+
+    def _tag_files(self, name: str) -> dict[str, str]:
+        """tag -> version as the tag files say (unreadable or malformed ones are left out)."""
+        from zoo.errors import ZooError
+
+        d = self.root / "models" / name / "tags"
+        out = {}
+        for p in sorted(d.iterdir()) if d.is_dir() else []:
+            if p.name.startswith("."):
+                continue
+            try:
+                v = p.read_text().strip()
+            except OSError:
+                continue
+            try:
+                out[check_tag(p.name) if p.name != LATEST else p.name] = check_version(v)
+            except ZooError:
+                continue
+        return out
+
+    def _model_names(self) -> list[str]:
+        from zoo.errors import ZooError
+
+        d = self.root / "models"
+        names = []
+        for p in sorted(d.iterdir()) if d.is_dir() else []:
+            try:
+                names.append(check_name(p.name))
+            except ZooError:
+                continue
+        return names
+
+    def index_entries(self):
+        """Every version and tag on disk, for `Index.rebuild` (the manifests are the truth)."""
+        entries, tags = [], {}
+        for name in self._model_names():
+            entries += self._model_entries(name)
+            tags[name] = self._tag_files(name)
+        return entries, tags
+
+    def reconcile_pending(self, index: Index, wait: bool = False) -> None:
+        """Re-sync the models a writer marked pending and did not finish (it died, or failed).
+
+        A model whose lock is held is being written right now: its writer updates the index
+        itself, so a read skips it; `wait` (used before freeing blobs) waits for it instead.
+        """
+        from filelock import Timeout
+
+        try:
+            names = os.listdir(self.root / PENDING_DIR)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith("."):
+                continue
+            try:
+                lock = self._lock(name, timeout=120 if wait else 0)
+                lock.acquire()
+            except (Timeout, ZooError):
+                continue
+            try:
+                if self._pending(name).exists():
+                    index.sync_model(name, self._model_entries(name), self._tag_files(name))
+                    self._pending(name).unlink(missing_ok=True)
+            finally:
+                lock.release()
 
     # ---- reading ------------------------------------------------------------------------
     def get(self, name: str, version: str) -> Manifest | None:
@@ -167,14 +275,20 @@ class LocalZoo:
     def _commit(self, manifest: Manifest) -> Manifest:
         data = dump_manifest(manifest)
         path = self.manifest_path(manifest.name, manifest.version)
-        with self._lock(manifest.name):
+        with self._lock(manifest.name), self._changing(manifest.name):
             if not create_exclusive_bytes(path, data):
                 # another publisher won the race: fine if it published the same content
                 return self._same_or_conflict(read_manifest_file(path), manifest)
-            self.index.add(manifest, hashlib.sha256(data).hexdigest())
-            current = self.read_tag(manifest.name, LATEST)
-            if moves_latest(current, manifest.version) or self.get(manifest.name, current) is None:
-                self._write_tag(manifest.name, LATEST, manifest.version)
+            try:
+                self.index.add(manifest, hashlib.sha256(data).hexdigest())
+                current = self.read_tag(manifest.name, LATEST)
+                if moves_latest(current, manifest.version) or self.get(manifest.name, current) is None:
+                    self._write_tag(manifest.name, LATEST, manifest.version)
+            except BaseException:
+                # nothing half-installed: without its index row and `latest` the version is withdrawn
+                # (the pending mark stays, so the next reader re-syncs the index with the files)
+                path.unlink(missing_ok=True)
+                raise
         return manifest
 
     def _check_onnx(self, manifest: Manifest, locate) -> None:
@@ -189,61 +303,68 @@ class LocalZoo:
         self.index.set_tag(name, tag, version)
 
     def tag(self, name: str, version: str, tag: str) -> None:
-        """Point `tag` at `name@version` (moving it if it exists)."""
+        """Point `tag` at `name@version` (moving it if it exists); `latest` cannot be set by hand."""
         check_tag(tag)
+        if tag == LATEST:
+            raise latest_is_automatic(name)
         if self.get(name, version) is None:
             raise self._not_found(Ref(name, version=version))
-        with self._lock(name):
+        with self._lock(name), self._changing(name):
             self._write_tag(name, tag, version)
 
     def untag(self, name: str, tag: str) -> None:
         check_tag(tag)
+        if tag == LATEST:
+            raise latest_is_automatic(name)
         p = self.model_dir(name) / "tags" / tag
         if not p.exists():
             raise NotFound(f"{name} has no tag {tag!r}", hint=f"tags: {', '.join(self.tags(name)) or 'none'}")
-        with self._lock(name):
+        with self._lock(name), self._changing(name):
             p.unlink()
             self.index.set_tag(name, tag, None)
 
     # ---- removing -----------------------------------------------------------------------
     def remove(self, name: str, version: str) -> int:
         """Remove a version, its tags, its snapshot and the blobs no other version uses; returns blobs freed."""
+        return self.remove_version(name, version)["blobs_freed"]
+
+    def remove_version(self, name: str, version: str) -> dict:
+        """Remove a version like `remove`; returns blobs_freed, tags_dropped (the tags that pointed at
+        it, `latest` included) and latest (where `latest` points now, None when no version is left)."""
         manifest = self.get(name, version)
         if manifest is None:
             raise self._not_found(Ref(name, version=version))
-        with self._lock(name):
+        with self._lock(name), self._changing(name):
             vdir = self.version_dir(name, version)
             # the manifest goes first, so an interrupted removal never leaves a version without blobs
             self.manifest_path(name, version).unlink()
-            for tag, v in self.tags(name).items():
-                if v == version:
-                    (self.model_dir(name) / "tags" / tag).unlink(missing_ok=True)
+            dropped = sorted(t for t, v in self._tag_files(name).items() if v == version)
+            for tag in dropped:
+                (self.model_dir(name) / "tags" / tag).unlink(missing_ok=True)
             self.index.remove(name, version)
             _rmtree(vdir)
-            remaining = self.index.version_names(name)
+            remaining = [m.version for m, _ in self._model_entries(name)]
             if remaining and self.read_tag(name, LATEST) is None:
                 releases = [v for v in remaining if not is_prerelease(v)]
-                self._write_tag(name, LATEST, (releases or remaining)[0])
+                self._write_tag(name, LATEST, newest(releases or remaining))
+            latest = self.read_tag(name, LATEST) if remaining else None
+        freed = self._free_unused(manifest.all_files())
+        return {"blobs_freed": freed, "tags_dropped": dropped, "latest": latest}
+
+    def _free_unused(self, files: list[FileRef]) -> int:
+        # reference counts come from an index reconciled with the manifests first (waiting for
+        # writers in flight), never from one a killed writer left behind
+        self.reconcile_pending(self.index, wait=True)
         freed = 0
-        for ref in manifest.all_files():
-            if not self.index.blob_in_use(ref.sha256) and self.blobs.has(ref.sha256):
-                self.blobs.remove(ref.sha256)
+        for sha in {f.sha256 for f in files}:
+            if not self.index.blob_in_use(sha) and self.blobs.present(sha):
+                self.blobs.remove(sha)
                 freed += 1
         return freed
 
     def reindex(self) -> int:
         """Rebuild the index from the manifests and tag files on disk; returns the version count."""
-        self.index.clear()
-        count = 0
-        models = self.root / "models"
-        for mdir in sorted(models.iterdir()) if models.is_dir() else []:
-            for mpath in sorted(mdir.glob(f"versions/*/{MANIFEST_FILE}")):
-                data = mpath.read_bytes()
-                self.index.add(load_manifest(data, str(mpath)), hashlib.sha256(data).hexdigest())
-                count += 1
-            for tag, version in self.tags(mdir.name).items():
-                self.index.set_tag(mdir.name, tag, version)
-        return count
+        return self.index.rebuild()
 
     # ---- materializing ------------------------------------------------------------------
     def build_files(self, manifest: Manifest, build: str | Build) -> list[FileRef]:
@@ -263,54 +384,106 @@ class LocalZoo:
             raise NotFound(f"{manifest.ref} has no build {build!r}", hint=f"builds: {', '.join(sorted(manifest.builds))}")
         return manifest.builds[build]
 
+    def check_files(self, manifest: Manifest, files: list[FileRef], build: str) -> None:
+        """Every file present with the content its sha256 says (memoised: a stat each once checked).
+
+        IntegrityError (exit 4) for a stored file whose bytes went bad, NotFound for a missing one.
+        """
+        states = {f.path: self.blobs.check(f.sha256, f.size) for f in files}
+        corrupt = [p for p, s in states.items() if s == "corrupt"]
+        if corrupt:
+            raise IntegrityError(f"{manifest.ref}: the stored copy of {', '.join(corrupt)} does not match its sha256 "
+                                 "(corrupted on disk); refusing to serve it",
+                                 hint=f"`zoo fsck --repair` removes the bad copy; then `zoo pull {manifest.ref} "
+                                      f"--build {build}` from a remote fetches it again")
+        missing = [p for p, s in states.items() if s == "missing"]
+        if missing:
+            raise NotFound(f"{manifest.ref} build {build} is not downloaded ({len(missing)} file(s) missing)",
+                           hint=f"run `zoo pull {manifest.ref} --build {build}`")
+
+    def check_onnx_files(self, manifest: Manifest, builds: list[str] | None = None) -> list[str]:
+        """Check the external-data locations of the ONNX model of each build in `builds` (default: every
+        build whose model is stored here); UnsafePath if one points outside the version or at a file
+        it does not list. Returns the version-relative paths of the external data files named."""
+        version_files = {f.path for f in manifest.all_files()}
+        needed: list[str] = []
+        for name in builds if builds is not None else sorted(manifest.builds):
+            b = manifest.builds[name]
+            if b.format != "onnx" or not self.blobs.present(b.file.sha256):
+                continue
+            needed += check_external_data(self.blobs.path(b.file.sha256), b.file.path, version_files)
+        return needed
+
     def materialize(self, manifest: Manifest, build: str | Build, dest: Path | None = None) -> Path:
         """Place one build's files under `dest` (default: the version's snapshot folder); return the model path.
 
-        Files are hard links to the read-only blobs (copies across devices). Every check runs
-        before the first file is placed: blobs present, paths inside `dest`, and ONNX external
-        data pointing only at files of this version. Nothing is imported or executed.
+        In the snapshot folder files are hard links to the read-only blobs (copies across
+        devices); anywhere else (`zoo pull --to`) they are independent copies (reflinks where the
+        file system can), so editing them never touches the zoo. Every check runs before the
+        first file is placed: blobs present with the right content, paths inside `dest`, and
+        ONNX external data pointing only at files of this version. Nothing is imported or executed.
         """
         b = self.get_build(manifest, build)
-        dest = Path(dest) if dest is not None else self.version_dir(manifest.name, manifest.version)
+        snapshot = self.version_dir(manifest.name, manifest.version)
+        own = dest is None or Path(dest).resolve() == snapshot.resolve()
+        dest = snapshot if dest is None else Path(dest)
         files = self.build_files(manifest, b)
         version_files = {f.path: f for f in manifest.all_files()}
-        missing = self.missing(files)
-        if missing:
-            raise NotFound(f"{manifest.ref} build {b.name} is not downloaded ({len(missing)} file(s) missing)",
-                           hint=f"run `zoo pull {manifest.ref} --build {b.name}`")
+        self.check_files(manifest, files, b.name)
         if b.format == "onnx":
-            for rel in check_external_data(self.blobs.path(b.file.sha256), b.file.path, set(version_files)):
-                if rel not in {f.path for f in files}:
-                    files.append(version_files[rel])
-                    if not self.blobs.has(version_files[rel].sha256, version_files[rel].size):
-                        raise NotFound(f"{manifest.ref}: external data {rel} is not downloaded",
-                                       hint=f"run `zoo pull {manifest.ref} --build {b.name}`")
+            extra = [version_files[rel] for rel in self.check_onnx_files(manifest, [b.name])
+                     if rel not in {f.path for f in files}]
+            for f in extra:
+                if not self.blobs.present(f.sha256):
+                    raise NotFound(f"{manifest.ref}: external data {f.path} is not downloaded",
+                                   hint=f"run `zoo pull {manifest.ref} --build {b.name}`")
+            self.check_files(manifest, extra, b.name)
+            files += extra
         dest.mkdir(parents=True, exist_ok=True)
         targets = [(f, safe_join(dest, f.path, what="manifest file")) for f in files]
+        mode = 0o444 if own else 0o644 & ~_umask()
         for f, target in targets:
             blob = self.blobs.path(f.sha256)
-            if _same_file(target, blob):
-                continue
-            if target.is_symlink() or target.is_dir():
+            if target.is_symlink() or (target.exists() and not target.is_file()):
                 raise UnsafePath(f"{target} exists and is not a regular file", hint="remove it or pull to another folder")
+            if own and _same_inode(target, blob):
+                continue
+            if _holds(target, f):
+                _set_mode(target, mode)
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            link_or_copy(blob, target)
+            if own:
+                before = os.stat(blob)
+                link_or_copy(blob, target)
+                self.blobs.relinked(f.sha256, before)  # a new link moves the blob's ctime, not its bytes
+            else:
+                private_copy(blob, target, f.sha256, f.size, f"{manifest.ref}: {f.path}", mode)
         mpath = dest / MANIFEST_FILE
-        if not mpath.exists() or mpath.read_bytes() != dump_manifest(manifest):
-            atomic_write_bytes(mpath, dump_manifest(manifest))
+        data = dump_manifest(manifest)
+        if not mpath.is_file() or mpath.read_bytes() != data:
+            atomic_write_bytes(mpath, data, mode=mode)
+        else:
+            _set_mode(mpath, mode)
         return dest / b.file.path
 
     def is_materialized(self, manifest: Manifest, build: str | Build, dest: Path | None = None) -> Path | None:
-        """The model path if the build is already in place (a few stats), else None."""
+        """The model path if the build is already in the snapshot folder with the right content, else None.
+
+        A few stats: each file must be a link to its blob, and the blob's content check is
+        memoised. Folders outside the zoo (`--to`) always go through `materialize`.
+        """
         b = self.get_build(manifest, build)
-        dest = Path(dest) if dest is not None else self.version_dir(manifest.name, manifest.version)
+        snapshot = self.version_dir(manifest.name, manifest.version)
+        if dest is not None and Path(dest).resolve() != snapshot.resolve():
+            return None
         for f in self.build_files(manifest, b):
-            if not _same_file(safe_join(dest, f.path), self.blobs.path(f.sha256)):
+            if not _same_inode(safe_join(snapshot, f.path), self.blobs.path(f.sha256)) or not self.blobs.has(f.sha256, f.size):
                 return None
-        return dest / b.file.path
+        return snapshot / b.file.path
 
     def gc(self) -> int:
-        """Delete blobs no version references and stale partial downloads; returns files removed."""
+        """Delete blobs no version references; returns files removed."""
+        self.reconcile_pending(self.index, wait=True)
         removed = 0
         root = self.blobs.root / "sha256"
         for p in root.glob("*/*") if root.is_dir() else []:
@@ -318,6 +491,13 @@ class LocalZoo:
                 self.blobs.remove(p.name)
                 removed += 1
         return removed
+
+
+def latest_is_automatic(name: str) -> InvalidInput:
+    """The error for setting or removing `latest` by hand."""
+    return InvalidInput(f"`latest` cannot be set by hand: it always points at the newest release of {name}",
+                        hint="use another tag (e.g. `zoo tag NAME@VERSION stable`) and pull NAME@stable; "
+                             "`zoo rm` a newer version to move latest back")
 
 
 def _check_consistent(manifest: Manifest) -> None:
@@ -334,15 +514,32 @@ def _check_consistent(manifest: Manifest) -> None:
             raise InvalidInput(f"{manifest.ref}: builds.{key} has name {build.name!r}", hint="the key must equal the build name")
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def _same_inode(a: Path, b: Path) -> bool:
     try:
         sa, sb = os.stat(a), os.stat(b)
     except OSError:
         return False
-    if (sa.st_ino, sa.st_dev) == (sb.st_ino, sb.st_dev):
-        return True
-    # a copy (cross-device) counts when size and mtime say it was made from the blob
-    return sa.st_size == sb.st_size and sa.st_mtime_ns >= sb.st_mtime_ns and not (sa.st_mode & 0o222)
+    return (sa.st_ino, sa.st_dev) == (sb.st_ino, sb.st_dev)
+
+
+def _holds(target: Path, ref: FileRef) -> bool:
+    """True if the regular file at `target` already has exactly `ref`'s bytes (hashed, not guessed)."""
+    from zoo.registry.fileio import sha256_file
+
+    try:
+        if target.is_symlink() or not target.is_file() or target.stat().st_size != ref.size:
+            return False
+        return sha256_file(target) == (ref.sha256, ref.size)
+    except OSError:
+        return False
+
+
+def _set_mode(path: Path, mode: int) -> None:
+    try:
+        if (os.stat(path).st_mode & 0o777) != mode:
+            os.chmod(path, mode)
+    except OSError:
+        pass
 
 
 def _rmtree(path: Path) -> None:
