@@ -236,6 +236,9 @@ class HfRemoteZoo(RemoteZoo):
         versions, _ = self._refs(manifest.name, ep)
         if manifest.version in versions:
             self._same_or_conflict(manifest, self._manifest_at(manifest.name, manifest.version, ep))
+            # a push cut off after its version tag did not move `latest`: the retry does
+            if moves_latest(self.tags(manifest.name).get(LATEST), manifest.version):
+                self._move_tag(api, repo, LATEST, versions[manifest.version])
             for tag in tags or []:
                 self.set_tag(manifest.name, tag, manifest.version)
             return {"remote": self.name, "ref": manifest.ref, "uploaded": 0, "skipped": len(manifest.all_files()),

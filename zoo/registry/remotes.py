@@ -194,9 +194,15 @@ class FsRemoteZoo(RemoteZoo):
 
     # ---- writes (primary only) ---------------------------------------------------------
     def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
+        """Publish: blobs, then the manifest (create-exclusive), then `latest`, tags and indexes.
+
+        Every step is idempotent, so a retry finishes what a push cut off at any point started:
+        a manifest already there with the same content still gets its blobs checked, its
+        `latest` moved and the index files rebuilt (a push killed right after writing the
+        manifest left a version that `show name@version` finds but `list` does not).
+        """
         b = self.primary
-        if b.read_only:
-            b._writable()
+        b._writable()
         missing = zoo.missing(manifest.all_files())
         if missing:
             raise NotFound(f"{manifest.ref}: {len(missing)} file(s) are not in the local zoo (e.g. {missing[0].path})",
@@ -204,49 +210,72 @@ class FsRemoteZoo(RemoteZoo):
         if b.read(b.path("zoo-remote.json")) is None:
             b.write(b.path("zoo-remote.json"), json.dumps({"schema_version": REMOTE_SCHEMA_VERSION}).encode())
         existing = self._read_primary_manifest(manifest)
-        if existing is not None:
-            if not same_content(existing, manifest):
-                raise Conflict(f"{manifest.ref} is already on remote {self.name} with different content",
-                               hint="versions are immutable: bump the version")
-            for tag in tags or []:
-                self.set_tag(manifest.name, tag, manifest.version)
-            return {"remote": self.name, "ref": manifest.ref, "uploaded": 0, "skipped": len(manifest.all_files()),
-                    "bytes": 0, "created": False}
-        uploaded = skipped = nbytes = 0
+        if existing is not None and not same_content(existing, manifest):
+            raise Conflict(f"{manifest.ref} is already on remote {self.name} with different content",
+                           hint="versions are immutable: bump the version")
+        uploaded, nbytes = self._upload_missing(zoo, manifest)
+        created = False
+        if existing is None:
+            if manifest.created is None:
+                manifest = manifest.model_copy(update={"created": utc_now()})
+            mpath = b.path("models", manifest.name, "versions", f"{manifest.version}.json")
+            created = b.create(mpath, dump_manifest(manifest))
+            if not created:
+                theirs = self._read_primary_manifest(manifest)
+                if theirs is None or not same_content(theirs, manifest):
+                    raise Conflict(f"{manifest.ref} was published to remote {self.name} concurrently with different content",
+                                   hint="versions are immutable: bump the version")
+                manifest = theirs
+            # a remote gc may have freed a blob we found present (an old one, unreferenced until
+            # our manifest appeared) between our check and the manifest: check again, re-upload
+            again, more = self._upload_missing(zoo, manifest)
+            uploaded, nbytes = uploaded + again, nbytes + more
+        else:
+            manifest = existing  # keeps the first publish time in the index
+        self._finish_publish(manifest, tags or [])
+        n = len(manifest.all_files())
+        return {"remote": self.name, "ref": manifest.ref, "uploaded": uploaded, "skipped": n - min(uploaded, n),
+                "bytes": nbytes, "created": created}
+
+    def _upload_missing(self, zoo: "LocalZoo", manifest: Manifest) -> tuple[int, int]:
+        """Upload the blobs of `manifest` the primary lacks (a present blob has the right size); (files, bytes)."""
+        from zoo.errors import IntegrityError
         from zoo.registry.fileio import sha256_file
 
+        b = self.primary
+        uploaded = nbytes = 0
         for ref in manifest.all_files():
             rpath = b.path("blobs", "sha256", ref.sha256[:2], ref.sha256)
             if b.size(rpath) == ref.size:  # resumes an interrupted push: only what is missing goes up
-                skipped += 1
                 continue
             local = zoo.blobs.path(ref.sha256)
             if sha256_file(local) != (ref.sha256, ref.size):
-                from zoo.errors import IntegrityError
-
                 raise IntegrityError(f"local blob of {manifest.ref}: {ref.path} is corrupt; refusing to upload it",
                                      hint=f"`zoo rm {manifest.ref}` and pull or publish it again")
             b.put_file(local, rpath)
             uploaded += 1
             nbytes += ref.size
-        if manifest.created is None:
-            manifest = manifest.model_copy(update={"created": utc_now()})
-        mpath = b.path("models", manifest.name, "versions", f"{manifest.version}.json")
-        created = b.create(mpath, dump_manifest(manifest))
-        if not created:
-            theirs = self._read_primary_manifest(manifest)
-            if theirs is None or not same_content(theirs, manifest):
-                raise Conflict(f"{manifest.ref} was published to remote {self.name} concurrently with different content",
-                               hint="versions are immutable: bump the version")
-        current = (self.tags(manifest.name) or {}).get(LATEST)
+        return uploaded, nbytes
+
+    def _finish_publish(self, manifest: Manifest, tags: list[str]) -> None:
+        """Move `latest` if this version is the newest, set `tags`, rebuild the index files.
+
+        Reads the tag files themselves, not the derived index: after a cut-off push the index
+        is exactly what may be stale.
+        """
+        current = self._list_tags(manifest.name).get(LATEST)
+        if current is not None and self._read_manifest_bytes(manifest.name, current) is None:
+            current = None  # `latest` names a removed version
         if moves_latest(current, manifest.version):
             self._write_tag(manifest.name, LATEST, manifest.version)
-        for tag in tags or []:
+        for tag in tags:
             if tag != LATEST:
                 self._write_tag(manifest.name, check_tag(tag), manifest.version)
         self._reindex(manifest.name, manifest)
-        return {"remote": self.name, "ref": manifest.ref, "uploaded": uploaded, "skipped": skipped,
-                "bytes": nbytes, "created": created}
+
+    def _read_manifest_bytes(self, name: str, version: str) -> bytes | None:
+        b = self.primary
+        return b.read(b.path("models", name, "versions", f"{version}.json"))
 
     def _read_primary_manifest(self, manifest: Manifest) -> Manifest | None:
         b = self.primary

@@ -1,0 +1,90 @@
+"""Remote zoos and bundles against hostile or broken states (issue #11): half-published pushes,
+freeing blobs on remotes (rm, remote gc), remotes that refuse access, bundle bombs, escaping
+paths and blobs with extra bytes. Servers are real ones on 127.0.0.1 (moto S3, wsgidav)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_registry_remotes import Backend, dav, s3_endpoint  # noqa: F401  (fixtures used by Backend)
+from zoo.registry import api
+from zoo.registry.store import LocalZoo
+from zoo.registry.testing import make_staging
+
+
+@pytest.fixture(params=["folder", "s3"])
+def backend(request, tmp_path, monkeypatch) -> Backend:
+    return Backend(request.param, request, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def publisher(tmp_path, backend) -> LocalZoo:
+    zoo = LocalZoo(tmp_path / "publisher")
+    zoo.publish(make_staging(tmp_path / "s100", version="1.0.0", big_bytes=3000))
+    zoo.publish(make_staging(tmp_path / "s110", version="1.1.0", scale=7.0, big_bytes=3000))
+    backend.add_to(zoo)
+    return zoo
+
+
+@pytest.fixture
+def consumer(tmp_path, backend) -> LocalZoo:
+    zoo = LocalZoo(tmp_path / "consumer")
+    backend.add_to(zoo)
+    return zoo
+
+
+# ---- 5: a push cut off after its manifest is finished by the retry ----------------------------
+class _Killed(BaseException):
+    """Stands for kill -9: nothing after the raise point runs, no handler cleans up."""
+
+
+def _cut_off_after_manifest(monkeypatch, version: str) -> None:
+    from zoo.registry.fsbackend import FsBackend
+
+    real = FsBackend.create
+
+    def create_then_die(self, rpath, data):
+        done = real(self, rpath, data)
+        if rpath.endswith(f"/versions/{version}.json"):
+            raise _Killed()
+        return done
+
+    monkeypatch.setattr(FsBackend, "create", create_then_die)
+
+
+def _versions(remote: str, zoo: LocalZoo) -> list[str]:
+    return [v.version for v in api.list_versions("tiny", remote=remote, zoo=zoo)]
+
+
+def test_a_push_cut_off_after_its_manifest_is_finished_by_the_retry(backend, publisher, consumer, monkeypatch):
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    with monkeypatch.context() as m:
+        _cut_off_after_manifest(m, "1.1.0")
+        with pytest.raises(_Killed):
+            api.push("tiny@1.1.0", "origin", zoo=publisher)
+    # the half-published state the issue describes
+    assert api.show("tiny@1.1.0", remote="origin", zoo=consumer)["version"] == "1.1.0"
+    assert _versions("origin", consumer) == ["1.0.0"]
+    assert api.show("tiny", remote="origin", zoo=consumer)["version"] == "1.0.0"
+
+    again = api.push("tiny@1.1.0", "origin", zoo=publisher)
+    assert not again["created"] and again["uploaded"] == 0
+    assert _versions("origin", consumer) == ["1.1.0", "1.0.0"]
+    shown = api.show("tiny", remote="origin", zoo=consumer)
+    assert shown["version"] == "1.1.0" and shown["tags"] == ["latest"]
+    assert [(m.name, m.latest, m.versions) for m in api.list_models(remote="origin", zoo=consumer)] == [("tiny", "1.1.0", 2)]
+    assert api.pull("tiny", remote="origin", zoo=consumer).version == "1.1.0"
+
+
+def test_a_first_push_cut_off_after_its_manifest_is_listed_after_the_retry(backend, publisher, consumer, monkeypatch):
+    with monkeypatch.context() as m:
+        _cut_off_after_manifest(m, "1.0.0")
+        with pytest.raises(_Killed):
+            api.push("tiny@1.0.0", "origin", zoo=publisher)
+    assert api.list_models(remote="origin", zoo=consumer) == []
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    assert [m.name for m in api.list_models(remote="origin", zoo=consumer)] == ["tiny"]
+    assert api.show("tiny", remote="origin", zoo=consumer)["tags"] == ["latest"]
