@@ -5,7 +5,6 @@ paths and blobs with extra bytes. Servers are real ones on 127.0.0.1 (moto S3, w
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -88,3 +87,67 @@ def test_a_first_push_cut_off_after_its_manifest_is_listed_after_the_retry(backe
     api.push("tiny@1.0.0", "origin", zoo=publisher)
     assert [m.name for m in api.list_models(remote="origin", zoo=consumer)] == ["tiny"]
     assert api.show("tiny", remote="origin", zoo=consumer)["tags"] == ["latest"]
+
+
+# ---- reaching around zoo to change what a remote holds ----------------------------------------
+def _remote_get(backend: Backend, key: str) -> bytes:
+    if backend.kind == "folder":
+        return (backend.root / key).read_bytes()
+    if backend.kind == "s3":
+        import boto3
+
+        return boto3.client("s3", endpoint_url=backend.endpoint).get_object(Bucket="zoo", Key=f"{backend.uid}/{key}")["Body"].read()
+    return (backend.dav_root / backend.uid / key).read_bytes()
+
+
+def _remote_put(backend: Backend, key: str, data: bytes) -> None:
+    if backend.kind == "folder":
+        p = backend.root / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.exists():
+            p.chmod(0o644)
+        p.write_bytes(data)
+    elif backend.kind == "s3":
+        import boto3
+
+        boto3.client("s3", endpoint_url=backend.endpoint).put_object(Bucket="zoo", Key=f"{backend.uid}/{key}", Body=data)
+    else:
+        p = backend.dav_root / backend.uid / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+def _blob_key(sha256: str) -> str:
+    return f"blobs/sha256/{sha256[:2]}/{sha256}"
+
+
+# ---- 13: escaping paths are integrity errors; a blob with extra bytes is refused everywhere ----
+@pytest.mark.parametrize("backend", ["folder", "s3", "webdav"], indirect=True)
+def test_a_remote_blob_with_appended_bytes_is_refused(backend, publisher, consumer):
+    from zoo.errors import IntegrityError
+
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    ref = publisher.resolve("tiny@1.0.0").builds["cpu-fp32"].file
+    key = _blob_key(ref.sha256)
+    _remote_put(backend, key, _remote_get(backend, key) + b"appended by an attacker")
+    with pytest.raises(IntegrityError, match="checksum mismatch"):
+        api.pull("tiny@1.0.0", remote="origin", zoo=consumer)
+    assert consumer.list() == [] and not consumer.blobs.has(ref.sha256, ref.size)
+
+
+@pytest.mark.parametrize("backend", ["folder", "s3"], indirect=True)
+def test_a_remote_manifest_with_an_escaping_path_exits_4(backend, publisher, consumer):
+    from cli_helpers import zoo as zoo_cli
+    from zoo.errors import UnsafePath
+
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    key = "models/tiny/versions/1.0.0.json"
+    m = json.loads(_remote_get(backend, key))
+    m["builds"]["cpu-fp32"]["file"]["path"] = "../../../outside.onnx"
+    _remote_put(backend, key, json.dumps(m).encode())
+    with pytest.raises(UnsafePath, match="escapes its folder"):
+        api.show("tiny@1.0.0", remote="origin", zoo=consumer)
+    r = zoo_cli("pull", "tiny@1.0.0", "--remote", "origin", env={"ZOO_HOME": str(consumer.root)})
+    assert r.code == 4, r.text
+    assert "escapes its folder" in r.err and "Traceback" not in r.err
+    assert consumer.list() == []

@@ -149,40 +149,65 @@ class FsBackend:
         return sorted({str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries} - {""})
 
     def iter_from(self, rpath: str, offset: int, size: int) -> Iterator[bytes]:
-        """The bytes of `rpath` from `offset` to `size`.
+        """The bytes of `rpath` from `offset` up to `size` + 1: one byte past the expected end,
+        so that the caller sees a file longer than its manifest says on every backend (a longer
+        file is refused, never silently cut to size), and never reads more than that.
 
-        S3: one streaming GET with ``Range: bytes=offset-`` (servers such as moto re-read an
+        S3: one streaming GET with ``Range: bytes=offset-size`` (servers such as moto re-read an
         object for every ranged request, so many small ranges are far slower); a local folder:
         seek and read; WebDAV and HTTP: ranged requests of CHUNK bytes.
         """
-        if offset >= size:
+        if offset > size:
             return
+        # a range must start inside the file: to look past the end of a complete prefix, start
+        # one byte early and drop that byte
+        start, skip = (size - 1, 1) if offset == size and size > 0 else (offset, 0)
         if self.scheme == "s3":
-            yield from self._iter_s3(rpath, offset)
+            chunks = self._iter_s3(rpath, start, size)
+        elif self.scheme == "file":
+            chunks = self._iter_local(rpath, start, size)
+        else:
+            chunks = self._iter_ranges(rpath, start, size)
+        for chunk in chunks:
+            if skip:
+                chunk, skip = chunk[skip:], 0
+            if chunk:
+                yield chunk
+
+    def _iter_local(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
+        with self._errors(f"download {rpath}"), open(rpath, "rb") as f:
+            f.seek(start)
+            while chunk := f.read(min(CHUNK, size + 1 - f.tell())):
+                yield chunk
+
+    def _iter_ranges(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
+        if size == 0:  # no range can start inside an empty file: ask its size instead
+            if self.size(rpath):
+                with self._errors(f"download {rpath}"):
+                    yield self.fs.cat_file(rpath, start=0, end=1)
             return
-        if self.scheme == "file":
-            with self._errors(f"download {rpath}"), open(rpath, "rb") as f:
-                f.seek(offset)
-                while chunk := f.read(min(CHUNK, size - f.tell())):
-                    yield chunk
-            return
-        pos = offset
+        pos = start
         while pos < size:
-            end = min(pos + CHUNK, size)
+            end = pos + CHUNK
+            if end >= size:
+                end = size + 1  # the last range asks for one byte more than expected
             with self._errors(f"download {rpath}"):
                 chunk = self.fs.cat_file(rpath, start=pos, end=end)
-            if not chunk:
-                raise StorageError(f"remote {self.url}: {rpath} ended at byte {pos}, expected {size}")
             pos += len(chunk)
             yield chunk
+            if pos < end:
+                return  # the file ends here (shorter than expected: the caller's size check refuses it)
 
-    def _iter_s3(self, rpath: str, offset: int) -> Iterator[bytes]:
+    def _iter_s3(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
         from fsspec.asyn import sync
 
         bucket, key, _ = self.fs.split_path(rpath)
+        # up to byte `size` inclusive: one past the expected end, never the rest of a huge object
+        # (an empty object has no byte range: read it whole, the caller stops after size + 1)
+        extra = {"Range": f"bytes={start}-{size}"} if size > 0 else {}
 
         async def open_body():
-            resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={offset}-")
+            resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, **extra)
             return resp["Body"]
 
         with self._errors(f"download {rpath}"):
