@@ -151,3 +151,46 @@ def test_a_remote_manifest_with_an_escaping_path_exits_4(backend, publisher, con
     assert r.code == 4, r.text
     assert "escapes its folder" in r.err and "Traceback" not in r.err
     assert consumer.list() == []
+
+
+# ---- 9: a remote that refuses (no or wrong credentials) does not break local pulls ----------------
+def _refuse(backend: Backend, monkeypatch, tmp_path) -> str:
+    """Take the remote's credentials away; returns a word the hint must name."""
+    if backend.kind == "s3":
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            monkeypatch.delenv(k, raising=False)
+        # no config files, and never ask an instance-metadata address off this machine
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()  # fsspec reuses clients made with the old credentials
+        return "AWS_ACCESS_KEY_ID"
+    monkeypatch.setenv("TEST_DAV_PASSWORD", "wrong-password")  # wsgidav answers 401
+    return "TEST_DAV_PASSWORD"
+
+
+@pytest.mark.parametrize("backend", ["s3", "webdav"], indirect=True)
+def test_a_refusing_remote_falls_back_to_the_local_zoo_with_a_note(backend, publisher, consumer, monkeypatch, tmp_path):
+    from cli_helpers import zoo as zoo_cli
+    from zoo.errors import AccessDenied
+
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    first = api.pull("tiny", zoo=consumer)
+    where_credentials_go = _refuse(backend, monkeypatch, tmp_path)
+
+    again = api.pull("tiny", zoo=consumer)
+    assert again.path == first.path and again.source == "local"
+    assert any("refused" in n and "local zoo" in n for n in again.notes), again.notes
+    with pytest.raises(AccessDenied) as e:  # nothing local to fall back to
+        api.pull("tiny@1.1.0", zoo=consumer)
+    assert where_credentials_go in (e.value.hint or "")
+
+    env = {"ZOO_HOME": str(consumer.root)}
+    ok = zoo_cli("pull", "tiny", env=env)
+    assert ok.code == 0 and ok.out.strip() == first.path, ok.text
+    assert "refused" in ok.err
+    bad = zoo_cli("pull", "tiny@1.1.0", env=env)
+    assert bad.code == 3 and "refused" in bad.err and where_credentials_go in bad.err, bad.text
+    assert "Traceback" not in bad.err

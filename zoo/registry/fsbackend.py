@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from zoo.errors import InvalidInput, SourceUnreachable, StorageError
+from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable, StorageError
 from zoo.registry.config import scheme_of
 
 CHUNK = 32 << 20  # ranged requests (WebDAV, HTTP) and local reads
@@ -37,6 +37,56 @@ def _is_connection_error(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+# botocore / S3 error codes that mean "not with these credentials", not "not there" or "down"
+_REFUSED_NAMES = ("nocredentialserror", "partialcredentialserror", "credentialretrievalerror",
+                  "unauthorizedssotokenerror", "tokenretrievalerror")
+_REFUSED_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+                  "AllAccessDisabled", "AccountProblem", "InvalidClientTokenId", "UnrecognizedClientException",
+                  "401", "403")
+
+
+def refusal_reason(exc: BaseException) -> str | None:
+    """Why a remote refused the request (no or bad credentials, HTTP 401/403, AccessDenied), or None.
+
+    One place for every backend (S3 through botocore/s3fs, WebDAV through webdav4/httpx, HTTP
+    through aiohttp, a folder through the OS): walks the exception and its causes.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        name = type(exc).__name__.lower()
+        if any(n in name for n in _REFUSED_NAMES):
+            return "no credentials were found" if "nocredentials" in name else f"{type(exc).__name__}: {exc}"
+        code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code") \
+            if isinstance(getattr(exc, "response", None), dict) else None
+        if code in _REFUSED_CODES:
+            return f"{code}: {exc}"
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        status = status if isinstance(status, int) else getattr(exc, "status", None)
+        if status in (401, 403):
+            return f"HTTP {status} ({'not authorized' if status == 401 else 'forbidden'})"
+        if isinstance(exc, PermissionError):
+            return f"access denied ({exc})"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def credentials_hint(scheme: str, options: dict) -> str:
+    """Where the credentials for a remote of `scheme` come from (zoo never stores them)."""
+    if scheme == "s3":
+        return ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment, or name a "
+                "profile with `zoo remote add NAME URL --replace -o profile=PROFILE`; for a public bucket, "
+                "`-o anon=true`; --offline uses only the local zoo")
+    if scheme == "webdav":
+        env = options.get("password_env") or "ZOO_WEBDAV_PASSWORD"
+        user = options.get("user")
+        who = f"user {user}" if user else "a user (`zoo remote add NAME URL --replace -o user=NAME`)"
+        return f"set the WebDAV password of {who} in ${env} (remote option `-o password_env=VAR`); --offline uses only the local zoo"
+    if scheme == "file":
+        return "check the folder's permissions; --offline uses only the local zoo"
+    return "this server needs credentials zoo cannot send to a plain HTTP remote; --offline uses only the local zoo"
 
 
 class FsBackend:
@@ -105,7 +155,11 @@ class FsBackend:
             raise
         except StorageError:
             raise
-        except Exception as e:  # drivers raise many types; sort them into unreachable vs storage errors
+        except Exception as e:  # drivers raise many types; sort them into refused, unreachable, storage errors
+            reason = refusal_reason(e)
+            if reason is not None:
+                raise AccessDenied(f"{self.url} refused access: {reason} ({what})",
+                                   hint=credentials_hint(self.scheme, self.options)) from e
             if _is_connection_error(e):
                 raise SourceUnreachable(f"remote {self.url} is unreachable ({what}): {type(e).__name__}: {e}",
                                         hint="check the network, or use --offline to pull from the local cache") from e

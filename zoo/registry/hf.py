@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zoo.errors import Conflict, InvalidInput, NotFound, SourceUnreachable, StorageError
+from zoo.errors import AccessDenied, Conflict, InvalidInput, NotFound, SourceUnreachable, StorageError
 from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_now
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import MANIFEST_FILE, FileRef, Manifest
@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from zoo.registry.store import LocalZoo
 
 
+_TOKEN_HINT = ("set HF_TOKEN (or log in with `hf auth login`), or name another variable with "
+               "`zoo remote add NAME URL --replace -o token_env=VAR`; --offline uses only the local zoo")
+
+
 @contextlib.contextmanager
 def _hf_errors(where: str, what: str):
     """Sort huggingface_hub / httpx exceptions into zoo errors."""
@@ -47,6 +51,8 @@ def _hf_errors(where: str, what: str):
 
     try:
         yield
+    except hfe.GatedRepoError as e:  # a subclass of RepositoryNotFoundError: it exists, we may not read it
+        raise AccessDenied(f"{where} refused access: gated repository ({what})", hint=_TOKEN_HINT) from e
     except (hfe.RepositoryNotFoundError, hfe.RevisionNotFoundError, hfe.RemoteEntryNotFoundError) as e:
         raise NotFound(f"{what}: not found on {where}") from e
     except (hfe.OfflineModeIsEnabled, hfe.LocalEntryNotFoundError) as e:
@@ -57,8 +63,7 @@ def _hf_errors(where: str, what: str):
         if status == 404:
             raise NotFound(f"{what}: not found on {where}") from e
         if status in (401, 403):
-            raise StorageError(f"{where}: access denied ({what})",
-                               hint="set HF_TOKEN (or the variable named by the remote's token_env)") from e
+            raise AccessDenied(f"{where} refused access: HTTP {status} ({what})", hint=_TOKEN_HINT) from e
         raise StorageError(f"{where}: {what} failed: HTTP {status}: {e}") from e
     except (ConnectionError, TimeoutError) as e:
         raise SourceUnreachable(f"{where} is unreachable ({what}): {e}") from e

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from zoo.errors import Conflict, NotFound, SourceUnreachable, StorageError
+from zoo.errors import AccessDenied, Conflict, NotFound, SourceUnreachable, StorageError
 from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_now
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import FileRef, Manifest
@@ -101,14 +101,15 @@ class FsRemoteZoo(RemoteZoo):
 
     # ---- reads (primary, then mirrors) ---------------------------------------------------
     def _read_json(self, *parts: str) -> dict | None:
-        """First backend that answers; None if reachable ones lack the file; SourceUnreachable if none answer."""
-        unreachable: SourceUnreachable | None = None
+        """First backend that answers; None if reachable ones lack the file; AccessDenied if one
+        refused and none answered, else SourceUnreachable if none answer."""
+        unreachable: SourceUnreachable | AccessDenied | None = None
         for b in self.backends:
             try:
                 data = b.read(b.path(*parts))
-            except SourceUnreachable as e:
+            except (SourceUnreachable, AccessDenied) as e:  # a mirror may still answer
                 self._dead.add(b.url)
-                unreachable = unreachable or e
+                unreachable = e if unreachable is None or isinstance(e, AccessDenied) else unreachable
                 continue
             if data is not None:
                 try:
