@@ -5,6 +5,7 @@ paths and blobs with extra bytes. Servers are real ones on 127.0.0.1 (moto S3, w
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,78 @@ def test_a_refusing_remote_falls_back_to_the_local_zoo_with_a_note(backend, publ
     bad = zoo_cli("pull", "tiny@1.1.0", env=env)
     assert bad.code == 3 and "refused" in bad.err and where_credentials_go in bad.err, bad.text
     assert "Traceback" not in bad.err
+
+
+# ---- 8: rm --remote frees what nothing references; remote gc; the grace period --------------------
+def _remote_blobs(backend: Backend) -> set[str]:
+    if backend.kind == "folder":
+        return {p.name for p in (backend.root / "blobs").rglob("*") if p.is_file()}
+    import boto3
+
+    pages = boto3.client("s3", endpoint_url=backend.endpoint).get_paginator("list_objects_v2").paginate(
+        Bucket="zoo", Prefix=f"{backend.uid}/blobs/")
+    return {o["Key"].rsplit("/", 1)[-1] for page in pages for o in page.get("Contents", [])}
+
+
+def _shas(zoo: LocalZoo, ref: str) -> set[str]:
+    return {f.sha256 for f in zoo.resolve(ref).all_files()}
+
+
+def test_rm_on_a_remote_frees_the_blobs_no_other_version_uses(backend, publisher, tmp_path):
+    backend.add_to(publisher, options={"gc_grace": "0"})
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    api.push("tiny@1.1.0", "origin", zoo=publisher)
+    old, new = _shas(publisher, "tiny@1.0.0"), _shas(publisher, "tiny@1.1.0")
+    assert old & new and new - old  # the model card is shared, the model is not
+    assert _remote_blobs(backend) == old | new
+
+    result = api.rm("tiny@1.1.0", remote="origin", zoo=publisher)
+    assert result["blobs_freed"] == len(new - old)
+    assert _remote_blobs(backend) == old  # the shared card stays: 1.0.0 still references it
+    fresh = LocalZoo(tmp_path / "fresh")
+    backend.add_to(fresh)
+    assert Path(api.pull("tiny@1.0.0", remote="origin", zoo=fresh).path).is_file()
+
+
+def test_remote_gc_keeps_young_blobs_and_frees_old_unreferenced_ones(backend, publisher, tmp_path, monkeypatch):
+    from cli_helpers import zoo as zoo_cli
+
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    api.push("tiny@1.1.0", "origin", zoo=publisher)
+    old, new = _shas(publisher, "tiny@1.0.0"), _shas(publisher, "tiny@1.1.0")
+    # default grace (an hour): just-uploaded blobs may belong to a push whose manifest is not written yet
+    result = api.rm("tiny@1.1.0", remote="origin", zoo=publisher)
+    assert result["blobs_freed"] == 0 and result["kept_young"] == len(new - old)
+    assert _remote_blobs(backend) == old | new
+
+    env = {"ZOO_HOME": str(publisher.root)}
+    dry = zoo_cli("remote", "gc", "origin", "--grace", "0", "--dry-run", env=env)
+    assert dry.code == 0 and f"would free {len(new - old)} blob(s)" in dry.out, dry.text
+    assert _remote_blobs(backend) == old | new
+    kept = zoo_cli("remote", "gc", "origin", env=env)
+    assert kept.code == 0 and "freed 0 blob(s)" in kept.out, kept.text
+    done = zoo_cli("remote", "gc", "origin", "--grace", "0", env=env)
+    assert done.code == 0 and f"freed {len(new - old)} blob(s)" in done.out, done.text
+    assert _remote_blobs(backend) == old
+
+
+def test_a_gc_between_a_push_finding_a_blob_and_writing_its_manifest_does_not_break_the_version(
+        backend, publisher, tmp_path, monkeypatch):
+    from zoo.registry.fsbackend import FsBackend
+
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    api.rm("tiny@1.0.0", remote="origin", zoo=publisher)  # blobs stay (young) and unreferenced
+    real = FsBackend.create
+
+    def gc_then_create(self, rpath, data):
+        if "/versions/" in rpath:  # the push found every blob present; now a gc frees them all
+            assert api.remote_gc("origin", grace_s=0, zoo=publisher)["blobs_freed"] > 0
+        return real(self, rpath, data)
+
+    monkeypatch.setattr(FsBackend, "create", gc_then_create)
+    api.push("tiny@1.0.0", "origin", zoo=publisher)
+    monkeypatch.setattr(FsBackend, "create", real)
+    assert _remote_blobs(backend) == _shas(publisher, "tiny@1.0.0")
+    fresh = LocalZoo(tmp_path / "fresh")
+    backend.add_to(fresh)
+    assert Path(api.pull("tiny@1.0.0", remote="origin", zoo=fresh).path).is_file()

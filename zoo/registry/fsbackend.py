@@ -89,6 +89,25 @@ def credentials_hint(scheme: str, options: dict) -> str:
     return "this server needs credentials zoo cannot send to a plain HTTP remote; --offline uses only the local zoo"
 
 
+def _mtime(info: dict) -> float | None:
+    """A listing entry's modification time (s3fs: LastModified, webdav4: modified, local: mtime)."""
+    from datetime import datetime
+    from email.utils import parsedate_to_datetime
+
+    for key in ("mtime", "LastModified", "modified", "last_modified", "Last-Modified"):
+        v = info.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+        if isinstance(v, datetime):
+            return v.timestamp()
+        if isinstance(v, str):
+            with contextlib.suppress(ValueError, TypeError):
+                return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+            with contextlib.suppress(ValueError, TypeError):
+                return parsedate_to_datetime(v).timestamp()
+    return None
+
+
 class FsBackend:
     """One remote location (URL) and the filesystem that reaches it."""
 
@@ -201,6 +220,45 @@ class FsBackend:
         except FileNotFoundError:
             return []
         return sorted({str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries} - {""})
+
+    def walk(self, rpath: str) -> list[tuple[str, int, float | None]]:
+        """(path, size, modification time as a POSIX timestamp or None) of every file under a folder."""
+        if self.scheme == "http":
+            return []
+        if self.scheme == "file":
+            out = []
+            with self._errors(f"list {rpath}"):
+                for folder, _, names in os.walk(rpath):
+                    for n in names:
+                        p = os.path.join(folder, n)
+                        with contextlib.suppress(FileNotFoundError):
+                            st = os.stat(p)
+                            out.append((p, st.st_size, st.st_mtime))
+            return out
+        try:
+            with self._errors(f"list {rpath}"):
+                found = self.fs.find(rpath, detail=True)
+        except FileNotFoundError:
+            return []
+        return [(str(name), int(info.get("size") or 0), _mtime(info)) for name, info in found.items()
+                if info.get("type", "file") == "file"]
+
+    def stat(self, rpath: str) -> tuple[int, float | None] | None:
+        """(size, modification time or None) of a file, or None if it does not exist."""
+        if self.scheme == "file":
+            try:
+                st = os.stat(rpath)
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                raise StorageError(f"cannot stat {rpath}: {e}") from e
+            return st.st_size, st.st_mtime
+        try:
+            with self._errors(f"stat {rpath}"):
+                info = self.fs.info(rpath)
+        except FileNotFoundError:
+            return None
+        return int(info.get("size") or 0), _mtime(info)
 
     def iter_from(self, rpath: str, offset: int, size: int) -> Iterator[bytes]:
         """The bytes of `rpath` from `offset` up to `size` + 1: one byte past the expected end,

@@ -310,7 +310,7 @@ class HfRemoteZoo(RemoteZoo):
             raise NotFound(f"{name}@{version} is not on remote {self.name}", hint=f"push it first: zoo push {name}@{version} --to {self.name}")
         self._move_tag(self._api(ep), self.repo_id(name), tag, versions[version])
 
-    def remove(self, name: str, version: str) -> None:
+    def remove(self, name: str, version: str, *, grace_s: float | None = None) -> dict:
         """Delete the version tag and the zoo tags on the same commit; git history keeps the files."""
         ep = self.endpoints[0]
         api = self._api(ep)
@@ -322,6 +322,8 @@ class HfRemoteZoo(RemoteZoo):
             for t, c in tags.items():
                 if c == versions[version]:
                     api.delete_tag(self.repo_id(name), tag=t)
+        return {"remote": self.name, "blobs_freed": 0, "bytes_freed": 0, "kept_young": 0,
+                "note": "the Hub keeps every file in the repository's git history"}
 
 
 def _card(manifest: Manifest, zoo: "LocalZoo") -> str:

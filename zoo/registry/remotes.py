@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from zoo.errors import AccessDenied, Conflict, NotFound, SourceUnreachable, StorageError
+from zoo.errors import AccessDenied, Conflict, NotFound, SourceUnreachable, StorageError, ZooError
 from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_now
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import FileRef, Manifest
@@ -61,8 +61,28 @@ class RemoteZoo:
     def set_tag(self, name: str, tag: str, version: str) -> None:
         raise NotImplementedError
 
-    def remove(self, name: str, version: str) -> None:
+    def remove(self, name: str, version: str, *, grace_s: float | None = None) -> dict:
+        """Delete a version; returns what was freed ({"blobs_freed", "bytes_freed", ...})."""
         raise NotImplementedError
+
+    def gc(self, *, grace_s: float | None = None, dry_run: bool = False) -> dict:
+        """Free the blobs no manifest on this remote references (older than the grace period)."""
+        from zoo.errors import InvalidInput
+
+        raise InvalidInput(f"remote {self.name} does not support gc", hint="only folder, S3 and WebDAV remotes hold loose blobs")
+
+
+# A push uploads its blobs before its manifest, so for a while they are referenced by nothing:
+# gc never deletes a blob younger than this (git's gc.pruneExpire plays the same role).
+DEFAULT_GC_GRACE_S = 3600
+
+
+def gc_grace(config: "RemoteConfig", override: float | None = None) -> float:
+    """The grace period for a remote: `override`, else its `gc_grace` option (seconds), else 1 hour."""
+    if override is not None:
+        return float(override)
+    value = config.options.get("gc_grace")
+    return DEFAULT_GC_GRACE_S if value is None else float(value)
 
 
 def open_remote(config: "RemoteConfig") -> RemoteZoo:
@@ -300,16 +320,85 @@ class FsRemoteZoo(RemoteZoo):
         b._writable()
         return b.read(b.path("models", name, "versions", f"{version}.json"))
 
-    def remove(self, name: str, version: str) -> None:
-        """Delete a version's manifest and the tags on it. Blobs stay: other versions may share them."""
+    def remove(self, name: str, version: str, *, grace_s: float | None = None) -> dict:
+        """Delete a version's manifest and the tags on it, then free its blobs that no remaining
+        manifest references (counted from the manifests themselves, never the derived index)
+        and that are older than the grace period."""
         b = self.primary
-        if self._read_primary_manifest_by(name, version) is None:
+        data = self._read_primary_manifest_by(name, version)
+        if data is None:
             raise NotFound(f"{name}@{version} is not on remote {self.name}")
+        try:
+            candidates = {f.sha256 for f in load_manifest(data, f"remote {self.name}: {name}@{version}").all_files()}
+        except ZooError:
+            candidates = set()  # a damaged manifest: its blobs are left to `zoo remote gc`
         b.delete(b.path("models", name, "versions", f"{version}.json"))
         for tag, v in self._list_tags(name).items():
             if v == version:
                 b.delete(b.path("models", name, "tags", f"{tag}.json"))
         self._reindex(name)
+        files = []
+        for sha in sorted(candidates):
+            rpath = self._blob_path(sha)
+            st = b.stat(rpath)
+            if st is not None:
+                files.append((rpath, *st))
+        return self._free(files, grace_s=gc_grace(self.config, grace_s), dry_run=False)
+
+    def gc(self, *, grace_s: float | None = None, dry_run: bool = False) -> dict:
+        """Free every blob (and upload left-over) that no manifest on the remote references and
+        that is older than the grace period; `dry_run` only reports."""
+        b = self.primary
+        b._writable()
+        return self._free(b.walk(b.path("blobs")), grace_s=gc_grace(self.config, grace_s), dry_run=dry_run)
+
+    def _blob_path(self, sha256: str) -> str:
+        return self.primary.path("blobs", "sha256", sha256[:2], sha256)
+
+    def _referenced(self) -> set[str]:
+        """sha256 of every file of every version on the primary, read from the manifests (the
+        truth). A manifest that cannot be read stops the gc: its blobs cannot be told apart."""
+        b = self.primary
+        out: set[str] = set()
+        for model in b.listdir(b.path("models")):
+            if model.startswith("."):
+                continue
+            for entry in b.listdir(b.path("models", model, "versions")):
+                if not entry.endswith(".json") or entry.startswith("."):
+                    continue
+                data = b.read(b.path("models", model, "versions", entry))
+                if data is None:
+                    continue  # removed while we listed
+                try:
+                    m = load_manifest(data, f"remote {self.name}: models/{model}/versions/{entry}")
+                except ZooError as e:
+                    raise StorageError(f"remote {self.name}: cannot read {model}/versions/{entry} ({e.message}); "
+                                       "no blob was freed", hint="fix or remove that version, then run gc again") from e
+                out.update(f.sha256 for f in m.all_files())
+        return out
+
+    def _free(self, files: list[tuple[str, int, float | None]], *, grace_s: float, dry_run: bool) -> dict:
+        """Delete those of `files` (path, size, mtime) no manifest references and older than `grace_s`."""
+        import time
+
+        result = {"remote": self.name, "blobs_freed": 0, "bytes_freed": 0, "kept_young": 0, "grace_s": grace_s,
+                  "dry_run": dry_run}
+        if not files:
+            return result
+        referenced = self._referenced()  # read after the listing: a manifest written meanwhile counts
+        now = time.time()
+        for rpath, size, mtime in files:
+            name = rpath.rsplit("/", 1)[-1]
+            if name in referenced:
+                continue
+            if mtime is None or now - mtime < grace_s:  # maybe a push between its blobs and its manifest
+                result["kept_young"] += 1
+                continue
+            if not dry_run:
+                self.primary.delete(rpath)
+            result["blobs_freed"] += 1
+            result["bytes_freed"] += size
+        return result
 
     def _list_tags(self, name: str) -> dict[str, str]:
         b = self.primary
