@@ -155,17 +155,19 @@ def test_a_remote_manifest_with_an_escaping_path_exits_4(backend, publisher, con
 
 
 # ---- 9: a remote that refuses (no or wrong credentials) does not break local pulls ----------------
-def _refuse(backend: Backend, monkeypatch, tmp_path) -> str:
+def _refuse(backend: Backend, monkeypatch, tmp_path, request) -> str:
     """Take the remote's credentials away; returns a word the hint must name."""
     if backend.kind == "s3":
+        import s3fs
+
+        # the client made without credentials must not outlive this test (fsspec caches instances)
+        request.addfinalizer(s3fs.S3FileSystem.clear_instance_cache)
         for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
             monkeypatch.delenv(k, raising=False)
         # no config files, and never ask an instance-metadata address off this machine
         monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
         monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        import s3fs
-
         s3fs.S3FileSystem.clear_instance_cache()  # fsspec reuses clients made with the old credentials
         return "AWS_ACCESS_KEY_ID"
     monkeypatch.setenv("TEST_DAV_PASSWORD", "wrong-password")  # wsgidav answers 401
@@ -173,13 +175,14 @@ def _refuse(backend: Backend, monkeypatch, tmp_path) -> str:
 
 
 @pytest.mark.parametrize("backend", ["s3", "webdav"], indirect=True)
-def test_a_refusing_remote_falls_back_to_the_local_zoo_with_a_note(backend, publisher, consumer, monkeypatch, tmp_path):
+def test_a_refusing_remote_falls_back_to_the_local_zoo_with_a_note(backend, publisher, consumer, monkeypatch, tmp_path,
+                                                                   request):
     from cli_helpers import zoo as zoo_cli
     from zoo.errors import AccessDenied
 
     api.push("tiny@1.0.0", "origin", zoo=publisher)
     first = api.pull("tiny", zoo=consumer)
-    where_credentials_go = _refuse(backend, monkeypatch, tmp_path)
+    where_credentials_go = _refuse(backend, monkeypatch, tmp_path, request)
 
     again = api.pull("tiny", zoo=consumer)
     assert again.path == first.path and again.source == "local"
