@@ -12,6 +12,12 @@ Layout of a filesystem remote (local folder, S3 prefix, WebDAV folder, HTTP(S) r
 
 The index files are rebuilt from listings after every change, so concurrent publishers of
 different versions converge; plain HTTP remotes read them instead of listing.
+
+Freeing space (`remove`, `gc`): a blob is deleted only when no manifest under ``models/``
+references it (read from the manifests, never the derived index) and it is older than the
+grace period (option ``gc_grace``, seconds; default one hour): a concurrent push uploads its
+blobs before its manifest, and re-checks them after writing the manifest, in case a gc freed
+one it had found present.
 """
 
 from __future__ import annotations
