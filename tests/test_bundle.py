@@ -171,3 +171,85 @@ def test_cli_round_trip_and_exit_codes(source, tmp_path):
     assert cli.code == 4 and "does not match" in cli.err, cli.text
     cli = zoo_cli("bundle", "export", "nope@1.0.0", "-o", tmp_path / "n.tar", env={"ZOO_HOME": str(home)})
     assert cli.code == 2 and "nope" in cli.err
+
+
+# ---- bombs: a small bundle that claims a big member (issue #11) ---------------------------------
+CLAIM = 64 << 20  # what the hostile bundle claims for one member; it writes none of it
+
+
+def _claiming_bundle(source: LocalZoo, tmp_path: Path, how: str) -> Path:
+    """A bundle whose index and manifest consistently claim a CLAIM-byte model file whose bytes
+    (zeros) do not match its sha256: stored sparse by GNU tar (KBs on disk), or gzip-compressed."""
+    import hashlib
+    import subprocess
+
+    from zoo.registry.codec import dump_manifest
+    from zoo.registry.manifest import FileRef
+
+    m = source.resolve("tiny@1.0.0")
+    fake = hashlib.sha256(b"not these bytes").hexdigest()
+    hostile = m.model_copy(deep=True)
+    hostile.builds["cpu-fp32"].file = FileRef(path=m.builds["cpu-fp32"].file.path, sha256=fake, size=CLAIM)
+    data = dump_manifest(hostile)
+    index = {"schema_version": 1, "blobs": {f.sha256: f.size for f in hostile.all_files()},
+             "versions": [{"name": "tiny", "version": "1.0.0", "manifest": "manifests/tiny/1.0.0.json",
+                           "manifest_sha256": hashlib.sha256(data).hexdigest()}]}
+    tree = tmp_path / f"tree-{how}"
+    (tree / "manifests" / "tiny").mkdir(parents=True)
+    (tree / "blobs" / "sha256").mkdir(parents=True)
+    (tree / INDEX).write_text(json.dumps(index))
+    (tree / "manifests" / "tiny" / "1.0.0.json").write_bytes(data)
+    for f in hostile.all_files():
+        if f.sha256 != fake:
+            (tree / "blobs" / "sha256" / f.sha256).write_bytes(source.blobs.path(f.sha256).read_bytes())
+    with open(tree / "blobs" / "sha256" / fake, "wb") as z:
+        z.truncate(CLAIM)  # a hole: no block written
+    names = [INDEX, "manifests/tiny/1.0.0.json", *sorted(f"blobs/sha256/{p.name}" for p in (tree / "blobs" / "sha256").iterdir())]
+    out = tmp_path / f"bomb-{how}.tar"
+    if how == "sparse":
+        subprocess.run(["tar", "--sparse", "--format=gnu", "-cf", str(out), "-C", str(tree), *names], check=True)
+    else:
+        out = out.with_suffix(".tar.gz")
+        with tarfile.open(out, "w:gz", compresslevel=1) as tar:
+            for n in names:
+                tar.add(tree / n, arcname=n)
+    assert out.stat().st_size < 2 << 20
+    return out
+
+
+@pytest.mark.parametrize("how", ["sparse", "gzip"])
+def test_a_bundle_claiming_a_huge_member_is_refused_before_writing_it(source, tmp_path, how):
+    import subprocess
+    import sys
+
+    bomb = _claiming_bundle(source, tmp_path, how)
+    home = tmp_path / "airgapped"
+    # the real CLI in a process of its own, which reports how many bytes it wrote (Linux /proc)
+    script = ("import atexit, runpy, sys\n"
+              "atexit.register(lambda: sys.stderr.write('\\nWCHAR=' + next(l.split()[1] for l in open('/proc/self/io')"
+              " if l.startswith('wchar')) + '\\n'))\n"
+              f"sys.argv = ['zoo', 'bundle', 'import', {str(bomb)!r}]\n"
+              "runpy.run_module('zoo', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**__import__("os").environ, "ZOO_HOME": str(home)}, timeout=300)
+    assert proc.returncode == 4, proc.stderr
+    written = int(proc.stderr.rsplit("WCHAR=", 1)[1].split()[0])
+    assert written < 4 << 20, f"{written} bytes written for a bundle that claims {CLAIM}"
+    _nothing_installed(LocalZoo(home))
+
+
+def test_a_bundle_manifest_with_an_escaping_path_exits_4(source, tmp_path):
+    import hashlib
+
+    good = Path(export_bundle(["tiny@1.0.0"], tmp_path / "good.tar", zoo=source).path)
+    with tarfile.open(good) as t:
+        manifest = json.loads(t.extractfile("manifests/tiny/1.0.0.json").read())
+        index = json.loads(t.extractfile(INDEX).read())
+    manifest["card"]["path"] = "../../outside.md"
+    data = json.dumps(manifest).encode()
+    index["versions"][0]["manifest_sha256"] = hashlib.sha256(data).hexdigest()
+    bad = _rewrite(good, tmp_path / "bad.tar", change={"manifests/tiny/1.0.0.json": lambda _: data,
+                                                      INDEX: lambda _: json.dumps(index).encode()})
+    cli = zoo_cli("bundle", "import", bad, env={"ZOO_HOME": str(tmp_path / "home")})
+    assert cli.code == 4 and "escapes its folder" in cli.err, cli.text
+    _nothing_installed(LocalZoo(tmp_path / "home"))

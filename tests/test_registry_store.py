@@ -92,7 +92,7 @@ def test_manifest_paths_that_escape_are_refused(zoo, tmp_path):
     raw = json.loads((staging / MANIFEST_FILE).read_text())
     raw["card"]["path"] = "../../outside.md"
     (staging / MANIFEST_FILE).write_text(json.dumps(raw))
-    with pytest.raises(InvalidInput, match="card.path"):
+    with pytest.raises(UnsafePath, match="card.path"):  # exit 4, as the README says
         zoo.publish(staging)
 
 

@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
     remote_app.command("add")(remote_add_cmd)
     remote_app.command("list")(remote_list_cmd)
     remote_app.command("remove")(remote_remove_cmd)
+    remote_app.command("gc")(remote_gc_cmd)
     app.add_typer(remote_app, name="remote")
 
 
@@ -207,7 +208,10 @@ def rm_cmd(
     from zoo.registry import api
 
     result = api.rm(ref, remote=remote)
-    print(f"removed {result['ref']} ({result['remote']}; {result['blobs_freed']} blob(s) freed)", flush=True)
+    kept = f", {result['kept_young']} kept (younger than the gc grace period)" if result.get("kept_young") else ""
+    print(f"removed {result['ref']} ({result['remote']}; {result['blobs_freed']} blob(s) freed{kept})", flush=True)
+    if result.get("note"):
+        _note(result["note"])
     name = result["ref"].split("@")[0]
     dropped = result.get("tags_dropped") or []
     if dropped:
@@ -291,3 +295,21 @@ def remote_remove_cmd(name: str = typer.Argument(..., help="Remote name.", show_
 
     api.remote_remove(name)
     print(f"removed remote {name}", flush=True)
+
+
+def remote_gc_cmd(
+    name: str = typer.Argument(..., help="Remote name.", show_default=False),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only report what would be freed."),
+    grace: Optional[float] = typer.Option(None, "--grace", help="Keep blobs younger than this many seconds "
+                                          "[default: the remote's gc_grace option, else 3600].", show_default=False),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Free the blobs on a remote that no version there references (never younger than the grace period)."""
+    from zoo.registry import api
+
+    result = api.remote_gc(name, dry_run=dry_run, grace_s=grace)
+    if as_json:
+        return _print_json(result)
+    verb = "would free" if dry_run else "freed"
+    print(f"remote {name}: {verb} {result['blobs_freed']} blob(s), {result['bytes_freed']} bytes; "
+          f"{result['kept_young']} unreferenced blob(s) younger than {result['grace_s']:g} s kept", flush=True)

@@ -84,6 +84,14 @@ class SourceUnreachable(StorageError):
     """A remote source (URL, hub, remote zoo) could not be reached."""
 
 
+class AccessDenied(StorageError):
+    """A remote refused: no credentials, wrong ones, or not allowed (HTTP 401/403, S3 AccessDenied).
+
+    Like an unreachable remote, a pull falls back to the local copy with a note; without one it
+    is this error, whose hint names where the credentials come from (environment, `-o` options).
+    """
+
+
 class NotFound(ZooError):
     """A model, version, build or tag that does not exist."""
 

@@ -16,7 +16,7 @@ from zoo.registry.refs import parse_pinned, parse_ref, version_key
 from zoo.registry.store import LocalZoo
 
 __all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "push", "tag", "rm", "fsck",
-           "remote_add", "remote_list", "remote_remove", "PullResult", "VersionInfo"]
+           "remote_add", "remote_list", "remote_remove", "remote_gc", "PullResult", "VersionInfo"]
 
 
 @dataclass
@@ -136,7 +136,8 @@ def tag(ref: str, tag_name: str, *, remote: str | None = None, zoo: LocalZoo | N
 
 
 def rm(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
-    """Remove `name@version` (locally: with its unused blobs; on a remote: its manifest and tags).
+    """Remove `name@version` with the blobs nothing else uses (locally, or on `remote`: its manifest,
+    its tags, and its blobs no other manifest there references, older than the remote's gc grace).
 
     Locally the result also says which tags pointed at it (`tags_dropped`) and where `latest`
     points now (`latest`, None when no version is left).
@@ -144,8 +145,7 @@ def rm(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> d
     zoo = _zoo(zoo)
     r = parse_pinned(ref)
     if remote:
-        _remote(remote, zoo).remove(r.name, r.version)
-        return {"ref": str(r), "remote": remote, "blobs_freed": 0}
+        return {"ref": str(r), **_remote(remote, zoo).remove(r.name, r.version), "remote": remote}
     return {"ref": str(r), "remote": "local"} | zoo.remove_version(r.name, r.version)
 
 
@@ -154,6 +154,12 @@ def fsck(ref: str | None = None, *, repair: bool = False, zoo: LocalZoo | None =
     from zoo.registry.fsck import fsck as _fsck
 
     return _fsck(_zoo(zoo), ref, repair=repair)
+
+
+def remote_gc(name: str, *, dry_run: bool = False, grace_s: float | None = None, zoo: LocalZoo | None = None) -> dict:
+    """Free the blobs on remote `name` that no manifest there references and that are older than
+    the grace period (`grace_s`, else the remote's `gc_grace` option, else one hour)."""
+    return _remote(name, _zoo(zoo)).gc(grace_s=grace_s, dry_run=dry_run)
 
 
 def remote_add(name: str, url: str, *, options: dict[str, str] | None = None, mirrors: list[str] | None = None,

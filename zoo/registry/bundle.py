@@ -15,11 +15,14 @@ The tar is deterministic for the same versions (sorted members, zero mtimes and 
 written to a temporary file renamed into place, so a reader never sees half a bundle.
 
 Import refuses, before anything is installed: member names that are absolute, contain '..' or
-are not in the layout above; links, devices, FIFOs; manifests that do not match the index;
+are not in the layout above; links, devices, FIFOs, sparse members; manifests that do not match the index;
 blobs whose sha256 or size differ from what the index and manifests say (IntegrityError,
 exit 4); ONNX builds whose external data points outside their version (UnsafePath); a version
 already in the zoo with other bytes (Conflict). Only then are the verified blobs moved into the
 store and each manifest recorded (a version already present with the same bytes is a no-op).
+A member is never written past its declared size, and no byte is written that is neither
+backed by the tar file (uncompressed) nor hashed first (gzip/bzip2/xz, where a small file can
+claim gigabytes): a bomb fails with exit 4 having written next to nothing.
 Nothing in a bundle is imported or executed.
 """
 
@@ -181,7 +184,7 @@ def import_bundle(path: str | Path, zoo: LocalZoo | None = None) -> BundleResult
         members = _checked_members(tar, path)
         index = _read_index(tar, members, path)
         manifests = _read_manifests(tar, members, index, path)
-        blobs = _verify_blobs(tar, members, index, manifests, Path(scratch), path)
+        blobs = _verify_blobs(tar, members, index, manifests, Path(scratch), path, _compressed(path))
         _check_versions(zoo, manifests, blobs)
         return _install(zoo, manifests, blobs, index, path)
 
@@ -198,6 +201,9 @@ def _checked_members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarI
         if not m.isfile():
             what = "a link" if (m.issym() or m.islnk()) else "not a regular file"
             raise UnsafePath(f"{path.name}: member {name!r} is {what}", hint="bundles hold regular files only")
+        if m.issparse():  # a few KB of tar that claims gigabytes of zeros; export never writes one
+            raise IntegrityError(f"{path.name}: member {name!r} is a sparse file ({m.size} bytes claimed)",
+                                 hint="bundles hold plain regular files only; export the bundle again")
         if name != INDEX and not _BLOB.match(name) and not _MANIFEST.match(name):
             raise IntegrityError(f"{path.name}: unexpected member {name!r}",
                                  hint="a bundle holds zoo-bundle.json, manifests/ and blobs/sha256/ only")
@@ -266,10 +272,36 @@ def _read_manifests(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], i
     return manifests
 
 
+def _compressed(path: Path) -> bool:
+    """Whether the bundle is gzip, bzip2 or xz compressed (tarfile's "r:*" opens all three)."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    return head.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"))
+
+
+def _hash_member(tar: tarfile.TarFile, member: tarfile.TarInfo, size: int) -> tuple[str, int]:
+    """(sha256, length) of a member's bytes, reading at most `size` + 1 of them, writing none."""
+    f = tar.extractfile(member)
+    assert f is not None
+    h, n = hashlib.sha256(), 0
+    while n <= size and (chunk := f.read(min(8 << 20, size + 1 - n))):
+        h.update(chunk)
+        n += len(chunk)
+    return h.hexdigest(), n
+
+
 def _verify_blobs(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], index: dict, manifests: list[Manifest],
-                  scratch: Path, path: Path) -> dict[str, Path]:
-    """Copy every listed blob to `scratch`, checking sha256 and size; sha256 -> verified file."""
+                  scratch: Path, path: Path, compressed: bool = False) -> dict[str, Path]:
+    """Copy every listed blob to `scratch`, checking sha256 and size; sha256 -> verified file.
+
+    Never writes a byte that is not backed by the bundle or proven: in an uncompressed tar
+    each member's bytes must lie inside the file (a header claiming more is refused before
+    anything is written); in a compressed one, where a megabyte can claim gigabytes, each
+    member is hashed first without writing and copied only if it matches.
+    """
     from zoo.registry.fileio import copy_verified
+
+    file_size = path.stat().st_size
 
     needed = {f.sha256: f.size for m in manifests for f in m.all_files()}
     present = {_BLOB.match(n).group(1): m for n, m in members.items() if _BLOB.match(n)}
@@ -285,10 +317,20 @@ def _verify_blobs(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], ind
         if member.size != size:
             raise IntegrityError(f"{path.name}: blob {sha[:12]}… is {member.size} bytes, the manifests say {size}",
                                  hint="the bundle was modified or damaged; nothing was installed")
+        what = f"{path.name}: blob {sha[:12]}…"
+        if not compressed and member.offset_data + size > file_size:
+            raise IntegrityError(f"{what} claims {size} bytes but the bundle ends before them",
+                                 hint="the bundle is truncated or was tampered with; nothing was installed")
+        if compressed:
+            got, n = _hash_member(tar, member, size)
+            if (got, n) != (sha, size):
+                raise IntegrityError(f"{what}: content does not match the manifest (expected sha256 {sha[:12]}… and "
+                                     f"{size} bytes, got {got[:12]}… and {n}{'+' if n > size else ''} bytes)",
+                                     hint="the bundle was modified or damaged; nothing was installed")
         f = tar.extractfile(member)
         assert f is not None
         dest = scratch / sha
-        copy_verified(f, dest, sha, size, f"{path.name}: blob {sha[:12]}…")
+        copy_verified(f, dest, sha, size, what)
         out[sha] = dest
     return out
 

@@ -27,6 +27,14 @@ def load_manifest(data: bytes | str, where: str) -> Manifest:
     try:
         return Manifest.model_validate(obj)
     except ValidationError as e:
+        from zoo.errors import UnsafePath
+        from zoo.registry.manifest import EscapingPath
+
+        for err in e.errors():  # a path escaping its version is an integrity error (exit 4), whatever else is wrong
+            if isinstance((err.get("ctx") or {}).get("error"), EscapingPath):
+                loc = ".".join(str(p) for p in err.get("loc", ()))
+                raise UnsafePath(f"{where}: manifest field {loc}: {err['ctx']['error']}",
+                                 hint="refusing a manifest whose paths leave their version folder") from e
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ())) or "manifest"
         raise InvalidInput(f"{where}: invalid manifest field {loc}: {first.get('msg')}",

@@ -23,9 +23,9 @@ CONFIG_SCHEMA_VERSION = 1
 
 # which options each kind of remote accepts (all plain settings, never secrets)
 OPTIONS: dict[str, dict[str, type]] = {
-    "file": {},
-    "s3": {"endpoint_url": str, "profile": str, "region": str, "anon": bool},
-    "webdav": {"user": str, "password_env": str, "verify_ssl": bool},
+    "file": {"gc_grace": int},
+    "s3": {"endpoint_url": str, "profile": str, "region": str, "anon": bool, "gc_grace": int},
+    "webdav": {"user": str, "password_env": str, "verify_ssl": bool, "gc_grace": int},
     "http": {},
     "hf": {"endpoint": str, "token_env": str, "private": bool},
 }
@@ -85,7 +85,15 @@ def parse_options(scheme: str, pairs: dict[str, str]) -> dict[str, str | bool]:
         if key not in allowed:
             raise InvalidInput(f"unknown option {key!r} for a {scheme} remote",
                                hint=f"{scheme} remotes accept: {', '.join(sorted(allowed)) or 'no options'}")
-        if allowed[key] is bool and isinstance(value, str):
+        if allowed[key] is int and isinstance(value, str):
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise InvalidInput(f"option {key} must be a whole number, not {value!r}",
+                                   hint="gc_grace is in seconds, e.g. gc_grace=3600") from None
+            if out[key] < 0:
+                raise InvalidInput(f"option {key} must not be negative", hint="gc_grace is in seconds, e.g. gc_grace=3600")
+        elif allowed[key] is bool and isinstance(value, str):
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise InvalidInput(f"option {key} must be true or false, not {value!r}")
             out[key] = value.lower() in ("true", "1", "yes")

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from zoo.errors import InvalidInput, SourceUnreachable, StorageError
+from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable, StorageError
 from zoo.registry.config import scheme_of
 
 CHUNK = 32 << 20  # ranged requests (WebDAV, HTTP) and local reads
@@ -37,6 +37,75 @@ def _is_connection_error(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+# botocore / S3 error codes that mean "not with these credentials", not "not there" or "down"
+_REFUSED_NAMES = ("nocredentialserror", "partialcredentialserror", "credentialretrievalerror",
+                  "unauthorizedssotokenerror", "tokenretrievalerror")
+_REFUSED_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+                  "AllAccessDisabled", "AccountProblem", "InvalidClientTokenId", "UnrecognizedClientException",
+                  "401", "403")
+
+
+def refusal_reason(exc: BaseException) -> str | None:
+    """Why a remote refused the request (no or bad credentials, HTTP 401/403, AccessDenied), or None.
+
+    One place for every backend (S3 through botocore/s3fs, WebDAV through webdav4/httpx, HTTP
+    through aiohttp, a folder through the OS): walks the exception and its causes.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        name = type(exc).__name__.lower()
+        if any(n in name for n in _REFUSED_NAMES):
+            return "no credentials were found" if "nocredentials" in name else f"{type(exc).__name__}: {exc}"
+        code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code") \
+            if isinstance(getattr(exc, "response", None), dict) else None
+        if code in _REFUSED_CODES:
+            return f"{code}: {exc}"
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        status = status if isinstance(status, int) else getattr(exc, "status", None)
+        if status in (401, 403):
+            return f"HTTP {status} ({'not authorized' if status == 401 else 'forbidden'})"
+        if isinstance(exc, PermissionError):
+            return f"access denied ({exc})"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def credentials_hint(scheme: str, options: dict) -> str:
+    """Where the credentials for a remote of `scheme` come from (zoo never stores them)."""
+    if scheme == "s3":
+        return ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment, or name a "
+                "profile with `zoo remote add NAME URL --replace -o profile=PROFILE`; for a public bucket, "
+                "`-o anon=true`; --offline uses only the local zoo")
+    if scheme == "webdav":
+        env = options.get("password_env") or "ZOO_WEBDAV_PASSWORD"
+        user = options.get("user")
+        who = f"user {user}" if user else "a user (`zoo remote add NAME URL --replace -o user=NAME`)"
+        return f"set the WebDAV password of {who} in ${env} (remote option `-o password_env=VAR`); --offline uses only the local zoo"
+    if scheme == "file":
+        return "check the folder's permissions; --offline uses only the local zoo"
+    return "this server needs credentials zoo cannot send to a plain HTTP remote; --offline uses only the local zoo"
+
+
+def _mtime(info: dict) -> float | None:
+    """A listing entry's modification time (s3fs: LastModified, webdav4: modified, local: mtime)."""
+    from datetime import datetime
+    from email.utils import parsedate_to_datetime
+
+    for key in ("mtime", "LastModified", "modified", "last_modified", "Last-Modified"):
+        v = info.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+        if isinstance(v, datetime):
+            return v.timestamp()
+        if isinstance(v, str):
+            with contextlib.suppress(ValueError, TypeError):
+                return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+            with contextlib.suppress(ValueError, TypeError):
+                return parsedate_to_datetime(v).timestamp()
+    return None
 
 
 class FsBackend:
@@ -105,7 +174,11 @@ class FsBackend:
             raise
         except StorageError:
             raise
-        except Exception as e:  # drivers raise many types; sort them into unreachable vs storage errors
+        except Exception as e:  # drivers raise many types; sort them into refused, unreachable, storage errors
+            reason = refusal_reason(e)
+            if reason is not None:
+                raise AccessDenied(f"{self.url} refused access: {reason} ({what})",
+                                   hint=credentials_hint(self.scheme, self.options)) from e
             if _is_connection_error(e):
                 raise SourceUnreachable(f"remote {self.url} is unreachable ({what}): {type(e).__name__}: {e}",
                                         hint="check the network, or use --offline to pull from the local cache") from e
@@ -148,41 +221,105 @@ class FsBackend:
             return []
         return sorted({str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries} - {""})
 
-    def iter_from(self, rpath: str, offset: int, size: int) -> Iterator[bytes]:
-        """The bytes of `rpath` from `offset` to `size`.
+    def walk(self, rpath: str) -> list[tuple[str, int, float | None]]:
+        """(path, size, modification time as a POSIX timestamp or None) of every file under a folder."""
+        if self.scheme == "http":
+            return []
+        if self.scheme == "file":
+            out = []
+            with self._errors(f"list {rpath}"):
+                for folder, _, names in os.walk(rpath):
+                    for n in names:
+                        p = os.path.join(folder, n)
+                        with contextlib.suppress(FileNotFoundError):
+                            st = os.stat(p)
+                            out.append((p, st.st_size, st.st_mtime))
+            return out
+        try:
+            with self._errors(f"list {rpath}"):
+                found = self.fs.find(rpath, detail=True)
+        except FileNotFoundError:
+            return []
+        return [(str(name), int(info.get("size") or 0), _mtime(info)) for name, info in found.items()
+                if info.get("type", "file") == "file"]
 
-        S3: one streaming GET with ``Range: bytes=offset-`` (servers such as moto re-read an
+    def stat(self, rpath: str) -> tuple[int, float | None] | None:
+        """(size, modification time or None) of a file, or None if it does not exist."""
+        if self.scheme == "file":
+            try:
+                st = os.stat(rpath)
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                raise StorageError(f"cannot stat {rpath}: {e}") from e
+            return st.st_size, st.st_mtime
+        try:
+            with self._errors(f"stat {rpath}"):
+                info = self.fs.info(rpath)
+        except FileNotFoundError:
+            return None
+        return int(info.get("size") or 0), _mtime(info)
+
+    def iter_from(self, rpath: str, offset: int, size: int) -> Iterator[bytes]:
+        """The bytes of `rpath` from `offset` up to `size` + 1: one byte past the expected end,
+        so that the caller sees a file longer than its manifest says on every backend (a longer
+        file is refused, never silently cut to size), and never reads more than that.
+
+        S3: one streaming GET with ``Range: bytes=offset-size`` (servers such as moto re-read an
         object for every ranged request, so many small ranges are far slower); a local folder:
         seek and read; WebDAV and HTTP: ranged requests of CHUNK bytes.
         """
-        if offset >= size:
+        if offset > size:
             return
+        # a range must start inside the file: to look past the end of a complete prefix, start
+        # one byte early and drop that byte
+        start, skip = (size - 1, 1) if offset == size and size > 0 else (offset, 0)
         if self.scheme == "s3":
-            yield from self._iter_s3(rpath, offset)
+            chunks = self._iter_s3(rpath, start, size)
+        elif self.scheme == "file":
+            chunks = self._iter_local(rpath, start, size)
+        else:
+            chunks = self._iter_ranges(rpath, start, size)
+        for chunk in chunks:
+            if skip:
+                chunk, skip = chunk[skip:], 0
+            if chunk:
+                yield chunk
+
+    def _iter_local(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
+        with self._errors(f"download {rpath}"), open(rpath, "rb") as f:
+            f.seek(start)
+            while chunk := f.read(min(CHUNK, size + 1 - f.tell())):
+                yield chunk
+
+    def _iter_ranges(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
+        if size == 0:  # no range can start inside an empty file: ask its size instead
+            if self.size(rpath):
+                with self._errors(f"download {rpath}"):
+                    yield self.fs.cat_file(rpath, start=0, end=1)
             return
-        if self.scheme == "file":
-            with self._errors(f"download {rpath}"), open(rpath, "rb") as f:
-                f.seek(offset)
-                while chunk := f.read(min(CHUNK, size - f.tell())):
-                    yield chunk
-            return
-        pos = offset
+        pos = start
         while pos < size:
-            end = min(pos + CHUNK, size)
+            end = pos + CHUNK
+            if end >= size:
+                end = size + 1  # the last range asks for one byte more than expected
             with self._errors(f"download {rpath}"):
                 chunk = self.fs.cat_file(rpath, start=pos, end=end)
-            if not chunk:
-                raise StorageError(f"remote {self.url}: {rpath} ended at byte {pos}, expected {size}")
             pos += len(chunk)
             yield chunk
+            if pos < end:
+                return  # the file ends here (shorter than expected: the caller's size check refuses it)
 
-    def _iter_s3(self, rpath: str, offset: int) -> Iterator[bytes]:
+    def _iter_s3(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
         from fsspec.asyn import sync
 
         bucket, key, _ = self.fs.split_path(rpath)
+        # up to byte `size` inclusive: one past the expected end, never the rest of a huge object
+        # (an empty object has no byte range: read it whole, the caller stops after size + 1)
+        extra = {"Range": f"bytes={start}-{size}"} if size > 0 else {}
 
         async def open_body():
-            resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={offset}-")
+            resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, **extra)
             return resp["Body"]
 
         with self._errors(f"download {rpath}"):

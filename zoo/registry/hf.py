@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zoo.errors import Conflict, InvalidInput, NotFound, SourceUnreachable, StorageError
+from zoo.errors import AccessDenied, Conflict, InvalidInput, NotFound, SourceUnreachable, StorageError
 from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_now
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import MANIFEST_FILE, FileRef, Manifest
@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from zoo.registry.store import LocalZoo
 
 
+_TOKEN_HINT = ("set HF_TOKEN (or log in with `hf auth login`), or name another variable with "
+               "`zoo remote add NAME URL --replace -o token_env=VAR`; --offline uses only the local zoo")
+
+
 @contextlib.contextmanager
 def _hf_errors(where: str, what: str):
     """Sort huggingface_hub / httpx exceptions into zoo errors."""
@@ -47,6 +51,8 @@ def _hf_errors(where: str, what: str):
 
     try:
         yield
+    except hfe.GatedRepoError as e:  # a subclass of RepositoryNotFoundError: it exists, we may not read it
+        raise AccessDenied(f"{where} refused access: gated repository ({what})", hint=_TOKEN_HINT) from e
     except (hfe.RepositoryNotFoundError, hfe.RevisionNotFoundError, hfe.RemoteEntryNotFoundError) as e:
         raise NotFound(f"{what}: not found on {where}") from e
     except (hfe.OfflineModeIsEnabled, hfe.LocalEntryNotFoundError) as e:
@@ -57,8 +63,7 @@ def _hf_errors(where: str, what: str):
         if status == 404:
             raise NotFound(f"{what}: not found on {where}") from e
         if status in (401, 403):
-            raise StorageError(f"{where}: access denied ({what})",
-                               hint="set HF_TOKEN (or the variable named by the remote's token_env)") from e
+            raise AccessDenied(f"{where} refused access: HTTP {status} ({what})", hint=_TOKEN_HINT) from e
         raise StorageError(f"{where}: {what} failed: HTTP {status}: {e}") from e
     except (ConnectionError, TimeoutError) as e:
         raise SourceUnreachable(f"{where} is unreachable ({what}): {e}") from e
@@ -236,6 +241,9 @@ class HfRemoteZoo(RemoteZoo):
         versions, _ = self._refs(manifest.name, ep)
         if manifest.version in versions:
             self._same_or_conflict(manifest, self._manifest_at(manifest.name, manifest.version, ep))
+            # a push cut off after its version tag did not move `latest`: the retry does
+            if moves_latest(self.tags(manifest.name).get(LATEST), manifest.version):
+                self._move_tag(api, repo, LATEST, versions[manifest.version])
             for tag in tags or []:
                 self.set_tag(manifest.name, tag, manifest.version)
             return {"remote": self.name, "ref": manifest.ref, "uploaded": 0, "skipped": len(manifest.all_files()),
@@ -302,7 +310,7 @@ class HfRemoteZoo(RemoteZoo):
             raise NotFound(f"{name}@{version} is not on remote {self.name}", hint=f"push it first: zoo push {name}@{version} --to {self.name}")
         self._move_tag(self._api(ep), self.repo_id(name), tag, versions[version])
 
-    def remove(self, name: str, version: str) -> None:
+    def remove(self, name: str, version: str, *, grace_s: float | None = None) -> dict:
         """Delete the version tag and the zoo tags on the same commit; git history keeps the files."""
         ep = self.endpoints[0]
         api = self._api(ep)
@@ -314,6 +322,8 @@ class HfRemoteZoo(RemoteZoo):
             for t, c in tags.items():
                 if c == versions[version]:
                     api.delete_tag(self.repo_id(name), tag=t)
+        return {"remote": self.name, "blobs_freed": 0, "bytes_freed": 0, "kept_young": 0,
+                "note": "the Hub keeps every file in the repository's git history"}
 
 
 def _card(manifest: Manifest, zoo: "LocalZoo") -> str:

@@ -25,13 +25,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class EscapingPath(ValueError):
+    """A manifest path that is not a plain relative path inside its folder.
+
+    A ValueError (so pydantic reports it as a field error) of its own type, so that loading a
+    manifest can tell it apart and raise UnsafePath (exit 4) instead of InvalidInput (exit 2).
+    """
+
+
 def check_relative_path(value: str) -> str:
     """A relative POSIX path that stays inside its folder (no '..', no absolute, no backslash)."""
     if not value or "\\" in value or "\x00" in value:
-        raise ValueError(f"invalid path {value!r}")
+        raise EscapingPath(f"invalid path {value!r}")
     p = PurePosixPath(value)
     if p.is_absolute() or any(part in ("..", "") for part in p.parts) or re.match(r"^[A-Za-z]:", value):
-        raise ValueError(f"path {value!r} escapes its folder")
+        raise EscapingPath(f"path {value!r} escapes its folder")
     return p.as_posix()
 
 

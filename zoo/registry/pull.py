@@ -20,7 +20,7 @@ import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoo.errors import IntegrityError, NotFound, SourceUnreachable, StorageError, ZooError
+from zoo.errors import AccessDenied, IntegrityError, NotFound, SourceUnreachable, StorageError, ZooError
 from zoo.registry.fileio import storage_error
 from zoo.registry.manifest import FileRef, Manifest
 from zoo.registry.refs import LATEST, Ref, parse_ref
@@ -58,17 +58,25 @@ def candidate_remotes(zoo: LocalZoo, remote: str | None) -> list[RemoteZoo]:
 
 def resolve_manifest(zoo: LocalZoo, r: Ref, remotes: list[RemoteZoo], offline: bool,
                      notes: list[str]) -> tuple[Manifest, RemoteZoo | None]:
-    """(manifest, remote it came from or None for the local zoo) following the module's order."""
+    """(manifest, remote it came from or None for the local zoo) following the module's order.
+
+    A remote that cannot be reached or that refuses (no or wrong credentials, HTTP 401/403)
+    does not stop a pull of what the local zoo has: a note says which and why. Without a local
+    copy, a refusing remote is one AccessDenied whose hint says where credentials come from.
+    """
     local = _local(zoo, r)
     if offline or (r.pinned and local is not None):
         if local is None:
             raise NotFound(f"{r} is not in the local zoo (offline)", hint="pull it once while online")
         return local, None
     unreachable: list[str] = []
+    refused: list[tuple[str, AccessDenied]] = []
     not_found: list[ZooError] = []
     for rz in remotes:
         try:
             return rz.resolve(r), rz
+        except AccessDenied as e:
+            refused.append((rz.name, e))
         except SourceUnreachable as e:
             unreachable.append(f"{rz.name} ({e.message})")
         except NotFound as e:
@@ -76,7 +84,13 @@ def resolve_manifest(zoo: LocalZoo, r: Ref, remotes: list[RemoteZoo], offline: b
     if local is not None:
         if unreachable:
             notes.append(f"remote {', '.join(unreachable)} unreachable: using {local.ref} from the local cache")
+        for name, e in refused:
+            notes.append(f"remote {name} refused: {e.message}; using {local.ref} from the local zoo"
+                         + (f"; to use the remote: {e.hint}" if e.hint else ""))
         return local, None
+    if refused and not not_found:
+        name, first = refused[0]
+        raise AccessDenied(f"cannot resolve {r}: remote {name} refused: {first.message}", hint=first.hint)
     if unreachable and not not_found:
         raise SourceUnreachable(f"cannot resolve {r}: no remote could be reached ({'; '.join(unreachable)})",
                                 hint="check the network; --offline pulls only what is cached")

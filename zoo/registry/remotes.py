@@ -12,6 +12,12 @@ Layout of a filesystem remote (local folder, S3 prefix, WebDAV folder, HTTP(S) r
 
 The index files are rebuilt from listings after every change, so concurrent publishers of
 different versions converge; plain HTTP remotes read them instead of listing.
+
+Freeing space (`remove`, `gc`): a blob is deleted only when no manifest under ``models/``
+references it (read from the manifests, never the derived index) and it is older than the
+grace period (option ``gc_grace``, seconds; default one hour): a concurrent push uploads its
+blobs before its manifest, and re-checks them after writing the manifest, in case a gc freed
+one it had found present.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from zoo.errors import Conflict, NotFound, SourceUnreachable, StorageError
+from zoo.errors import AccessDenied, Conflict, NotFound, SourceUnreachable, StorageError, ZooError
 from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_now
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import FileRef, Manifest
@@ -61,8 +67,28 @@ class RemoteZoo:
     def set_tag(self, name: str, tag: str, version: str) -> None:
         raise NotImplementedError
 
-    def remove(self, name: str, version: str) -> None:
+    def remove(self, name: str, version: str, *, grace_s: float | None = None) -> dict:
+        """Delete a version; returns what was freed ({"blobs_freed", "bytes_freed", ...})."""
         raise NotImplementedError
+
+    def gc(self, *, grace_s: float | None = None, dry_run: bool = False) -> dict:
+        """Free the blobs no manifest on this remote references (older than the grace period)."""
+        from zoo.errors import InvalidInput
+
+        raise InvalidInput(f"remote {self.name} does not support gc", hint="only folder, S3 and WebDAV remotes hold loose blobs")
+
+
+# A push uploads its blobs before its manifest, so for a while they are referenced by nothing:
+# gc never deletes a blob younger than this (git's gc.pruneExpire plays the same role).
+DEFAULT_GC_GRACE_S = 3600
+
+
+def gc_grace(config: "RemoteConfig", override: float | None = None) -> float:
+    """The grace period for a remote: `override`, else its `gc_grace` option (seconds), else 1 hour."""
+    if override is not None:
+        return float(override)
+    value = config.options.get("gc_grace")
+    return DEFAULT_GC_GRACE_S if value is None else float(value)
 
 
 def open_remote(config: "RemoteConfig") -> RemoteZoo:
@@ -101,14 +127,15 @@ class FsRemoteZoo(RemoteZoo):
 
     # ---- reads (primary, then mirrors) ---------------------------------------------------
     def _read_json(self, *parts: str) -> dict | None:
-        """First backend that answers; None if reachable ones lack the file; SourceUnreachable if none answer."""
-        unreachable: SourceUnreachable | None = None
+        """First backend that answers; None if reachable ones lack the file; AccessDenied if one
+        refused and none answered, else SourceUnreachable if none answer."""
+        unreachable: SourceUnreachable | AccessDenied | None = None
         for b in self.backends:
             try:
                 data = b.read(b.path(*parts))
-            except SourceUnreachable as e:
+            except (SourceUnreachable, AccessDenied) as e:  # a mirror may still answer
                 self._dead.add(b.url)
-                unreachable = unreachable or e
+                unreachable = e if unreachable is None or isinstance(e, AccessDenied) else unreachable
                 continue
             if data is not None:
                 try:
@@ -194,9 +221,15 @@ class FsRemoteZoo(RemoteZoo):
 
     # ---- writes (primary only) ---------------------------------------------------------
     def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
+        """Publish: blobs, then the manifest (create-exclusive), then `latest`, tags and indexes.
+
+        Every step is idempotent, so a retry finishes what a push cut off at any point started:
+        a manifest already there with the same content still gets its blobs checked, its
+        `latest` moved and the index files rebuilt (a push killed right after writing the
+        manifest left a version that `show name@version` finds but `list` does not).
+        """
         b = self.primary
-        if b.read_only:
-            b._writable()
+        b._writable()
         missing = zoo.missing(manifest.all_files())
         if missing:
             raise NotFound(f"{manifest.ref}: {len(missing)} file(s) are not in the local zoo (e.g. {missing[0].path})",
@@ -204,49 +237,72 @@ class FsRemoteZoo(RemoteZoo):
         if b.read(b.path("zoo-remote.json")) is None:
             b.write(b.path("zoo-remote.json"), json.dumps({"schema_version": REMOTE_SCHEMA_VERSION}).encode())
         existing = self._read_primary_manifest(manifest)
-        if existing is not None:
-            if not same_content(existing, manifest):
-                raise Conflict(f"{manifest.ref} is already on remote {self.name} with different content",
-                               hint="versions are immutable: bump the version")
-            for tag in tags or []:
-                self.set_tag(manifest.name, tag, manifest.version)
-            return {"remote": self.name, "ref": manifest.ref, "uploaded": 0, "skipped": len(manifest.all_files()),
-                    "bytes": 0, "created": False}
-        uploaded = skipped = nbytes = 0
+        if existing is not None and not same_content(existing, manifest):
+            raise Conflict(f"{manifest.ref} is already on remote {self.name} with different content",
+                           hint="versions are immutable: bump the version")
+        uploaded, nbytes = self._upload_missing(zoo, manifest)
+        created = False
+        if existing is None:
+            if manifest.created is None:
+                manifest = manifest.model_copy(update={"created": utc_now()})
+            mpath = b.path("models", manifest.name, "versions", f"{manifest.version}.json")
+            created = b.create(mpath, dump_manifest(manifest))
+            if not created:
+                theirs = self._read_primary_manifest(manifest)
+                if theirs is None or not same_content(theirs, manifest):
+                    raise Conflict(f"{manifest.ref} was published to remote {self.name} concurrently with different content",
+                                   hint="versions are immutable: bump the version")
+                manifest = theirs
+            # a remote gc may have freed a blob we found present (an old one, unreferenced until
+            # our manifest appeared) between our check and the manifest: check again, re-upload
+            again, more = self._upload_missing(zoo, manifest)
+            uploaded, nbytes = uploaded + again, nbytes + more
+        else:
+            manifest = existing  # keeps the first publish time in the index
+        self._finish_publish(manifest, tags or [])
+        n = len(manifest.all_files())
+        return {"remote": self.name, "ref": manifest.ref, "uploaded": uploaded, "skipped": n - min(uploaded, n),
+                "bytes": nbytes, "created": created}
+
+    def _upload_missing(self, zoo: "LocalZoo", manifest: Manifest) -> tuple[int, int]:
+        """Upload the blobs of `manifest` the primary lacks (a present blob has the right size); (files, bytes)."""
+        from zoo.errors import IntegrityError
         from zoo.registry.fileio import sha256_file
 
+        b = self.primary
+        uploaded = nbytes = 0
         for ref in manifest.all_files():
             rpath = b.path("blobs", "sha256", ref.sha256[:2], ref.sha256)
             if b.size(rpath) == ref.size:  # resumes an interrupted push: only what is missing goes up
-                skipped += 1
                 continue
             local = zoo.blobs.path(ref.sha256)
             if sha256_file(local) != (ref.sha256, ref.size):
-                from zoo.errors import IntegrityError
-
                 raise IntegrityError(f"local blob of {manifest.ref}: {ref.path} is corrupt; refusing to upload it",
                                      hint=f"`zoo rm {manifest.ref}` and pull or publish it again")
             b.put_file(local, rpath)
             uploaded += 1
             nbytes += ref.size
-        if manifest.created is None:
-            manifest = manifest.model_copy(update={"created": utc_now()})
-        mpath = b.path("models", manifest.name, "versions", f"{manifest.version}.json")
-        created = b.create(mpath, dump_manifest(manifest))
-        if not created:
-            theirs = self._read_primary_manifest(manifest)
-            if theirs is None or not same_content(theirs, manifest):
-                raise Conflict(f"{manifest.ref} was published to remote {self.name} concurrently with different content",
-                               hint="versions are immutable: bump the version")
-        current = (self.tags(manifest.name) or {}).get(LATEST)
+        return uploaded, nbytes
+
+    def _finish_publish(self, manifest: Manifest, tags: list[str]) -> None:
+        """Move `latest` if this version is the newest, set `tags`, rebuild the index files.
+
+        Reads the tag files themselves, not the derived index: after a cut-off push the index
+        is exactly what may be stale.
+        """
+        current = self._list_tags(manifest.name).get(LATEST)
+        if current is not None and self._read_manifest_bytes(manifest.name, current) is None:
+            current = None  # `latest` names a removed version
         if moves_latest(current, manifest.version):
             self._write_tag(manifest.name, LATEST, manifest.version)
-        for tag in tags or []:
+        for tag in tags:
             if tag != LATEST:
                 self._write_tag(manifest.name, check_tag(tag), manifest.version)
         self._reindex(manifest.name, manifest)
-        return {"remote": self.name, "ref": manifest.ref, "uploaded": uploaded, "skipped": skipped,
-                "bytes": nbytes, "created": created}
+
+    def _read_manifest_bytes(self, name: str, version: str) -> bytes | None:
+        b = self.primary
+        return b.read(b.path("models", name, "versions", f"{version}.json"))
 
     def _read_primary_manifest(self, manifest: Manifest) -> Manifest | None:
         b = self.primary
@@ -270,16 +326,85 @@ class FsRemoteZoo(RemoteZoo):
         b._writable()
         return b.read(b.path("models", name, "versions", f"{version}.json"))
 
-    def remove(self, name: str, version: str) -> None:
-        """Delete a version's manifest and the tags on it. Blobs stay: other versions may share them."""
+    def remove(self, name: str, version: str, *, grace_s: float | None = None) -> dict:
+        """Delete a version's manifest and the tags on it, then free its blobs that no remaining
+        manifest references (counted from the manifests themselves, never the derived index)
+        and that are older than the grace period."""
         b = self.primary
-        if self._read_primary_manifest_by(name, version) is None:
+        data = self._read_primary_manifest_by(name, version)
+        if data is None:
             raise NotFound(f"{name}@{version} is not on remote {self.name}")
+        try:
+            candidates = {f.sha256 for f in load_manifest(data, f"remote {self.name}: {name}@{version}").all_files()}
+        except ZooError:
+            candidates = set()  # a damaged manifest: its blobs are left to `zoo remote gc`
         b.delete(b.path("models", name, "versions", f"{version}.json"))
         for tag, v in self._list_tags(name).items():
             if v == version:
                 b.delete(b.path("models", name, "tags", f"{tag}.json"))
         self._reindex(name)
+        files = []
+        for sha in sorted(candidates):
+            rpath = self._blob_path(sha)
+            st = b.stat(rpath)
+            if st is not None:
+                files.append((rpath, *st))
+        return self._free(files, grace_s=gc_grace(self.config, grace_s), dry_run=False)
+
+    def gc(self, *, grace_s: float | None = None, dry_run: bool = False) -> dict:
+        """Free every blob (and upload left-over) that no manifest on the remote references and
+        that is older than the grace period; `dry_run` only reports."""
+        b = self.primary
+        b._writable()
+        return self._free(b.walk(b.path("blobs")), grace_s=gc_grace(self.config, grace_s), dry_run=dry_run)
+
+    def _blob_path(self, sha256: str) -> str:
+        return self.primary.path("blobs", "sha256", sha256[:2], sha256)
+
+    def _referenced(self) -> set[str]:
+        """sha256 of every file of every version on the primary, read from the manifests (the
+        truth). A manifest that cannot be read stops the gc: its blobs cannot be told apart."""
+        b = self.primary
+        out: set[str] = set()
+        for model in b.listdir(b.path("models")):
+            if model.startswith("."):
+                continue
+            for entry in b.listdir(b.path("models", model, "versions")):
+                if not entry.endswith(".json") or entry.startswith("."):
+                    continue
+                data = b.read(b.path("models", model, "versions", entry))
+                if data is None:
+                    continue  # removed while we listed
+                try:
+                    m = load_manifest(data, f"remote {self.name}: models/{model}/versions/{entry}")
+                except ZooError as e:
+                    raise StorageError(f"remote {self.name}: cannot read {model}/versions/{entry} ({e.message}); "
+                                       "no blob was freed", hint="fix or remove that version, then run gc again") from e
+                out.update(f.sha256 for f in m.all_files())
+        return out
+
+    def _free(self, files: list[tuple[str, int, float | None]], *, grace_s: float, dry_run: bool) -> dict:
+        """Delete those of `files` (path, size, mtime) no manifest references and older than `grace_s`."""
+        import time
+
+        result = {"remote": self.name, "blobs_freed": 0, "bytes_freed": 0, "kept_young": 0, "grace_s": grace_s,
+                  "dry_run": dry_run}
+        if not files:
+            return result
+        referenced = self._referenced()  # read after the listing: a manifest written meanwhile counts
+        now = time.time()
+        for rpath, size, mtime in files:
+            name = rpath.rsplit("/", 1)[-1]
+            if name in referenced:
+                continue
+            if mtime is None or now - mtime < grace_s:  # maybe a push between its blobs and its manifest
+                result["kept_young"] += 1
+                continue
+            if not dry_run:
+                self.primary.delete(rpath)
+            result["blobs_freed"] += 1
+            result["bytes_freed"] += size
+        return result
 
     def _list_tags(self, name: str) -> dict[str, str]:
         b = self.primary

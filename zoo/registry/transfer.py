@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from zoo.errors import IntegrityError, SourceUnreachable, StorageError, ZooError
+from zoo.errors import AccessDenied, IntegrityError, SourceUnreachable, StorageError, ZooError
 from zoo.registry.blobs import BlobStore
 from zoo.registry.fileio import sha256_file
 
@@ -102,6 +102,9 @@ def fetch_blob(blobs: BlobStore, sha256: str, size: int, sources: list[Source], 
     if any(isinstance(e, IntegrityError) for e in errors):
         bad = next(e for e in errors if isinstance(e, IntegrityError))
         raise IntegrityError(bad.message, hint="the remote copy is corrupt or was tampered with; nothing was installed")
+    refused = [e for e in errors if isinstance(e, AccessDenied)]
+    if refused and all(isinstance(e, (SourceUnreachable, AccessDenied)) for e in errors):
+        raise AccessDenied(refused[0].message, hint=refused[0].hint)
     if errors and all(isinstance(e, SourceUnreachable) for e in errors):
         raise SourceUnreachable(errors[-1].message, hint=errors[-1].hint)
     raise StorageError(f"{what}: could not be downloaded ({'; '.join(e.message for e in errors) or 'no source'})")
