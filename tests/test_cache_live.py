@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import write_recipe, zoo as zoo_cli
+from zoo import lockfile
 from zoo.cache import Cache
 from zoo.errors import StageFailed
 
@@ -256,3 +257,70 @@ def test_worker_watchdog_ends_a_worker_whose_parent_died(tmp_path):
             os.killpg(parent.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+# --- 11. a full cache disk -------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs (root can mount one here and in CI); unmounted afterwards."""
+    folder = tmp_path / "small-disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.mark.parametrize("swallow", [False, True], ids=["oserror", "truncated-file"])
+def test_a_full_cache_fails_the_stage_with_no_space_exit_3_and_records_nothing(tmp_path, small_disk, swallow):
+    cache_dir = small_disk / "cache"
+    recipe = write_recipe(tmp_path, f"""\
+schema_version: 1
+name: full
+version: 0.1.0
+stages:
+  small: {{kind: writer, config: {{text: "fits"}}}}
+  big: {{kind: filler, config: {{size_mb: 16, swallow: {str(swallow).lower()}}}}}
+""")
+    cli = zoo_cli("run", recipe, "--cache-dir", cache_dir)
+    assert cli.code == 3, cli.text
+    assert f"no space left on {cache_dir}" in cli.err
+    assert "INVALID_PROTOBUF" not in cli.err.split("---")[0]  # the message is the disk, not the symptom
+    cache = Cache(cache_dir)
+    assert {e.stage for e in cache.iter_entries()} == {"small"}  # nothing half-recorded
+    assert "big" not in lockfile.read(lockfile.lock_path(recipe)).stages
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    again = zoo_cli("run", recipe, "--cache-dir", cache_dir, "--json")
+    assert again.code == 0, again.text
+    assert [s["state"] for s in json.loads(again.out)["stages"]] == ["cached", "done"]
+
+
+def test_a_full_disk_anywhere_is_one_message_and_exit_3(tmp_path, small_disk):
+    with open(small_disk / "filler", "wb") as f:  # fill the disk to the last block
+        try:
+            f.write(b"\0" * (8 << 20))
+        except OSError:
+            pass
+    target = small_disk / "schema.json"
+    cli = zoo_cli("schema", "-o", target)
+    assert cli.code == 3, cli.text
+    assert f"no space left on {small_disk}" in cli.err and "hint:" in cli.err and "Traceback" not in cli.err
+    assert not target.exists() and not list(small_disk.glob(".schema.json*"))  # no temp file left
+
+    # an OSError(ENOSPC) that escapes any command (here a raw write) gets the same treatment
+    script = tmp_path / "raw_write.py"
+    script.write_text(
+        "import sys\n"
+        "from zoo import cli\n\n"
+        "@cli.app.command('raw-write')\n"
+        "def raw_write(path: str) -> None:\n"
+        "    with open(path, 'wb') as f:\n"
+        "        f.write(b'x' * (8 << 20))\n\n"
+        "sys.argv = ['zoo', 'raw-write', sys.argv[1]]\n"
+        "cli.main()\n")
+    raw = subprocess.run([sys.executable, str(script), str(small_disk / "raw.bin")], capture_output=True, text=True)
+    assert raw.returncode == 3, raw.stderr
+    assert f"no space left on {small_disk / 'raw.bin'}" in raw.stderr and "Traceback" not in raw.stderr

@@ -183,7 +183,7 @@ def disk_full_error(e: BaseException, task: StageTask):
             continue
         if st.f_bavail * st.f_frsize < FULL_BELOW_BYTES:
             return no_space(_storage_name(folder, task),
-                            detail=f"the stage failed once the disk was full: {type(e).__name__}: {e}")
+                            detail="the stage failed once the disk was full; its log has what failed")
     return None
 
 
