@@ -189,7 +189,7 @@ def _locked_keys(recipe: Path) -> set[str]:
     from zoo.errors import InvalidInput
 
     if not recipe.is_file():
-        raise InvalidInput(f"--keep {recipe}: no such recipe file",
+        raise InvalidInput(f"--keep {recipe}: " + ("not a recipe file" if recipe.exists() else "no such recipe file"),
                            hint="check the path; nothing was freed (`zoo gc --keep` frees every entry the named "
                                 "recipes' lockfiles do not use)")
     lock_file = lockfile.lock_path(recipe.resolve())

@@ -132,11 +132,13 @@ def gc(
     _echo(f"{verb} {_size(result['bytes_freed'])}: {result['objects_removed']} objects, "
           f"{result['entries_removed']} entries ({result['cache_dir']})")
     skipped = result.get("skipped") or {}
-    held = {k: v for k, v in skipped.items() if k != "runs" and v}
-    if held or skipped.get("runs"):
-        pids = ", ".join(str(p) for p in skipped.get("runs", []))
-        what = ", ".join(f"{n} {k}" for k, n in held.items()) or "nothing yet"
-        _echo(f"skipped {what}: held by a running `zoo run` (pid {pids}); run gc again after it ends to free them")
+    labels = {"entries": "entries", "workspaces": "stage workspaces (tmp/)", "materialised": "output folders (out/)",
+              "objects": "objects not yet in an entry"}
+    what = ", ".join(f"{skipped[k]} {label}" for k, label in labels.items() if skipped.get(k))
+    if skipped.get("runs"):
+        pids = ", ".join(str(p) for p in skipped["runs"])
+        _echo(f"skipped what a running `zoo run` holds (pid {pids}): {what or 'nothing yet'}; "
+              "gc again after it ends to free what it no longer needs")
 
 
 @app.command("kinds")
