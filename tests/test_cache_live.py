@@ -36,8 +36,15 @@ def _wait_for(path: Path, proc: subprocess.Popen) -> None:
 
 # --- 1. gc beside a live run -----------------------------------------------------------------
 
-def test_gc_in_a_loop_during_a_run_breaks_nothing(tmp_path):
+@pytest.mark.parametrize("keep", [False, True], ids=["gc", "gc-keep-other-recipe"])
+def test_gc_in_a_loop_during_a_run_breaks_nothing(tmp_path, keep):
     marker = tmp_path / "slow.pid"
+    gc_args = ["gc"]
+    if keep:  # keep only another recipe's entries: the live run's new entries are in no lockfile yet
+        other = write_recipe(tmp_path, "schema_version: 1\nname: other\nversion: 0.1.0\nstages:\n  w: {kind: writer}\n",
+                             name="other.yaml")
+        assert zoo_cli("run", other).code == 0
+        gc_args += ["--keep", str(other)]
     recipe = write_recipe(tmp_path, f"""\
 schema_version: 1
 name: gcloop
@@ -56,7 +63,7 @@ stages:
     gcs = []
     try:
         while run.poll() is None:  # the issue's repro: while kill -0 $!; do zoo gc; sleep 0.2; done
-            gc = zoo_cli("gc")
+            gc = zoo_cli(*gc_args)
             gcs.append((marker.exists() and run.poll() is None, gc))
             time.sleep(0.2)
         out, err = run.communicate()
