@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 from zoo import keys, lockfile, paths, planner, recipe as recipe_mod
 from zoo.cache import Cache
-from zoo.errors import ZooError
+from zoo.errors import StorageError, ZooError
 from zoo.executors import Executor, make_executor
 from zoo.runner import CACHED, FAILED, WILL_RUN, Runner, StageReport, decide
 
@@ -156,26 +156,48 @@ def _write_stamp(dag: planner.Dag, cache: Cache, runner: Runner, result: Result)
 
         zoo = LocalZoo()
         objects = objects + [zoo.manifest_path(*ref.split("@", 1)) for ref in published]
-    fastpath.write_stamp(recipe_path=dag.recipe.path, cache_dir=cache.root, lock_path=result.lock_path,
-                         files=files, entries=entries, objects=objects,
-                         summary={"name": dag.recipe.name, "version": dag.recipe.version,
-                                  "stages": dag.order(), "notes": notes})
+    try:
+        fastpath.write_stamp(recipe_path=dag.recipe.path, cache_dir=cache.root, lock_path=result.lock_path,
+                             files=files, entries=entries, objects=objects,
+                             summary={"name": dag.recipe.name, "version": dag.recipe.version,
+                                      "stages": dag.order(), "notes": notes})
+    except StorageError:  # only a shortcut for the next run (e.g. the disk is full): the run itself succeeded
+        pass
 
 
 def gc(*, cache_dir: str | Path | None = None, keep_recipes: Iterable[str | Path] = (), dry_run: bool = False) -> dict:
-    """Free cache space: objects no entry references; with keep_recipes, entries those recipes' locks don't use."""
+    """Free cache space: objects no entry references; with keep_recipes, entries those recipes' locks don't use.
+
+    What a live `zoo run` holds is never freed; result["skipped"] counts it. Every keep_recipe
+    must exist and have a lockfile (InvalidInput otherwise, before anything is freed): a typo
+    must not turn "keep these" into "free everything".
+    """
     cache = Cache(paths.cache_dir(cache_dir))
     keep: set[str] | None = None
     recipes = list(keep_recipes)
     if recipes:
         keep = set()
         for r in recipes:
-            lock = lockfile.read(lockfile.lock_path(Path(r).resolve()))
-            if lock:
-                keep.update(s.key for s in lock.stages.values())
+            keep.update(_locked_keys(Path(r)))
     result = cache.gc(keep, dry_run=dry_run)
     result["cache_dir"] = str(cache.root)
     return result
+
+
+def _locked_keys(recipe: Path) -> set[str]:
+    """The cache keys `recipe`'s lockfile pins; InvalidInput for a missing recipe or lockfile."""
+    from zoo.errors import InvalidInput
+
+    if not recipe.is_file():
+        raise InvalidInput(f"--keep {recipe}: " + ("not a recipe file" if recipe.exists() else "no such recipe file"),
+                           hint="check the path; nothing was freed (`zoo gc --keep` frees every entry the named "
+                                "recipes' lockfiles do not use)")
+    lock_file = lockfile.lock_path(recipe.resolve())
+    lock = lockfile.read(lock_file)
+    if lock is None:
+        raise InvalidInput(f"--keep {recipe}: it has no lockfile ({lock_file.name} is missing)",
+                           hint=f"run `zoo run {recipe}` first so its lockfile pins what to keep; nothing was freed")
+    return {s.key for s in lock.stages.values()}
 
 
 def _forced(dag: planner.Dag, force: Iterable[str] | bool) -> set[str]:

@@ -7,12 +7,19 @@ Layout under the cache dir (default ``./cache``, env ``ZOO_CACHE_DIR``, flag ``-
     out/<key>/…             outputs materialised as hardlinks to objects (rebuilt on demand)
     logs/<key>.log          each stage's captured stdout/stderr
     locks/<key>.lock        one lock per key, so concurrent runs never compute a key twice
-    tmp/                    stage workspaces; anything here is garbage after a crash
+    runs/<id>.lock|.json    each live run's lease: what gc must leave alone (zoo/leases.py)
+    tmp/<run id>/           a live run's stage workspaces; anything else here is garbage
     hashes.sqlite           stat cache: an unchanged file is never hashed twice
 
 Crash safety: objects are written to tmp/, fsynced and renamed into place; the entry is
 written last, the same way. A run killed at any point leaves at most garbage in tmp/ and
-unreferenced objects, never an entry that would count as a hit.
+unreferenced objects, never an entry that would count as a hit. An entry is written only when
+every declared output is in it, and lookup refuses one whose outputs are not (older versions
+could commit one after gc removed a stage's workspace).
+
+gc and live runs: `gc` skips whatever a live run's lease holds (its workspaces, the keys it
+uses with their entries, objects and out/ folders, objects it stores before their entry exists)
+and reports what it skipped; see zoo/leases.py.
 """
 
 from __future__ import annotations
@@ -23,11 +30,12 @@ import shutil
 import stat
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from zoo.errors import IntegrityError, StorageError
+from zoo.errors import IntegrityError, StageFailed, StorageError, is_no_space, no_space
 from zoo.hashing import StatCache, digest_json, hash_file_uncached, tree_files
 
 ENTRY_SCHEMA_VERSION = 1
@@ -77,11 +85,13 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and is_no_space(e):
+            raise no_space(path.parent) from e
         raise
 
 
@@ -96,15 +106,19 @@ class Cache:
         self.logs = self.root / "logs"
         self.locks = self.root / "locks"
         self.tmp = self.root / "tmp"
+        self.runs = self.root / "runs"
+        self.lease = None  # the RunLease of the run using this Cache object, if any (zoo/leases.py)
         self._hashes: StatCache | None = None
 
     # --- set-up -------------------------------------------------------------------------
     def ensure(self) -> "Cache":
         """Create the folders (idempotent); StorageError if the cache dir is unusable."""
         try:
-            for d in (self.objects, self.entries, self.out, self.logs, self.locks, self.tmp):
+            for d in (self.objects, self.entries, self.out, self.logs, self.locks, self.tmp, self.runs):
                 d.mkdir(parents=True, exist_ok=True)
         except OSError as e:
+            if is_no_space(e):
+                raise no_space(self.root) from e
             raise StorageError(f"cannot create the cache at {self.root}: {e.strerror}",
                                hint="pass --cache-dir or set ZOO_CACHE_DIR to a writable folder") from None
         return self
@@ -120,10 +134,13 @@ class Cache:
         return self.entries / key[:2] / f"{key}.json"
 
     def lookup(self, key: str) -> Entry | None:
-        """The entry for `key` if it exists, is readable, and all its objects are present."""
+        """The entry for `key` if it exists, is readable, holds every output it declares, and all
+        its objects are present."""
         entry = self.read_entry(key)
         if entry is None:
             return None
+        if missing_outputs(entry.outputs, entry.files):
+            return None  # committed by an older zoo after its files vanished: never a hit
         for meta in entry.files.values():
             if not self.object_path(meta["digest"]).exists():
                 return None
@@ -162,8 +179,39 @@ class Cache:
         os.replace(src, dest)
 
     def tmp_dir(self, prefix: str) -> Path:
+        """A fresh workspace: under the run's lease folder when a run holds one (gc skips it)."""
         self.ensure()
-        return Path(tempfile.mkdtemp(dir=self.tmp, prefix=prefix))
+        base = self.lease.tmp if self.lease is not None else self.tmp
+        base.mkdir(parents=True, exist_ok=True)
+        try:
+            return Path(tempfile.mkdtemp(dir=base, prefix=prefix))
+        except OSError as e:
+            if is_no_space(e):
+                raise no_space(self.root) from e
+            raise
+
+    # --- leases (what gc leaves alone) --------------------------------------------------
+    @contextmanager
+    def leased(self) -> Iterator["Cache"]:
+        """Hold a run lease on this cache for the duration of the block (see zoo/leases.py)."""
+        from zoo.leases import RunLease
+
+        if self.lease is not None:
+            yield self
+            return
+        self.ensure()
+        lease = RunLease(self).open()
+        self.lease = lease
+        try:
+            yield self
+        finally:
+            self.lease = None
+            lease.close()
+
+    def hold(self, *, keys=(), digests=()) -> None:
+        """Register keys / object digests with this run's lease, before using them (no-op without one)."""
+        if self.lease is not None:
+            self.lease.hold(keys=keys, digests=digests)
 
     # --- commit and materialise ---------------------------------------------------------
     def commit(self, *, key: str, stage: str, kind: str, out_dir: Path, outputs: dict[str, str],
@@ -176,7 +224,7 @@ class Cache:
         is written, so the result never counts as a hit.
         """
         files: dict[str, dict[str, Any]] = {}
-        for path in tree_files(out_dir):
+        for path in tree_files(out_dir) if out_dir.is_dir() else []:
             rel = path.relative_to(out_dir).as_posix()
             files[rel] = {"digest": hash_file_uncached(path), "size": path.stat().st_size,
                           "mode": "x" if os.access(path, os.X_OK) and path.stat().st_mode & 0o111 else ""}
@@ -184,21 +232,36 @@ class Cache:
         for name, rel in outputs.items():
             if rel in files:
                 digest = files[rel]["digest"]
-            else:
+            else:  # a folder (the same digest as ever: lockfiles pin it)
                 prefix = rel.rstrip("/") + "/"
                 inside = {k[len(prefix):]: v["digest"] for k, v in files.items() if k.startswith(prefix)}
                 digest = digest_json({"tree": inside})
             named[name] = {"path": rel, "digest": digest}
-        for rel, meta in files.items():
-            self._store_file(out_dir / rel, meta["digest"])
-        entry = Entry(key=key, stage=stage, kind=kind, outputs=named, files=files, metrics=metrics,
-                      parts=parts, duration_s=duration_s, created=time.time(), host=dict(host or {}))
-        if record:
-            atomic_write(self.entry_path(key), json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
+        bad = missing_outputs(named, files)
+        if bad:
+            # an entry without its outputs would be a hit that breaks every dependent, forever
+            raise StageFailed(f"stage {stage}: declared output {', '.join(bad)} is missing or empty in {out_dir}; "
+                              "nothing was cached", stage_id=stage,
+                              hint="the kind must write each output it returns (a folder output needs at least "
+                                   "one file); if its workspace was deleted while it ran, run again")
+        self.hold(keys=[key], digests=[meta["digest"] for meta in files.values()])  # stored before the entry exists
+        try:
+            for rel, meta in files.items():
+                self._store_file(out_dir / rel, meta["digest"])
+            entry = Entry(key=key, stage=stage, kind=kind, outputs=named, files=files, metrics=metrics,
+                          parts=parts, duration_s=duration_s, created=time.time(), host=dict(host or {}))
+            if record:
+                atomic_write(self.entry_path(key), json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
+        except OSError as e:
+            if is_no_space(e):
+                raise no_space(self.root) from e
+            raise StorageError(f"cannot store stage {stage}'s outputs in the cache {self.root}: {e}",
+                               hint="check the cache folder's permissions and disk") from e
         return entry
 
     def materialize(self, entry: Entry) -> Path:
         """out/<key>/ with the entry's files as hardlinks (copies across filesystems)."""
+        self.hold(keys=[entry.key])  # before looking: gc must not remove it under our feet
         dest = self.out / entry.key
         if dest.exists() and all((dest / rel).exists() for rel in entry.files):
             return dest
@@ -250,41 +313,89 @@ class Cache:
         return FileLock(str(self.locks / f"{key}.lock"))
 
     # --- garbage collection -------------------------------------------------------------
-    def gc(self, keep_keys: set[str] | None = None, *, dry_run: bool = False) -> dict[str, int]:
+    def gc(self, keep_keys: set[str] | None = None, *, dry_run: bool = False) -> dict[str, Any]:
         """Remove tmp leftovers, materialisations, and objects no kept entry references.
 
         With `keep_keys`, entries not in it are removed first (e.g. keep only what the
-        current recipes use). Returns counts and bytes freed.
+        current recipes use). Whatever a live run holds (zoo/leases.py) is skipped and counted
+        in "skipped"; gc waits only for the brief moments a run registers, never for a run.
+        Returns counts and bytes freed.
         """
+        from zoo.leases import gc_mutex, live_holdings
+
+        if not self.root.exists():
+            return {"bytes_freed": 0, "objects_removed": 0, "entries_removed": 0,
+                    "skipped": {"runs": [], "entries": 0, "workspaces": 0, "materialised": 0, "objects": 0}}
+        with gc_mutex(self):
+            held = live_holdings(self, clean=not dry_run)
+            return self._gc_locked(keep_keys, held, dry_run)
+
+    def _gc_locked(self, keep_keys: set[str] | None, held, dry_run: bool) -> dict[str, Any]:
         freed = removed_entries = removed_objects = 0
-        if keep_keys is not None:
-            for entry in list(self.iter_entries()):
-                if entry.key not in keep_keys:
-                    removed_entries += 1
-                    if not dry_run:
-                        self.entry_path(entry.key).unlink(missing_ok=True)
-                        self.log_path(entry.key).unlink(missing_ok=True)
-        referenced = {meta["digest"] for e in self.iter_entries() for meta in e.files.values()}
-        if dry_run and keep_keys is not None:
-            referenced = {meta["digest"] for e in self.iter_entries() if e.key in keep_keys for meta in e.files.values()}
+        skipped = {"runs": sorted(held.pids), "entries": 0, "workspaces": 0, "materialised": 0, "objects": 0}
+        kept_entries = []
+        for entry in list(self.iter_entries()):
+            if keep_keys is None or entry.key in keep_keys:
+                kept_entries.append(entry)
+            elif entry.key in held.keys:
+                skipped["entries"] += 1
+                kept_entries.append(entry)
+            else:
+                removed_entries += 1
+                if not dry_run:
+                    self.entry_path(entry.key).unlink(missing_ok=True)
+                    self.log_path(entry.key).unlink(missing_ok=True)
+        referenced = {meta["digest"] for e in kept_entries for meta in e.files.values()}
         if self.tmp.exists():
             for child in self.tmp.iterdir():
+                if child.name in held.ids:
+                    skipped["workspaces"] += 1
+                    continue
                 freed += _tree_size(child)
                 if not dry_run:
                     _remove(child)
-        if self.out.exists() and not dry_run:
+        if self.out.exists():
             # materialisations are hardlinks to objects: removing them frees the objects' bytes below
             for child in self.out.iterdir():
-                _remove(child)
+                if child.name in held.keys:
+                    skipped["materialised"] += 1
+                elif not dry_run:
+                    _remove(child)
         if self.objects.exists():
             for obj in self.objects.glob("*/*"):
                 digest = obj.parent.name + obj.name
-                if digest not in referenced:
-                    removed_objects += 1
+                if digest in referenced:
+                    continue
+                if digest in held.digests:
+                    skipped["objects"] += 1
+                    continue
+                removed_objects += 1
+                try:
                     freed += obj.stat().st_size
-                    if not dry_run:
-                        obj.unlink(missing_ok=True)
-        return {"bytes_freed": freed, "objects_removed": removed_objects, "entries_removed": removed_entries}
+                except FileNotFoundError:
+                    continue
+                if not dry_run:
+                    obj.unlink(missing_ok=True)
+        return {"bytes_freed": freed, "objects_removed": removed_objects, "entries_removed": removed_entries,
+                "skipped": skipped}
+
+
+def missing_outputs(outputs: dict[str, dict[str, Any]], files: dict[str, Any]) -> list[str]:
+    """The declared outputs (as "name (path)") that are not a non-empty file or a folder with files."""
+    bad = []
+    for name, out in outputs.items():
+        rel = out.get("path", "")
+        meta = files.get(rel)
+        present = (meta.get("size", 1) > 0) if meta is not None else bool(_inside(rel, files))
+        if not present:
+            bad.append(f"{name!r} ({rel})")
+    return bad
+
+
+def _inside(rel: str, files: dict[str, Any]) -> dict[str, str]:
+    """{path inside the folder output `rel`: digest} ("." is the whole out_dir)."""
+    prefix = "" if rel in (".", "") else rel.rstrip("/") + "/"
+    return {k[len(prefix):]: v["digest"] for k, v in files.items() if k.startswith(prefix)}
 
 
 def _remove(path: Path) -> None:

@@ -131,6 +131,14 @@ def gc(
     verb = "would free" if dry_run else "freed"
     _echo(f"{verb} {_size(result['bytes_freed'])}: {result['objects_removed']} objects, "
           f"{result['entries_removed']} entries ({result['cache_dir']})")
+    skipped = result.get("skipped") or {}
+    labels = {"entries": "entries", "workspaces": "stage workspaces (tmp/)", "materialised": "output folders (out/)",
+              "objects": "objects not yet in an entry"}
+    what = ", ".join(f"{skipped[k]} {label}" for k, label in labels.items() if skipped.get(k))
+    if skipped.get("runs"):
+        pids = ", ".join(str(p) for p in skipped["runs"])
+        _echo(f"skipped what a running `zoo run` holds (pid {pids}): {what or 'nothing yet'}; "
+              "gc again after it ends to free what it no longer needs")
 
 
 @app.command("kinds")
@@ -271,6 +279,31 @@ def main() -> None:
     except KeyboardInterrupt:
         _echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as e:
+        # a full disk can surface anywhere (cache, local zoo, --to folder): one message, exit 3
+        from zoo.errors import NO_SPACE_HINT, is_no_space
+
+        if not is_no_space(e) or os.environ.get("ZOO_DEBUG"):
+            raise
+        where = e.filename or _written_path(e) or "the device"
+        _echo(f"error: no space left on {where}", err=True)
+        _echo(f"hint: {NO_SPACE_HINT}", err=True)
+        _echo("(set ZOO_DEBUG=1 to see the traceback)", err=True)
+        sys.exit(3)
+
+
+def _written_path(e: BaseException) -> str | None:
+    """The file a failed write() was writing, from the innermost frame's open file (write errors carry no filename)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    for value in tb.tb_frame.f_locals.values():
+        name = getattr(value, "name", None)
+        if isinstance(name, str) and hasattr(value, "write"):
+            return name
+    return None
 
 
 if __name__ == "__main__":

@@ -116,3 +116,24 @@ class Conflict(ZooError):
 
 class Unhashable(InvalidInput):
     """A stage input or config value that cannot be hashed, so cannot be cached."""
+
+
+class NoSpace(StorageError):
+    """A disk (cache, zoo, output folder) is full or over quota."""
+
+
+NO_SPACE_HINT = ("free space on that disk (`zoo gc` frees run-cache space) or point ZOO_CACHE_DIR / ZOO_HOME "
+                 "at a bigger one, then run the command again")
+
+
+def is_no_space(e: BaseException) -> bool:
+    """True for an OSError that says the disk is full or the quota is exhausted (ENOSPC, EDQUOT)."""
+    import errno
+
+    codes = {errno.ENOSPC} | ({errno.EDQUOT} if hasattr(errno, "EDQUOT") else set())
+    return isinstance(e, OSError) and e.errno in codes
+
+
+def no_space(path: object, *, detail: str = "", hint: str | None = None) -> NoSpace:
+    """The one message zoo gives for a full disk: "no space left on <path>" (exit 3)."""
+    return NoSpace(f"no space left on {path}" + (f" ({detail})" if detail else ""), hint=hint or NO_SPACE_HINT)

@@ -91,8 +91,9 @@ class ProcessExecutor:
 
             from zoo.worker import init_worker
 
+            # workers die with this process (see init_worker): a killed run leaves no worker behind
             self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=init_worker)
+                                             initializer=init_worker, initargs=(os.getpid(),))
         # the pool spawns its workers inside submit (on demand, for the spawn start method)
         with _child_env(worker_env_overrides()):
             return self._pool.submit(execute, task)

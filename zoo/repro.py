@@ -64,7 +64,8 @@ def check(path: str | Path, *, stages: list[str] | None = None, cache_dir: str |
     real = Cache(paths.cache_dir(cache_dir))
     selected = dag.select(stages) if stages else set(dag.nodes)
     real.ensure()
-    with tempfile.TemporaryDirectory(dir=real.tmp, prefix="repro-") as tmp:  # same filesystem: hardlinks
+    # under a lease on the real cache: `zoo gc` leaves the scratch cache (in its tmp/) alone
+    with real.leased(), tempfile.TemporaryDirectory(dir=real.lease.tmp, prefix="repro-") as tmp:  # same fs: hardlinks
         scratch = Cache(Path(tmp)).ensure()
         reused = _seed_upstream(dag, lock, real, scratch, selected)
         result = api.run(dag, cache_dir=scratch.root, jobs=jobs, record=False, on_update=on_update)
@@ -99,6 +100,8 @@ def _seed_upstream(dag, lock, real: Cache, scratch: Cache, selected: set[str]) -
         if nid in selected:
             continue
         locked = lock.stages.get(nid)
+        if locked:
+            real.hold(keys=[locked.key])  # its objects stay while they are linked into the scratch cache
         entry = real.lookup(locked.key) if locked else None
         if entry is None:
             continue  # not in the real cache: it will be rebuilt too

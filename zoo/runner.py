@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from zoo import explain, keys, kinds
 from zoo.cache import Cache, Entry
-from zoo.errors import WorkerMismatch
+from zoo.errors import WorkerMismatch, ZooError
 from zoo.executors import Executor
 from zoo.explain import Reason
 from zoo.hashing import StatCache
@@ -75,7 +75,8 @@ def decide(node: Node, parts: dict | None, key: str | None, cache: Cache, previo
         if upstream_runs and any(r.code == explain.INPUT for r in reasons):
             reasons.append(Reason(explain.UPSTREAM, ", ".join(upstream_runs)))
         if not reasons:
-            detail = "entry present but objects missing" if cache.read_entry(key) else "not in this cache"
+            detail = ("entry present but incomplete (objects or outputs missing)" if cache.read_entry(key)
+                      else "not in this cache")
             reasons = [Reason(explain.MISSING, detail)]
     return WILL_RUN, reasons, None
 
@@ -104,6 +105,18 @@ class Runner:
 
     # --- public ---------------------------------------------------------------------------
     def run(self) -> dict[str, StageReport]:
+        # the lease keeps `zoo gc` off what this run holds (workspaces, keys, objects) until it ends
+        with self.cache.leased():
+            self._run()
+        for report in self.reports.values():
+            if report.state == WAITING:
+                report.state = SKIPPED
+                failed_up = [n for n in report.needs if self.reports[n].state in (FAILED, SKIPPED)]
+                report.reasons = [Reason("not run", f"upstream failed: {', '.join(failed_up)}" if failed_up else "run stopped")]
+                self.on_update(report)
+        return self.reports
+
+    def _run(self) -> None:
         try:
             while True:
                 started = self._start_ready()
@@ -123,13 +136,6 @@ class Runner:
                 future.cancel()
                 lock.release()
             self.executor.shutdown()
-        for report in self.reports.values():
-            if report.state == WAITING:
-                report.state = SKIPPED
-                failed_up = [n for n in report.needs if self.reports[n].state in (FAILED, SKIPPED)]
-                report.reasons = [Reason("not run", f"upstream failed: {', '.join(failed_up)}" if failed_up else "run stopped")]
-                self.on_update(report)
-        return self.reports
 
     def lock_records(self) -> dict[str, StageLock]:
         """Lock records of every stage that completed (ran or cached) in this run."""
@@ -158,6 +164,7 @@ class Runner:
             self.parts[nid] = keys.key_parts(self.dag.recipe, node, inputs, self.hashes, ancestors)
             report.key = keys.key_of(self.parts[nid])
         key = report.key
+        self.cache.hold(keys=[key])  # before the lookup: a hit's entry and objects stay until the run ends
         upstream_runs = [up for up in node.needs if self.reports[up].state == RAN]
         previous = self.previous.stages.get(nid) if self.previous else None
         action, reasons, entry = decide(node, self.parts[nid], key, self.cache, previous, nid in self.force,
@@ -252,7 +259,7 @@ class Runner:
                          matrix=dict(node.instance.matrix), shared=keys.shared_sections(self.dag.recipe, node),
                          recipe=keys.recipe_info(self.dag.recipe), upstream=upstream,
                          out_dir=str(tmp / "out"), work_dir=str(tmp / "work"), log_path=str(tmp / "stage.log"),
-                         threads=threads, publish=self.publish, lineage=lineage)
+                         threads=threads, publish=self.publish, lineage=lineage, storage_root=str(self.cache.root))
         return task, tmp
 
     def _finish(self, future: Future) -> None:
@@ -274,10 +281,14 @@ class Runner:
                                                  "hint": "install the same versions on every worker as on the "
                                                          "machine running `zoo run` (pip install -c constraints.txt)"}}
             if result["ok"]:
-                entry = self.cache.commit(key=report.key, stage=nid, kind=node.kind, out_dir=tmp / "out",
-                                          outputs=result["outputs"], metrics=result["metrics"], parts=self.parts[nid],
-                                          duration_s=report.duration_s, record=node.cache_policy != "disable",
-                                          host=result.get("host"))
+                try:
+                    entry = self.cache.commit(key=report.key, stage=nid, kind=node.kind, out_dir=tmp / "out",
+                                              outputs=result["outputs"], metrics=result["metrics"],
+                                              parts=self.parts[nid], duration_s=report.duration_s,
+                                              record=node.cache_policy != "disable", host=result.get("host"))
+                except ZooError as e:  # outputs missing, disk full: the stage failed and nothing was recorded
+                    result = {"ok": False, "error": describe_error(e)}
+            if result["ok"]:
                 self.entries[nid] = entry
                 report.state, report.metrics = RAN, result["metrics"]
                 report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}

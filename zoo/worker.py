@@ -47,10 +47,16 @@ class StageTask:
     publish: bool = True
     lineage: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
+    storage_root: str = ""  # the cache dir, named when its disk fills ("no space left on <cache>")
 
 
-def init_worker() -> None:
-    """Set up a pool worker process: skip interpreter teardown when it exits.
+def init_worker(parent_pid: int | None = None, pdeathsig: bool = True) -> None:
+    """Set up a pool worker process: die with its parent; skip interpreter teardown when it exits.
+
+    A worker must not outlive the `zoo run` that started it (kill -9 of the run left workers of
+    hundreds of MB, and through them multiprocessing's resource tracker, alive for good). On
+    Linux the kernel kills it when its parent dies (PR_SET_PDEATHSIG); everywhere, a watchdog
+    thread ends it when the pipe from its parent closes or it is re-parented.
 
     A worker that ran torch/onnxruntime stages spent 0.4-0.5 s in Python's finalisation
     (module teardown, freeing the heap object by object) after the last stage, and the run
@@ -68,6 +74,55 @@ def init_worker() -> None:
         os._exit(0)
 
     atexit.register(_exit_now)
+    if parent_pid is None:
+        return
+    if pdeathsig:
+        _set_parent_death_signal()
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    _start_parent_watchdog(parent_pid)
+
+
+def _set_parent_death_signal() -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies; False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> None:
+    """A daemon thread that ends this process once its parent is gone (portable fallback)."""
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+
+    def _watch() -> None:
+        while True:
+            if sentinel is not None:
+                try:
+                    if wait([sentinel], timeout=interval_s):  # EOF: the parent's end of the pipe closed
+                        os._exit(1)
+                except OSError:
+                    os._exit(1)
+            else:
+                import time as _time
+
+                _time.sleep(interval_s)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=_watch, name="zoo-parent-watchdog", daemon=True).start()
 
 
 def execute(task: StageTask) -> dict[str, Any]:
@@ -99,7 +154,49 @@ def execute(task: StageTask) -> dict[str, Any]:
                     "host": host.describe(), "environment": key_environment(cls)}
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
-            return {"ok": False, "duration_s": time.perf_counter() - started, "error": describe_error(e)}
+            full = disk_full_error(e, task)
+            return {"ok": False, "duration_s": time.perf_counter() - started,
+                    "error": describe_error(full) if full is not None else describe_error(e)}
+
+
+# A stage that failed while the disk under its workspace has less than this left is reported as a
+# full disk: native code (protobuf, onnxruntime) often ignores a failed write and the stage then
+# fails reading back a truncated file ("INVALID_PROTOBUF", "Wire format was corrupt").
+FULL_BELOW_BYTES = 1 << 20
+
+
+def disk_full_error(e: BaseException, task: StageTask):
+    """A NoSpace error for a stage failure caused by a full disk, or None."""
+    from zoo.errors import is_no_space, no_space
+
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if is_no_space(cause):
+            return no_space(_storage_name(getattr(cause, "filename", None) or task.out_dir, task))
+        cause = cause.__cause__ or cause.__context__
+    for folder in (task.out_dir, task.work_dir):
+        try:
+            st = os.statvfs(folder)
+        except (OSError, AttributeError):  # gone, or no statvfs (Windows)
+            continue
+        if st.f_bavail * st.f_frsize < FULL_BELOW_BYTES:
+            return no_space(_storage_name(folder, task),
+                            detail="the stage failed once the disk was full; its log has what failed")
+    return None
+
+
+def _storage_name(path: str, task: StageTask) -> str:
+    """The cache dir when `path` is inside it (its tmp/ names mean nothing to users), else `path`."""
+    if task.storage_root:
+        root = Path(task.storage_root)
+        try:
+            if Path(path).resolve().is_relative_to(root.resolve()):
+                return str(root)
+        except OSError:
+            pass
+    return str(path)
 
 
 def _validated_config(cls: type, raw: dict[str, Any]) -> Any:
@@ -198,10 +295,16 @@ class _captured:
         return self.logger
 
     def __exit__(self, *exc) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # the log's disk is full: the result still goes back to the runner
+                pass
         self.logger.removeHandler(self.handler)
-        self.handler.stream.close()
+        try:
+            self.handler.stream.close()
+        except OSError:
+            pass
         os.dup2(self.saved[0], 1)
         os.dup2(self.saved[1], 2)
         os.close(self.saved[0])

@@ -213,3 +213,57 @@ class Picky(StageKind):
         out = context.output_path("mode.txt")
         out.write_text(config.mode)
         return {"data": out}
+
+
+class SlowCopyConfig(KindConfig):
+    seconds: float = 1.0
+    marker: str = ""
+
+
+class SlowCopy(StageKind):
+    """Touches `marker` (its pid), sleeps, then copies the upstream `data` (or writes its own).
+
+    While it sleeps, its workspace in the cache's tmp/ and the upstream's out/ files are in use:
+    what `zoo gc` must leave alone."""
+
+    name = "slowcopy"
+    Config = SlowCopyConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        if config.marker:
+            context.resolve(config.marker).write_text(str(os.getpid()))
+        out = context.output_path("data.txt")
+        out.write_text("partial")
+        time.sleep(config.seconds)
+        upstream = inputs.maybe("data")
+        out.write_text((Path(upstream).read_text() if upstream is not None else "") + " copied")
+        return {"data": out}
+
+
+class FillerConfig(KindConfig):
+    size_mb: int = 64
+    swallow: bool = False
+
+
+class Filler(StageKind):
+    """Writes `size_mb` MiB into its output. With `swallow`, it ignores the write error (as C++
+    code that writes a model may) and fails later on the truncated file, like onnx does."""
+
+    name = "filler"
+    Config = FillerConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        out = context.output_path("blob.bin")
+        chunk = b"\xab" * (1 << 20)
+        try:
+            with open(out, "wb") as f:
+                for _ in range(config.size_mb):
+                    f.write(chunk)
+        except OSError:
+            if not config.swallow:
+                raise
+        if out.stat().st_size != config.size_mb << 20:
+            raise ValueError("[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Protobuf parsing failed (Wire format was corrupt)")
+        return {"data": out}
