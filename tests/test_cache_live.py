@@ -76,12 +76,15 @@ stages:
     assert during, "no gc ran while the slow stage was running"
     assert any("skipped what a running `zoo run` holds" in gc.out for gc in during), [gc.out for gc in during]
     assert run.returncode == 0, out + err
+    again = zoo_cli("run", recipe, "--json")
+    assert again.code == 0, again.text
+    if keep:
+        # the loop's last gc may start after the run released its lease, and then `--keep other.yaml`
+        # rightly drops gcloop's entries: the second run may recompute, but must succeed
+        return
     cache = Cache(Path(os.environ["ZOO_CACHE_DIR"]))
     after = next(e for e in cache.iter_entries() if e.stage == "after")
     assert cache.output_paths(after)["data"].read_text() == "xxx copied"
-
-    again = zoo_cli("run", recipe, "--json")
-    assert again.code == 0, again.text
     assert [s["state"] for s in json.loads(again.out)["stages"]] == ["cached"] * 3
 
 

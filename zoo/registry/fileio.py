@@ -6,7 +6,6 @@ on <path>"), since the OS message alone does not say which file system filled up
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import shutil
@@ -14,17 +13,19 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
-from zoo.errors import IntegrityError, StorageError
+from zoo.errors import IntegrityError, StorageError, is_no_space
 
 CHUNK = 8 << 20
 
 
 def storage_error(path: Path, e: OSError, verb: str = "write") -> StorageError:
-    """The StorageError for an OSError while writing `path` (a full disk is named as such)."""
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageError(f"no space left on {_mount_of(Path(path))} (writing {path})",
-                            hint="free some space (`zoo gc`, `zoo rm` old versions) or point ZOO_HOME at a "
-                                 "larger disk, then retry")
+    """The StorageError for an OSError while writing `path` (a full disk is `errors.NoSpace`)."""
+    from zoo.errors import no_space
+
+    if is_no_space(e):
+        return no_space(_mount_of(Path(path)), detail=f"writing {path}",
+                        hint="free some space (`zoo gc`, `zoo rm` old versions) or point ZOO_HOME at a "
+                             "larger disk, then retry")
     return StorageError(f"cannot {verb} {path}: {e.strerror or e}")
 
 
@@ -93,7 +94,7 @@ def create_exclusive_bytes(path: Path, data: bytes) -> bool:
         except FileExistsError:
             return False
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            if is_no_space(e):
                 raise
             # file systems without hard links: O_EXCL create, then fill (readers tolerate via re-read)
             try:
@@ -214,7 +215,7 @@ def _reflink(src: Path, dest: Path) -> bool:
             fcntl.ioctl(d.fileno(), FICLONE, s.fileno())
         return True
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if is_no_space(e):
             raise
         return False
 

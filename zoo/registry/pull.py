@@ -16,11 +16,10 @@ the zoo's own snapshot folder; independent copies or reflinks for ``--to``).
 
 from __future__ import annotations
 
-import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoo.errors import AccessDenied, IntegrityError, NotFound, SourceUnreachable, StorageError, ZooError
+from zoo.errors import AccessDenied, IntegrityError, NotFound, SourceUnreachable, StorageError, ZooError, is_no_space
 from zoo.registry.fileio import storage_error
 from zoo.registry.manifest import FileRef, Manifest
 from zoo.registry.refs import LATEST, Ref, parse_ref
@@ -152,7 +151,7 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
                 zoo.tag(manifest.name, manifest.version, r.tag)  # so the same tag resolves offline later
         path = zoo.materialize(manifest, b, dest)
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if not is_no_space(e):
             raise
         raise storage_error(Path(e.filename) if e.filename else zoo.root, e) from e
     except StorageError as e:
