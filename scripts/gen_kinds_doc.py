@@ -158,8 +158,9 @@ def kind_header(name: str) -> str:
 
     cls = kinds.get(name)
     outputs = ", ".join(f"`{o}`" for o in cls.outputs) or "none"
-    shared = ("reads the recipe's " + ", ".join(f"`{s}:`" for s in cls.shared)) if cls.shared \
-        else "reads no recipe-wide section"
+    # a whole section reads as `data:`, a single field as `model.task` (only those enter its key)
+    shared = ("reads the recipe's " + ", ".join(f"`{s}`" if "." in s else f"`{s}:`" for s in cls.shared)) \
+        if cls.shared else "reads no recipe-wide section"
     tools = ", ".join(cls.tools) or "none"
     return (f"*{cls.summary}* — outputs: {outputs}; {shared}; "
             f"kind version {cls.version}; tool versions in its cache key: {tools}.\n\n")

@@ -154,10 +154,13 @@ class Deploy(StageKind):
     """Package upstream models as device builds, write the model card and manifest, publish."""
 
     name: ClassVar[str] = "deploy"
-    version: ClassVar[str] = "2"  # 2: provenance (stamped builds, zoo.lock, in-toto statement)
+    # 2: provenance (stamped builds, zoo.lock, in-toto statement); 3: reads only the recipe fields it
+    # declares (the recipe's `task:` when there is no model section), zoo.lock records their values
+    version: ClassVar[str] = "3"
     Config: ClassVar[type[KindConfig]] = DeployConfig
     tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
-    shared: ClassVar[tuple[str, ...]] = ("model", "data")
+    # the dataset (card, conversion checks, its fingerprint) and the task the card names
+    shared: ClassVar[tuple[str, ...]] = ("data", "model.task", "task")
     outputs: ClassVar[tuple[str, ...]] = ("release",)
     # helpers whose code enters this kind's cache key
     code_modules = ("zoo_stages.lib.convert", "zoo_stages.lib.describe", "zoo_stages.lib.modelcard",
@@ -216,9 +219,9 @@ class _Release:
         self.ctx = context
         self.release = release
         self.work = work
-        self.model_spec: dict[str, Any] = dict(context.shared.get("model") or {})
+        model_spec = context.shared.get("model") or {}
         self.data_spec: dict[str, Any] | None = context.shared.get("data") or None
-        self.task = str(self.model_spec.get("task") or context.shared.get("task") or "")
+        self.task = str(model_spec.get("task") or context.shared.get("task") or "")
         self.verify: VerifyOutputs = read_verify_outputs(inputs, context.log)
         self.check = ConversionCheck(
             self.verify, data_spec=self.data_spec, recipe_dir=context.recipe.dir, task=self.task,

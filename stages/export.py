@@ -97,7 +97,9 @@ class Export(StageKind):
     version = "3"  # 2: provenance metadata_props; 3: inferred value_info no longer stored
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime")
-    shared = ("data", "model")
+    # the network (as train builds it), the I/O names and the input shape; not the dataset itself
+    shared = ("data.image_size", "data.channels", "model.arch", "model.entry", "model.num_classes",
+              "model.input_name", "model.output_name")
     outputs = ("model",)
     # helpers whose code enters this kind's cache key
     code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxutil",
@@ -172,7 +174,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
     import numpy as np
     import torch
 
-    model_section = dict(context.shared.get("model") or {})
+    model_section = context.shared.get("model") or {}
     shape = _input_shape(config, context)
     in_name = model_section.get("input_name") or "input"
     out_name = model_section.get("output_name") or "logits"

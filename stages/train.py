@@ -70,7 +70,9 @@ class Train(StageKind):
     version = "1"
     Config = TrainConfig
     tools = ("torch", "numpy", "scikit-learn", "safetensors")
-    shared = ("data", "model")
+    # the dataset (every field: the loader reads them all) and what builds the network; not
+    # model.task or the I/O names (metadata for export and deploy), so editing those does not retrain
+    shared = ("data", "model.arch", "model.entry", "model.num_classes")
     outputs = ("checkpoint",)
     # helpers whose code enters this kind's cache key
     code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.datasets", "zoo_stages.lib.checkpoints")
@@ -95,7 +97,7 @@ class Train(StageKind):
         from zoo_stages.lib import archs, datasets
 
         data = dict(context.shared.get("data") or {})
-        model_section = dict(context.shared.get("model") or {})
+        model_section = context.shared.get("model") or {}
         if not data:
             raise InvalidInput("the train stage needs the recipe's `data:` section",
                                hint="add e.g. `data: {source: digits, image_size: 8}`")

@@ -178,7 +178,8 @@ class Verify(StageKind):
     version = "1"
     Config = VerifyConfig
     tools = ("onnx", "onnxruntime", "numpy")
-    shared = ("data", "model")
+    # the held-out split (every data field), and the model fields its notes compare with the build
+    shared = ("data", "model.input_name", "model.num_classes")
     outputs = ("report", "vectors")
     # helpers whose code enters this kind's cache key
     code_modules = ("zoo_stages.lib.gates", "zoo_stages.lib.onnxutil", "zoo_stages.lib.datasets",

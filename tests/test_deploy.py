@@ -401,7 +401,7 @@ def test_kind_is_registered_and_import_is_light():
     from zoo import kinds
 
     assert kinds.get("deploy") is Deploy
-    assert Deploy.outputs == ("release",) and Deploy.shared == ("model", "data")
+    assert Deploy.outputs == ("release",) and Deploy.shared == ("data", "model.task", "task")
     code = ("import sys, zoo_stages.deploy, zoo_stages.lib.convert, zoo_stages.lib.describe, "
             "zoo_stages.lib.modelcard; "
             "print(sorted(m for m in ('onnx', 'onnxruntime', 'torch', 'numpy') if m in sys.modules))")

@@ -220,6 +220,8 @@ def _merged_lock(dag: planner.Dag, previous: lockfile.Lock | None, records: dict
         old = stages.get(sid)
         if old is None or (old.key, old.outputs) != (record.key, record.outputs):
             stages[sid] = record
+        elif old.shared is None:  # kept from a version 1 lockfile: same key, so the same values
+            old.shared, old.shared_digest = record.shared, ""
     r = dag.recipe
     return lockfile.Lock(recipe={"name": r.name, "version": r.version, "digest": r.digest}, stages=stages)
 

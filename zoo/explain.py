@@ -39,10 +39,11 @@ def compare(parts: dict[str, Any], previous: StageLock | None) -> list[Reason]:
     reasons: list[Reason] = []
     if parts["kind"] != previous.kind or parts["kind_version"] != previous.kind_version:
         reasons.append(Reason(KIND_VERSION, f"{previous.kind} v{previous.kind_version} → {parts['kind']} v{parts['kind_version']}"))
-    config_changes = _dict_changes(previous.config, parts["config"], "")
-    if config_changes or digest_json(parts["shared"]) != previous.shared_digest or parts["matrix"] != previous.matrix:
-        detail = ", ".join(config_changes[:4]) or "recipe-wide sections (model/data) or matrix values"
-        reasons.append(Reason(CONFIG, detail))
+    changes = (_dict_changes(previous.config, parts["config"], "") + _shared_changes(parts["shared"], previous)
+               + _dict_changes(previous.matrix, parts["matrix"], "matrix"))
+    if changes:
+        more = f" (and {len(changes) - 4} more)" if len(changes) > 4 else ""
+        reasons.append(Reason(CONFIG, ", ".join(changes[:4]) + more))
     changed_inputs = [f"{up}.{name}" for up in sorted(set(parts["inputs"]) | set(previous.inputs))
                       for name in sorted(set(parts["inputs"].get(up, {})) | set(previous.inputs.get(up, {})))
                       if parts["inputs"].get(up, {}).get(name) != previous.inputs.get(up, {}).get(name)]
@@ -65,6 +66,15 @@ def compare(parts: dict[str, Any], previous: StageLock | None) -> list[Reason]:
     if changed_tools:
         reasons.append(Reason(TOOLS, ", ".join(changed_tools[:4])))
     return reasons
+
+
+def _shared_changes(shared: dict[str, Any], previous: StageLock) -> list[str]:
+    """The recipe-wide fields whose values differ (``data.image_size: 8 → 16``)."""
+    if previous.shared is None:  # a version 1 lockfile recorded only the digest of the values
+        if digest_json(shared) == previous.shared_digest:
+            return []
+        return ["recipe-wide sections (the lockfile, written by an older zoo, records no field values)"]
+    return _dict_changes(previous.shared, shared, "")
 
 
 def _dict_changes(old: Any, new: Any, prefix: str) -> list[str]:

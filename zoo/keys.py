@@ -1,6 +1,6 @@
 """Stage cache keys: a digest of canonical JSON of everything that determines a stage's outputs.
 
-The parts are kind, kind version, resolved config, the recipe-wide sections the kind reads,
+The parts are kind, kind version, resolved config, the recipe-wide fields the kind declares,
 matrix values, digests of input artifacts, digests of the code the stage runs (the kind's module
 and user code it names), and versions of the tools the kind declares. Nothing is imported to
 compute a key except the kind's own (light) module.
@@ -17,9 +17,10 @@ from zoo import kinds
 from zoo.hashing import StatCache, digest_json, digest_path
 from zoo.planner import Node
 from zoo.recipe import Recipe
-from zoo.stage import KeyContext, RecipeInfo
+from zoo.stage import KeyContext, RecipeInfo, SharedView
 
 KEY_SCHEMA_VERSION = 1
+SHARED_SECTIONS = ("model", "data", "task")  # the keys of `Recipe.shared()` (a test holds them equal)
 ZOO_DIST = "zoo-onnx"
 
 
@@ -44,11 +45,82 @@ def recipe_info(recipe: Recipe) -> RecipeInfo:
                       license=spec.license, path=recipe.path, digest=recipe.digest)
 
 
-def shared_sections(recipe: Recipe, node: Node) -> dict[str, Any]:
-    """The recipe-wide sections this stage's kind declares it reads."""
+@lru_cache(maxsize=None)
+def section_fields() -> dict[str, tuple[str, ...] | None]:
+    """Each recipe-wide section and its fields (None for a plain value such as ``task``)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from zoo.recipe import RecipeSpec
+
+    out: dict[str, tuple[str, ...] | None] = {}
+    for name in SHARED_SECTIONS:
+        annotation = RecipeSpec.model_fields[name].annotation
+        models = [t for t in (annotation, *typing.get_args(annotation))
+                  if isinstance(t, type) and issubclass(t, BaseModel)]
+        out[name] = tuple(models[0].model_fields) if models else None
+    return out
+
+
+def declared_fields(cls: type) -> dict[str, tuple[str, ...] | None]:
+    """What a kind's ``shared`` declares: section -> its fields, None for the whole section.
+
+    InvalidInput for a declaration naming a section or field the recipe format does not have.
+    """
+    from zoo.errors import InvalidInput
+
+    sections = section_fields()
+    out: dict[str, tuple[str, ...] | None] = {}
+    for entry in cls.shared:
+        section, _, name = str(entry).partition(".")
+        if section not in sections:
+            raise InvalidInput(f"kind {cls.name!r} declares shared {entry!r}: the recipe has no section {section!r}",
+                               hint=f"recipe-wide sections: {', '.join(sections)}")
+        fields = sections[section]
+        if not name:
+            out[section] = None
+            continue
+        if fields is None or name not in fields:
+            known = ", ".join(f"{section}.{f}" for f in fields or ()) or f"only {section!r} as a whole"
+            raise InvalidInput(f"kind {cls.name!r} declares shared {entry!r}, which the recipe format does not have",
+                               hint=f"declare one of: {known}")
+        if section in out and out[section] is None:
+            continue
+        out[section] = tuple(sorted({*(out.get(section) or ()), name}))
+    return out
+
+
+def shared_values(recipe: Recipe, node: Node) -> dict[str, Any]:
+    """The recipe-wide values this stage's kind declares, as plain data: what enters its key.
+
+    ``{section: {field: value}}`` for declared fields, the whole section (every field, defaults
+    filled in) when the section is declared as a whole, None where the recipe lacks the section.
+    """
+    present = recipe.shared()
+    out: dict[str, Any] = {}
+    for section, fields in declared_fields(kinds.get(node.kind)).items():
+        value = present.get(section)
+        out[section] = value if fields is None or not isinstance(value, dict) else {f: value.get(f) for f in fields}
+    return out
+
+
+def shared_sections(recipe: Recipe, node: Node) -> SharedView:
+    """What the stage's context holds of the recipe-wide sections: `shared_values`, and nothing else.
+
+    Built from the same values as the key, so a kind cannot read a recipe value its key lacks:
+    an undeclared section or field is absent, and reading it raises `UndeclaredField`.
+    """
     cls = kinds.get(node.kind)
-    shared = recipe.shared()
-    return {name: shared.get(name) for name in cls.shared}
+    declared = declared_fields(cls)
+    sections = section_fields()
+    view: dict[str, Any] = {}
+    for section, value in shared_values(recipe, node).items():
+        if isinstance(value, dict):
+            hidden = () if declared[section] is None else tuple(set(sections[section] or ()) - set(value))
+            value = SharedView(value, kind=cls.name, where=section, undeclared=hidden)
+        view[section] = value
+    return SharedView(view, kind=cls.name, undeclared=tuple(set(sections) - set(view)))
 
 
 def module_files(cls: type) -> dict[str, Path]:
@@ -109,7 +181,7 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
         "kind": node.kind,
         "kind_version": str(cls.version),
         "config": node.instance.config.model_dump(mode="json", by_alias=True),
-        "shared": shared_sections(recipe, node),
+        "shared": shared_values(recipe, node),
         "matrix": dict(node.instance.matrix),
         "inputs": inputs,
         "code": code_digests(recipe, node, hashes),

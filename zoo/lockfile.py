@@ -16,7 +16,10 @@ import yaml
 from zoo.errors import RecipeError
 from zoo.hashing import digest_json
 
-LOCK_SCHEMA_VERSION = 1
+# 2: each stage records the recipe-wide values its kind declares (`shared`), not only their
+# digest, so `zoo plan` can name the field that changed; version 1 files are still read
+LOCK_SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 
 def lock_path(recipe_path: Path) -> Path:
@@ -32,12 +35,15 @@ class StageLock:
     kind_version: str
     config: dict[str, Any]
     config_digest: str
-    shared_digest: str
     matrix: dict[str, str]
     inputs: dict[str, dict[str, str]]
     code: dict[str, str]
     tools: dict[str, str]
     outputs: dict[str, str]
+    # the recipe-wide values the kind declares ({section: {field: value}}, see zoo.keys.shared_values);
+    # None in a record written by a version 1 lockfile, which holds only their digest (`shared_digest`)
+    shared: dict[str, Any] | None = None
+    shared_digest: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     recipe: dict[str, str] = field(default_factory=dict)
     lineage: dict[str, str] = field(default_factory=dict)
@@ -49,7 +55,7 @@ class StageLock:
     def from_parts(cls, key: str, parts: dict[str, Any], outputs: dict[str, str], metrics: dict[str, Any],
                    host: dict[str, Any] | None = None) -> "StageLock":
         return cls(kind=parts["kind"], key=key, kind_version=parts["kind_version"], config=parts["config"],
-                   config_digest=digest_json(parts["config"]), shared_digest=digest_json(parts["shared"]),
+                   config_digest=digest_json(parts["config"]), shared=_plain(parts["shared"]),
                    matrix=parts["matrix"], inputs=parts["inputs"], code=parts["code"], tools=parts["tools"],
                    outputs=outputs, metrics=_scalar_metrics(metrics), recipe=parts.get("recipe", {}),
                    lineage=parts.get("lineage", {}), host=dict(host or {}))
@@ -59,6 +65,10 @@ class StageLock:
         for optional in ("recipe", "lineage", "host"):  # only kinds that declare them have them; old entries lack host
             if not data[optional]:
                 del data[optional]
+        if not data["shared_digest"]:  # only records read from a version 1 lockfile have it
+            del data["shared_digest"]
+        if data["shared"] is None:
+            del data["shared"]
         return data
 
 
@@ -86,8 +96,10 @@ def read(path: Path) -> Lock | None:
         return None
     try:
         data = yaml.safe_load(text) or {}
-        if data.get("schema_version") != LOCK_SCHEMA_VERSION:
-            raise ValueError(f"unsupported schema_version {data.get('schema_version')!r}")
+        version = data.get("schema_version")
+        if version not in READABLE_SCHEMA_VERSIONS:
+            raise ValueError(f"unsupported schema_version {version!r} (this zoo reads "
+                             f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})")
         stages = {sid: StageLock(**s) for sid, s in (data.get("stages") or {}).items()}
         return Lock(recipe=data.get("recipe", {}), stages=stages)
     except (yaml.YAMLError, ValueError, TypeError, AttributeError) as e:
@@ -129,6 +141,15 @@ def diff(old: Lock | None, new: Lock) -> list[str]:
                 if a["outputs"].get(name) != b["outputs"].get(name):
                     lines.append(f"~ {sid}.{name}: {str(a['outputs'].get(name))[:12]} → {str(b['outputs'].get(name))[:12]}")
     return lines
+
+
+def _plain(value: Any) -> Any:
+    """Nested plain dicts (the key's shared values may be dict subclasses, which YAML refuses)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:

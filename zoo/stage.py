@@ -7,8 +7,10 @@ A stage kind is a class deriving from `StageKind` that declares:
 - ``Config``: a static pydantic model (derive from `KindConfig`, which forbids unknown keys);
 - ``tools``: distribution names whose installed versions enter the cache key
   (read with importlib.metadata, so nothing heavy is imported to compute a key);
-- ``shared``: the recipe-wide sections (``model``, ``data``...) the kind reads; their
-  content enters the cache key;
+- ``shared``: what the kind reads of the recipe-wide sections: a whole section (``"data"``,
+  ``"task"``) or single fields (``"model.arch"``). Exactly those values enter the cache key,
+  and ``context.shared`` holds exactly those (reading anything else raises `UndeclaredField`),
+  so a metadata edit (``model.task``) reruns only the kinds that read it;
 - ``outputs``: the names of the outputs ``run`` returns;
 - ``code_modules``: modules besides its own whose source enters the key (the helpers it runs,
   e.g. ``zoo_stages.lib.onnxutil``), so editing a helper reruns the stages that use it;
@@ -120,6 +122,44 @@ class Inputs:
         return self.one(name) if found else None
 
 
+class UndeclaredField(LookupError):
+    """A kind read a recipe-wide section or field that its ``shared`` does not declare.
+
+    A bug in the kind (the value is not in its cache key), not a user error: the message names
+    the declaration to add.
+    """
+
+
+class SharedView(dict):
+    """Recipe-wide values cut down to what a kind declares (``context.shared`` and its sections).
+
+    A plain dict of the declared values, except that reading a section or field the kind did not
+    declare raises `UndeclaredField` instead of looking absent (``.get`` would otherwise hand a
+    kind its default, silently). Copies (``dict(view)``) hold only the declared values.
+    """
+
+    def __init__(self, values: Mapping[str, Any] = (), *, kind: str = "", where: str = "",
+                 undeclared: tuple[str, ...] | frozenset[str] = ()):
+        super().__init__(values)
+        self.kind, self.where, self.undeclared = kind, where, frozenset(undeclared)
+
+    def __missing__(self, key: Any) -> Any:
+        self._refuse(key)
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        self._refuse(key)
+        return default
+
+    def _refuse(self, key: Any) -> None:
+        if key in self.undeclared:
+            name = f"{self.where}.{key}" if self.where else str(key)
+            raise UndeclaredField(f"kind {self.kind!r} reads the recipe's `{name}`, which its `shared` does not "
+                                  f"declare (so it is not in the stage's cache key): add {name!r} to its `shared`")
+
+
 @dataclass
 class StageContext:
     """Everything a running stage may use besides its inputs and config."""
@@ -171,7 +211,7 @@ class StageKind:
     version: ClassVar[str] = "1"
     Config: ClassVar[type[KindConfig]] = KindConfig
     tools: ClassVar[tuple[str, ...]] = ()
-    shared: ClassVar[tuple[str, ...]] = ()
+    shared: ClassVar[tuple[str, ...]] = ()  # e.g. ("data", "model.arch", "model.num_classes")
     outputs: ClassVar[tuple[str, ...]] = ()
     code_modules: ClassVar[tuple[str, ...]] = ()
     recipe_fields: ClassVar[tuple[str, ...]] = ()

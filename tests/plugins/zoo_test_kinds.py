@@ -266,4 +266,28 @@ class Filler(StageKind):
                 raise
         if out.stat().st_size != config.size_mb << 20:
             raise ValueError("[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Protobuf parsing failed (Wire format was corrupt)")
+
+
+class ReaderConfig(KindConfig):
+    read: list[str] = []  # dotted recipe-wide names to read through context.shared ("model.task")
+
+
+class Reader(StageKind):
+    """Declares a few recipe-wide fields; writes what its context holds of them, and reads `read`."""
+
+    name = "reader"
+    Config = ReaderConfig
+    outputs = ("data",)
+    shared = ("data.image_size", "model.num_classes", "task")
+
+    def run(self, inputs, config, context):
+        import json
+
+        read = {}
+        for name in config.read:
+            section, _, field = name.partition(".")
+            value = context.shared.get(section)
+            read[name] = value.get(field) if field else value
+        out = context.output_path("shared.json")
+        out.write_text(json.dumps({"shared": context.shared, "read": read}, sort_keys=True))
         return {"data": out}
