@@ -112,6 +112,23 @@ def test_fsck_reports_and_repairs(tmp_path):
     assert zoo("pull", "tiny@1.0.0", "--build", "cpu-int8").code == 0
 
 
+def test_republishing_the_same_release_restores_a_repaired_blob(tmp_path):
+    """After `fsck --repair` removed a bad blob, publishing the same release again (what a cached
+    deploy does on the next `zoo run`) puts it back, so the build pulls again."""
+    staging = make_staging(tmp_path / "s", builds=TWO_BUILDS)
+    z = LocalZoo()
+    z.publish(staging)
+    bad = _blob(z, "tiny@1.0.0", "cpu-int8")
+    _flip(bad)
+    assert zoo("fsck", "--repair").code == 0
+    assert zoo("pull", "tiny@1.0.0", "--build", "cpu-int8").code != 0
+    z.publish(staging)
+    assert z.blobs.check(bad.name, rehash=True) == "ok"
+    r = zoo("pull", "tiny@1.0.0", "--build", "cpu-int8")
+    assert r.code == 0, r.text
+    assert zoo("fsck").code == 0
+
+
 def test_fsck_reports_an_unparseable_manifest_and_a_stale_index(tmp_path):
     z = _publish(tmp_path)
     _publish(tmp_path, name="other")

@@ -155,7 +155,12 @@ def _write_stamp(dag: planner.Dag, cache: Cache, runner: Runner, result: Result)
         from zoo.registry.store import LocalZoo
 
         zoo = LocalZoo()
-        objects = objects + [zoo.manifest_path(*ref.split("@", 1)) for ref in published]
+        for ref in published:
+            name, version = ref.split("@", 1)
+            objects.append(zoo.manifest_path(name, version))
+            # and its blobs: after `zoo fsck --repair` removed a bad one, the next run must republish it
+            manifest = zoo.get(name, version)
+            objects += [zoo.blobs.path(f.sha256) for f in (manifest.all_files() if manifest else [])]
     try:
         fastpath.write_stamp(recipe_path=dag.recipe.path, cache_dir=cache.root, lock_path=result.lock_path,
                              files=files, entries=entries, objects=objects,

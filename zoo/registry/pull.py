@@ -175,7 +175,7 @@ def _fetch_needed(zoo: LocalZoo, manifest: Manifest, build: str, files: list[Fil
         raise IntegrityError(f"{manifest.ref}: the stored copy of {', '.join(f.path for f in corrupt)} does not match "
                              f"its sha256 (corrupted on disk); refusing to serve it",
                              hint=f"`zoo fsck --repair` removes the bad copy; then `zoo pull {manifest.ref} --build {build}` "
-                                  "from a remote fetches it again")
+                                  "from a remote fetches it again, or rerunning the recipe that built it republishes it")
     missing = [f for f in files if states[f.path] != "ok"]
     if missing and offline:
         raise NotFound(f"{manifest.ref} build {build} is not in the local cache (offline)",
@@ -208,7 +208,7 @@ def _fetch_any(order: list[RemoteZoo], manifest: Manifest, f, zoo: LocalZoo) -> 
             errors.append(e)
     if not errors:
         raise NotFound(f"{manifest.ref}: {f.path} is not cached and no remote is configured",
-                       hint="add one with `zoo remote add`")
+                       hint="add one with `zoo remote add`, or rerun the recipe that built it (`zoo run RECIPE` republishes it)")
     for kind in (IntegrityError, SourceUnreachable):
         hit = [e for e in errors if isinstance(e, kind)]
         if hit:

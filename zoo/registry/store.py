@@ -232,8 +232,9 @@ class LocalZoo:
 
         Verifies every file's sha256 and size (IntegrityError), refuses unsafe paths and ONNX
         external data outside the version (UnsafePath), writes blobs first and the manifest last
-        (atomically, create-exclusive), then moves `latest`. Republishing the same content is a
-        no-op returning the stored manifest; different content under the same version raises Conflict.
+        (atomically, create-exclusive), then moves `latest`. Republishing the same content returns the
+        stored manifest and only restores blobs that went missing or bad; different content under the
+        same version raises Conflict.
         """
         staging_dir = Path(staging_dir)
         mpath = staging_dir / MANIFEST_FILE
@@ -249,7 +250,13 @@ class LocalZoo:
                 raise IntegrityError(f"{manifest.ref}: {path} is listed in the manifest but missing from {staging_dir}")
         existing = self.get(manifest.name, manifest.version)
         if existing is not None:
-            return self._same_or_conflict(existing, manifest)
+            kept = self._same_or_conflict(existing, manifest)
+            # the same release again: put back any blob lost or corrupted since (e.g. removed by
+            # `zoo fsck --repair`), so republishing heals the version instead of leaving it unpullable
+            for ref in manifest.all_files():
+                if not self.blobs.has(ref.sha256, ref.size):
+                    self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}")
+            return kept
         # blobs first (each verified while copied); an unreferenced blob left by a failure is harmless
         for ref in manifest.all_files():
             self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}")
@@ -395,7 +402,7 @@ class LocalZoo:
             raise IntegrityError(f"{manifest.ref}: the stored copy of {', '.join(corrupt)} does not match its sha256 "
                                  "(corrupted on disk); refusing to serve it",
                                  hint=f"`zoo fsck --repair` removes the bad copy; then `zoo pull {manifest.ref} "
-                                      f"--build {build}` from a remote fetches it again")
+                                      f"--build {build}` from a remote fetches it again, or rerunning the recipe that built it republishes it")
         missing = [p for p, s in states.items() if s == "missing"]
         if missing:
             raise NotFound(f"{manifest.ref} build {build} is not downloaded ({len(missing)} file(s) missing)",
