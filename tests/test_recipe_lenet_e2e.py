@@ -13,6 +13,7 @@ import pytest
 
 from cli_helpers import zoo as zoo_cli
 from conftest import REPO
+from zoo.lockfile import LOCK_SCHEMA_VERSION
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ def test_cold_run_runs_every_stage_and_passes_its_gates(lenet):
     assert stages["verify"]["metrics"]["passed"] is True
     assert stages["deploy"]["metrics"]["published"] == "lenet-digits@1.0.0"
     lock = (lenet["dir"] / "lenet-digits.lock").read_text()
-    assert "schema_version: 1" in lock and all(f"  {sid}:" in lock for sid in stages)
+    assert f"schema_version: {LOCK_SCHEMA_VERSION}" in lock and all(f"  {sid}:" in lock for sid in stages)
 
 
 def test_second_run_is_fully_cached_and_imports_nothing_heavy(lenet):
