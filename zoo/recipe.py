@@ -18,13 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from zoo import kinds
 from zoo.errors import RecipeError, UnknownKind
-from zoo.yamlpos import Located, load_with_positions
+from zoo.yamlpos import Located, dotted, load_with_positions
 
 SCHEMA_VERSION = 1
 # A matrix stage becomes one instance per combination of axis values; past a few hundred it is a
 # typo or an attack (4 axes x 60 values is 13 million instances), not a build matrix.
 MAX_MATRIX_INSTANCES = 256  # per stage: the product of its axis sizes
 MAX_INSTANCES = 4096  # per recipe, all stages together
+MAX_STAGE_ID = 100
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 STAGE_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 
@@ -102,7 +103,9 @@ class RecipeSpec(_Strict):
     def _ids(cls, v):
         for sid in v:
             if not re.match(STAGE_ID_RE, str(sid)):
-                raise ValueError(f"stage id {sid!r} may use letters, digits, '-' and '_' only")
+                raise ValueError(f"stage id {_short(repr(sid))} may use letters, digits, '-' and '_' only")
+            if len(sid) > MAX_STAGE_ID:  # it names folders and log files
+                raise ValueError(f"stage id {_short(repr(sid))} is longer than {MAX_STAGE_ID} characters")
         return v
 
 
@@ -218,7 +221,11 @@ def _check_data(data: DataSpec | None, file: Path, located: Located) -> None:
     if not data.path:
         raise located.error(("data",), f"data.path is required when data.source is {data.source!r}",
                             hint="set `data.path:` to the folder or .npz file, relative to the recipe")
-    p = Path(data.path).expanduser()
+    p = Path(data.path)
+    try:
+        p = p.expanduser()
+    except RuntimeError:  # "~someone" with no such user: checked as written, so it is reported missing
+        pass
     if not p.is_absolute():
         p = file.resolve().parent / p
     want_dir = data.source == "folder"
@@ -237,7 +244,7 @@ def _refuse_non_finite(value: Any, located: Located, path: tuple) -> None:
     while todo:
         current, where = todo.pop()
         if isinstance(current, float) and not math.isfinite(current):
-            raise located.error(where, f"{'.'.join(map(str, where))}: the value reads as {current}, not a finite number",
+            raise located.error(where, f"{dotted(where)}: the value reads as {current}, not a finite number",
                                 hint="numbers must be finite (\"1e999\" and \"inf\" read as infinity)")
         if isinstance(current, dict):
             todo.extend((v, where + (k,)) for k, v in current.items())
@@ -279,24 +286,24 @@ def _pydantic_error(err: ValidationError, located: Located, prefix: tuple, model
     first = errors[0]
     loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     path = prefix + loc
-    dotted = ".".join(str(p) for p in path)
+    where = dotted(path)
     kind = first["type"]
     if kind == "extra_forbidden":
-        field_name = str(loc[-1])
+        field_name = _short(str(loc[-1]))
         allowed = _allowed_fields(model, loc[:-1])
         close = difflib.get_close_matches(field_name, allowed, n=1)
-        parent = ".".join(str(p) for p in path[:-1]) or "the top level"
+        parent = dotted(path[:-1]) if path[:-1] else "the top level"
         msg = f"unknown key {field_name!r} in {parent}"
         if close:
             msg += f" — did you mean {close[0]!r}?"
         hint = f"allowed keys: {', '.join(allowed)}" if allowed else None
         return located.error(path, msg, key=True, hint=hint)
     if kind == "missing":
-        return located.error(path[:-1], f"missing required key {loc[-1]!r} in {'.'.join(map(str, path[:-1])) or 'the top level'}",
+        return located.error(path[:-1], f"missing required key {loc[-1]!r} in {dotted(path[:-1]) if path[:-1] else 'the top level'}",
                              hint=f"add `{loc[-1]}:`")
     value = first.get("input")
     shown = f" (got {_short(repr(value))})" if not isinstance(value, (dict, list)) else ""
-    return located.error(path, f"{dotted}: {first['msg']}{shown}", hint=_type_hint(first))
+    return located.error(path, f"{where}: {first['msg']}{shown}", hint=_type_hint(first))
 
 
 def _short(text: str, limit: int = 80) -> str:

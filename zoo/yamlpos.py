@@ -53,6 +53,33 @@ class Position:
     col: int  # 1-based
 
 
+class Node:
+    """A YAML node: its resolved tag, its value and where it starts (slots: a recipe may hold 10^6 of them)."""
+
+    __slots__ = ("tag", "value", "line", "col")
+
+    def __init__(self, tag: str, value: Any, mark):
+        self.tag, self.value, self.line, self.col = tag, value, mark.line + 1, mark.column + 1
+
+    @property
+    def pos(self) -> Position:
+        return Position(self.line, self.col)
+
+
+class Scalar(Node):
+    __slots__ = ()
+
+
+class Sequence(Node):
+    __slots__ = ()
+
+
+class Mapping(Node):
+    """`value` is a list of (key node, value node) pairs."""
+
+    __slots__ = ()
+
+
 @dataclass
 class Located:
     """Parsed YAML data and the node tree it came from, to place errors on a key path."""
@@ -60,29 +87,29 @@ class Located:
     data: Any
     text: str
     file: Path
-    root: yaml.Node | None = None
+    root: Node | None = None
     # id(mapping node) -> {constructed key: (key node, value node)}, filled while building
-    _keys: dict[int, dict[Any, tuple[yaml.Node, yaml.Node]]] | None = None
+    _keys: dict[int, dict[Any, tuple[Node, Node]]] | None = None
 
     def where(self, path: Path_, *, key: bool = False) -> Position:
         """The position of `path` (of its key with `key=True`), or of its nearest ancestor that has one."""
         node = self.root
         if node is None:
             return Position(1, 1)
-        pos = _pos(node.start_mark)
+        pos = node.pos
         key_pos: Position | None = None
         for part in path:
-            if isinstance(node, yaml.MappingNode):
+            if isinstance(node, Mapping):
                 pair = (self._keys or {}).get(id(node), {}).get(part)
                 if pair is None:
                     return pos
-                key_pos = _pos(pair[0].start_mark)
+                key_pos = pair[0].pos
                 node = pair[1]
-                pos = _pos(node.start_mark)
-            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                pos = node.pos
+            elif isinstance(node, Sequence) and isinstance(part, int) and 0 <= part < len(node.value):
                 key_pos = None
                 node = node.value[part]
-                pos = _pos(node.start_mark)
+                pos = node.pos
             else:
                 return pos
         if key and path and key_pos is not None:
@@ -92,8 +119,13 @@ class Located:
     def error(self, path: Path_, message: str, *, hint: str | None = None, key: bool = False) -> RecipeError:
         """A RecipeError naming file:line:col with a snippet of the offending lines."""
         pos = self.where(path, key=key)
-        where = ".".join(str(p) for p in path) if path else "(top level)"
-        return _error(self.file, self.text, pos, f"{message}\n  in {where}", hint)
+        return _error(self.file, self.text, pos, f"{message}\n  in {dotted(path)}", hint)
+
+
+def dotted(path: Path_, limit: int = 200) -> str:
+    """A key path for messages, ``stages.train.config.epochs`` (cut when a key is huge)."""
+    text = ".".join(str(p) for p in path) if path else "(top level)"
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def snippet(text: str, pos: Position, context: int = 2, width: int = 120) -> str:
@@ -155,7 +187,7 @@ def load_with_positions(file: Path) -> Located:
 
 
 class _Composer:
-    """libyaml events -> a yaml.Node tree, iteratively, checking every limit on the way."""
+    """libyaml events -> a Node tree, iteratively, checking every limit on the way."""
 
     def __init__(self, file: Path, text: str):
         self.file, self.text = file, text
@@ -172,17 +204,17 @@ class _Composer:
         """The key path of the value being composed, e.g. ``stages.train.config.0`` (long paths are cut)."""
         parts: list[str] = []
         for node, children, *_ in self.stack:
-            if isinstance(node, yaml.MappingNode):
+            if isinstance(node, Mapping):
                 if len(children) % 2:  # a key was read, its value is being composed
                     key = children[-1]
-                    parts.append(key.value if isinstance(key, yaml.ScalarNode) else "?")
+                    parts.append(key.value if isinstance(key, Scalar) else "?")
             else:
                 parts.append(str(len(children)))
         if len(parts) > shown:
             parts = parts[:shown] + [f"… ({len(parts) - shown} more levels)"]
         return ".".join(parts) or "(top level)"
 
-    def compose(self) -> yaml.Node | None:
+    def compose(self) -> Node | None:
         try:
             return self._compose()
         except yaml.MarkedYAMLError as e:
@@ -191,20 +223,23 @@ class _Composer:
             raise self.fail(mark, f"invalid YAML: {problem}",
                             "fix the YAML syntax (indentation, quotes, colons)") from None
         except yaml.reader.ReaderError as e:
-            pos = _position_of(self.text, min(e.position, len(self.text)))
+            index = e.position
+            if _Loader is not yaml.SafeLoader:  # libyaml counts UTF-8 bytes, the Python reader characters
+                index = len(self.text.encode("utf-8")[:index].decode("utf-8", "ignore"))
+            pos = _position_of(self.text, min(index, len(self.text)))
             char = chr(e.character) if isinstance(e.character, int) else e.character
             where = f"\n  in {self.where()}" if self.stack else ""
             raise _error(self.file, self.text, pos, f"invalid YAML: character {char!r}: {e.reason}{where}",
                          "remove the character, or write it as an escape in a double-quoted string (\"\\x01\")") from None
 
-    def _compose(self) -> yaml.Node | None:
+    def _compose(self) -> Node | None:
         stack = self.stack
-        anchors: dict[str, tuple[yaml.Node, int, int]] = {}  # anchor -> (node, expanded size, height)
+        anchors: dict[str, tuple[Node, int, int]] = {}  # anchor -> (node, expanded size, height)
         open_anchors: set[str] = set()
-        root: yaml.Node | None = None
+        root: Node | None = None
         documents = 0
 
-        def add(node: yaml.Node, size: int, height: int, mark) -> None:
+        def add(node: Node, size: int, height: int, mark) -> None:
             nonlocal root
             if len(stack) + height > MAX_DEPTH:
                 raise self.fail(mark, f"the document nests deeper than {MAX_DEPTH} levels (through this alias)",
@@ -221,7 +256,7 @@ class _Composer:
                                 "(aliases repeat the node they name)",
                                 "a recipe holds a few hundred values; remove the aliases that repeat large nodes")
 
-        def anchor(name: str | None, node: yaml.Node, size: int, height: int, mark) -> None:
+        def anchor(name: str | None, node: Node, size: int, height: int, mark) -> None:
             if name is None:
                 return
             if name in anchors:
@@ -250,7 +285,7 @@ class _Composer:
                     tag = self.resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
                 if tag not in _SCALAR_TAGS:
                     raise self.fail(mark, f"unsupported tag {event.tag} on a scalar", _PLAIN_HINT + "; remove the tag")
-                node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+                node = Scalar(tag, event.value, mark)
                 anchor(event.anchor, node, 1, 0, mark)
                 add(node, 1, 0, mark)
             elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
@@ -264,58 +299,56 @@ class _Composer:
                 if len(stack) >= MAX_DEPTH:
                     raise self.fail(mark, f"the document nests deeper than {MAX_DEPTH} levels",
                                     "a recipe nests a few levels deep; look for unclosed `[` or `{`")
-                cls = yaml.SequenceNode if is_seq else yaml.MappingNode
-                node = cls(tag, [], event.start_mark, event.end_mark, flow_style=event.flow_style)
+                node = (Sequence if is_seq else Mapping)(tag, [], mark)
                 stack.append([node, node.value, 1, 1, event.anchor])
                 if event.anchor is not None:
                     open_anchors.add(event.anchor)
             elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
                 node, children, size, height, name = stack.pop()
-                node.end_mark = event.end_mark
-                if isinstance(node, yaml.MappingNode):
+                if isinstance(node, Mapping):
                     node.value = list(zip(children[0::2], children[1::2]))
                 if name is not None:
                     open_anchors.discard(name)
-                anchor(name, node, size, height, node.start_mark)
-                add(node, size, height, node.start_mark)
+                anchor(name, node, size, height, mark)
+                add(node, size, height, mark)
         return root
 
 
 class _Builder:
-    """A yaml.Node tree (bounded by _Composer) -> plain Python data, refusing duplicate keys and bad scalars."""
+    """A Node tree (bounded by _Composer) -> plain Python data, refusing duplicate keys and bad scalars."""
 
     def __init__(self, located: Located):
         self.located = located
         self.constructor = yaml.SafeLoader("")
         self.built: dict[int, Any] = {}  # an aliased node is built once and shared, as PyYAML does
 
-    def build(self, node: yaml.Node, path: Path_ = ()) -> Any:
+    def build(self, node: Node, path: Path_ = ()) -> Any:
         # recursion is bounded: the composer refused trees deeper than MAX_DEPTH
         done = self.built.get(id(node), _MISSING)
         if done is not _MISSING:
             return done
-        if isinstance(node, yaml.MappingNode):
+        if isinstance(node, Mapping):
             out: dict[Any, Any] = {}
-            pairs: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
+            pairs: dict[Any, tuple[Node, Node]] = {}
             self.located._keys[id(node)] = pairs
             for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
+                if not isinstance(key_node, Scalar):
                     raise self._fail(key_node, path, "mapping keys must be plain scalars",
                                      "write the key as a string, number or boolean")
                 key = self.scalar(key_node, path)
                 if key in out:
-                    raise self._fail(key_node, path + (key,), f"duplicate key {key!r}",
+                    raise self._fail(key_node, path + (key,), f"duplicate key {_short(repr(key))}",
                                      "each key (and each stage id) may appear once; rename or merge them")
                 pairs[key] = (key_node, value_node)
                 out[key] = self.build(value_node, path + (key,))
-        elif isinstance(node, yaml.SequenceNode):
+        elif isinstance(node, Sequence):
             out = [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
         else:
             out = self.scalar(node, path)
         self.built[id(node)] = out
         return out
 
-    def scalar(self, node: yaml.ScalarNode, path: Path_) -> Any:
+    def scalar(self, node: Scalar, path: Path_) -> Any:
         tag = node.tag
         if tag in (f"{_T}str", f"{_T}merge"):
             return node.value
@@ -324,11 +357,15 @@ class _Builder:
             # checked before converting: "1:0:0:…" (base 60) costs quadratic time in its length
             raise self._fail(node, path, f"a number of {len(node.value):,} characters is too long",
                              f"numbers may have at most {_MAX_DIGITS:,} digits; quote the value to keep it a string")
+        if not self._reads_as(node.value, tag):
+            # an explicit tag on a value of another type (`!!int abc`, `!!bool maybe`, `!!int ''`)
+            raise self._fail(node, path, f"{_short(node.value)!r} is not a valid {kind}",
+                             f"write a plain {kind}, or drop the `!!{kind}` tag")
         try:
-            value = self.constructor.construct_object(node, deep=True)
+            value = self.constructor.construct_object(yaml.ScalarNode(tag, node.value), deep=True)
         except (ValueError, OverflowError, yaml.YAMLError) as e:
             reason = getattr(e, "problem", None) or str(e)
-            shown = node.value if len(node.value) <= 40 else node.value[:40] + "…"
+            shown = _short(node.value)
             hint = ("integers may have at most 4,300 digits" if kind == "int" else
                     "write dates as YYYY-MM-DD with a real day, or quote the value to keep it a string"
                     if kind == "timestamp" else "quote the value to keep it a string")
@@ -338,9 +375,17 @@ class _Builder:
                              "numbers must be finite (YAML reads .inf, .nan and floats beyond 1.8e308 as infinite)")
         return value
 
-    def _fail(self, node: yaml.Node, path: Path_, message: str, hint: str) -> RecipeError:
-        where = ".".join(str(p) for p in path) if path else "(top level)"
-        return _error(self.located.file, self.located.text, _pos(node.start_mark), f"{message}\n  in {where}", hint)
+    def _reads_as(self, value: str, tag: str) -> bool:
+        """Whether plain `value` is read as `tag` (an int is also a valid `!!float`)."""
+        plain = self.constructor.resolve(yaml.ScalarNode, value, (True, False))
+        return plain == tag or (tag == f"{_T}float" and plain == f"{_T}int")
+
+    def _fail(self, node: Node, path: Path_, message: str, hint: str) -> RecipeError:
+        return _error(self.located.file, self.located.text, node.pos, f"{message}\n  in {dotted(path)}", hint)
 
 
 _MISSING = object()
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
