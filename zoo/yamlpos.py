@@ -228,7 +228,7 @@ class _Composer:
                 index = len(self.text.encode("utf-8")[:index].decode("utf-8", "ignore"))
             pos = _position_of(self.text, min(index, len(self.text)))
             char = chr(e.character) if isinstance(e.character, int) else e.character
-            where = f"\n  in {self.where()}" if self.stack else ""
+            where = _field_at(self.file, self.text[:index])
             raise _error(self.file, self.text, pos, f"invalid YAML: character {char!r}: {e.reason}{where}",
                          "remove the character, or write it as an escape in a double-quoted string (\"\\x01\")") from None
 
@@ -312,6 +312,16 @@ class _Composer:
                 anchor(name, node, size, height, mark)
                 add(node, size, height, mark)
         return root
+
+
+def _field_at(file: Path, prefix: str) -> str:
+    """"\n  in FIELD" for the value the end of `prefix` is in (libyaml refuses bad characters before parsing)."""
+    composer = _Composer(file, prefix)
+    try:
+        composer._compose()
+    except (yaml.YAMLError, RecipeError):
+        pass  # the prefix ends inside a value: the stack says which
+    return f"\n  in {composer.where()}" if composer.stack else ""
 
 
 class _Builder:
