@@ -150,7 +150,7 @@ def load(path: str | Path) -> Recipe:
         spec = RecipeSpec.model_validate(located.data)
     except ValidationError as e:
         raise _pydantic_error(e, located, (), RecipeSpec) from None
-    _refuse_non_finite(spec.model_dump(by_alias=True, exclude={"stages"}), located, ())
+    _refuse_non_finite(spec.model_dump(by_alias=True, exclude={"stages"}, exclude_unset=True), located, ())
     _check_data(spec.data, file, located)
     _check_matrix_sizes(spec, located)
 
@@ -177,9 +177,9 @@ def load(path: str | Path) -> Recipe:
                 config = kind.Config.model_validate(raw)
             except ValidationError as e:
                 raise _pydantic_error(e, located, ("stages", sid, "config"), kind.Config) from None
-            # strings such as "1e999" or "inf" pass a float field as infinity
-            _refuse_non_finite(config.model_dump(by_alias=True) if isinstance(config, BaseModel) else config,
-                               located, ("stages", sid, "config"))
+            # strings such as "1e999" or "inf" pass a float field as infinity; a kind's own defaults are not checked
+            given = config.model_dump(by_alias=True, exclude_unset=True) if isinstance(config, BaseModel) else config
+            _refuse_non_finite(given, located, ("stages", sid, "config"))
             iid = sid if not matrix else f"{sid}[{','.join(str(v) for v in matrix.values())}]"
             instances[sid].append(Instance(id=iid, base_id=sid, kind=kind_name, matrix=matrix, config=config))
     return Recipe(spec=spec, path=file.resolve(), digest=digest_bytes(located.text.encode()),

@@ -252,9 +252,12 @@ class _Composer:
             frame[2] += size
             frame[3] = max(frame[3], height + 1)
             if frame[2] > MAX_NODES:
-                raise self.fail(mark, f"the document expands to more than {MAX_NODES:,} values "
-                                "(aliases repeat the node they name)",
-                                "a recipe holds a few hundred values; remove the aliases that repeat large nodes")
+                raise too_many(mark)
+
+        def too_many(mark) -> RecipeError:
+            return self.fail(mark, f"the document expands to more than {MAX_NODES:,} values "
+                             "(aliases repeat the node they name)",
+                             "a recipe holds a few hundred values; remove the aliases that repeat large nodes")
 
         def anchor(name: str | None, node: Node, size: int, height: int, mark) -> None:
             if name is None:
@@ -263,9 +266,30 @@ class _Composer:
                 raise self.fail(mark, f"duplicate anchor &{name}", "give each anchor its own name")
             anchors[name] = (node, size, height)
 
+        resolve, resolved = self.resolver.resolve, {}
         for event in yaml.parse(self.text, Loader=_Loader):
             mark = event.start_mark
-            if isinstance(event, yaml.DocumentStartEvent):
+            if isinstance(event, yaml.ScalarEvent):  # the most frequent event: kept inline and short
+                tag = event.tag
+                if tag is None or tag == "!":
+                    implicit = event.implicit
+                    tag = resolved.get((event.value, implicit))
+                    if tag is None:  # the resolver runs regexes; recipes repeat values (stage ids in needs)
+                        tag = resolved[(event.value, implicit)] = resolve(yaml.ScalarNode, event.value, implicit)
+                if tag not in _SCALAR_TAGS:
+                    raise self.fail(mark, f"unsupported tag {event.tag} on a scalar", _PLAIN_HINT + "; remove the tag")
+                node = Scalar(tag, event.value, mark)
+                if event.anchor is not None:
+                    anchor(event.anchor, node, 1, 0, mark)
+                if stack:
+                    frame = stack[-1]
+                    frame[1].append(node)
+                    frame[2] += 1
+                    if frame[2] > MAX_NODES:
+                        raise too_many(mark)
+                else:
+                    root = node
+            elif isinstance(event, yaml.DocumentStartEvent):
                 documents += 1
                 if documents > 1:
                     raise self.fail(mark, "a recipe is one YAML document; this file holds several",
@@ -279,15 +303,6 @@ class _Composer:
                                     f"define `&{event.anchor}` on a value above this line")
                 node, size, height = anchors[event.anchor]
                 add(node, size, height, mark)
-            elif isinstance(event, yaml.ScalarEvent):
-                tag = event.tag
-                if tag is None or tag == "!":
-                    tag = self.resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
-                if tag not in _SCALAR_TAGS:
-                    raise self.fail(mark, f"unsupported tag {event.tag} on a scalar", _PLAIN_HINT + "; remove the tag")
-                node = Scalar(tag, event.value, mark)
-                anchor(event.anchor, node, 1, 0, mark)
-                add(node, 1, 0, mark)
             elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 is_seq = isinstance(event, yaml.SequenceStartEvent)
                 tag = event.tag
