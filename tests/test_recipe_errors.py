@@ -227,3 +227,20 @@ def test_topological_sort_reads_each_needs_list_once():
         ordered = planner._toposort(nodes, dag.recipe)
     assert list(ordered) == [f"s{i}" for i in range(n)]
     assert CountingList.iterations <= 2 * n  # the quadratic version iterated n*(n+1)/2 = 20,100 times
+
+
+def test_repeated_needs_are_expanded_once(tmp_path, monkeypatch):
+    """`needs: [a, a, …]`: each instance matched the same needed stage once per repeat (100,000
+    repeats on a 256-instance matrix hung `zoo validate`)."""
+    from zoo import planner, recipe as recipe_mod
+
+    calls = []
+    original = planner._matched
+    monkeypatch.setattr(planner, "_matched", lambda inst, upstream: calls.append(inst.id) or original(inst, upstream))
+    values = "[" + ", ".join(str(i) for i in range(16)) + "]"
+    path = tmp_path / "r.yaml"
+    path.write_text(HEAD + f"stages:\n  a:\n    kind: export\n    matrix: {{x: {values}}}\n"
+                    f"  b:\n    kind: export\n    matrix: {{y: {values}}}\n    needs: [{', '.join(['a'] * 1000)}]\n")
+    dag = planner.build(recipe_mod.load(path))
+    assert dag.nodes["b[3]"].needs == [f"a[{i}]" for i in range(16)]
+    assert len(calls) == 16  # once per instance of b, not once per repeat (16,000)

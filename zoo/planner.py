@@ -88,13 +88,18 @@ def build(recipe: Recipe) -> Dag:
     for position, base_id in enumerate(base_ids):
         spec = recipe.spec.stages[base_id]
         if spec.needs is None:
-            declared = [base_ids[position - 1]] if position > 0 else []
+            declared = [(0, base_ids[position - 1])] if position > 0 else []
         else:
-            declared = list(spec.needs)
+            # each need once, with its first index (for errors): `needs: [a, a, …]` repeated
+            # 100,000 times would otherwise cost instances x needs x targets
+            first: dict[str, int] = {}
+            for i, need in enumerate(spec.needs):
+                first.setdefault(need, i)
+            declared = [(i, need) for need, i in first.items()]
         for inst in recipe.instances[base_id]:
             needs: list[str] = []
             seen: set[str] = set()  # `needs` keeps declaration order; the set keeps adding linear
-            for i, need in enumerate(declared):
+            for i, need in declared:
                 if need in all_instances and need not in recipe.instances:
                     targets = [need]
                 elif need in recipe.instances:
