@@ -129,7 +129,7 @@ def test_a_file_over_the_size_limit_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("data,line,fragment,field", [
-    (HEAD.encode() + b"description: caf\xe9\nstages: {train: {}}\n", 4, "invalid UTF-8: byte 0xe9", None),
+    (HEAD.encode() + b"description: caf\xe9\nstages: {train: {}}\n", 4, "invalid UTF-8: byte 0xe9", "description"),
     (HEAD + 'description: "caf\u00e9 \x01"\nstages: {train: {}}\n', 4, "control characters are not allowed", "description"),
     (HEAD + "description: !custom hello\nstages: {train: {}}\n", 4, "unsupported tag !custom", "description"),
     (HEAD + "stages:\n  train: !custom {config: {}}\n", 5, "unsupported tag !custom on a mapping", "stages.train"),

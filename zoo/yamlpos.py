@@ -178,7 +178,7 @@ def load_with_positions(file: Path) -> Located:
     except UnicodeDecodeError as e:
         text = raw[:e.start].decode("utf-8")
         raise _error(file, text, _position_of(text, len(text)), f"invalid UTF-8: byte 0x{raw[e.start]:02x} cannot start "
-                     "or continue a character", "save the recipe as UTF-8") from None
+                     f"or continue a character{_field_at(file, text)}", "save the recipe as UTF-8") from None
     root = _Composer(file, text).compose()
     located = Located(None, text, file, root, {})
     if root is not None:
@@ -189,8 +189,9 @@ def load_with_positions(file: Path) -> Located:
 class _Composer:
     """libyaml events -> a Node tree, iteratively, checking every limit on the way."""
 
-    def __init__(self, file: Path, text: str):
+    def __init__(self, file: Path, text: str, stop_at: int | None = None):
         self.file, self.text = file, text
+        self.stop_at = stop_at  # stop before the event that reaches this character (to name its field)
         self.resolver = yaml.SafeLoader("")
         # one frame per open collection: [node, children, expanded size, height, anchor]
         self.stack: list[list[Any]] = []
@@ -212,7 +213,7 @@ class _Composer:
                 parts.append(str(len(children)))
         if len(parts) > shown:
             parts = parts[:shown] + [f"… ({len(parts) - shown} more levels)"]
-        return ".".join(parts) or "(top level)"
+        return dotted(tuple(parts))
 
     def compose(self) -> Node | None:
         try:
@@ -267,8 +268,11 @@ class _Composer:
             anchors[name] = (node, size, height)
 
         resolve, resolved = self.resolver.resolve, {}
+        stop_at = self.stop_at
         for event in yaml.parse(self.text, Loader=_Loader):
             mark = event.start_mark
+            if stop_at is not None and event.end_mark.index >= stop_at:
+                return root
             if isinstance(event, yaml.ScalarEvent):  # the most frequent event: kept inline and short
                 tag = event.tag
                 if tag is None or tag == "!":
@@ -330,12 +334,13 @@ class _Composer:
 
 
 def _field_at(file: Path, prefix: str) -> str:
-    """"\n  in FIELD" for the value the end of `prefix` is in (libyaml refuses bad characters before parsing)."""
-    composer = _Composer(file, prefix)
+    """"\n  in FIELD" for the value holding the character after `prefix`, a bad one that libyaml
+    refuses before parsing: the prefix and a stand-in character are parsed up to that value."""
+    composer = _Composer(file, prefix + "\ufffd", stop_at=len(prefix))
     try:
         composer._compose()
     except (yaml.YAMLError, RecipeError):
-        pass  # the prefix ends inside a value: the stack says which
+        pass  # the prefix may end inside a value: the stack says which
     return f"\n  in {composer.where()}" if composer.stack else ""
 
 
