@@ -281,7 +281,7 @@ class _Composer:
                     if tag is None:  # the resolver runs regexes; recipes repeat values (stage ids in needs)
                         tag = resolved[(event.value, implicit)] = resolve(yaml.ScalarNode, event.value, implicit)
                 if tag not in _SCALAR_TAGS:
-                    raise self.fail(mark, f"unsupported tag {event.tag} on a scalar", _PLAIN_HINT + "; remove the tag")
+                    raise self.fail(mark, f"unsupported tag {_shown_tag(event.tag)} on a scalar", _PLAIN_HINT + "; remove the tag")
                 node = Scalar(tag, event.value, mark)
                 if event.anchor is not None:
                     anchor(event.anchor, node, 1, 0, mark)
@@ -313,7 +313,7 @@ class _Composer:
                 if tag is None or tag == "!":
                     tag = _SEQ if is_seq else _MAP
                 if tag != (_SEQ if is_seq else _MAP):
-                    raise self.fail(mark, f"unsupported tag {event.tag} on a {'sequence' if is_seq else 'mapping'}",
+                    raise self.fail(mark, f"unsupported tag {_shown_tag(event.tag)} on a {'sequence' if is_seq else 'mapping'}",
                                     _PLAIN_HINT + "; remove the tag")
                 if len(stack) >= MAX_DEPTH:
                     raise self.fail(mark, f"the document nests deeper than {MAX_DEPTH} levels",
@@ -419,3 +419,8 @@ _MISSING = object()
 
 def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _shown_tag(tag: str) -> str:
+    """`!!binary` rather than `tag:yaml.org,2002:binary`, as the user wrote it."""
+    return "!!" + tag[len(_T):] if tag.startswith(_T) else tag
