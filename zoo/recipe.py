@@ -8,6 +8,7 @@ A recipe is validated in two steps, so errors can name the exact field:
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from zoo import kinds
 from zoo.errors import RecipeError, UnknownKind
-from zoo.yamlpos import Located, load_with_positions
+from zoo.yamlpos import Located, dotted, load_with_positions
 
 SCHEMA_VERSION = 1
+# A matrix stage becomes one instance per combination of axis values; past a few hundred it is a
+# typo or an attack (4 axes x 60 values is 13 million instances), not a build matrix.
+MAX_MATRIX_INSTANCES = 256  # per stage: the product of its axis sizes
+MAX_INSTANCES = 4096  # per recipe, all stages together
+MAX_STAGE_ID = 100
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 STAGE_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 
@@ -97,7 +103,9 @@ class RecipeSpec(_Strict):
     def _ids(cls, v):
         for sid in v:
             if not re.match(STAGE_ID_RE, str(sid)):
-                raise ValueError(f"stage id {sid!r} may use letters, digits, '-' and '_' only")
+                raise ValueError(f"stage id {_short(repr(sid))} may use letters, digits, '-' and '_' only")
+            if len(sid) > MAX_STAGE_ID:  # it names folders and log files
+                raise ValueError(f"stage id {_short(repr(sid))} is longer than {MAX_STAGE_ID} characters")
         return v
 
 
@@ -142,6 +150,9 @@ def load(path: str | Path) -> Recipe:
         spec = RecipeSpec.model_validate(located.data)
     except ValidationError as e:
         raise _pydantic_error(e, located, (), RecipeSpec) from None
+    _refuse_non_finite(spec.model_dump(by_alias=True, exclude={"stages"}, exclude_unset=True), located, ())
+    _check_data(spec.data, file, located)
+    _check_matrix_sizes(spec, located)
 
     instances: dict[str, list[Instance]] = {}
     kind_names: dict[str, str] = {}
@@ -166,6 +177,9 @@ def load(path: str | Path) -> Recipe:
                 config = kind.Config.model_validate(raw)
             except ValidationError as e:
                 raise _pydantic_error(e, located, ("stages", sid, "config"), kind.Config) from None
+            # strings such as "1e999" or "inf" pass a float field as infinity; a kind's own defaults are not checked
+            given = config.model_dump(by_alias=True, exclude_unset=True) if isinstance(config, BaseModel) else config
+            _refuse_non_finite(given, located, ("stages", sid, "config"))
             iid = sid if not matrix else f"{sid}[{','.join(str(v) for v in matrix.values())}]"
             instances[sid].append(Instance(id=iid, base_id=sid, kind=kind_name, matrix=matrix, config=config))
     return Recipe(spec=spec, path=file.resolve(), digest=digest_bytes(located.text.encode()),
@@ -181,6 +195,61 @@ class Instance:
     kind: str
     matrix: dict[str, str]
     config: Any
+
+
+def _check_matrix_sizes(spec: RecipeSpec, located: Located) -> None:
+    """Refuse a matrix (or a recipe) with more instances than the limits, before expanding anything."""
+    total = 0
+    for sid, stage in spec.stages.items():
+        sizes = [len(values) for values in (stage.matrix or {}).values()]
+        count = math.prod(sizes)
+        if count > MAX_MATRIX_INSTANCES:
+            raise located.error(("stages", sid, "matrix"),
+                                f"the matrix of stage {sid!r} expands to {count:,} instances "
+                                f"({' x '.join(map(str, sizes))}); at most {MAX_MATRIX_INSTANCES} are allowed",
+                                hint="split the stage into several, or drop axis values", key=True)
+        total += count
+        if total > MAX_INSTANCES:
+            raise located.error(("stages", sid), f"the recipe expands to more than {MAX_INSTANCES:,} stage instances",
+                                hint="split the recipe, or use smaller matrices", key=True)
+
+
+def _check_data(data: DataSpec | None, file: Path, located: Located) -> None:
+    """`data.path` must name an existing file (npz) or folder (folder), relative to the recipe."""
+    if data is None or data.source == "digits":
+        return
+    if not data.path:
+        raise located.error(("data",), f"data.path is required when data.source is {data.source!r}",
+                            hint="set `data.path:` to the folder or .npz file, relative to the recipe")
+    p = Path(data.path)
+    try:
+        p = p.expanduser()
+    except RuntimeError:  # "~someone" with no such user: checked as written, so it is reported missing
+        pass
+    if not p.is_absolute():
+        p = file.resolve().parent / p
+    want_dir = data.source == "folder"
+    if want_dir and p.is_dir() or not want_dir and p.is_file():
+        return
+    what = "folder" if want_dir else "file"
+    state = f"is not a {what}" if p.exists() else "does not exist"
+    raise located.error(("data", "path"), f"data.path {data.path!r} {state} ({p})",
+                        hint=f"data.source: {data.source} needs a {what} at this path, relative to the recipe "
+                             "(" + ("one subfolder per class" if want_dir else "a .npz file with arrays `x` and `y`") + ")")
+
+
+def _refuse_non_finite(value: Any, located: Located, path: tuple) -> None:
+    """A RecipeError at the first infinite or NaN float in `value` (validated data, walked iteratively)."""
+    todo = [(value, path)]
+    while todo:
+        current, where = todo.pop()
+        if isinstance(current, float) and not math.isfinite(current):
+            raise located.error(where, f"{dotted(where)}: the value reads as {current}, not a finite number",
+                                hint="numbers must be finite (\"1e999\" and \"inf\" read as infinity)")
+        if isinstance(current, dict):
+            todo.extend((v, where + (k,)) for k, v in current.items())
+        elif isinstance(current, (list, tuple)):
+            todo.extend((v, where + (i,)) for i, v in enumerate(current))
 
 
 def _expand_matrix(matrix: dict[str, list] | None) -> list[dict[str, str]]:
@@ -217,24 +286,28 @@ def _pydantic_error(err: ValidationError, located: Located, prefix: tuple, model
     first = errors[0]
     loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     path = prefix + loc
-    dotted = ".".join(str(p) for p in path)
+    where = dotted(path)
     kind = first["type"]
     if kind == "extra_forbidden":
-        field_name = str(loc[-1])
+        field_name = _short(str(loc[-1]))
         allowed = _allowed_fields(model, loc[:-1])
         close = difflib.get_close_matches(field_name, allowed, n=1)
-        parent = ".".join(str(p) for p in path[:-1]) or "the top level"
+        parent = dotted(path[:-1]) if path[:-1] else "the top level"
         msg = f"unknown key {field_name!r} in {parent}"
         if close:
             msg += f" — did you mean {close[0]!r}?"
         hint = f"allowed keys: {', '.join(allowed)}" if allowed else None
         return located.error(path, msg, key=True, hint=hint)
     if kind == "missing":
-        return located.error(path[:-1], f"missing required key {loc[-1]!r} in {'.'.join(map(str, path[:-1])) or 'the top level'}",
+        return located.error(path[:-1], f"missing required key {loc[-1]!r} in {dotted(path[:-1]) if path[:-1] else 'the top level'}",
                              hint=f"add `{loc[-1]}:`")
     value = first.get("input")
-    shown = f" (got {value!r})" if not isinstance(value, (dict, list)) else ""
-    return located.error(path, f"{dotted}: {first['msg']}{shown}", hint=_type_hint(first))
+    shown = f" (got {_short(repr(value))})" if not isinstance(value, (dict, list)) else ""
+    return located.error(path, f"{where}: {first['msg']}{shown}", hint=_type_hint(first))
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _type_hint(error: dict) -> str | None:
