@@ -244,3 +244,13 @@ def test_repeated_needs_are_expanded_once(tmp_path, monkeypatch):
     dag = planner.build(recipe_mod.load(path))
     assert dag.nodes["b[3]"].needs == [f"a[{i}]" for i in range(16)]
     assert len(calls) == 16  # once per instance of b, not once per repeat (16,000)
+
+
+def test_a_hostile_lockfile_is_an_error_not_a_crash(tmp_path):
+    """A lockfile nested far deeper than zoo writes gives exit 2 naming the file, never a traceback."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("schema_version: 1\nname: r\nversion: 1.0.0\nstages:\n  w: {kind: writer}\n")
+    (tmp_path / "r.lock").write_text("schema_version: 2\nstages: " + "[" * 5000 + "]" * 5000 + "\n")
+    r = zoo("plan", recipe)
+    assert r.code == 2, r.text
+    assert "r.lock: unreadable lockfile" in r.err and "Traceback" not in r.err

@@ -102,8 +102,9 @@ def read(path: Path) -> Lock | None:
                              f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})")
         stages = {sid: StageLock(**s) for sid, s in (data.get("stages") or {}).items()}
         return Lock(recipe=data.get("recipe", {}), stages=stages)
-    except (yaml.YAMLError, ValueError, TypeError, AttributeError) as e:
-        raise RecipeError(f"{path}: unreadable lockfile: {e}",
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError) as e:
+        # RecursionError: a hand-made lockfile nested thousands of levels deep (zoo writes about 6)
+        raise RecipeError(f"{path}: unreadable lockfile: {str(e)[:300]}",
                           hint=f"delete {path.name} and run `zoo run` to write a new one") from None
 
 
