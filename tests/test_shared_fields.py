@@ -91,6 +91,7 @@ def test_a_declared_field_change_reruns_the_stage_and_the_reason_names_it(tmp_pa
                          ids=["model.task", "data.channels", "model.arch", "data.source"])
 def test_an_undeclared_field_change_keeps_the_stage_cached(tmp_path, edit):
     recipe = write_recipe(tmp_path, READER)
+    (tmp_path / "none.npz").write_bytes(b"")  # data.path must exist to validate; the reader never opens it
     first = zoo.run(recipe)
     assert first.ok
     recipe.write_text(READER.replace(*edit))
