@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
+export PATH="$PWD/$BIN:$PATH"  # the configs' test commands say `python`: the project's
 [[ -x $BIN/cosmic-ray ]] || ./dev setup
 
 if [[ ${1:-} == --report ]]; then
