@@ -71,15 +71,16 @@ class BlobStore:
         if got != sha256:
             self._memo_path(sha256).unlink(missing_ok=True)
             return "corrupt"
-        self._remember(sha256, st)
+        self.mark_verified(sha256, st)
         return "ok"
 
     def has(self, sha256: str, size: int | None = None) -> bool:
         """True if the blob is present with the right content (see `check`); a corrupt blob is not had."""
         return self.check(sha256, size) == "ok"
 
-    def _remember(self, sha256: str, st: os.stat_result | None = None) -> None:
-        """Record that the blob's current bytes were verified (best effort: a lost memo costs a re-hash)."""
+    def mark_verified(self, sha256: str, st: os.stat_result | None = None) -> None:
+        """Record that the blob's current bytes were just verified by the caller (hashed while written),
+        so its first `check` is a stat (best effort: a lost memo costs a re-hash)."""
         from zoo.registry.fileio import atomic_write_bytes
 
         try:
@@ -96,7 +97,7 @@ class BlobStore:
         except OSError:
             return
         if (st.st_ino, st.st_size, st.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns):
-            self._remember(sha256, st)
+            self.mark_verified(sha256, st)
 
     def add(self, src: Path | BinaryIO | Iterable[bytes], sha256: str, size: int, what: str) -> Path:
         """Store bytes as a blob after checking them against (sha256, size); IntegrityError otherwise.
@@ -119,7 +120,7 @@ class BlobStore:
                                          hint="the file was modified after the manifest was written")
                 return dest
         copy_verified(src, dest, sha256, size, what)
-        self._remember(sha256)
+        self.mark_verified(sha256)
         return dest
 
     def remove(self, sha256: str) -> None:

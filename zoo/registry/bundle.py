@@ -360,6 +360,7 @@ def _install(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, Path], i
             dest = zoo.blobs.path(sha)
             dest.parent.mkdir(parents=True, exist_ok=True)
             link_or_copy(src, dest)  # verified in _verify_blobs: a present blob is a verified blob
+            zoo.blobs.mark_verified(sha)
             result.blobs += 1
             result.bytes += index["blobs"][sha]
     for m in manifests:

@@ -87,6 +87,7 @@ def fetch_blob(blobs: BlobStore, sha256: str, size: int, sources: list[Source], 
                 before = partial.stat().st_size if partial.exists() else 0
                 try:
                     _download(partial, dest, open_from, sha256, size, f"{what} from {label}")
+                    blobs.mark_verified(sha256)  # hashed while downloaded: no second hash on first use
                     return dest
                 except IntegrityError as e:
                     partial.unlink(missing_ok=True)  # bad bytes: never resume from them
@@ -149,4 +150,5 @@ def adopt_file(blobs: BlobStore, path: Path, sha256: str, size: int, what: str) 
     dest = blobs.path(sha256)
     got, n = sha256_file(path)
     _verify_and_place(Path(path), dest, got, n, sha256, size, what)
+    blobs.mark_verified(sha256)
     return dest
