@@ -387,13 +387,3 @@ def test_alexnet_imagenet_weights_over_http(tmp_path):
     assert logits.shape == (1, 1000) and np.isfinite(logits).all()
     assert ctx.metrics["weights"] == {"source": url, "sha256": digest}
     assert ctx.metrics["parity"]["passed"] is True and ctx.metrics["num_parameters"] == 61100840
-
-
-def test_alexnet_imagenet_recipe_pins_the_real_weights():
-    recipe = yaml.safe_load((REPO / "recipes" / "alexnet-imagenet.yaml").read_text())
-    config = Export.Config.model_validate(recipe["stages"]["export"]["config"])
-    assert config.weights.url == "https://download.pytorch.org/models/alexnet-owt-7be5be79.pth"
-    assert (config.weights.sha256 or "7be5be79").startswith("7be5be79")
-    assert recipe["model"] == {**recipe["model"], "arch": "alexnet", "num_classes": 1000}
-    assert "train" not in recipe["stages"]
-    assert config.input_shape == [3, 224, 224]
