@@ -26,13 +26,14 @@ the checkpoint or source file, the recipe's license and the source's attribution
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, UnsafePath
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
@@ -48,11 +49,23 @@ class SourceRef(KindConfig):
 
     url: str | None = Field(None, description="https://..., http://... or hf://org/repo[@rev]/path")
     path: str | None = Field(None, description="local file, relative to the recipe")
-    sha256: str | None = Field(None, description="hex sha256 (full, or at least 8 leading digits)")
+    sha256: str | None = Field(None, description="the file's full sha256: 64 hex digits (`sha256sum FILE`)")
     license: str | None = Field(None, description="license of the file (e.g. BSD-3-Clause); stamped into every "
                                                   "derived build (known hosts such as download.pytorch.org "
                                                   "have a default)")
     attribution: str | None = Field(None, description="who to credit for the file; propagated like `license`")
+
+    @field_validator("sha256")
+    @classmethod
+    def _full_digest(cls, value: str | None) -> str | None:
+        """A recipe pins the whole digest: a prefix (torchvision's 8 digits) only guards against
+        accidents, not against a different file that shares it."""
+        if value is None:
+            return None
+        digest = value.strip().lower().removeprefix("sha256:")
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError(f"sha256 must be the full 64 hex digits of the file (`sha256sum FILE`), got {value!r}")
+        return digest
 
     @model_validator(mode="after")
     def _one_location(self):
@@ -605,8 +618,6 @@ def _describe(proto, target: Path) -> dict[str, Any]:
 
 
 def _sha256(path: Path) -> str:
-    import re
-
     from zoo.sources import sha256_file
 
     # files from the source cache are named by their (verified) sha256: no need to re-read them

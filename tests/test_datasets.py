@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +96,7 @@ def test_resize_and_channels(tmp_path):
 
 
 def test_resize_matches_torch_bilinear():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch's bilinear interpolation is the reference (torch extra)")
     x = np.random.default_rng(0).random((2, 3, 8, 11), dtype=np.float32)
     for size in (4, 5, 13, 64):
         ref = torch.nn.functional.interpolate(torch.from_numpy(x), size=(size, size), mode="bilinear",
@@ -185,23 +186,28 @@ def test_folder_source_with_netpbm_images(tmp_path):
     assert datasets.data_dependencies(spec, tmp_path) == [root.resolve()]
 
 
-def test_folder_png_needs_pillow(tmp_path):
+def _png_folder(tmp_path) -> dict:
     root = tmp_path / "imgs"
-    for cls in ("a", "b"):
-        (root / cls).mkdir(parents=True)
     png = _tiny_png()
     for cls in ("a", "b"):
+        (root / cls).mkdir(parents=True)
         for i in range(2):
             (root / cls / f"{i}.png").write_bytes(png)
-    spec = {"source": "folder", "path": str(root), "image_size": 2, "channels": 3, "val_fraction": 0.5}
-    try:
-        import PIL  # noqa: F401
-    except ImportError:
-        with pytest.raises(InvalidInput, match="Pillow"):
-            datasets.load_split(spec, tmp_path, "train")
-    else:
-        x, _ = datasets.load_split(spec, tmp_path, "train")
-        assert x.shape == (2, 3, 2, 2) and np.allclose(x, 1.0)
+    return {"source": "folder", "path": str(root), "image_size": 2, "channels": 3, "val_fraction": 0.5}
+
+
+def test_folder_of_pngs(tmp_path):
+    x, _ = datasets.load_split(_png_folder(tmp_path), tmp_path, "train")  # Pillow is a core dependency
+    assert x.shape == (2, 3, 2, 2) and np.allclose(x, 1.0)
+
+
+def test_folder_png_without_pillow_says_so_with_a_stand_in_missing_package(tmp_path, monkeypatch):
+    """Stand-in: Pillow is hidden from the import system (sys.modules entries None), as on a host
+    without it."""
+    for name in [m for m in sys.modules if m == "PIL" or m.startswith("PIL.")] + ["PIL"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(InvalidInput, match="Pillow"):
+        datasets.load_split(_png_folder(tmp_path), tmp_path, "train")
 
 
 def _tiny_png() -> bytes:

@@ -15,6 +15,7 @@ import pytest
 import zoo
 from cli_helpers import write_recipe, zoo as zoo_cli
 from zoo.cache import Cache
+from zoo.errors import InvalidInput
 from zoo.executors import ProcessExecutor
 
 CHAIN = """\
@@ -407,18 +408,31 @@ stages:
 
 
 def test_help_and_plan_import_no_heavy_modules(tmp_path):
+    """`--help`, `validate`, `plan` and a cached `run` succeed (exit 0, their usual output) without
+    importing torch, onnx or onnxruntime."""
     recipe = write_recipe(tmp_path, CHAIN)
     zoo.run(recipe)
     code = (
         "import sys, runpy\n"
         "sys.argv = ['zoo'] + sys.argv[1:]\n"
+        "status = 0\n"
         "try:\n    runpy.run_module('zoo', run_name='__main__')\n"
-        "except SystemExit:\n    pass\n"
+        "except SystemExit as e:\n    status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)\n"
         "heavy = [m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules]\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
+        "sys.exit(status)\n"
     )
+    expected = {
+        "--help": ["Usage:", "validate", "plan", "run"],
+        "validate": [f"{recipe}: ok — chain@0.1.0, 4 stages: a, side, b, c"],
+        "plan": ["a [writer]: cached", "b [concat] ← a: cached", "c [concat] ← b: cached", "side [writer]: cached"],
+        "run": ["chain@0.1.0: 0 ran, 4 cached"],
+    }
     for args in (["--help"], ["validate", str(recipe)], ["plan", str(recipe)], ["run", str(recipe)]):
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=dict(os.environ))
+        assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+        for line in expected[args[0]]:
+            assert line in proc.stdout, (args, line, proc.stdout)
         assert "HEAVY []" in proc.stderr, (args, proc.stderr)
 
 
@@ -507,7 +521,8 @@ def test_declared_code_modules_enter_the_key(tmp_path, monkeypatch):
     report = zoo.plan(recipe).stages[0]
     assert report.state == "will run" and "code changed: zoo_helper_for_test" in str(report.reasons[0])
     monkeypatch.setattr(writer, "code_modules", ("no_such_module_anywhere",))
-    with pytest.raises(Exception, match="no_such_module_anywhere"):
+    with pytest.raises(InvalidInput, match="kind 'writer' declares code module 'no_such_module_anywhere', "
+                                           "which cannot be found"):
         zoo.plan(recipe)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from cli_helpers import zoo
@@ -96,8 +95,28 @@ def test_push_to_a_folder_remote_and_a_tampered_pull_exits_4(tmp_path):
 
 
 def test_offline_pull_uses_only_the_cache(tmp_path):
-    _publish(tmp_path)
-    assert zoo("pull", "tiny", "--offline").code == 0
+    """With a remote that holds a newer `tiny` and a model the local zoo lacks, `--offline` serves
+    the local copy and refuses the rest; the same pulls online reach the remote (the control)."""
+    z = _publish(tmp_path)  # tiny@1.0.0, local
+    remote = tmp_path / "remote"
+    assert zoo("remote", "add", "team", str(remote)).code == 0
+    for name, version in (("tiny", "2.0.0"), ("other", "1.0.0")):
+        z.publish(make_staging(tmp_path / f"s-{name}-{version}", name=name, version=version, scale=7.0))
+        assert zoo("push", f"{name}@{version}", "--to", "team").code == 0
+        assert zoo("rm", f"{name}@{version}").code == 0
+    assert [(m["name"], m["latest"]) for m in json.loads(zoo("list", "--json").out)] == [("tiny", "1.0.0")]
+
+    r = zoo("pull", "tiny", "--offline", "--json")
+    assert r.code == 0, r.text
+    got = json.loads(r.out)
+    assert (got["version"], got["source"], got["downloaded_files"]) == ("1.0.0", "local", 0)
     r = zoo("pull", "other", "--offline")
-    assert r.code == 2 and "offline" in r.err
-    assert os.environ["ZOO_HOME"]  # the conftest fixture isolates every test's zoo
+    assert r.code == 2 and "other@latest is not in the local zoo (offline)" in r.err, r.text
+    assert [(m["name"], m["latest"]) for m in json.loads(zoo("list", "--json").out)] == [("tiny", "1.0.0")]
+
+    # online, the same pulls use the remote: what --offline left alone was really there
+    r = zoo("pull", "tiny", "--json")
+    assert r.code == 0, r.text
+    assert (json.loads(r.out)["version"], json.loads(r.out)["source"]) == ("2.0.0", "team")
+    r = zoo("pull", "other", "--json")
+    assert r.code == 0 and json.loads(r.out)["source"] == "team", r.text

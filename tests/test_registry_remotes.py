@@ -1,24 +1,29 @@
 """ONE suite, run against every remote backend on 127.0.0.1: a local folder, S3 (moto's server),
-WebDAV (wsgidav + cheroot) and a Hugging Face endpoint (olah serving git repos, plus a small
-Hub write API for publishing). Covers push, list/show/pull from the remote, tampering,
-concurrent publishers, resumed transfers, offline use and mirrors."""
+WebDAV (wsgidav + cheroot) and a Hugging Face endpoint. The Hugging Face endpoint is partly a
+stand-in: reads go to olah (a real Hub mirror serving git repos), but the Hub's write API
+(create_repo, create_commit, create_tag, delete_tag) is `zoo.registry.testing.HubWriteApp`, a
+small stand-in written for these tests, so publishing to the real Hub is not tested here; its
+tests carry `hf-stand-in-write-api` in their ids. Covers push, list/show/pull from the remote,
+tampering, concurrent publishers (real processes), resumed transfers, offline use and mirrors."""
 
 from __future__ import annotations
 
+import json
 import subprocess
-import threading
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
-from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, SourceUnreachable, StorageError
+from zoo.errors import IntegrityError, InvalidInput, NotFound, SourceUnreachable, StorageError
 from zoo.registry import api
 from zoo.registry.codec import same_content
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import free_port, hub_server, make_staging, moto_s3, webdav_server
 
 BACKENDS = ["folder", "s3", "webdav", "hf"]
+RACER = Path(__file__).resolve().parent / "racing_publisher.py"
 MODEL = "builds/cpu-fp32/model.onnx"
 
 
@@ -121,7 +126,11 @@ class Backend:
             subprocess.run([*git, "tag", "-f", version], check=True, capture_output=True)
 
 
-@pytest.fixture(params=BACKENDS)
+def _backend_id(kind: str) -> str:
+    return "hf-stand-in-write-api" if kind == "hf" else kind
+
+
+@pytest.fixture(params=BACKENDS, ids=_backend_id)
 def backend(request, tmp_path, monkeypatch) -> Backend:
     return Backend(request.param, request, tmp_path, monkeypatch)
 
@@ -188,59 +197,33 @@ def test_tampered_remote_file_is_refused_and_nothing_installed(backend, publishe
     assert not (tmp_path / "out" / MODEL).exists()
 
 
-def _exclusive_step(backend: Backend):
-    """(object, attribute) of the create-exclusive call that settles a publishing race."""
-    if backend.kind == "hf":
-        from huggingface_hub import HfApi
-
-        return HfApi, "create_tag"
-    from zoo.registry.fsbackend import FsBackend
-
-    return FsBackend, "create"
-
-
-def test_concurrent_publishers_of_one_version_cannot_both_win(backend, tmp_path, monkeypatch):
+def test_concurrent_publishers_of_one_version_cannot_both_win(backend, tmp_path):
+    """Two `push` processes, from two local zoos holding different bytes as tiny@1.0.0, race to
+    the same remote; both reach the create-exclusive step (FsBackend.create, or the Hub's
+    create_tag) before either writes (tests/racing_publisher.py). Exactly one wins, and what the
+    remote serves is the winner's."""
     zoos = []
     for i in range(2):
         z = LocalZoo(tmp_path / f"pub{i}")
         z.publish(make_staging(tmp_path / f"st{i}", scale=10.0 + i))
         backend.add_to(z)
         zoos.append(z)
-    owner, attr = _exclusive_step(backend)
-    real = getattr(owner, attr)
-    barrier = threading.Barrier(2)
-
-    def racing(self, *args, **kwargs):
-        tag = kwargs.get("tag", "")
-        if attr == "create" or tag == "1.0.0":
-            barrier.wait(30)  # both publishers have checked "not there yet" and now write at once
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(owner, attr, racing)
-    results: list = [None, None]
-
-    def push(i):
-        try:
-            results[i] = api.push("tiny@1.0.0", "origin", zoo=zoos[i])
-        except Conflict as e:
-            results[i] = e
-
-    threads = [threading.Thread(target=push, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    won = [i for i, r in enumerate(results) if isinstance(r, dict) and r["created"]]
-    lost = [i for i, r in enumerate(results) if isinstance(r, Conflict)]
-    assert len(won) == 1 and len(lost) == 1, results
-    monkeypatch.setattr(owner, attr, real)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    procs = [subprocess.Popen([sys.executable, str(RACER), "push", str(zoos[i].root), str(barrier), str(i), backend.kind],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert sorted(r["outcome"] for r in results) == ["conflict", "won"], results
+    won = next(i for i, r in enumerate(results) if r["outcome"] == "won")
     reader = LocalZoo(tmp_path / "reader")
     backend.add_to(reader)
     remote_manifest = api.show("tiny@1.0.0", remote="origin", zoo=reader)
     assert remote_manifest["builds"]["cpu-fp32"]["file"]["sha256"] == \
-        zoos[won[0]].resolve("tiny@1.0.0").builds["cpu-fp32"].file.sha256
+        zoos[won].resolve("tiny@1.0.0").builds["cpu-fp32"].file.sha256
     res = api.pull("tiny@1.0.0", remote="origin", zoo=reader)
-    assert Path(res.path).read_bytes() == Path(zoos[won[0]].materialize(zoos[won[0]].resolve("tiny@1.0.0"), "cpu-fp32")).read_bytes()
+    assert Path(res.path).read_bytes() == Path(zoos[won].materialize(zoos[won].resolve("tiny@1.0.0"), "cpu-fp32")).read_bytes()
 
 
 def test_interrupted_push_leaves_no_version_and_resumes(backend, publisher, consumer, monkeypatch):
@@ -315,7 +298,7 @@ def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consu
     assert Path(res.path).read_bytes() == publisher.blobs.path(ref.sha256).read_bytes()
 
 
-@pytest.mark.parametrize("backend", ["s3", "webdav", "hf"], indirect=True)
+@pytest.mark.parametrize("backend", ["s3", "webdav", "hf"], indirect=True, ids=_backend_id)
 def test_unreachable_remote_falls_back_to_the_cache_with_a_note(backend, publisher, consumer):
     api.push("tiny@1.0.0", "origin", zoo=publisher)
     first = api.pull("tiny", remote="origin", zoo=consumer)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import threading
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from zoo.registry.manifest import MANIFEST_FILE, Build, Manifest
 from zoo.registry.staging import file_ref, write_manifest
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import make_staging, tiny_onnx
+
+RACER = Path(__file__).resolve().parent / "racing_publisher.py"
 
 
 @pytest.fixture
@@ -221,41 +224,21 @@ def test_interrupted_publish_leaves_no_version_and_can_be_resumed(zoo, tmp_path,
 
 
 def test_concurrent_publishers_of_one_version_cannot_both_win(tmp_path):
-    """Two processes' worth of LocalZoo objects on one root race to publish different bytes."""
+    """Two publisher processes on one zoo root race to publish different bytes as tiny@1.0.0;
+    both pass the "does it exist?" check before either writes (tests/racing_publisher.py)."""
     root = tmp_path / "home"
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     stagings = [make_staging(tmp_path / f"s{i}", scale=float(i + 2)) for i in range(2)]
-    barrier = threading.Barrier(2)
-    results: list = [None, None]
-
-    def publish(i):
-        z = LocalZoo(root)
-        real = z.get
-        first = [True]
-
-        def get_after_barrier(name, version):
-            # both publishers check "does it exist?" before either writes: the race the
-            # create-exclusive manifest write must settle
-            if first[0]:
-                first[0] = False
-                barrier.wait(10)
-                return None
-            return real(name, version)
-
-        z.get = get_after_barrier
-        try:
-            results[i] = z.publish(stagings[i])
-        except Conflict as e:
-            results[i] = e
-
-    threads = [threading.Thread(target=publish, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    winners = [r for r in results if isinstance(r, Manifest)]
-    losers = [r for r in results if isinstance(r, Conflict)]
-    assert len(winners) == 1 and len(losers) == 1
-    assert LocalZoo(root).resolve("tiny@1.0.0") == winners[0]
+    procs = [subprocess.Popen([sys.executable, str(RACER), "publish", str(root), str(stagings[i]), str(barrier), str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert sorted(r["outcome"] for r in results) == ["conflict", "won"], results
+    winner = next(r for r in results if r["outcome"] == "won")
+    assert LocalZoo(root).resolve("tiny@1.0.0").builds["cpu-fp32"].file.sha256 == winner["sha256"]
+    assert "already published with different content" in next(r for r in results if r["outcome"] == "conflict")["message"]
 
 
 def test_reindex_rebuilds_the_same_index(zoo, tmp_path):

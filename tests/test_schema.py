@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 import yaml
 
 from cli_helpers import zoo as zoo_cli
 from conftest import REPO
 
-jsonschema = pytest.importorskip("jsonschema")
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import socket
+import subprocess
+import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -116,18 +118,37 @@ def test_wrong_sha256_leaves_nothing(server, tmp_path):
     assert [p for p in (store.parent / "tmp").iterdir() if not p.name.endswith(".lock")] == []
 
 
-def test_unreachable_fails_fast(tmp_path):
+def test_unreachable_fails_fast(tmp_path, monkeypatch):
+    """Fails fast by decision, not by a stopwatch: one connection attempt, bounded by the
+    configured connect timeout, then SourceUnreachable (no retry loop)."""
+    import urllib.request
+
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens on this port now
     url = f"http://127.0.0.1:{port}/alexnet.pth"
-    start = time.monotonic()
+    calls = []
+    real_urlopen = urllib.request.urlopen
+
+    def urlopen(request, *args, **kwargs):
+        calls.append((request.full_url, kwargs.get("timeout", args[1] if len(args) > 1 else None)))
+        return real_urlopen(request, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
     with pytest.raises(SourceUnreachable) as err:
         sources.fetch(url, sha256=DIGEST, cache_dir=tmp_path / "cache")
-    assert time.monotonic() - start < 5
+    assert calls == [(url, sources.CONNECT_TIMEOUT)]
     assert url in str(err.value)
     assert "pre-seed" in err.value.hint
+
+
+def test_the_connect_timeout_is_configurable():
+    code = "from zoo import sources; print(sources.CONNECT_TIMEOUT)"
+    for env, want in (({}, "10.0"), ({"ZOO_HTTP_TIMEOUT": "2.5"}, "2.5")):
+        full = {k: v for k, v in os.environ.items() if k != "ZOO_HTTP_TIMEOUT"} | env
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, check=True)
+        assert out.stdout.strip() == want
 
 
 def test_http_error_is_reported(server, tmp_path):

@@ -202,8 +202,9 @@ def olah_server(mirrors: Path, work: Path):
 
 
 class HubWriteApp:
-    """The write half of the Hub API, enough for huggingface_hub's create_repo, create_commit
-    (regular uploads), create_tag and delete_tag, committing into the git repos olah serves.
+    """A test stand-in for the write half of the Hub API (not the Hub's code, and not a full
+    implementation): enough for huggingface_hub's create_repo, create_commit (regular uploads),
+    create_tag and delete_tag, committing into the git repos olah serves.
     Every other request is proxied to olah, so one endpoint serves reads and writes.
 
     Tag creation holds a lock and answers 409 when the tag exists: the same create-exclusive
@@ -363,7 +364,8 @@ def _json(start_response, status: int, obj) -> list[bytes]:
 
 @_contextlib.contextmanager
 def hub_server(work: Path):
-    """A Hub-compatible endpoint on 127.0.0.1: olah for reads + `HubWriteApp` for writes.
+    """A Hub-like endpoint on 127.0.0.1: olah (a real Hub mirror) for reads + the `HubWriteApp`
+    stand-in for writes.
 
     Yields the `HubWriteApp`; its ``url`` attribute is the endpoint to give huggingface_hub."""
     mirrors = Path(work) / "mirrors"
