@@ -71,6 +71,10 @@ class SourceRef(KindConfig):
     def _one_location(self):
         if bool(self.url) == bool(self.path):
             raise ValueError("give exactly one of `url` or `path`")
+        if self.url and not self.sha256:
+            # a download is only as trustworthy as its pin: never take whatever the URL serves today
+            raise ValueError("a `url` must be pinned by its full `sha256` (64 hex digits; `sha256sum FILE` "
+                             "on a copy you trust)")
         return self
 
     @property

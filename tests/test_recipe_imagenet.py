@@ -61,6 +61,9 @@ def test_a_source_sha256_must_be_the_full_digest(field):
     for bad in ("7be5be79", ALEXNET_OWT_SHA256[:-1], ALEXNET_OWT_SHA256 + "0", ALEXNET_OWT_SHA256[:-1] + "g", ""):
         with pytest.raises(ValidationError, match="full 64 hex digits"):
             Export.Config.model_validate({field: {"url": "https://x/w.pth", "sha256": bad}})
+    # a download without a pin is refused (even when its file name carries a prefix, as torchvision's do)
+    with pytest.raises(ValidationError, match="must be pinned by its full `sha256`"):
+        Export.Config.model_validate({field: {"url": "https://x/alexnet-owt-7be5be79.pth"}})
 
 
 def test_validate_refuses_a_recipe_that_pins_a_prefix(tmp_path):
