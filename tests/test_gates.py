@@ -285,3 +285,13 @@ def test_a_gate_is_immutable():
     with pytest.raises(AttributeError):
         g.threshold = 0.0  # type: ignore[misc]
     assert g == Gate(text="b.m >= 1", build="b", metric="m", op=">=", threshold=1.0)
+
+
+@pytest.mark.parametrize("fn", [Gate.check, parse_gate, gatelib._fmt], ids=lambda f: f.__qualname__)
+def test_the_type_hints_resolve(fn):
+    """The hints are strings here (``from __future__ import annotations``); tools that read them
+    (pydantic's validate_call, typer, IDEs, docs) evaluate them, so each must be a valid type."""
+    import typing
+
+    hints = typing.get_type_hints(fn)
+    assert hints and all(h is not None for h in hints.values())

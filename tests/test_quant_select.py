@@ -230,3 +230,13 @@ def test_an_unjudged_row_flagged_slower_says_so_once():
 def test_candidates_table_with_no_rows_is_the_header():
     assert candidates_table([]) == ("candidate  accuracy  drop  p50_ms  speedup  size_kb  result  notes\n"
                                     "---------  --------  ----  ------  -------  -------  ------  -----")
+
+
+@pytest.mark.parametrize("fn", [select_candidate, candidates_table], ids=lambda f: f.__name__)
+def test_the_type_hints_resolve(fn):
+    """The hints are strings here (``from __future__ import annotations``); tools that read them
+    (pydantic's validate_call, typer, IDEs, docs) evaluate them, so each must be a valid type."""
+    import typing
+
+    hints = typing.get_type_hints(fn)
+    assert hints and all(h is not None for h in hints.values())
