@@ -280,11 +280,16 @@ def test_failed_summary_when_everything_passed():
     assert failed_summary([]) == "all gates passed"
 
 
-def test_a_gate_is_immutable():
+def test_a_gate_and_its_result_are_immutable_values():
     g = parse_gate("b.m >= 1")
     with pytest.raises(AttributeError):
         g.threshold = 0.0  # type: ignore[misc]
     assert g == Gate(text="b.m >= 1", build="b", metric="m", op=">=", threshold=1.0)
+    r = evaluate([g], {"b": {"m": 0.5}})[0]
+    with pytest.raises(AttributeError):
+        r.passed = True  # type: ignore[misc]
+    assert r == GateResult(gate=g, value=0.5, passed=False)
+    assert len({g, parse_gate("b.m >= 1")}) == 1 and len({r, GateResult(gate=g, value=0.5, passed=False)}) == 1
 
 
 @pytest.mark.parametrize("fn", [Gate.check, parse_gate, gatelib._fmt], ids=lambda f: f.__qualname__)

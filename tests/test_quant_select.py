@@ -192,7 +192,7 @@ def test_a_tie_is_only_among_passing_rows():
 def test_candidates_table_shows_every_figure_and_verdict():
     rows = [row("static-qdq", p50=4.0, speedup=3.7, drop=0.004, accuracy=0.956, size_bytes=2048),
             row("qoperator", p50=3.0, speedup=4.9, drop=0.05, accuracy=0.91, size_bytes=1536),
-            row("dynamic", p50=35.0, speedup=0.42, drop=-0.001, accuracy=0.961, size_bytes=3000),
+            row("dynamic", p50=35.0, speedup=0.42, drop=-0.001, accuracy=0.961, size_bytes=10485760),
             row("broken", p50=None, speedup=None, drop=None, error="ValueError: boom")]
     chosen = select_candidate(rows, max_accuracy_drop=0.01, min_speedup=1.0)
     assert candidates_table(rows, chosen) == "\n".join([
@@ -200,7 +200,7 @@ def test_candidates_table_shows_every_figure_and_verdict():
         "----------  --------  -------  ------  -------  -------  ------  " + "-" * 59,
         "static-qdq  0.9560    +0.0040  4.000   3.70     2.0      CHOSEN",
         "qoperator   0.9100    +0.0500  3.000   4.90     1.5      FAIL    accuracy drop 0.0500 > 0.01",
-        "dynamic     0.9610    -0.0010  35.000  0.42     2.9      FAIL    slower than fp32 parent (speedup 0.42x); speedup 0.42x < 1x",
+        "dynamic     0.9610    -0.0010  35.000  0.42     10240.0  FAIL    slower than fp32 parent (speedup 0.42x); speedup 0.42x < 1x",
         "broken      n/a       n/a      n/a     n/a      n/a      FAIL    failed to build: ValueError: boom",
     ])
 
@@ -240,3 +240,23 @@ def test_the_type_hints_resolve(fn):
 
     hints = typing.get_type_hints(fn)
     assert hints and all(h is not None for h in hints.values())
+
+
+def test_the_chosen_row_is_found_by_its_name_not_by_identity():
+    # the name may come from elsewhere (a report, a lockfile): an equal string, not the same object
+    rows = [row("static-qdq", p50=1.0), row("per-channel", p50=2.0)]
+    select_candidate(rows, max_accuracy_drop=0.01, min_speedup=1.0)
+    chosen = "".join(["per-", "channel"])
+    assert chosen is not rows[1]["name"]
+    verdicts = [line.split()[-1] for line in candidates_table(rows, chosen).splitlines()[2:]]
+    assert verdicts == ["pass", "CHOSEN"]
+
+
+def test_the_limits_must_be_named():
+    # max_accuracy_drop and min_speedup are both floats: passed by position they could be swapped
+    rows = [row()]
+    with pytest.raises(TypeError):
+        select_candidate(rows, 0.01, 1.0)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        select_candidate(rows, 0.01, 1.0, 0.0)  # type: ignore[misc]
+    assert select_candidate(rows=rows, max_accuracy_drop=0.01, min_speedup=1.0) == "c"
