@@ -1,4 +1,4 @@
-"""Tests of the `verify` kind and of zoo_stages.lib.gates."""
+"""Tests of the `verify` kind (its gates alone: tests/test_gates.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import GateFailed, InvalidInput, RecipeError
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
-from zoo_stages.lib import gates as gatelib
 from zoo_stages.lib import onnxutil
 from zoo_stages.lib.vectors import read_test_vectors
 from zoo_stages.lib.datasets import load_split
@@ -293,29 +292,8 @@ def test_a_bad_gate_fails_at_recipe_load_time_with_its_position(tmp_path):
     assert "cpu-fp32.acuracy >= 0.9" in text and "did you mean 'accuracy'" in text
 
 
-# -- gates -------------------------------------------------------------------------------------
-
-
-def test_parse_gate_forms():
-    g = gatelib.parse_gate("  cpu-int8.accuracy_drop<=1e-2 ")
-    assert (g.build, g.metric, g.op, g.threshold, g.text) == ("cpu-int8", "accuracy_drop", "<=", 0.01,
-                                                            "cpu-int8.accuracy_drop<=1e-2")
-    assert gatelib.parse_gate("v1.2.speedup > -1").build == "v1.2"  # the metric is after the last dot
-    for op, value, expected in ((">=", 1.0, True), (">", 1.0, False), ("<", 0.5, True), ("==", 1.0, True)):
-        assert gatelib.parse_gate(f"b.m {op} 1").check(value) is expected
-    assert not gatelib.parse_gate("b.m >= 0").check(None)
-    assert not gatelib.parse_gate("b.m >= 0").check(float("nan"))
-
-
-def test_evaluate_and_table():
-    gates = [gatelib.parse_gate(t) for t in ("a.x >= 0.5", "a.y <= 2", "b.x >= 0")]
-    results = gatelib.evaluate(gates, {"a": {"x": 0.75, "y": 3}, "b": {}})
-    assert [r.passed for r in results] == [True, False, False]
-    assert results[2].value is None
-    table = gatelib.format_table(results)
-    assert "a.x >= 0.5" in table and "0.75" in table and "n/a" in table
-    assert table.count("FAIL") == 2 and table.count("PASS") == 1
-    assert "2 of 3 gate(s) failed" in gatelib.failed_summary(results)
+# The gates themselves (parsing, every operator at its threshold, evaluation, the table) are tested
+# without onnx in tests/test_gates.py.
 
 
 def test_metric_names_include_throughput_sizes():
