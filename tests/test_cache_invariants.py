@@ -309,21 +309,23 @@ def test_gc_leaves_what_a_live_run_holds(tmp_path):
         pending.parent.mkdir(parents=True)
         pending.write_bytes(b"being stored")
         workspace = held.tmp_dir("stage-")
+        (cache.tmp / "zz-leftover").mkdir()  # after the live run's folder: gc goes on past it
         result = Cache(cache.root).gc({"a" * 64})
         assert result["skipped"]["entries"] == 1 and result["skipped"]["workspaces"] == 1
         assert result["skipped"]["materialised"] == 1 and result["skipped"]["objects"] == 1
         assert result["skipped"]["runs"] == [os.getpid()]
         assert result["entries_removed"] == 0 and result["objects_removed"] == 0
         assert cache.lookup("b" * 64) is not None and pending.exists() and workspace.is_dir()
-        assert workspace.parent == held.lease.tmp
+        assert workspace.parent == held.lease.tmp and not (cache.tmp / "zz-leftover").exists()
     assert held.lease is None
     result = Cache(cache.root).gc({"a" * 64})  # the run ended: now it is garbage
     assert result["entries_removed"] == 1 and not pending.exists() and result["skipped"]["runs"] == []
 
 
 def test_gc_of_a_missing_cache_creates_nothing(tmp_path):
-    result = Cache(tmp_path / "none").gc()
-    assert result["bytes_freed"] == result["objects_removed"] == result["entries_removed"] == 0
+    assert Cache(tmp_path / "none").gc() == {
+        "bytes_freed": 0, "objects_removed": 0, "entries_removed": 0,
+        "skipped": {"runs": [], "entries": 0, "workspaces": 0, "materialised": 0, "objects": 0}}
     assert not (tmp_path / "none").exists()
 
 
@@ -331,3 +333,15 @@ def test_tmp_dir_outside_a_run_is_under_tmp(tmp_path):
     cache = Cache(tmp_path / "c")
     d = cache.tmp_dir("x-")
     assert d.parent == cache.tmp and d.name.startswith("x-") and d.is_dir()
+
+
+def test_the_mode_records_an_execute_bit_for_anyone_this_user_may_execute(tmp_path):
+    cache = Cache(tmp_path / "c").ensure()
+    out = _out(tmp_path, **{"others": b"1", "owner": b"2", "none": b"3"})
+    os.chmod(out / "others", 0o641)  # executable by others only: root may execute it, a user not
+    os.chmod(out / "owner", 0o744)
+    os.chmod(out / "none", 0o644)
+    expected = {n: "x" if os.access(out / n, os.X_OK) else "" for n in ("others", "owner", "none")}
+    entry = _commit(cache, out, {"o": "owner"})
+    assert {n: entry.files[n]["mode"] for n in expected} == expected
+    assert expected["owner"] == "x" and expected["none"] == ""
