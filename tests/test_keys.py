@@ -167,6 +167,8 @@ def test_tool_versions_enter_the_key_with_zoo_itself(tmp_path, monkeypatch):
     assert list(tools) == sorted(["pyyaml", "no-such-dist-zz", keys.ZOO_DIST])
     assert tools["no-such-dist-zz"] == "absent" and tools["pyyaml"] not in ("absent", "")
     assert keys.tool_versions(()) == {keys.ZOO_DIST: keys.tool_version(keys.ZOO_DIST)}
+    assert keys.tool_versions((keys.ZOO_DIST, "pyyaml", "pyyaml")) == {
+        keys.ZOO_DIST: keys.tool_version(keys.ZOO_DIST), "pyyaml": keys.tool_version("pyyaml")}
 
 
 def test_recipe_identity_and_lineage_only_for_the_kinds_that_declare_them(tmp_path):
@@ -189,8 +191,8 @@ def test_declared_fields_whole_sections_and_unknown_names(monkeypatch):
     assert keys.declared_fields(cls) == {"data": ("image_size",), "model": ("num_classes",), "task": None}
     monkeypatch.setattr(cls, "shared", ("data.channels", "data.image_size", "data.channels", "model"))
     assert keys.declared_fields(cls) == {"data": ("channels", "image_size"), "model": None}
-    monkeypatch.setattr(cls, "shared", ("data", "data.channels"))  # the whole section wins
-    assert keys.declared_fields(cls) == {"data": None}
+    monkeypatch.setattr(cls, "shared", ("data", "data.channels", "model.arch"))  # the whole section wins
+    assert keys.declared_fields(cls) == {"data": None, "model": ("arch",)}
     for bad in ("nosuch", "data.nosuch", "task.x"):
         monkeypatch.setattr(cls, "shared", (bad,))
         with pytest.raises(InvalidInput):

@@ -106,6 +106,7 @@ def test_an_unknown_need_points_at_it_with_a_suggestion(tmp_path):
         dag_of(tmp_path, "  train: {kind: writer}\n  export: {kind: concat, needs: [train, trian]}\n")
     assert "stage 'export' needs 'trian', which is not a stage of this recipe" in e.value.message
     assert "did you mean 'train'?" in e.value.hint
+    assert "in stages.export.needs.1" in e.value.message
     assert ":6:" in str(e.value) or "line 6" in str(e.value)  # the second item of line 6's needs
     with pytest.raises(RecipeError) as e:
         dag_of(tmp_path, "  train: {kind: writer}\n  export: {kind: concat, needs: [qqqqqq]}\n")
@@ -128,6 +129,7 @@ def test_a_cycle_is_named_in_order(tmp_path):
         dag_of(tmp_path, "  ok: {kind: writer, needs: []}\n  a: {kind: concat, needs: [c]}\n"
                          "  b: {kind: concat, needs: [a]}\n  c: {kind: concat, needs: [b, ok]}\n")
     assert "the stages form a cycle: a → c → b → a" in e.value.message
+    assert "in stages.a.needs" in e.value.message  # the error points at the first stage of the cycle
     assert "form a DAG" in e.value.hint
 
 
