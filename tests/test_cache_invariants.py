@@ -58,6 +58,7 @@ def test_commit_records_every_output_file_and_folder(tmp_path):
     assert (on_disk["metrics"], on_disk["parts"], on_disk["duration_s"], on_disk["host"]) == ({"m": 1}, {"p": 2}, 1.5, {"cpu": "x"})
     assert on_disk["created"] > 0 and (on_disk["key"], on_disk["stage"], on_disk["kind"]) == (KEY, "s", "k")
     assert cache.lookup(KEY).to_json() == entry.to_json()
+    assert (cache.output_paths(entry)["folder"] / "deep" / "b.txt").read_bytes() == b"bb"  # nested folders
 
 
 def test_objects_are_read_only_named_by_digest_and_keep_the_exec_bit(tmp_path):
