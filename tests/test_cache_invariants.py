@@ -346,3 +346,15 @@ def test_the_mode_records_an_execute_bit_for_anyone_this_user_may_execute(tmp_pa
     entry = _commit(cache, out, {"o": "owner"})
     assert {n: entry.files[n]["mode"] for n in expected} == expected
     assert expected["owner"] == "x" and expected["none"] == ""
+
+
+def test_a_storage_failure_that_is_not_a_full_disk_is_a_storage_error_naming_the_stage(tmp_path):
+    cache = Cache(tmp_path / "c").ensure()
+    out = _out(tmp_path, **{"f": b"x"})
+    (tmp_path / "probe").write_bytes(b"x")
+    digest = hash_file_uncached(tmp_path / "probe")
+    cache.object_path(digest).parent.write_text("a file where objects/xx/ must be a folder")
+    with pytest.raises(StorageError) as e:
+        _commit(cache, out, {"o": "f"})
+    assert "cannot store stage s's outputs in the cache" in e.value.message and "no space" not in e.value.message.lower()
+    assert not cache.entry_path(KEY).exists()
