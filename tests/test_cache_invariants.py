@@ -59,6 +59,8 @@ def test_commit_records_every_output_file_and_folder(tmp_path):
     assert on_disk["created"] > 0 and (on_disk["key"], on_disk["stage"], on_disk["kind"]) == (KEY, "s", "k")
     assert cache.lookup(KEY).to_json() == entry.to_json()
     assert (cache.output_paths(entry)["folder"] / "deep" / "b.txt").read_bytes() == b"bb"  # nested folders
+    only_deep = _commit(cache, _out(tmp_path, "deep", **{"a__b__c.txt": b"c"}), {"o": "a"}, key="d" * 64)
+    assert (cache.output_paths(only_deep)["o"] / "b" / "c.txt").read_bytes() == b"c"
 
 
 def test_objects_are_read_only_named_by_digest_and_keep_the_exec_bit(tmp_path):
