@@ -206,8 +206,9 @@ def test_materialize_with_a_missing_object_is_an_integrity_error(tmp_path):
     cache = Cache(tmp_path / "c").ensure()
     entry = _commit(cache, _out(tmp_path, **{"m": b"model"}), {"m": "m"})
     cache.object_path(entry.files["m"]["digest"]).unlink()
-    with pytest.raises(IntegrityError, match="is missing"):
+    with pytest.raises(IntegrityError) as e:
         cache.materialize(entry)
+    assert f"cache object {entry.files['m']['digest'][:16]}… of stage s is missing" in e.value.message
     assert not (cache.out / KEY).exists() and list(cache.tmp.iterdir()) == []
 
 
@@ -236,7 +237,7 @@ def test_verify_entry_names_tampered_and_missing_objects(tmp_path):
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temp_file(tmp_path):
-    path = tmp_path / "deep" / "f.json"
+    path = tmp_path / "deep" / "er" / "f.json"
     atomic_write(path, b"one")
     atomic_write(path, b"two", fsync=False)
     assert path.read_bytes() == b"two" and os.listdir(path.parent) == ["f.json"]
@@ -270,8 +271,8 @@ def _two_entries(tmp_path):
 def test_gc_without_keep_frees_only_garbage(tmp_path):
     cache, a, b = _two_entries(tmp_path)
     cache.output_paths(a)
-    (cache.tmp / "leftover").mkdir()
-    (cache.tmp / "leftover" / "x").write_bytes(b"x" * 7)
+    (cache.tmp / "leftover" / "sub").mkdir(parents=True)
+    (cache.tmp / "leftover" / "sub" / "x").write_bytes(b"x" * 7)  # folders count for nothing, files for their size
     (cache.tmp / "loose").write_bytes(b"y" * 5)
     stray = cache.object_path("ff" + "0" * 62)
     stray.parent.mkdir(parents=True)
@@ -360,3 +361,105 @@ def test_a_storage_failure_that_is_not_a_full_disk_is_a_storage_error_naming_the
         _commit(cache, out, {"o": "f"})
     assert "cannot store stage s's outputs in the cache" in e.value.message and "no space" not in e.value.message.lower()
     assert not cache.entry_path(KEY).exists()
+
+
+def _digest_of(tmp_path, data: bytes) -> str:
+    (tmp_path / "probe").write_bytes(data)
+    return hash_file_uncached(tmp_path / "probe")
+
+
+def test_verify_entry_reports_a_tampered_object_whichever_way_its_digest_sorts(tmp_path):
+    cache = Cache(tmp_path / "c").ensure()
+    entry = _commit(cache, _out(tmp_path, **{"a": b"1", "b": b"2"}), {"a": "a"})
+    for rel, sorts_after in (("a", True), ("b", False)):
+        digest = entry.files[rel]["digest"]
+        # tampered bytes whose digest sorts after (for a) and before (for b) the recorded one
+        data = next(d for d in (b"t%d" % i for i in range(1000)) if (_digest_of(tmp_path, d) > digest) == sorts_after)
+        obj = cache.object_path(digest)
+        os.chmod(obj, 0o644)
+        obj.write_bytes(data)
+    assert cache.verify_entry(entry) == ["a", "b"]
+
+
+def test_objects_sharing_a_folder_are_all_stored(tmp_path):
+    datas = {}
+    for i in range(1000):  # two contents whose digests share their first two characters: objects/xx/
+        d = _digest_of(tmp_path, b"c%d" % i)
+        if d[:2] in datas:
+            pair = (datas[d[:2]], b"c%d" % i)
+            break
+        datas[d[:2]] = b"c%d" % i
+    cache = Cache(tmp_path / "c").ensure()
+    one = _commit(cache, _out(tmp_path, "one", f=pair[0]), {"o": "f"}, key="1" * 64)
+    two = _commit(cache, _out(tmp_path, "two", f=pair[1]), {"o": "f"}, key="2" * 64)
+    assert cache.lookup(one.key) is not None and cache.lookup(two.key) is not None
+
+
+def test_gc_frees_every_stray_object_around_one_a_live_run_holds(tmp_path):
+    cache = Cache(tmp_path / "c").ensure()
+    strays = [cache.object_path(f"{i:02x}" + "0" * 62) for i in range(30)]
+    for p in strays:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"s")
+    held = Cache(cache.root)
+    with held.leased():
+        held.hold(digests=[f"{7:02x}" + "0" * 62])
+        result = Cache(cache.root).gc()
+    assert result["objects_removed"] == 29 and result["skipped"]["objects"] == 1
+    assert [p for p in strays if p.exists()] == [strays[7]]
+
+
+def test_a_dead_runs_lease_is_cleared_by_gc_but_not_by_a_dry_run(tmp_path):
+    cache = Cache(tmp_path / "c").ensure()
+    lock, info = cache.runs / "run-1-dead.lock", cache.runs / "run-1-dead.json"
+    lock.write_text("")  # what a killed run leaves: its lease files, their lock held by nobody
+    info.write_text('{"pid": 1, "keys": [], "digests": []}')
+    cache.gc(dry_run=True)
+    assert lock.exists() and info.exists()
+    cache.gc()
+    assert not lock.exists() and not info.exists()
+
+
+def test_a_full_disk_while_writing_is_no_space_and_other_errors_pass_through(tmp_path, monkeypatch):
+    """Stand-in for a full disk: os.fsync is monkeypatched to fail with ENOSPC (a real full disk
+    is tested in tests/test_cache_live.py)."""
+    import errno
+
+    from zoo.errors import NoSpace
+
+    def fail(code):
+        def fsync(fd):
+            raise OSError(code, os.strerror(code))
+        return fsync
+
+    monkeypatch.setattr(cache_mod.os, "fsync", fail(errno.ENOSPC))
+    with pytest.raises(NoSpace):
+        atomic_write(tmp_path / "f", b"x")
+    monkeypatch.setattr(cache_mod.os, "fsync", fail(errno.EIO))
+    with pytest.raises(OSError) as e:
+        atomic_write(tmp_path / "f", b"x")
+    assert e.value.errno == errno.EIO and not isinstance(e.value, NoSpace)
+    assert os.listdir(tmp_path) == []
+
+
+def test_no_space_for_a_workspace_is_no_space(tmp_path, monkeypatch):
+    """Stand-in for a full disk: tempfile.mkdtemp is monkeypatched to fail with ENOSPC."""
+    import errno
+
+    from zoo.errors import NoSpace
+
+    cache = Cache(tmp_path / "c").ensure()
+
+    def full(**kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache_mod.tempfile, "mkdtemp", full)
+    with pytest.raises(NoSpace):
+        cache.tmp_dir("x-")
+
+    def denied(**kw):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(cache_mod.tempfile, "mkdtemp", denied)
+    with pytest.raises(PermissionError):
+        cache.tmp_dir("x-")
