@@ -60,6 +60,13 @@ def test_write_read_round_trip_sorted_with_schema_version(tmp_path):
     data = yaml.safe_load(text)
     assert data["schema_version"] == lockfile.LOCK_SCHEMA_VERSION == 2
     assert text.index("  a:") < text.index("  b:")
+    # every mapping's keys sorted (a record's fields too), text as it is (no escapes): clean diffs
+    assert text.index("\n    config:") < text.index("\n    inputs:") < text.index("\n    key:") < text.index("\n    kind:")
+    assert yaml.safe_dump(yaml.safe_load(text.split("\n", 1)[1]), sort_keys=True, default_flow_style=False,
+                          width=120, allow_unicode=True) == text.split("\n", 1)[1]
+    unicode = lockfile.Lock(recipe={"name": "modèle"}, stages={})
+    lockfile.write(tmp_path / "u.lock", unicode)
+    assert "name: modèle" in (tmp_path / "u.lock").read_text(encoding="utf-8")
     back = lockfile.read(path)
     assert back.recipe == lock.recipe and back.stages == lock.stages
     assert lockfile.write(path, back) is False  # unchanged: not rewritten
@@ -76,11 +83,14 @@ def test_identity_is_keys_and_outputs_only():
 
 
 def test_diff_names_added_removed_rekeyed_and_changed_outputs():
-    old = lockfile.Lock(recipe={}, stages={"gone": record("1" * 64), "rekeyed": record("2" * 64),
+    old = lockfile.Lock(recipe={}, stages={"aaa-same": record("0" * 64), "gone": record("1" * 64),
+                                           "rekeyed": record("2" * 64), "rekeyed-down": record("9" * 64),
                                            "bytes": record("3" * 64, outputs={"data": "a" * 64, "x": "x" * 64}),
                                            "same": record("4" * 64)})
-    new = lockfile.Lock(recipe={}, stages={"new": record("5" * 64), "rekeyed": record("6" * 64),
-                                           "bytes": record("3" * 64, outputs={"data": "b" * 64, "y": "y" * 64}),
+    same_key = "3" * int("64")  # equal, not the same object: compared by value
+    new = lockfile.Lock(recipe={}, stages={"aaa-same": record("0" * 64), "new": record("5" * 64),
+                                           "rekeyed": record("6" * 64), "rekeyed-down": record("1" * 64),
+                                           "bytes": record(same_key, outputs={"data": "b" * 64, "y": "y" * 64}),
                                            "same": record("4" * 64)})
     assert lockfile.diff(old, new) == [
         "~ bytes.data: aaaaaaaaaaaa → bbbbbbbbbbbb",
@@ -89,6 +99,7 @@ def test_diff_names_added_removed_rekeyed_and_changed_outputs():
         "- gone: removed",
         "+ new: new stage (key 555555555555)",
         "~ rekeyed: key 222222222222 → 666666666666",
+        "~ rekeyed-down: key 999999999999 → 111111111111",
     ]
     assert lockfile.diff(None, new) == [f"+ {s}: new stage (key {new.stages[s].key[:12]})" for s in sorted(new.stages)]
 

@@ -140,3 +140,9 @@ def test_a_large_dense_dag_orders_every_stage_after_its_needs(tmp_path):
     order = dag.order()
     assert order == [f"s{i}" for i in range(n)]
     assert len(dag.nodes["s59"].needs) == 59
+
+
+def test_a_matrix_of_one_value_matches_its_axis(tmp_path):
+    dag = dag_of(tmp_path, "  make: {kind: writer, matrix: {build: [fp32]}}\n"
+                           "  check: {kind: concat, matrix: {build: [fp32], size: [s, l]}}\n")
+    assert needs(dag) == {"make[fp32]": [], "check[fp32,s]": ["make[fp32]"], "check[fp32,l]": ["make[fp32]"]}
