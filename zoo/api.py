@@ -11,17 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from zoo import keys, lockfile, paths, planner, recipe as recipe_mod
+from zoo import frozen as frozen_mod, keys, lockfile, paths, planner, recipe as recipe_mod
 from zoo.cache import Cache
-from zoo.errors import StorageError, ZooError
+from zoo.errors import StorageError
 from zoo.executors import Executor, make_executor
+from zoo.frozen import LockOutOfDate  # noqa: F401 (part of the API: zoo.api.LockOutOfDate)
 from zoo.runner import CACHED, FAILED, WILL_RUN, Runner, StageReport, decide
-
-
-class LockOutOfDate(ZooError):
-    """`--frozen` and the lockfile would change."""
-
-    exit_code = 1
 
 
 @dataclass
@@ -87,6 +82,7 @@ def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None,
         state, reasons, entry = decide(node, parts, key, cache, prev, nid in forced, pending)
         if state == CACHED:
             entries[nid] = entry
+            report.outputs = entry.output_digests()  # what `--frozen` compares with the lock
         report.state, report.reasons, report.key = state, reasons, key
         reports.append(report)
         by_id[nid] = report
@@ -127,7 +123,7 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     runner = Runner(dag, cache, executor, force=forced, previous=previous, jobs=jobs, publish=record,
                     on_update=update)
     reports = runner.run()
-    new_lock = _merged_lock(dag, previous, runner.lock_records())
+    new_lock = frozen_mod.merged_lock(dag, previous, runner.lock_records())
     # a first run in which nothing completed has nothing to pin: leave no empty lockfile behind
     worth_writing = bool(new_lock.stages) or previous is not None
     changed = lockfile.write(lock_file, new_lock) if record and not frozen and worth_writing else False
@@ -213,38 +209,6 @@ def _forced(dag: planner.Dag, force: Iterable[str] | bool) -> set[str]:
     return dag.select(list(force))
 
 
-def _merged_lock(dag: planner.Dag, previous: lockfile.Lock | None, records: dict) -> lockfile.Lock:
-    """This run's records over the previous lock, dropping stages no longer in the recipe.
-
-    A stage rebuilt with the same key and the same output bytes keeps its previous record: the
-    lock pins inputs and outputs, and rewriting it for new timings or another host's name would
-    turn every reproduction (a fresh clone, another machine) into a lockfile diff.
-    """
-    stages = {sid: s for sid, s in (previous.stages.items() if previous else []) if sid in dag.nodes}
-    for sid, record in records.items():
-        old = stages.get(sid)
-        if old is None or (old.key, old.outputs) != (record.key, record.outputs):
-            stages[sid] = record
-        elif old.shared is None:  # kept from a version 1 lockfile: same key, so the same values
-            old.shared, old.shared_digest = record.shared, ""
-    r = dag.recipe
-    return lockfile.Lock(recipe={"name": r.name, "version": r.version, "digest": r.digest}, stages=stages)
-
-
 def _check_frozen(dag, cache_dir, previous, forced) -> None:
-    result = plan(dag, cache_dir=cache_dir, force=sorted(forced))
-    problems = []
-    for report in result.stages:
-        locked = previous.stages.get(report.id) if previous else None
-        if locked is None:
-            problems.append(f"+ {report.id}: not in the lockfile")
-        elif report.state != CACHED or report.key != locked.key:
-            why = "; ".join(str(r) for r in report.reasons)
-            problems.append(f"~ {report.id}: would run ({why})")
-        elif report.key == locked.key and dict(report.outputs or {}) and report.outputs != locked.outputs:
-            problems.append(f"~ {report.id}: outputs differ from the lockfile")
-    if previous:
-        problems += [f"- {sid}: in the lockfile but not in the recipe" for sid in previous.stages if sid not in dag.nodes]
-    if problems:
-        raise LockOutOfDate(f"--frozen: {lockfile.lock_path(dag.recipe.path).name} is out of date:\n  " + "\n  ".join(problems),
-                            hint="run `zoo run` without --frozen and commit the updated lockfile")
+    """LockOutOfDate unless the lockfile would stay as it is (zoo/frozen.py)."""
+    frozen_mod.check(dag, plan(dag, cache_dir=cache_dir, force=sorted(forced)), previous)

@@ -1,0 +1,176 @@
+"""The lockfile (zoo/lockfile.py) and the lock a run writes (zoo/frozen.py `merged_lock`): YAML with a
+schema version and sorted keys; what `--frozen` compares (keys and outputs, not metrics or host);
+the diff's lines; unreadable files are a RecipeError; an unchanged lock is not rewritten."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli_helpers import write_recipe
+from zoo import frozen, lockfile, planner
+from zoo.errors import RecipeError
+from zoo.hashing import digest_json
+from zoo.recipe import load
+
+PARTS = {"kind": "writer", "kind_version": "1", "config": {"text": "x"}, "shared": {"data": {"n": (1, 2)}},
+         "matrix": {"b": "fp32"}, "inputs": {"up": {"data": "i" * 64}}, "code": {"kind:m": "c" * 64},
+         "tools": {"zoo-onnx": "1.0"}}
+
+
+def record(key="k" * 64, outputs=None, metrics=None, host=None, **extra) -> lockfile.StageLock:
+    return lockfile.StageLock.from_parts(key, dict(PARTS, **extra), outputs or {"data": "o" * 64},
+                                         metrics or {}, host)
+
+
+def test_a_record_holds_every_part_of_the_key():
+    r = record(metrics={"acc": 0.5, "n": 3, "name": "a", "ok": True, "none": None, "table": [1, 2], "d": {"x": 1}},
+               host={"cpu": "x"}, recipe={"name": "r"}, lineage={"a": "1"})
+    assert (r.kind, r.key, r.kind_version, r.config, r.matrix, r.inputs, r.code, r.tools) == (
+        "writer", "k" * 64, "1", {"text": "x"}, {"b": "fp32"}, {"up": {"data": "i" * 64}}, {"kind:m": "c" * 64},
+        {"zoo-onnx": "1.0"})
+    assert r.config_digest == digest_json({"text": "x"})
+    assert r.shared == {"data": {"n": [1, 2]}} and type(r.shared["data"]["n"]) is list  # plain YAML data
+    assert r.metrics == {"acc": 0.5, "n": 3, "name": "a", "none": None, "ok": True}  # scalars only, sorted
+    assert list(r.metrics) == sorted(r.metrics)
+    assert (r.recipe, r.lineage, r.host) == ({"name": "r"}, {"a": "1"}, {"cpu": "x"})
+    plain = record()
+    assert (plain.recipe, plain.lineage, plain.host) == ({}, {}, {})
+
+
+def test_to_json_leaves_out_only_the_empty_optional_fields():
+    data = record().to_json()
+    assert "recipe" not in data and "lineage" not in data and "host" not in data and "shared_digest" not in data
+    assert data["shared"] == {"data": {"n": [1, 2]}} and data["metrics"] == {}
+    full = record(host={"cpu": "x"}, recipe={"name": "r"}, lineage={"a": "1"}).to_json()
+    assert full["host"] == {"cpu": "x"} and full["recipe"] == {"name": "r"} and full["lineage"] == {"a": "1"}
+    old = lockfile.StageLock(**{**record().to_json(), "shared": None, "shared_digest": "s" * 64})
+    assert old.to_json()["shared_digest"] == "s" * 64 and "shared" not in old.to_json()
+
+
+def test_write_read_round_trip_sorted_with_schema_version(tmp_path):
+    path = tmp_path / "r.lock"
+    lock = lockfile.Lock(recipe={"name": "r", "version": "1", "digest": "d"},
+                         stages={"b": record("b" * 64), "a": record("a" * 64, host={"cpu": "x"})})
+    assert lockfile.write(path, lock) is True
+    text = path.read_text()
+    assert text.startswith("# Written by `zoo run`; do not edit.")
+    data = yaml.safe_load(text)
+    assert data["schema_version"] == lockfile.LOCK_SCHEMA_VERSION == 2
+    assert text.index("  a:") < text.index("  b:")
+    # every mapping's keys sorted (a record's fields too), text as it is (no escapes): clean diffs
+    assert text.index("\n    config:") < text.index("\n    inputs:") < text.index("\n    key:") < text.index("\n    kind:")
+    assert yaml.safe_dump(yaml.safe_load(text.split("\n", 1)[1]), sort_keys=True, default_flow_style=False,
+                          width=120, allow_unicode=True) == text.split("\n", 1)[1]
+    unicode = lockfile.Lock(recipe={"name": "modèle"}, stages={})
+    lockfile.write(tmp_path / "u.lock", unicode)
+    assert "name: modèle" in (tmp_path / "u.lock").read_text(encoding="utf-8")
+    back = lockfile.read(path)
+    assert back.recipe == lock.recipe and back.stages == lock.stages
+    assert lockfile.write(path, back) is False  # unchanged: not rewritten
+    back.stages["a"].metrics = {"acc": 1.0}
+    assert lockfile.write(path, back) is True and lockfile.read(path).stages["a"].metrics == {"acc": 1.0}
+    assert lockfile.lock_path(Path("recipes/x.yaml")) == Path("recipes/x.lock")
+
+
+def test_identity_is_keys_and_outputs_only():
+    a = lockfile.Lock(recipe={}, stages={"s": record(metrics={"t": 1.0}, host={"cpu": "a"})})
+    b = lockfile.Lock(recipe={"name": "other"}, stages={"s": record(metrics={"t": 2.0}, host={"cpu": "b"})})
+    assert a.identity() == b.identity() == {"s": {"key": "k" * 64, "outputs": {"data": "o" * 64}}}
+    assert lockfile.diff(a, b) == []
+
+
+def test_diff_names_added_removed_rekeyed_and_changed_outputs():
+    old = lockfile.Lock(recipe={}, stages={"aaa-same": record("0" * 64), "gone": record("1" * 64),
+                                           "rekeyed": record("2" * 64), "rekeyed-down": record("9" * 64),
+                                           "bytes": record("3" * 64, outputs={"data": "a" * 64, "x": "x" * 64}),
+                                           "same": record("4" * 64)})
+    same_key = "3" * int("64")  # equal, not the same object: compared by value
+    new = lockfile.Lock(recipe={}, stages={"aaa-same": record("0" * 64), "new": record("5" * 64),
+                                           "rekeyed": record("6" * 64), "rekeyed-down": record("1" * 64),
+                                           "bytes": record(same_key, outputs={"data": "b" * 64, "y": "y" * 64}),
+                                           "same": record("4" * 64)})
+    assert lockfile.diff(old, new) == [
+        "~ bytes.data: aaaaaaaaaaaa → bbbbbbbbbbbb",
+        "~ bytes.x: xxxxxxxxxxxx → None",
+        "~ bytes.y: None → yyyyyyyyyyyy",
+        "- gone: removed",
+        "+ new: new stage (key 555555555555)",
+        "~ rekeyed: key 222222222222 → 666666666666",
+        "~ rekeyed-down: key 999999999999 → 111111111111",
+    ]
+    assert lockfile.diff(None, new) == [f"+ {s}: new stage (key {new.stages[s].key[:12]})" for s in sorted(new.stages)]
+
+
+def test_a_missing_lockfile_is_none(tmp_path):
+    assert lockfile.read(tmp_path / "none.lock") is None
+
+
+@pytest.mark.parametrize("text", [
+    "schema_version: 3\nstages: {}\n",  # from a newer zoo
+    "stages: {}\n",  # no version
+    "schema_version: 2\nstages: {a: {kind: writer}}\n",  # a record missing fields
+    "schema_version: 2\nstages: {a: {nosuch: 1}}\n",
+    "schema_version: 2\nstages: [1, 2]\n",
+    "- a list\n",
+    "schema_version: [unclosed\n",
+    "[" * 5000 + "]" * 5000 + "\n",
+])
+def test_an_unreadable_lockfile_is_a_recipe_error_with_a_hint(tmp_path, text):
+    path = tmp_path / "r.lock"
+    path.write_text(text)
+    with pytest.raises(RecipeError) as e:
+        lockfile.read(path)
+    assert "unreadable lockfile" in e.value.message and "delete r.lock" in e.value.hint
+
+
+def test_both_readable_schema_versions_are_read(tmp_path):
+    for version in (1, 2):
+        path = tmp_path / f"v{version}.lock"
+        path.write_text(f"schema_version: {version}\nrecipe: {{name: r}}\n")
+        lock = lockfile.read(path)
+        assert lock.stages == {} and lock.recipe == {"name": "r"}
+    (tmp_path / "empty.lock").write_text("schema_version: 2\n")
+    assert lockfile.read(tmp_path / "empty.lock").recipe == {}
+
+
+# --- merged_lock: the lock a run writes ---------------------------------------------------------
+
+def _dag(tmp_path, stages="  a: {kind: writer}\n  b: {kind: concat}\n"):
+    return planner.build(load(write_recipe(tmp_path, "schema_version: 1\nname: m\nversion: 0.3.0\nstages:\n" + stages)))
+
+
+def test_merged_lock_drops_removed_stages_and_takes_new_records(tmp_path):
+    dag = _dag(tmp_path)
+    previous = lockfile.Lock(recipe={}, stages={"a": record("1" * 64), "gone": record("2" * 64)})
+    merged = frozen.merged_lock(dag, previous, {"b": record("3" * 64)})
+    assert set(merged.stages) == {"a", "b"} and merged.stages["a"].key == "1" * 64
+    assert merged.recipe == {"name": "m", "version": "0.3.0", "digest": dag.recipe.digest}
+    assert set(frozen.merged_lock(dag, None, {"a": record()}).stages) == {"a"}
+
+
+def test_merged_lock_keeps_a_record_with_the_same_key_and_outputs(tmp_path):
+    dag = _dag(tmp_path)
+    old = record("1" * 64, metrics={"t": 1.0}, host={"cpu": "old"})
+    previous = lockfile.Lock(recipe={}, stages={"a": old})
+    same = frozen.merged_lock(dag, previous, {"a": record("1" * 64, metrics={"t": 2.0}, host={"cpu": "new"})})
+    assert same.stages["a"] is old  # a reproduction is no lockfile diff
+    rekeyed = record("9" * 64)
+    assert frozen.merged_lock(dag, previous, {"a": rekeyed}).stages["a"] is rekeyed
+    rebytes = record("1" * 64, outputs={"data": "z" * 64})
+    assert frozen.merged_lock(dag, previous, {"a": rebytes}).stages["a"] is rebytes
+
+
+def test_merged_lock_upgrades_a_version_1_record_in_place(tmp_path):
+    dag = _dag(tmp_path)
+    v1 = lockfile.StageLock(**{**record("1" * 64).to_json(), "shared": None, "shared_digest": "s" * 64})
+    merged = frozen.merged_lock(dag, lockfile.Lock(recipe={}, stages={"a": v1}), {"a": record("1" * 64)})
+    assert merged.stages["a"] is v1
+    assert v1.shared == {"data": {"n": [1, 2]}} and v1.shared_digest == ""
+    # a version 2 record with the same key is not touched
+    v2 = record("1" * 64)
+    v2.shared = {"kept": True}
+    frozen.merged_lock(dag, lockfile.Lock(recipe={}, stages={"a": v2}), {"a": record("1" * 64)})
+    assert v2.shared == {"kept": True}
