@@ -72,6 +72,10 @@ def test_write_read_round_trip_sorted_with_schema_version(tmp_path):
     assert lockfile.write(path, back) is False  # unchanged: not rewritten
     back.stages["a"].metrics = {"acc": 1.0}
     assert lockfile.write(path, back) is True and lockfile.read(path).stages["a"].metrics == {"acc": 1.0}
+    # a change whose text sorts after the old text (here: the old text is a prefix of the new) is
+    # written too: "unchanged" means equal, not "not greater"
+    back.stages["c"] = record("c" * 64)
+    assert lockfile.write(path, back) is True and "c" in lockfile.read(path).stages
     assert lockfile.lock_path(Path("recipes/x.yaml")) == Path("recipes/x.lock")
 
 
