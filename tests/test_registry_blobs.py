@@ -294,7 +294,7 @@ def _source(data: bytes, log: list | None = None, *, fail_after: int | None = No
 def _refusing(exc):
     def open_from(offset):
         raise exc
-        yield b""  # noqa: unreachable - a generator, like the real sources
+        yield b""  # a generator, like the real sources (never reached)
     return open_from
 
 
