@@ -179,6 +179,8 @@ def test_a_manifest_with_other_bad_fields_is_invalid_input_naming_the_first():
     assert "zoo.registry.manifest.Manifest" in e.value.hint
     with pytest.raises(InvalidInput, match="m.json: invalid manifest field manifest: "):
         load_manifest("[]", "m.json")  # not an object: no field to name
+    with pytest.raises(InvalidInput, match="m.json: invalid manifest field name: "):
+        load_manifest(json.dumps(_manifest(name="Bad", version="one", license=5)), "m.json")  # the first of three
 
 
 @pytest.mark.parametrize("data", [b"{", b"\xff\xfe", "not json"])
@@ -331,5 +333,6 @@ def test_a_file_that_is_not_onnx_is_invalid_input_not_unsafe(tmp_path):
         check_external_data(bad, "m.onnx", set())
 
 
-def test_paths_are_checked_on_path_objects_too(tmp_path):
+def test_safe_join_takes_a_string_root_and_named_arguments(tmp_path):
     assert safe_join(str(tmp_path), "x") == Path(tmp_path) / "x"
+    assert safe_join(root=tmp_path, relative="a/b", what="file") == tmp_path / "a/b"
