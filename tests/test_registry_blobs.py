@@ -388,6 +388,9 @@ def test_fetch_error_classes_say_why(store):
     with pytest.raises(AccessDenied, match="401") as e:
         fetch(("a", _refusing(denied)))
     assert e.value.hint == "set the token"
+    with pytest.raises(AccessDenied) as e:  # every mirror refuses: the first refusal is reported
+        fetch(("a", _refusing(denied)), ("b", _refusing(AccessDenied("403", hint="other"))))
+    assert (e.value.message, e.value.hint) == ("401", "set the token")
     with pytest.raises(AccessDenied):  # refused somewhere, unreachable elsewhere: the refusal is the news
         fetch(("a", _refusing(unreachable)), ("b", _refusing(denied)))
     with pytest.raises(SourceUnreachable) as e:  # every source unreachable: the last one's error
@@ -404,6 +407,18 @@ def test_fetch_error_classes_say_why(store):
     assert type(e.value) is StorageError
     with pytest.raises(IntegrityError, match="checksum mismatch"):  # bad bytes anywhere outrank the rest
         fetch(("a", _refusing(unreachable)), ("b", _source(DATA[::-1])), ("c", _refusing(denied)))
+
+
+@pytest.mark.parametrize("claimed", [len(DATA) + 1, len(DATA) - 1])
+def test_a_claimed_size_other_than_the_bytes_is_refused_even_when_the_digest_matches(store, tmp_path, claimed):
+    with pytest.raises(IntegrityError, match="checksum mismatch"):
+        transfer.fetch_blob(store, SHA, claimed, [("a", _source(DATA))], "x")
+    assert not store.present(SHA)
+    f = tmp_path / "download"
+    f.write_bytes(DATA)
+    with pytest.raises(IntegrityError, match=f"and {claimed} bytes, got {SHA[:12]}… and {len(DATA)} bytes"):
+        transfer.adopt_file(store, f, SHA, claimed, "x")
+    assert not store.present(SHA) and not f.exists()
 
 
 def test_adopt_file_moves_a_verified_file_and_refuses_a_bad_one(store, tmp_path):
@@ -434,6 +449,29 @@ def test_prefetch_yields_every_chunk_in_order_and_closes_a_stream_left_early():
     assert next(it) == b"\x00"
     it.close()  # the consumer stops early (too many bytes): the producer's stream is closed
     assert closed == [True]
+
+
+def test_prefetch_closes_a_stream_that_is_not_a_generator():
+    """An HTTP response: iterable, with close(), and still referenced by its owner (so nothing
+    but an explicit close releases it)."""
+    class Response:
+        def __init__(self):
+            self.chunks, self.closed = [b"a", b"b"], 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            if not self.chunks:
+                raise StopIteration
+            return self.chunks.pop(0)
+
+        def close(self):
+            self.closed += 1
+    r = Response()
+    assert list(transfer._prefetch(r)) == [b"a", b"b"]
+    assert r.closed == 1
+    assert list(transfer._prefetch([b"x"])) == [b"x"]  # a list iterator has no close(): fine
 
 
 def test_prefetch_hands_the_producers_exception_to_the_consumer():
