@@ -311,3 +311,58 @@ def test_with_no_remote_at_all_the_local_suggestions_are_the_error(tmp_path):
     with pytest.raises(NotFound) as e:
         _resolve(z, "alexnte", [])
     assert "alexnet" in (e.value.hint or "")
+
+
+def test_external_data_listed_by_another_build_is_fetched_with_the_model(tmp_path):
+    """A model whose weights file is listed only under another build of the version: pulling the
+    model's build fetches that file too (it is checked to be inside the version first)."""
+    from zoo.registry.manifest import Build, Manifest
+    from zoo.registry.staging import file_ref, write_manifest
+    from zoo.registry.testing import tiny_onnx
+
+    staging = tmp_path / "ext"
+    tiny_onnx(staging / "builds/a/model.onnx", external="w.bin")
+    (staging / "builds/a/w.bin").write_bytes(b"\x00" * 16)
+    tiny_onnx(staging / "builds/b/model.onnx", scale=3.0)
+    a = Build(name="a", file=file_ref(staging, "builds/a/model.onnx"))
+    b = Build(name="b", file=file_ref(staging, "builds/b/model.onnx"), extra_files=[file_ref(staging, "builds/a/w.bin")])
+    write_manifest(staging, Manifest(name="ext", version="1.0.0", builds={"a": a, "b": b}))
+    pub = LocalZoo(tmp_path / "pub")
+    pub.publish(staging)
+    api.remote_add("origin", str(tmp_path / "remote"), zoo=pub)
+    api.push("ext@1.0.0", "origin", zoo=pub)
+    con = LocalZoo(tmp_path / "con")
+    api.remote_add("origin", str(tmp_path / "remote"), zoo=con)
+    res = api.pull("ext@1.0.0", build="a", zoo=con)
+    w = b.extra_files[0]
+    assert res.downloaded_files == 2 and res.downloaded_bytes == a.file.size + w.size
+    assert con.blobs.check(w.sha256, w.size, rehash=True) == "ok"
+    assert not con.blobs.present(b.file.sha256)  # the other build's model is not fetched
+    assert api.pull("ext@1.0.0", build="a", offline=True, zoo=con).path == res.path
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MB file system (tmpfs), mounted for the test: needs root."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_pulling_onto_a_full_disk_is_a_storage_error_and_installs_nothing(tmp_path, small_disk):
+    pub = LocalZoo(tmp_path / "pub")
+    pub.publish(make_staging(tmp_path / "s", big_bytes=2 << 20))  # a 2 MB model
+    api.remote_add("origin", str(tmp_path / "remote"), zoo=pub)
+    api.push("tiny@1.0.0", "origin", zoo=pub)
+    con = LocalZoo(small_disk / "zoo")
+    api.remote_add("origin", str(tmp_path / "remote"), zoo=con)
+    with pytest.raises(StorageError) as e:
+        api.pull("tiny@1.0.0", zoo=con)
+    assert e.value.message.startswith(f"no space left on {small_disk}") and e.value.exit_code == 3
+    assert con.list() == []
