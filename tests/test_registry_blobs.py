@@ -139,7 +139,8 @@ def test_add_rehashes_the_source_even_when_the_blob_exists(store, tmp_path, same
     src.write_bytes(DATA[:-1] + b"!" if same_size else DATA + b"!")
     with pytest.raises(IntegrityError, match="does not match the manifest") as e:
         store.add(src, SHA, len(DATA), "model.onnx")
-    assert "model.onnx" in e.value.message and SHA[:12] in e.value.message
+    got = fileio.sha256_file(src)[0]
+    assert e.value.message == f"model.onnx: content does not match the manifest (expected sha256 {SHA[:12]}…, got {got[:12]}…)"
     assert "modified after the manifest" in e.value.hint
     after = os.stat(store.path(SHA))
     assert store.path(SHA).read_bytes() == DATA and (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
@@ -207,6 +208,16 @@ def test_publishing_a_staging_file_tampered_after_its_manifest_while_its_blob_ex
     assert zoo.blobs.check(sha, rehash=True) == "ok"  # the stored bytes are the published ones
 
 
+def test_a_memo_that_cannot_be_written_costs_a_rehash_never_a_failure(store, tmp_path, hashes):
+    store.root.mkdir(parents=True)
+    (store.root / "verified").write_text("not a folder")  # no memo can be written under it
+    src = tmp_path / "src"
+    src.write_bytes(DATA)
+    store.add(src, SHA, len(DATA), "x")
+    assert store.has(SHA) and store.has(SHA)
+    assert hashes == [store.path(SHA)] * 2  # verified every time instead of remembered
+
+
 # ---- remove / relinked / partial locks ---------------------------------------------------
 def test_remove_deletes_blob_and_memo_and_tolerates_a_missing_blob(store, tmp_path):
     src = tmp_path / "src"
@@ -270,6 +281,16 @@ def test_a_partial_lock_is_dropped_only_when_no_download_holds_it(store):
         os.close(fd)
     store.drop_partial_lock(SHA)
     assert not lock.exists()
+
+
+def test_a_symbolic_link_at_a_partial_lock_is_not_followed(store, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    lock = Path(str(store.partial_path(SHA)) + ".lock")
+    lock.parent.mkdir(parents=True)
+    os.symlink(target, lock)
+    store.drop_partial_lock(SHA)
+    assert lock.is_symlink() and target.exists()
 
 
 # ---- fetch_blob --------------------------------------------------------------------------
