@@ -102,6 +102,10 @@ def test_a_memo_counts_only_for_the_identity_it_recorded(store, tmp_path, hashes
     assert store.check(SHA, rehash=True) == "ok" and len(hashes) == 2  # fsck's rehash ignores the memo
     store._memo_path(SHA).unlink()
     assert store.check(SHA) == "ok" and len(hashes) == 3  # no memo: hashed
+    _flip(store.path(SHA))
+    for other in ("~", "9" * 40, _identity(os.stat(store.path(SHA))) + " "):  # greater, longer: still not the identity
+        store._memo_path(SHA).write_text(other)
+        assert store.check(SHA) == "corrupt"
 
 
 def test_rehash_finds_a_corruption_the_memo_cannot_see(store, tmp_path):
@@ -283,6 +287,32 @@ def test_a_partial_lock_is_dropped_only_when_no_download_holds_it(store):
     assert not lock.exists()
 
 
+def test_a_partial_lock_replaced_while_it_was_being_locked_is_left_alone(store, tmp_path, monkeypatch):
+    """The name now points at another file (a waiter's new lock): only the inode we locked may go.
+    The replacement has a higher inode number than the locked one, so an ordering comparison
+    cannot stand in for identity."""
+    lock = Path(str(store.partial_path(SHA)) + ".lock")
+    lock.parent.mkdir(parents=True)
+    files = []
+    for i in range(2):
+        spare = lock.parent / f"spare{i}"
+        spare.write_text("")
+        files.append(spare)
+    lower, newer = sorted(files, key=lambda p: os.stat(p).st_ino)
+    os.replace(lower, lock)  # the lock a download held: the lower inode number
+    old = os.stat(lock)
+    real_stat = os.stat
+
+    def stat(path, *a, **kw):
+        if Path(path) == lock and os.path.exists(newer):
+            os.replace(newer, lock)  # between our open() and our check of the name
+        return real_stat(path, *a, **kw)
+    monkeypatch.setattr(os, "stat", stat)
+    store.drop_partial_lock(SHA)
+    monkeypatch.setattr(os, "stat", real_stat)
+    assert lock.exists() and os.stat(lock).st_ino != old.st_ino
+
+
 def test_a_symbolic_link_at_a_partial_lock_is_not_followed(store, tmp_path):
     target = tmp_path / "elsewhere"
     target.write_text("")
@@ -333,6 +363,10 @@ def test_fetch_places_verified_bytes_read_only_and_leaves_no_partial(store):
 def test_fetch_refuses_bytes_that_do_not_match_and_installs_nothing(store, bad):
     with pytest.raises(IntegrityError, match="checksum mismatch") as e:
         transfer.fetch_blob(store, SHA, len(DATA), [("evil", _source(bad))], "m.onnx")
+    assert e.value.message.startswith(f"m.onnx from evil: checksum mismatch (expected sha256 {SHA[:12]}… and "
+                                      f"{len(DATA)} bytes, got ")
+    if len(bad) <= len(DATA):  # (appended bytes: the download stops at the first chunk too many)
+        assert e.value.message.endswith(f"got {hashlib.sha256(bad).hexdigest()[:12]}… and {len(bad)} bytes)")
     assert "m.onnx from evil" in e.value.message and "nothing was installed" in e.value.hint
     assert not store.present(SHA) and not store.partial_path(SHA).exists()
 
@@ -368,6 +402,21 @@ def test_a_source_that_breaks_without_progress_is_not_retried(store):
     with pytest.raises(SourceUnreachable, match="connection reset"):
         transfer.fetch_blob(store, SHA, len(DATA), [("dead", _source(DATA, log, fail_after=0))], "x")
     assert log == [0]
+
+
+def test_a_broken_transfer_is_retried_only_while_the_partial_file_grows(store):
+    p = store.partial_path(SHA)
+    p.parent.mkdir(parents=True)
+    p.write_bytes(DATA[:3000])  # a good prefix from an earlier pull
+    log: list[int] = []
+    with pytest.raises(SourceUnreachable):
+        transfer.fetch_blob(store, SHA, len(DATA), [("dead", _source(DATA, log, fail_after=0))], "x")
+    assert log == [3000] and p.stat().st_size == 3000  # no progress: not retried, the prefix kept
+    p.write_bytes(DATA + b"junk")  # longer than the blob: discarded, so the file shrinks
+    log.clear()
+    with pytest.raises(SourceUnreachable):
+        transfer.fetch_blob(store, SHA, len(DATA), [("flaky", _source(DATA, log, fail_after=1000))], "x")
+    assert log == [0]  # shorter than before the attempt: not progress, not retried
 
 
 def test_a_partial_file_longer_than_the_blob_is_restarted(store):
