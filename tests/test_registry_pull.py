@@ -87,6 +87,9 @@ def test_a_pull_reports_what_it_downloaded_and_from_where(publisher, consumer):
     pinned = api.pull("tiny@1.1.0", build="cpu-fp32", zoo=consumer)  # another build of a version held locally
     assert (pinned.source, pinned.build, pinned.downloaded_files) == ("local", "cpu-fp32", 1)
     assert pinned.fetched_from == ["origin"]
+    cheap = api.pull("tiny@1.1.0", build="cpu-fp32", zoo=consumer)  # placed already: a manifest read and stats
+    assert (cheap.source, cheap.path, cheap.downloaded_files, cheap.downloaded_bytes, cheap.fetched_from) == \
+        ("local", pinned.path, 0, 0, [])
 
 
 def test_a_pulled_tag_is_recorded_for_offline_use_but_latest_is_not_set_by_hand(publisher, consumer):
@@ -144,16 +147,18 @@ def test_a_download_that_still_does_not_match_is_refused(publisher, consumer):
         pull_mod._fetch_needed(consumer, m, "cpu-fp32", m.builds["cpu-fp32"].all_files(), [liar], False, [], [], [])
 
 
-def test_a_full_disk_gives_the_partial_downloads_back(publisher, consumer):
-    """A stand-in remote whose download leaves a partial file and fails with a full disk."""
+@pytest.mark.parametrize("partial", [True, False], ids=["partial written", "nothing written"])
+def test_a_full_disk_gives_the_partial_downloads_back(publisher, consumer, partial):
+    """A stand-in remote whose download (leaves a partial file and) fails with a full disk."""
     m = publisher.resolve("tiny@1.0.0")
     f = m.builds["cpu-fp32"].file
 
     def fill(manifest, ref, blobs):
         p = blobs.partial_path(ref.sha256)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(b"x" * 10)
         Path(str(p) + ".lock").write_text("")
+        if partial:
+            p.write_bytes(b"x" * 10)
         raise no_space("/zoo")
     from zoo.registry import pull as pull_mod
 
@@ -210,6 +215,8 @@ def test_fetch_any_reports_the_most_telling_error(publisher, consumer):
             _fetch_any([StandInRemote(f"r{i}", fetch=x) for i, x in enumerate(errors)], m, f, consumer)
         return e.value
     assert fails(down, bad, gone) is bad  # bad bytes anywhere outrank the rest
+    worse = IntegrityError("other bad bytes")
+    assert fails(gone, bad, worse) is bad and fails(down, StorageError("x"), SourceUnreachable("y")) is down  # the first of its kind
     assert fails(gone, down, disk) is down  # then an unreachable remote
     assert fails(gone, disk) is gone and fails(disk, gone) is disk  # else the first
     with pytest.raises(NotFound, match=f"tiny@1.0.0: {MODEL} is not cached and no remote is configured"):
