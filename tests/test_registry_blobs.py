@@ -78,6 +78,7 @@ def test_check_tells_missing_corrupt_and_ok_apart(store, tmp_path):
     assert store.check(SHA, len(DATA) + 1) == "corrupt" and store.check(SHA, len(DATA) - 1) == "corrupt"
     assert not store.has(SHA, len(DATA) + 1)
     assert store.check(SHA, len(DATA)) == "ok"  # the size checks did not forget the verified bytes
+    assert store.check(sha256=SHA, size=len(DATA), rehash=True) == "ok"  # every argument can be named
 
 
 def test_a_blob_whose_bytes_changed_is_corrupt_and_its_memo_is_dropped(store, tmp_path, hashes):
@@ -287,10 +288,11 @@ def test_a_partial_lock_is_dropped_only_when_no_download_holds_it(store):
     assert not lock.exists()
 
 
-def test_a_partial_lock_replaced_while_it_was_being_locked_is_left_alone(store, tmp_path, monkeypatch):
+@pytest.mark.parametrize("replacement", ["higher", "lower"])
+def test_a_partial_lock_replaced_while_it_was_being_locked_is_left_alone(store, tmp_path, monkeypatch, replacement):
     """The name now points at another file (a waiter's new lock): only the inode we locked may go.
-    The replacement has a higher inode number than the locked one, so an ordering comparison
-    cannot stand in for identity."""
+    The replacement's inode number is higher, or lower, than the locked one's, so no ordering
+    comparison can stand in for identity."""
     lock = Path(str(store.partial_path(SHA)) + ".lock")
     lock.parent.mkdir(parents=True)
     files = []
@@ -298,8 +300,9 @@ def test_a_partial_lock_replaced_while_it_was_being_locked_is_left_alone(store, 
         spare = lock.parent / f"spare{i}"
         spare.write_text("")
         files.append(spare)
-    lower, newer = sorted(files, key=lambda p: os.stat(p).st_ino)
-    os.replace(lower, lock)  # the lock a download held: the lower inode number
+    lower, higher = sorted(files, key=lambda p: os.stat(p).st_ino)
+    locked, newer = (lower, higher) if replacement == "higher" else (higher, lower)
+    os.replace(locked, lock)  # the lock a download held
     old = os.stat(lock)
     real_stat = os.stat
 
@@ -417,6 +420,31 @@ def test_a_broken_transfer_is_retried_only_while_the_partial_file_grows(store):
     with pytest.raises(SourceUnreachable):
         transfer.fetch_blob(store, SHA, len(DATA), [("flaky", _source(DATA, log, fail_after=1000))], "x")
     assert log == [0]  # shorter than before the attempt: not progress, not retried
+
+
+def test_a_source_sending_more_than_the_blob_is_cut_off_not_read_to_its_end(store):
+    sent = []
+
+    def endless(offset):
+        for _ in range(1000):  # a hostile or broken server: far more than the blob (bounded, so a bug fails, not hangs)
+            sent.append(1)
+            yield DATA[:1000]
+    with pytest.raises(IntegrityError, match="checksum mismatch"):
+        transfer.fetch_blob(store, SHA, len(DATA), [("endless", endless)], "x")
+    assert len(sent) < 2 * (len(DATA) // 1000 + 1)  # one chunk too many, and what the prefetch had queued
+
+
+def test_a_transfer_that_broke_after_one_byte_is_resumed(store):
+    log: list[int] = []
+
+    def one_byte_then_the_rest(offset):
+        log.append(offset)
+        yield DATA[offset:offset + 1]
+        if offset == 0:
+            raise SourceUnreachable("reset")
+        yield DATA[offset + 1:]
+    transfer.fetch_blob(store, SHA, len(DATA), [("flaky", one_byte_then_the_rest)], "x")
+    assert log == [0, 1] and store.path(SHA).read_bytes() == DATA
 
 
 def test_a_partial_file_longer_than_the_blob_is_restarted(store):
