@@ -92,6 +92,23 @@ def test_a_blob_whose_bytes_changed_is_corrupt_and_its_memo_is_dropped(store, tm
     assert not store._memo_path(SHA).exists()
 
 
+def test_any_other_digest_is_corrupt_whether_it_sorts_before_or_after_the_name(store, tmp_path):
+    src = tmp_path / "src"
+    src.write_bytes(DATA)
+    found = {}
+    for i in range(len(DATA)):  # one-byte changes whose digests sort below and above the blob's name
+        bad = bytearray(DATA)
+        bad[i] ^= 1
+        found.setdefault(hashlib.sha256(bad).hexdigest() < SHA, i)
+        if len(found) == 2:
+            break
+    for i in found.values():
+        store.add(src, SHA, len(DATA), "x")
+        _flip(store.path(SHA), at=i)
+        assert store.check(SHA) == "corrupt"
+        store.remove(SHA)
+
+
 def test_a_memo_counts_only_for_the_identity_it_recorded(store, tmp_path, hashes):
     src = tmp_path / "src"
     src.write_bytes(DATA)
@@ -360,6 +377,9 @@ def test_fetch_places_verified_bytes_read_only_and_leaves_no_partial(store):
     assert not store.partial_path(SHA).exists()
     # present and good: no source is asked
     assert transfer.fetch_blob(store, SHA, len(DATA), [("b", _refusing(AssertionError("asked")))], "x") == store.path(SHA)
+    store.remove(SHA)  # its folder stays: fetched again into it
+    transfer.fetch_blob(store, SHA, len(DATA), [("a", _source(DATA))], "x")
+    assert store.check(SHA, rehash=True) == "ok"
 
 
 @pytest.mark.parametrize("bad", [DATA[:-1] + b"!", DATA + b"more", DATA[:-1]], ids=["changed", "appended", "short"])
