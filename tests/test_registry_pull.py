@@ -113,6 +113,27 @@ def test_a_corrupt_local_blob_is_fetched_again_with_a_note(publisher, consumer):
     assert first.path != res.path
 
 
+def test_a_corrupt_local_blob_is_removed_even_when_fetching_it_again_fails(publisher, consumer, tmp_path):
+    api.pull("tiny@1.0.0", zoo=consumer)
+    sha = consumer.resolve("tiny@1.0.0").builds["cpu-fp32"].file.sha256
+    _flip(consumer.blobs.path(sha))
+    import shutil
+
+    shutil.rmtree(tmp_path / "remote")  # the remote lost it too
+    with pytest.raises((StorageError, NotFound)):
+        api.pull("tiny@1.0.0", remote="origin", to=tmp_path / "out", zoo=consumer)
+    assert not consumer.blobs.present(sha)  # the bad copy is gone, not kept to be served or resumed from
+
+
+def test_a_pull_to_a_folder_copies_there_even_when_the_zoo_has_it_placed(publisher, consumer, tmp_path):
+    from zoo.registry import pull as pull_mod
+
+    placed = api.pull("tiny@1.0.0", zoo=consumer).path
+    res = pull_mod.pull(ref="tiny@1.0.0", to=tmp_path / "out", zoo=consumer)  # every argument can be named
+    assert res.path == str(tmp_path / "out" / MODEL) != placed and res.source == "local"
+    assert Path(res.path).read_bytes() == Path(placed).read_bytes()
+
+
 @pytest.mark.parametrize("how", ["offline", "no remote"])
 def test_a_corrupt_local_blob_without_a_remote_to_fetch_from_is_refused(publisher, consumer, how, tmp_path):
     api.pull("tiny@1.0.0", zoo=consumer)
