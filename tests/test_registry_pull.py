@@ -95,6 +95,9 @@ def test_a_pull_reports_what_it_downloaded_and_from_where(publisher, consumer):
 def test_a_pulled_tag_is_recorded_for_offline_use_but_latest_is_not_set_by_hand(publisher, consumer):
     api.pull("tiny@prod", zoo=consumer)
     assert consumer.resolve("tiny@prod").version == "1.0.0"
+    api.tag("tiny@1.0.0", "beta", remote="origin", zoo=publisher)  # a tag that sorts before "latest"
+    api.pull("tiny@beta", zoo=consumer)
+    assert api.pull("tiny@beta", offline=True, zoo=consumer).version == "1.0.0"
     assert api.pull("tiny@prod", offline=True, zoo=consumer).version == "1.0.0"
     api.pull("tiny@latest", zoo=consumer)
     assert consumer.resolve("tiny").version == "1.1.0"
