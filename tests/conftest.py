@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,3 +33,25 @@ def isolated_zoo_paths(tmp_path_factory, monkeypatch):
 
     kinds.clear_cache()
     yield base
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size) -> a real tmpfs of that size (e.g. "1m") under tmp_path, for full-disk tests;
+    unmounted afterwards. Mounting needs root, which this machine and CI have; elsewhere the test
+    skips, saying why."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        folder = tmp_path / f"tmpfs-{len(mounted)}"
+        folder.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)

@@ -277,14 +277,9 @@ def test_a_publish_killed_between_manifest_and_index(tmp_path):
 
 # ---- 11. a full disk -----------------------------------------------------------------------
 @pytest.fixture
-def small_disk(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+def small_disk(tmpfs):
+    """A real 1 MB file system (tmpfs)."""
+    return tmpfs("1m")
 
 
 def test_pulling_into_a_full_zoo_home_says_so_and_installs_nothing(tmp_path, small_disk):

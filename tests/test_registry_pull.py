@@ -373,17 +373,9 @@ def test_external_data_listed_by_another_build_is_fetched_with_the_model(tmp_pat
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """A real 1 MB file system (tmpfs), mounted for the test: needs root."""
-    import subprocess
-
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+def small_disk(tmpfs):
+    """A real 1 MB file system (tmpfs)."""
+    return tmpfs("1m")
 
 
 def test_pulling_onto_a_full_disk_is_a_storage_error_and_installs_nothing(tmp_path, small_disk):
