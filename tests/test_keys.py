@@ -158,6 +158,12 @@ def test_declared_code_modules_enter_the_key_and_a_missing_one_is_refused(tmp_pa
     monkeypatch.setattr(cls, "code_modules", ("no_such_module_here",))
     with pytest.raises(InvalidInput, match="no_such_module_here"):
         keys.module_files(cls)
+    # a module that exists but has no source file (a namespace package) cannot be hashed: refused too
+    (tmp_path / "nsonly_pkg_zz").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cls, "code_modules", ("nsonly_pkg_zz",))
+    with pytest.raises(InvalidInput, match="nsonly_pkg_zz"):
+        keys.module_files(cls)
 
 
 def test_tool_versions_enter_the_key_with_zoo_itself(tmp_path, monkeypatch):
@@ -197,6 +203,15 @@ def test_declared_fields_whole_sections_and_unknown_names(monkeypatch):
         monkeypatch.setattr(cls, "shared", (bad,))
         with pytest.raises(InvalidInput):
             keys.declared_fields(cls)
+    # the hint names what can be declared: a section's fields, or a scalar section only as a whole
+    monkeypatch.setattr(cls, "shared", ("data.nosuch",))
+    with pytest.raises(InvalidInput) as e:
+        keys.declared_fields(cls)
+    assert "data.image_size" in e.value.hint
+    monkeypatch.setattr(cls, "shared", ("task.x",))
+    with pytest.raises(InvalidInput) as e:
+        keys.declared_fields(cls)
+    assert e.value.hint == "declare one of: only 'task' as a whole"
 
 
 def test_the_context_holds_exactly_the_key_values(tmp_path, monkeypatch):
