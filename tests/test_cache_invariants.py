@@ -3,7 +3,8 @@ output, its digest, a folder's tree digest, the mode and size of every file, the
 with `record`), that nothing is cached when an output is missing or empty, that `lookup` is a hit
 only with a readable entry holding every output and every object, the on-disk layout, read-only
 deduplicated objects, materialisation (hardlinks, rebuilt when incomplete, a missing object is an
-IntegrityError), `verify_entry`, and what `gc` frees, keeps, skips for a live run, or only counts."""
+IntegrityError), `verify_entry`, what `gc` frees, keeps, skips for a live run, or only counts, and
+both under a race with another process (named stand-ins for its gc or its materialisation)."""
 
 from __future__ import annotations
 
@@ -463,3 +464,138 @@ def test_no_space_for_a_workspace_is_no_space(tmp_path, monkeypatch):
     monkeypatch.setattr(cache_mod.tempfile, "mkdtemp", denied)
     with pytest.raises(PermissionError):
         cache.tmp_dir("x-")
+
+
+# --- races with another process, through named stand-ins -----------------------------------------
+# Each stand-in plays another process (its gc, or a concurrent run) removing or creating the same
+# file at the very moment zoo/cache.py touches it; the invariant is that nothing raises and the
+# cache ends as it should.
+
+def _stand_in_concurrent_remover(monkeypatch, *roots):
+    """shutil.rmtree and Path.unlink under `roots` find their target already removed, as when
+    another process's gc removed it an instant before; the real call then runs on what is left."""
+    import pathlib
+    import shutil
+
+    real_rmtree, real_unlink = shutil.rmtree, pathlib.Path.unlink
+    hits = []
+
+    def under(path) -> bool:
+        return any(pathlib.Path(path).is_relative_to(r) for r in roots)
+
+    def rmtree(path, *args, **kwargs):
+        if under(path) and os.path.lexists(path):
+            hits.append(pathlib.Path(path))
+            real_rmtree(path)  # the other process
+        return real_rmtree(path, *args, **kwargs)
+
+    def unlink(self, *args, **kwargs):
+        if under(self) and os.path.lexists(self):
+            hits.append(self)
+            os.unlink(self)  # the other process
+        return real_unlink(self, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    monkeypatch.setattr(pathlib.Path, "unlink", unlink)
+    return hits
+
+
+def test_gc_completes_with_a_stand_in_concurrent_remover(tmp_path, monkeypatch):
+    """Stand-in: another gc removes each entry, log, workspace, materialisation and object an
+    instant before this gc does; this gc neither raises nor leaves anything behind."""
+    cache, a, b = _two_entries(tmp_path)
+    cache.output_paths(a)
+    (cache.tmp / "leftover" / "sub").mkdir(parents=True)
+    (cache.tmp / "leftover" / "sub" / "x").write_bytes(b"x")
+    (cache.tmp / "loose").write_bytes(b"y")
+    (cache.out / "loose").write_bytes(b"y")
+    stray = cache.object_path("ff" + "0" * 62)
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"z")
+    hits = _stand_in_concurrent_remover(monkeypatch, cache.entries, cache.logs, cache.tmp, cache.out,
+                                        cache.objects)
+    result = cache.gc({"a" * 64})
+    assert (result["entries_removed"], result["objects_removed"]) == (1, 2)
+    assert {cache.entry_path("b" * 64), cache.log_path("b" * 64), cache.tmp / "leftover", cache.tmp / "loose",
+            cache.out / ("a" * 64), cache.out / "loose", stray} <= set(hits)
+    assert list(cache.tmp.iterdir()) == [] and list(cache.out.iterdir()) == [] and not stray.exists()
+    assert cache.read_entry("b" * 64) is None and not cache.log_path("b" * 64).exists()
+    assert not cache.object_path(b.files["f"]["digest"]).exists() and cache.lookup("a" * 64) is not None
+
+
+def test_gc_goes_on_past_an_object_removed_by_a_stand_in_concurrent_gc(tmp_path, monkeypatch):
+    """Stand-in: another gc removes the first stray object between this gc's listing and its stat;
+    this gc skips it and still removes every other stray object."""
+    import pathlib
+
+    cache = Cache(tmp_path / "c").ensure()
+    strays = [cache.object_path(f"{i:02x}" + "0" * 62) for i in range(5)]
+    for p in strays:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"s")
+    real_glob = pathlib.Path.glob
+
+    def glob(self, pattern, *args, **kwargs):
+        found = sorted(real_glob(self, pattern, *args, **kwargs))
+        if self == cache.objects and found:
+            os.unlink(found[0])  # the other gc, after this one listed it
+        return iter(found)
+
+    monkeypatch.setattr(pathlib.Path, "glob", glob)
+    result = cache.gc()
+    assert result["objects_removed"] == 5 and result["bytes_freed"] == 4
+    assert [p for p in strays if p.exists()] == []
+
+
+def test_materialize_rebuilds_with_a_stand_in_concurrent_remover(tmp_path, monkeypatch):
+    """Stand-in: another process's gc removes the incomplete out/<key>/ just before materialize
+    does; materialize still returns a complete folder and leaves no staging behind."""
+    cache = Cache(tmp_path / "c").ensure()
+    entry = _commit(cache, _out(tmp_path, **{"m": b"model", "d__x": b"x"}), {"m": "m", "d": "d"})
+    dest = cache.out / KEY
+    (dest / "d").mkdir(parents=True)
+    (dest / "m").write_bytes(b"model")  # d/x missing: incomplete
+    hits = _stand_in_concurrent_remover(monkeypatch, cache.out, cache.tmp)
+    assert cache.materialize(entry) == dest and dest in hits
+    assert (dest / "m").read_bytes() == b"model" and (dest / "d" / "x").read_bytes() == b"x"
+    assert list(cache.tmp.iterdir()) == []
+
+
+def test_a_missing_object_is_an_integrity_error_with_a_stand_in_concurrent_remover(tmp_path, monkeypatch):
+    """Stand-in: another process's gc removes materialize's staging folder (garbage to it) as
+    materialize cleans up after a missing object; the error is still the IntegrityError."""
+    cache = Cache(tmp_path / "c").ensure()
+    entry = _commit(cache, _out(tmp_path, **{"a": b"a", "m": b"model"}), {"a": "a", "m": "m"})
+    cache.object_path(entry.files["m"]["digest"]).unlink()
+    hits = _stand_in_concurrent_remover(monkeypatch, cache.tmp)
+    with pytest.raises(IntegrityError):
+        cache.materialize(entry)
+    assert hits and list(cache.tmp.iterdir()) == [] and not (cache.out / KEY).exists()
+
+
+@pytest.mark.parametrize("remover", [False, True])
+def test_materialize_when_a_stand_in_concurrent_run_materialised_it_first(tmp_path, monkeypatch, remover):
+    """Stand-in: a concurrent run renames its own complete out/<key>/ into place just before this
+    one's rename (which then fails); materialize returns that folder, complete, and leaves no
+    staging behind, also when another gc removes the staging folder at the same moment."""
+    cache = Cache(tmp_path / "c").ensure()
+    entry = _commit(cache, _out(tmp_path, **{"m": b"model", "d__x": b"x"}), {"m": "m", "d": "d"})
+    dest = cache.out / KEY
+    real_replace = os.replace
+    raced = []
+
+    def replace(src, dst, *args, **kwargs):
+        if os.fspath(dst) == os.fspath(dest) and not raced:
+            raced.append(src)
+            (dest / "d").mkdir(parents=True)
+            (dest / "m").write_bytes(b"model")
+            (dest / "d" / "x").write_bytes(b"x")  # the other run's, complete
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(cache_mod.os, "replace", replace)
+    if remover:
+        _stand_in_concurrent_remover(monkeypatch, cache.tmp)
+    assert cache.materialize(entry) == dest and raced
+    assert (dest / "m").read_bytes() == b"model" and (dest / "d" / "x").read_bytes() == b"x"
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == ["d", "d/x", "m"]
+    assert list(cache.tmp.iterdir()) == []
