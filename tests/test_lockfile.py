@@ -89,12 +89,15 @@ def test_identity_is_keys_and_outputs_only():
 def test_diff_names_added_removed_rekeyed_and_changed_outputs():
     old = lockfile.Lock(recipe={}, stages={"aaa-same": record("0" * 64), "gone": record("1" * 64),
                                            "rekeyed": record("2" * 64), "rekeyed-down": record("9" * 64),
-                                           "bytes": record("3" * 64, outputs={"data": "a" * 64, "x": "x" * 64}),
+                                           "bytes": record("3" * 64, outputs={"data": "a" * 64, "x": "x" * 64,
+                                                                               "z": "z" * 64}),
                                            "same": record("4" * 64)})
     same_key = "3" * int("64")  # equal, not the same object: compared by value
     new = lockfile.Lock(recipe={}, stages={"aaa-same": record("0" * 64), "new": record("5" * 64),
                                            "rekeyed": record("6" * 64), "rekeyed-down": record("1" * 64),
-                                           "bytes": record(same_key, outputs={"data": "b" * 64, "y": "y" * 64}),
+                                           # "z" is equal but another object: compared by value, so not listed
+                                           "bytes": record(same_key, outputs={"data": "b" * 64, "y": "y" * 64,
+                                                                              "z": "z" * int("64")}),
                                            "same": record("4" * 64)})
     assert lockfile.diff(old, new) == [
         "~ bytes.data: aaaaaaaaaaaa → bbbbbbbbbbbb",
