@@ -19,9 +19,10 @@ import json
 import os
 import sqlite3
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Iterable, Iterator, Protocol
 
 from zoo.errors import StorageError
 from zoo.registry.manifest import Manifest
@@ -186,14 +187,23 @@ class Index:
     # ---- writes -------------------------------------------------------------------------
     def add(self, manifest: Manifest, manifest_sha256: str) -> None:
         """Record a version (idempotent)."""
+        with self._transaction("update") as db:
+            self._insert(db, manifest, manifest_sha256)
+
+    @contextmanager
+    def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed at the end, rolled back on any exception (a SQLite
+        error becomes a StorageError naming the index)."""
         db = self._db()
         try:
             db.execute("BEGIN IMMEDIATE")
-            self._insert(db, manifest, manifest_sha256)
+            yield db
             db.execute("COMMIT")
-        except sqlite3.Error as e:
+        except BaseException as e:
             _rollback(db)
-            raise StorageError(f"cannot update the zoo index {self.path}: {e}") from e
+            if isinstance(e, sqlite3.Error):
+                raise StorageError(f"cannot {doing} the zoo index {self.path}: {e}") from e
+            raise
 
     @staticmethod
     def _insert(db: sqlite3.Connection, manifest: Manifest, manifest_sha256: str) -> None:
@@ -222,15 +232,9 @@ class Index:
             self._write([("INSERT OR REPLACE INTO tags VALUES (?,?,?)", (name, tag, version))])
 
     def _write(self, statements: list[tuple[str, tuple]]) -> None:
-        db = self._db()
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with self._transaction("update") as db:
             for sql, args in statements:
                 db.execute(sql, args)
-            db.execute("COMMIT")
-        except sqlite3.Error as e:
-            _rollback(db)
-            raise StorageError(f"cannot update the zoo index {self.path}: {e}") from e
 
     def clear(self) -> None:
         self._write([(f"DELETE FROM {t}", ()) for t in ("versions", "builds", "files", "tags")])
@@ -241,9 +245,7 @@ class Index:
         The files are read inside the write transaction, so a writer that updates the index
         after its manifest either is seen by the scan or commits after this rebuild.
         """
-        db = self._db()
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with self._transaction("rebuild") as db:
             entries, tags = self.source.index_entries()
             for t in ("versions", "builds", "files", "tags"):
                 db.execute(f"DELETE FROM {t}")
@@ -254,30 +256,16 @@ class Index:
             db.executemany("INSERT OR REPLACE INTO tags VALUES (?,?,?)",
                            [(n, t, v) for n, ts in tags.items() for t, v in ts.items()])
             db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', '1')")
-            db.execute("COMMIT")
-        except BaseException as e:
-            _rollback(db)
-            if isinstance(e, sqlite3.Error):
-                raise StorageError(f"cannot rebuild the zoo index {self.path}: {e}") from e
-            raise
         return count
 
     def sync_model(self, name: str, entries: Iterable[Entry], tags: dict[str, str]) -> None:
         """Make one model's rows equal `entries` and `tags` (what its files say), in one transaction."""
-        db = self._db()
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with self._transaction("update") as db:
             for t in ("versions", "builds", "files", "tags"):
                 db.execute(f"DELETE FROM {t} WHERE name=?", (name,))
             for manifest, sha in entries:
                 self._insert(db, manifest, sha)
             db.executemany("INSERT OR REPLACE INTO tags VALUES (?,?,?)", [(name, t, v) for t, v in tags.items()])
-            db.execute("COMMIT")
-        except BaseException as e:
-            _rollback(db)
-            if isinstance(e, sqlite3.Error):
-                raise StorageError(f"cannot update the zoo index {self.path}: {e}") from e
-            raise
 
     # ---- reads --------------------------------------------------------------------------
     def has(self, name: str, version: str) -> bool:
