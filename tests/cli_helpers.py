@@ -8,6 +8,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from zoo.executors import ProcessExecutor as _ProcessExecutor
+
 
 @dataclass
 class CliResult:
@@ -33,3 +35,15 @@ def write_recipe(folder: Path, text: str, name: str = "recipe.yaml") -> Path:
     path = folder / name
     path.write_text(text)
     return path
+
+
+class RecordingExecutor(_ProcessExecutor):
+    """A real process executor that remembers every stage submitted to it."""
+
+    def __init__(self, jobs: int = 1):
+        super().__init__(jobs)
+        self.submitted: list[str] = []
+
+    def submit(self, task):
+        self.submitted.append(task.stage_id)
+        return super().submit(task)

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 import zoo
-from cli_helpers import write_recipe, zoo as zoo_cli
+from cli_helpers import RecordingExecutor, write_recipe, zoo as zoo_cli
 from zoo.cache import Cache
 from zoo.errors import InvalidInput
-from zoo.executors import ProcessExecutor
 
 CHAIN = """\
 schema_version: 1
@@ -36,18 +35,6 @@ stages:
     needs: []
     config: {text: "side"}
 """
-
-
-class RecordingExecutor(ProcessExecutor):
-    """A real process executor that remembers every stage submitted to it."""
-
-    def __init__(self, jobs: int = 1):
-        super().__init__(jobs)
-        self.submitted: list[str] = []
-
-    def submit(self, task):
-        self.submitted.append(task.stage_id)
-        return super().submit(task)
 
 
 def states(result) -> dict[str, str]:

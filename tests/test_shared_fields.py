@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import zoo
-from cli_helpers import write_recipe, zoo as zoo_cli
+from cli_helpers import RecordingExecutor, write_recipe, zoo as zoo_cli
 from zoo import keys, kinds, lockfile, planner
 from zoo.cache import Cache
 from zoo.errors import RecipeError
@@ -34,16 +34,6 @@ stages:
     kind: writer
     needs: []
 """
-
-
-class RecordingExecutor(ProcessExecutor):
-    def __init__(self, jobs: int = 1):
-        super().__init__(jobs)
-        self.submitted: list[str] = []
-
-    def submit(self, task):
-        self.submitted.append(task.stage_id)
-        return super().submit(task)
 
 
 def _reader_output(result) -> dict:
