@@ -223,8 +223,9 @@ def _print_table(table) -> None:
     needed = Measurement.get(console, console.options.update_width(1 << 20), indented).maximum
     if needed > console.width:
         console = Console(file=sys.stdout, highlight=False, width=needed)
-    console.print(indented)
-    sys.stdout.flush()
+    with console.capture() as captured:
+        console.print(indented)
+    _echo("\n".join(line.rstrip() for line in captured.get().splitlines()))  # no padding after the last column
 
 
 def _cell(value, column) -> str:

@@ -32,8 +32,8 @@ The engine knows no kind by name; what it shows or checks after a run, a kind sa
   `Effect` (``Effect("published", "alexnet@1.0.0", evidence=...)``). The run summary prints each
   (``published alexnet@1.0.0``); effects are never cached; a no-op fast answer (zoo/fastpath.py)
   is given only while every ``evidence`` file still exists;
-- ``report(stage_id, metrics, effects)``: `ReportTable` s the run summary prints after a stage
-  ran (verify's gates, deploy's published builds);
+- ``report(stage_id, metrics, effects)``: tables (`ReportTable`) the run summary prints after
+  the stage ran (verify's gates, deploy's published builds); the CLI lays them out;
 - ``gates(metrics)``: the quality gates a stage checked (`GateOutcome`); ``zoo release`` requires
   every one to pass. None (the default) means the kind checks no gates;
 - ``release_output(config)``: the output holding the version's release folder, when the stage
