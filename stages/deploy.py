@@ -45,13 +45,13 @@ import shutil
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, ZooError
 from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
-from zoo.stage import Inputs, KindConfig, StageContext, StageKind, Upstream
+from zoo.stage import Column, Effect, Inputs, KindConfig, ReportTable, StageContext, StageKind, Upstream
 from zoo_stages.lib.conversion_check import ConversionCheck
 from zoo_stages.lib.onnxutil import atomic_write_bytes
 from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
@@ -60,6 +60,7 @@ from zoo_stages.lib.vectors import find_sets, read_tensors, vector_files, write_
 from zoo_stages.lib.verify_report import VerifyOutputs, read_verify_outputs
 
 CARD_FILE = "README.md"
+PUBLISHED = "published"  # the effect of publishing the release to the local zoo (zoo.stage.Effect.kind)
 # flatbuffers writes the canonical .ort bytes (see convert.canonical_ort_bytes), so its version matters too
 LINEAGE_TOOLS = ("flatbuffers", "onnx", "onnxruntime", "torch", "zoo-onnx")
 # default parity tolerances per conversion: fp16 rounds every weight and activation, while the
@@ -155,8 +156,9 @@ class Deploy(StageKind):
 
     name: ClassVar[str] = "deploy"
     # 2: provenance (stamped builds, zoo.lock, in-toto statement); 3: reads only the recipe fields it
-    # declares (the recipe's `task:` when there is no model section), zoo.lock records their values
-    version: ClassVar[str] = "3"
+    # declares (the recipe's `task:` when there is no model section), zoo.lock records their values;
+    # 4: publishing is an effect (context.effects), no longer a `published` metric
+    version: ClassVar[str] = "4"
     Config: ClassVar[type[KindConfig]] = DeployConfig
     tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
     # the dataset (card, conversion checks, its fingerprint) and the task the card names
@@ -172,6 +174,8 @@ class Deploy(StageKind):
     recipe_fields: ClassVar[tuple[str, ...]] = ("name", "version", "description", "license", "digest")
     lineage: ClassVar[bool] = True
     summary: ClassVar[str] = "device builds (fp32, int8, fp16, ORT format), model card, manifest; publish to the zoo"
+    # what `zoo release` requires of the version: what rebuilds it, and what says where it came from
+    release_files: ClassVar[tuple[str, ...]] = (LOCK_FILE, STATEMENT_FILE)
 
     def run(self, inputs: Inputs, config: DeployConfig, context: StageContext) -> Mapping[str, Path]:
         release = context.output_path("release")
@@ -199,15 +203,49 @@ class Deploy(StageKind):
         if config.publish and context.publish:
             _publish(Path(outputs["release"]), context)
 
+    def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
+        """The builds of the version this run published, read back from the local zoo."""
+        return [_builds_table(e.ref) for e in effects if e.kind == PUBLISHED]
+
+    def release_output(self, config: DeployConfig) -> str | None:
+        """The `release` folder is the version, when deploy publishes it."""
+        return "release" if config.publish else None
+
+    def check_release(self, manifest: Manifest, read: Callable[[str], bytes]) -> list[str]:
+        """The provenance statement's subjects are exactly the build files, with their sha256."""
+        from zoo_stages.lib.provenance import release_problems
+
+        build_files = {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
+        return release_problems(read(STATEMENT_FILE), build_files)
+
 
 def _publish(folder: Path, context: StageContext) -> None:
     from zoo.registry.store import LocalZoo
 
     zoo = LocalZoo()
     published = zoo.publish(folder)
-    # the zoo's path stays out of the metrics: they are cached and locked, and the path is this machine's
-    context.metrics["published"] = published.ref
+    # evidence that the version is still in this zoo: its manifest and every blob (`zoo rm` or a
+    # `zoo fsck --repair` that removed a bad blob undoes the effect, and the next run publishes again)
+    evidence = [zoo.manifest_path(published.name, published.version)]
+    evidence += [zoo.blobs.path(f.sha256) for f in published.all_files()]
+    context.effects.append(Effect(PUBLISHED, published.ref, tuple(str(p) for p in evidence)))
     context.log.info("published %s to %s", published.ref, zoo.root)
+
+
+def _builds_table(ref: str) -> ReportTable:
+    """The published version's builds (format, precision, size, accuracy, latency, sha256), from the local zoo."""
+    from zoo.registry.store import LocalZoo
+
+    try:
+        manifest = LocalZoo().resolve(ref)
+    except ZooError as e:
+        return ReportTable(f"(cannot read {ref} from the local zoo: {e})")
+    columns = (Column("build"), Column("format"), Column("precision"), Column("size", align="right", format="size"),
+               Column("accuracy", align="right", format=".4f"), Column("p50 ms", align="right", format=".2f"),
+               Column("sha256"))
+    rows = tuple((name, b.format, b.precision, b.file.size, b.metrics.get("accuracy"), b.metrics.get("latency_p50_ms"),
+                  b.file.sha256[:12]) for name, b in manifest.builds.items())
+    return ReportTable(f"builds of {ref}", columns, rows)
 
 
 class _Release:

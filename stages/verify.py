@@ -41,12 +41,13 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, Mapping, Sequence
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
-from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo.stage import (Column, Effect, GateOutcome, Inputs, KeyContext, KindConfig, ReportTable, StageContext,
+                       StageKind)
 from zoo_stages.lib import gates as gatelib
 
 BUILD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -261,6 +262,20 @@ class Verify(StageKind):
             raise GateFailed(f"verify: {gatelib.failed_summary(results)}", table=table,
                              hint="`zoo plan`/`zoo run --json` show every build's metrics; fix the model or the gate")
         return {"report": out, "vectors": vectors_dir}
+
+    def gates(self, metrics: Mapping[str, Any]) -> list[GateOutcome]:
+        """Every gate verify checked (the recipe's, then the implicit checker gates), from its metrics."""
+        rows = metrics.get("gates")
+        return [GateOutcome(gate=str(g.get("gate", "")), value=g.get("value"), passed=g.get("passed") is True,
+                            implicit=bool(g.get("implicit")))
+                for g in (rows if isinstance(rows, list) else []) if isinstance(g, dict)]
+
+    def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
+        """The recipe's gates with their values and verdicts."""
+        shown = [g for g in self.gates(metrics) if not g.implicit]
+        columns = (Column("gate"), Column("value", align="right", format=".4g", missing="n/a"), Column("result"))
+        rows = tuple((g.gate, g.value, "PASS" if g.passed else "FAIL") for g in shown)
+        return [ReportTable(f"gates ({stage_id})", columns, rows, show_header=False)]
 
 
 def _evaluation_inputs(data, reference: Path, config: VerifyConfig, context: StageContext):

@@ -452,8 +452,12 @@ def test_publish_to_local_zoo_is_idempotent_and_immutable(upstream, tmp_path, is
     release, ctx = _deploy(upstream, tmp_path, "pub", publish=True)
     zoo = LocalZoo()
     assert zoo.root == isolated_zoo_paths / "home"
-    assert ctx.metrics["published"] == "tiny-digits@1.2.3" and "zoo" not in ctx.metrics
+    assert [str(e) for e in ctx.effects] == ["published tiny-digits@1.2.3"]
+    assert "published" not in ctx.metrics and "zoo" not in ctx.metrics  # metrics are cached: no effects there
     stored = zoo.get("tiny-digits", "1.2.3")
+    # the effect's evidence is the version in this zoo: its manifest and every blob
+    evidence = {Path(p) for p in ctx.effects[0].evidence}
+    assert evidence == {zoo.manifest_path("tiny-digits", "1.2.3")} | {zoo.blobs.path(f.sha256) for f in stored.all_files()}
     staged = _manifest(release)
     assert stored is not None and stored.created is not None
     assert stored.model_copy(update={"created": None}) == staged
@@ -465,11 +469,38 @@ def test_publish_to_local_zoo_is_idempotent_and_immutable(upstream, tmp_path, is
     np.testing.assert_array_equal(_run(model, x), numpy_helper.to_array(onnx.load_tensor(str(vec / "output_0.pb"))))
     # a rebuild from the same inputs is bit-identical, so publishing it again is a no-op
     _, again = _deploy(upstream, tmp_path, "pub-again", publish=True)
-    assert again.metrics["published"] == "tiny-digits@1.2.3"
+    assert [str(e) for e in again.effects] == ["published tiny-digits@1.2.3"]
     assert zoo.get("tiny-digits", "1.2.3").created == stored.created
     # different bytes under the same version are refused
     with pytest.raises(Conflict):
         _deploy(upstream, tmp_path, "pub-changed", publish=True, intended_use="Something else entirely.")
+
+
+def test_release_hooks_name_the_release_check_its_provenance_and_report_its_builds(upstream, tmp_path):
+    from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
+
+    release, ctx = _deploy(upstream, tmp_path, "hooks", publish=True)
+    kind, manifest = Deploy(), _manifest(release)
+    assert kind.release_output(Deploy.Config.model_validate({"builds": BUILDS})) == "release"
+    assert kind.release_output(Deploy.Config.model_validate({"builds": BUILDS, "publish": False})) is None
+    assert set(Deploy.release_files) == {LOCK_FILE, STATEMENT_FILE} <= {f.path for f in manifest.files}
+    assert kind.check_release(manifest, lambda path: (release / path).read_bytes()) == []
+    # a statement that leaves a build file out, or names other bytes, or does not parse
+    stmt = json.loads((release / STATEMENT_FILE).read_text())
+    dropped = stmt["subject"].pop(0)
+    assert kind.check_release(manifest, lambda path: json.dumps(stmt).encode()) == [
+        f"{STATEMENT_FILE}: build file {dropped['name']} is not a subject of the statement"]
+    stmt["subject"].append({**dropped, "digest": {"sha256": "0" * 64}})
+    [problem] = kind.check_release(manifest, lambda path: json.dumps(stmt).encode())
+    assert problem.startswith(f"{STATEMENT_FILE}: subject {dropped['name']}: sha256 000000000000")
+    assert "is not valid JSON" in kind.check_release(manifest, lambda path: b"{")[0]
+    # the run summary: the builds of the version this run published, read back from the local zoo
+    [table] = kind.report("deploy", ctx.metrics, ctx.effects)
+    assert table.title == "builds of tiny-digits@1.2.3"
+    assert [c.header for c in table.columns] == ["build", "format", "precision", "size", "accuracy", "p50 ms", "sha256"]
+    assert [row[0] for row in table.rows] == list(manifest.builds)
+    assert [row[-1] for row in table.rows] == [b.file.sha256[:12] for b in manifest.builds.values()]
+    assert kind.report("deploy", ctx.metrics, []) == []  # published nothing: nothing to show
 
 
 def _timed_inputs(up: dict, latency: float) -> Inputs:
@@ -495,11 +526,11 @@ def test_release_never_holds_timings_but_the_publication_does(upstream, tmp_path
     # a rerun of verify measures other timings: the release artifact is byte-identical
     second = Deploy().run(_timed_inputs(upstream, 0.09), cfg, second_ctx)["release"]
     assert _files(first) == _files(second)
-    assert "published" not in second_ctx.metrics
+    assert second_ctx.effects == []
     m = _manifest(first)
     assert not any(k.startswith(("latency", "throughput", "speedup")) for b in m.builds.values() for k in b.metrics)
     # the published version adds the measured timings (and the timing gate's value) to manifest and card
-    published = LocalZoo().resolve(first_ctx.metrics["published"])
+    published = LocalZoo().resolve(first_ctx.effects[0].ref)
     assert published.builds["cpu-int8"].metrics["latency_p50_ms"] == 0.05
     assert published.builds["cpu-int8"].metrics["accuracy"] == m.builds["cpu-int8"].metrics["accuracy"]
     assert published.builds["cpu-int8"].file.sha256 == m.builds["cpu-int8"].file.sha256

@@ -35,7 +35,7 @@ def test_cold_run_runs_every_stage_and_passes_its_gates(lenet):
     assert {s["state"] for s in stages.values()} == {"done"}
     assert stages["train"]["metrics"]["val_accuracy"] >= 0.9
     assert stages["verify"]["metrics"]["passed"] is True
-    assert stages["deploy"]["metrics"]["published"] == "lenet-digits@1.0.0"
+    assert stages["deploy"]["effects"] == [{"kind": "published", "ref": "lenet-digits@1.0.0"}]
     lock = (lenet["dir"] / "lenet-digits.lock").read_text()
     assert f"schema_version: {LOCK_SCHEMA_VERSION}" in lock and all(f"  {sid}:" in lock for sid in stages)
 
@@ -106,7 +106,7 @@ def test_a_shared_cache_publishes_into_each_machines_own_zoo(lenet, tmp_path):
     assert cli.code == 0, cli.text
     stages = {s["id"]: s for s in json.loads(cli.out)["stages"]}
     assert {s["state"] for s in stages.values()} == {"cached"}
-    assert stages["deploy"]["metrics"]["published"] == "lenet-digits@1.0.0"
+    assert stages["deploy"]["effects"] == [{"kind": "published", "ref": "lenet-digits@1.0.0"}]
     assert (lenet["dir"] / "lenet-digits.lock").read_bytes() == lock_before
     there = LocalZoo(other).resolve("lenet-digits@1.0.0")
     first = LocalZoo(Path(lenet["env"]["ZOO_HOME"])).resolve("lenet-digits@1.0.0")

@@ -217,7 +217,7 @@ def test_refusals_before_anything_runs(tmp_path):
     recipe.write_text(RECIPE_WITHOUT_DEPLOY)
     zoo = LocalZoo()
     registry.remote_add("web", "https://models.example.org/zoo", zoo=zoo)
-    with pytest.raises(InvalidInput, match="no deploy stage that publishes"):
+    with pytest.raises(InvalidInput, match="no stage that publishes the version"):
         release(recipe, version="0.1.0", to="web")
     lenet = tmp_path / "lenet-digits.yaml"
     shutil.copy(REPO / "recipes" / "lenet-digits.yaml", lenet)

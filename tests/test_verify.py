@@ -127,6 +127,26 @@ def test_metrics_on_a_known_model(tmp_path, trained):
     assert ctx.metrics["builds"]["cpu-int8"]["accuracy"] == q["accuracy"] and ctx.metrics["passed"] is True
 
 
+def test_gates_and_the_run_report_read_the_stage_metrics(tmp_path, trained):
+    from zoo.stage import GateOutcome
+
+    out, ctx = run_verify(tmp_path, trained, gates=["cpu-fp32.accuracy >= 0.9", "cpu-int8.size_ratio <= 2"])
+    outcomes = Verify().gates(ctx.metrics)
+    assert [(g.gate, g.passed, g.implicit) for g in outcomes] == [
+        ("cpu-fp32.accuracy >= 0.9", True, False), ("cpu-int8.size_ratio <= 2", True, False),
+        ("cpu-fp32.checker == 1", True, True), ("cpu-int8.checker == 1", True, True)]
+    assert outcomes[0].value == ctx.metrics["builds"]["cpu-fp32"]["accuracy"]
+    # the run summary shows the recipe's gates, not the implicit ones
+    [table] = Verify().report("verify", ctx.metrics, [])
+    assert table.title == "gates (verify)" and [c.header for c in table.columns] == ["gate", "value", "result"]
+    assert table.rows == (("cpu-fp32.accuracy >= 0.9", outcomes[0].value, "PASS"),
+                          ("cpu-int8.size_ratio <= 2", outcomes[1].value, "PASS"))
+    # a failed or unmeasured gate (as a failing run's metrics hold them)
+    failing = {"gates": [{"gate": "b.accuracy >= 1", "value": None, "passed": False, "implicit": False}]}
+    assert Verify().gates(failing) == [GateOutcome("b.accuracy >= 1", None, False, False)]
+    assert Verify().report("v", failing, [])[0].rows == (("b.accuracy >= 1", None, "FAIL"),)
+
+
 def test_vectors_follow_the_model_zoo_layout_and_reload_to_the_same_outputs(tmp_path, trained):
     out, _ = run_verify(tmp_path, trained)
     vectors = out["vectors"]

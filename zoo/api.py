@@ -16,7 +16,8 @@ from zoo.cache import Cache
 from zoo.errors import StorageError
 from zoo.executors import Executor, make_executor
 from zoo.frozen import LockOutOfDate  # noqa: F401 (part of the API: zoo.api.LockOutOfDate)
-from zoo.runner import CACHED, FAILED, WILL_RUN, Runner, StageReport, decide
+from zoo.runner import CACHED, FAILED, RAN, WILL_RUN, Runner, StageReport, decide
+from zoo.stage import ReportTable
 
 
 @dataclass
@@ -144,26 +145,28 @@ def _write_stamp(dag: planner.Dag, cache: Cache, runner: Runner, result: Result)
         files.update(keys.watched_files(dag.recipe, node))
     entries = [cache.entry_path(e.key) for e in runner.entries.values()]
     objects = [cache.object_path(m["digest"]) for e in runner.entries.values() for m in e.files.values()]
-    published = [str(s.metrics["published"]) for s in result.stages if s.metrics.get("published")]
-    notes = [f"published {ref}" for ref in published]
-    if published:
-        # "published" must stay true: a fast answer needs the version still in this local zoo
-        from zoo.registry.store import LocalZoo
-
-        zoo = LocalZoo()
-        for ref in published:
-            name, version = ref.split("@", 1)
-            objects.append(zoo.manifest_path(name, version))
-            # and its blobs: after `zoo fsck --repair` removed a bad one, the next run must republish it
-            manifest = zoo.get(name, version)
-            objects += [zoo.blobs.path(f.sha256) for f in (manifest.all_files() if manifest else [])]
+    # an effect (a version published to the local zoo) must still hold for a fast answer to claim it:
+    # its evidence (that version's manifest and blobs) must still be there, or the next run takes
+    # the full path and the kind's on_cached redoes it (after `zoo rm`, or `zoo fsck --repair`
+    # removed a bad blob)
+    effects = [e for s in result.stages for e in s.effects]
+    objects += [Path(p) for e in effects for p in e.evidence]
     try:
         fastpath.write_stamp(recipe_path=dag.recipe.path, cache_dir=cache.root, lock_path=result.lock_path,
                              files=files, entries=entries, objects=objects,
                              summary={"name": dag.recipe.name, "version": dag.recipe.version,
-                                      "stages": dag.order(), "notes": notes})
+                                      "stages": dag.order(), "notes": [str(e) for e in effects]})
     except StorageError:  # only a shortcut for the next run (e.g. the disk is full): the run itself succeeded
         pass
+
+
+def report_tables(stage: StageReport) -> list[ReportTable]:
+    """What the stage's kind reports about this run (the run summary's tables): [] unless it ran."""
+    if stage.state != RAN:
+        return []
+    from zoo import kinds
+
+    return list(kinds.get(stage.kind)().report(stage.id, stage.metrics, stage.effects))
 
 
 def gc(*, cache_dir: str | Path | None = None, keep_recipes: Iterable[str | Path] = (), dry_run: bool = False) -> dict:

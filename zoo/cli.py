@@ -173,6 +173,7 @@ def _print_plan(result, show_needs: bool) -> None:
 
 
 def _print_run_summary(result, recipe: Path) -> None:
+    from zoo import api
     from zoo.runner import log_tail
 
     ran = [s for s in result.stages if s.state == "done"]
@@ -192,46 +193,50 @@ def _print_run_summary(result, recipe: Path) -> None:
     _echo(f"{result.recipe}@{result.version}: {len(ran)} ran, {len(cached)} cached"
           + (f", {len(result.failed)} failed" if result.failed else "") + f" ({total:.1f}s of stage time)")
     for s in result.stages:
-        if s.state == "done" and isinstance(s.metrics.get("gates"), list):
-            _echo(_gates_table(s))
-        if s.metrics.get("published"):
-            if s.state == "done":
-                _echo(_builds_table(s.metrics["published"]))
-            _echo(f"published {s.metrics['published']}")
+        for table in api.report_tables(s):
+            _print_table(table)
+        for effect in s.effects:
+            _echo(str(effect))
     if result.lock_changed:
         _echo(f"updated {result.lock_path}")
 
 
-def _gates_table(stage) -> str:
-    rows = [(str(g.get("gate", "")), g.get("value"), "PASS" if g.get("passed") else "FAIL")
-            for g in stage.metrics["gates"] if isinstance(g, dict) and not g.get("implicit")]
-    width = max([len(r[0]) for r in rows] + [4])
-    lines = [f"gates ({stage.id}):"]
-    for gate, value, verdict in rows:
-        shown = f"{value:.4g}" if isinstance(value, (int, float)) else "n/a"
-        lines.append(f"  {gate:<{width}}  {shown:>8}  {verdict}")
-    return "\n".join(lines)
+def _print_table(table) -> None:
+    """A kind's `zoo.stage.ReportTable`: its title, then its rows laid out by rich, indented."""
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    _echo(f"{table.title}:" if table.columns and table.rows else table.title)
+    if not table.columns or not table.rows:
+        return
+    grid = Table(box=None, show_header=table.show_header, header_style="bold", pad_edge=False, padding=(0, 1))
+    for column in table.columns:
+        grid.add_column(Text(column.header), justify=column.align, no_wrap=True)
+    for row in table.rows:
+        grid.add_row(*(Text(_cell(value, column)) for value, column in zip(row, table.columns)))
+    indented = Padding(grid, (0, 0, 0, 2), expand=False)
+    console = Console(file=sys.stdout, highlight=False)
+    # as wide as the table needs: a narrow (or no) terminal must not cut or fold a cell
+    needed = Measurement.get(console, console.options.update_width(1 << 20), indented).maximum
+    if needed > console.width:
+        console = Console(file=sys.stdout, highlight=False, width=needed)
+    with console.capture() as captured:
+        console.print(indented)
+    _echo("\n".join(line.rstrip() for line in captured.get().splitlines()))  # no padding after the last column
 
 
-def _builds_table(ref: str) -> str:
-    """The published version's builds, read back from the local zoo."""
-    from zoo.errors import ZooError
-
-    try:
-        from zoo.registry.store import LocalZoo
-
-        manifest = LocalZoo().resolve(ref)
-    except ZooError as e:
-        return f"(cannot read {ref} from the local zoo: {e})"
-    header = f"  {'build':<11} {'format':<6} {'precision':<9} {'size':>9} {'accuracy':>8} {'p50 ms':>7}  sha256"
-    lines = [f"builds of {ref}:", header]
-    for name, b in manifest.builds.items():
-        acc, p50 = b.metrics.get("accuracy"), b.metrics.get("latency_p50_ms")
-        acc_text = f"{acc:.4f}" if isinstance(acc, (int, float)) else "-"
-        p50_text = f"{p50:.2f}" if isinstance(p50, (int, float)) else "-"
-        lines.append(f"  {name:<11} {b.format:<6} {b.precision:<9} {_size(b.file.size):>9} "
-                     f"{acc_text:>8} {p50_text:>7}  {b.file.sha256[:12]}")
-    return "\n".join(lines)
+def _cell(value, column) -> str:
+    """One table cell as text, following its column's format (zoo.stage.Column)."""
+    if value is None:
+        return column.missing
+    if not column.format:
+        return str(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return column.missing
+    return _size(value) if column.format == "size" else format(value, column.format)
 
 
 def _size(n: int) -> str:

@@ -3,11 +3,13 @@
 After a run in which every stage succeeded, the runner writes a *stamp*: the (inode, size,
 mtime) of every file that went into the stage keys (the recipe, its lockfile, each kind's module,
 user code and data the kinds named, the site-packages folders whose contents give tool versions),
-the cache entries and objects of the run, and the local zoo's manifest of each version the run
-published (with the variables that locate that zoo). If all of those stat the same, every key and
-every hit is the same as last time, so the run would execute nothing; the fast path prints the same
-summary without importing the CLI framework, pydantic or any kind. Anything else — a changed
-file, a flag, a missing object, another PYTHONPATH — falls through to the full path.
+the cache entries and objects of the run, and the evidence of every effect a stage declared
+(`zoo.stage.Effect`: for a version deploy published, its manifest and blobs in the local zoo, with
+the variables that locate that zoo). If all of those stat the same (the evidence: still exists),
+every key and every hit is the same as last time and every effect still holds, so the run would
+execute nothing; the fast path prints the same summary (the effects' lines included) without
+importing the CLI framework, pydantic or any kind. Anything else — a changed file, a flag, a
+missing object or piece of evidence, another PYTHONPATH — falls through to the full path.
 """
 
 from __future__ import annotations

@@ -10,28 +10,30 @@ Steps, each refusing rather than guessing:
    stays the truth): InvalidInput (exit 2) otherwise.
 2. The recipe runs with ``frozen=True``: a lockfile that would change is refused with the diff
    (LockOutOfDate, exit 1) unless ``allow_stale_lock`` (then a normal run updates the lock).
-   Cached stages do not rerun. The verify stage checks every gate; a failing gate or stage
-   fails the release (its exit code) and nothing is published.
-3. The deploy stage published the version to the local zoo with its ``zoo.lock`` and
-   ``provenance.intoto.json`` (if deploy was cached and this zoo lacks the version, the cached
-   release folder is published). The local version must hold exactly the builds the lockfile's
-   deploy output holds, and the statement's subjects must match them (Conflict / IntegrityError).
+   Cached stages do not rerun. Every gate of the stages whose kind checks gates
+   (`StageKind.gates`, e.g. verify) must pass; a failing gate or stage fails the release (its
+   exit code) and nothing is published.
+3. The one stage whose kind publishes the version (`StageKind.release_output`, e.g. deploy with
+   ``publish: true``) published it to the local zoo (if that stage was cached and this zoo lacks
+   the version, its cached release folder is published). The local version must hold exactly
+   the files of the release folder the lockfile pins (Conflict), carry the files its kind
+   requires (``release_files``: deploy's ``zoo.lock`` and ``provenance.intoto.json``), and pass
+   the kind's `check_release` (deploy: the statement's subjects are the builds) (IntegrityError).
 4. The version is pushed to the remote: blobs first, the manifest last and create-exclusive,
    so it appears atomically or not at all. The same bytes already there: a no-op; different
    bytes under the same version: Conflict (exit 3). Then the tags move, on the remote and locally.
+
+The engine names no kind here: what it needs of the stages it asks their kinds (zoo/stage.py).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from zoo import kinds
 from zoo.errors import Conflict, GateFailed, IntegrityError, InvalidInput, StageFailed, StorageError, ZooError
-
-DEPLOY_KIND = "deploy"
-VERIFY_KIND = "verify"
 
 
 @dataclass
@@ -90,7 +92,7 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
         if tag == LATEST:
             raise InvalidInput("`latest` cannot be set by hand: it follows the highest version",
                                hint="use another tag name, e.g. --tag prod")
-    deploy_id = _publishing_deploy(dag)
+    publisher_id, release_output = _publishing_stage(dag)
     zoo = zoo or LocalZoo()
     remote = RemotesConfig(zoo.root).get(to)  # an unknown or read-only remote fails before anything runs
     if remote.read_only:
@@ -111,8 +113,8 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
                         lock_changed=result.lock_changed)
     out.gates = _check_gates(result, out.notes)
 
-    manifest = _local_version(zoo, result, deploy_id, dag.recipe.name, version, out.notes)
-    _check_statement(zoo, manifest)
+    manifest = _local_version(zoo, result, publisher_id, release_output, dag.recipe.name, version, out.notes)
+    _check_release(zoo, manifest, dag.nodes[publisher_id].kind, publisher_id, dag.recipe.path.name)
     out.builds = {name: b.file.sha256 for name, b in sorted(manifest.builds.items())}
     out.files = {f.path: f.sha256 for f in manifest.files}
 
@@ -126,17 +128,19 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
     return out
 
 
-def _publishing_deploy(dag) -> str:
-    """The id of the one deploy stage that publishes the version."""
-    deploys = [nid for nid, n in dag.nodes.items() if n.kind == DEPLOY_KIND and getattr(n.instance.config, "publish", False)]
-    if not deploys:
-        raise InvalidInput(f"{dag.recipe.path.name} has no deploy stage that publishes, so there is nothing to release",
-                           hint="add a `deploy` stage (with `publish: true`, the default)")
-    if len(deploys) > 1:
-        raise InvalidInput(f"{dag.recipe.path.name} has several publishing deploy stages ({', '.join(deploys)}); "
-                           "they would all publish the same version",
-                           hint="keep one deploy stage with `publish: true`")
-    return deploys[0]
+def _publishing_stage(dag) -> tuple[str, str]:
+    """(id, release output) of the one stage whose kind publishes the version (`StageKind.release_output`)."""
+    found = [(nid, output) for nid, node in dag.nodes.items()
+             if (output := kinds.get(node.kind)().release_output(node.instance.config))]
+    if not found:
+        raise InvalidInput(f"{dag.recipe.path.name} has no stage that publishes the version to the local zoo, "
+                           "so there is nothing to release",
+                           hint="add a stage whose kind publishes releases (see `zoo kinds`), with publishing on")
+    if len(found) > 1:
+        raise InvalidInput(f"{dag.recipe.path.name} has several stages that publish the version "
+                           f"({', '.join(nid for nid, _ in found)}); they would all publish the same version",
+                           hint="keep one of them publishing")
+    return found[0]
 
 
 def _stage_failure(result, remote: str) -> ZooError:
@@ -153,48 +157,53 @@ def _stage_failure(result, remote: str) -> ZooError:
 
 
 def _check_gates(result, notes: list[str]) -> list[dict[str, Any]]:
-    """verify's gate outcomes; GateFailed if any verify stage did not pass (it normally fails itself)."""
-    verifies = [s for s in result.stages if s.kind == VERIFY_KIND]
-    if not verifies:
-        notes.append("the recipe has no verify stage: no quality gate checked this release")
-        return []
+    """The gates every gate-checking stage checked (`StageKind.gates`); GateFailed if one did not pass.
+
+    A stage whose gate fails normally fails itself, and the run with it: this is the release's own check.
+    """
     gates: list[dict[str, Any]] = []
-    for s in verifies:
-        for g in s.metrics.get("gates") or []:
-            if isinstance(g, dict):
-                gates.append({"stage": s.id, **{k: g[k] for k in ("gate", "value", "passed", "implicit") if k in g}})
-        if s.metrics.get("passed") is False or any(g.get("passed") is False for g in gates if g["stage"] == s.id):
-            failing = [g["gate"] for g in gates if g["stage"] == s.id and g.get("passed") is False]
-            raise GateFailed(f"stage {s.id}: gates failed: {', '.join(map(str, failing)) or 'see its report'}; "
-                             "nothing was released", hint=f"see `zoo status {result.path}` and verify's report")
+    checked = False
+    for s in result.stages:
+        outcomes = kinds.get(s.kind)().gates(s.metrics)
+        if outcomes is None:
+            continue
+        checked = True
+        gates += [{"stage": s.id, "gate": g.gate, "value": g.value, "passed": g.passed, "implicit": g.implicit}
+                  for g in outcomes]
+        failing = [g.gate for g in outcomes if not g.passed]
+        if failing:
+            raise GateFailed(f"stage {s.id}: gates failed: {', '.join(failing)}; nothing was released",
+                             hint=f"see `zoo status {result.path}` and the stage's report")
+    if not checked:
+        notes.append("no stage of the recipe checks quality gates: no gate checked this release")
     return gates
 
 
-def _local_version(zoo, result, deploy_id: str, name: str, version: str, notes: list[str]):
-    """The local zoo's manifest of the version, checked against the deploy output the lockfile records."""
+def _local_version(zoo, result, stage_id: str, output: str, name: str, version: str, notes: list[str]):
+    """The local zoo's manifest of the version, checked against the release folder the lockfile pins."""
     from zoo.cache import Cache
     from zoo.registry.codec import load_manifest
     from zoo.registry.manifest import MANIFEST_FILE
 
-    report = next(s for s in result.stages if s.id == deploy_id)
+    report = next(s for s in result.stages if s.id == stage_id)
     cache = Cache(result.cache_dir)
     entry = cache.lookup(report.key) if report.key else None
     staged = None
     release_dir = None
-    if entry is not None and "release" in entry.outputs:
-        release_dir = cache.output_paths(entry)["release"]
+    if entry is not None and output in entry.outputs:
+        release_dir = cache.output_paths(entry)[output]
         staged = load_manifest((release_dir / MANIFEST_FILE).read_bytes(), str(release_dir / MANIFEST_FILE))
         if (staged.name, staged.version) != (name, version):
-            raise InvalidInput(f"stage {deploy_id} built {staged.ref}, not {name}@{version}",
-                               hint="the deploy stage names the version after the recipe; re-run it")
+            raise InvalidInput(f"stage {stage_id} built {staged.ref}, not {name}@{version}",
+                               hint="the stage names the version after the recipe; re-run it")
     local = zoo.get(name, version)
     if local is None:
         if release_dir is None:
-            raise StorageError(f"{name}@{version} is not in the local zoo and stage {deploy_id}'s output is not cached",
-                               hint=f"run `zoo run {result.path} {deploy_id} --force` to rebuild and publish it")
-        # deploy was cached but published into another zoo: publish its (timing-free) release folder
+            raise StorageError(f"{name}@{version} is not in the local zoo and stage {stage_id}'s output is not cached",
+                               hint=f"run `zoo run {result.path} {stage_id} --force` to rebuild and publish it")
+        # the stage was cached but published into another zoo: publish its (timing-free) release folder
         local = zoo.publish(release_dir)
-        notes.append(f"stage {deploy_id} was cached: published its release folder to the local zoo "
+        notes.append(f"stage {stage_id} was cached: published its release folder to the local zoo "
                      "(without this host's timing measurements)")
     if staged is not None:
         problems = _differences(staged, local)
@@ -220,24 +229,26 @@ def _differences(staged, local) -> list[str]:
     return problems
 
 
-def _check_statement(zoo, manifest) -> None:
-    """The version's provenance statement names exactly its build files' sha256 (when it has one)."""
-    from zoo_stages.lib.provenance import STATEMENT_FILE, check_statement
+def _check_release(zoo, manifest, kind: str, stage_id: str, recipe: str) -> None:
+    """The version carries the files its publishing kind requires, and passes the kind's `check_release`."""
+    cls = kinds.get(kind)
+    files = {f.path: f for f in manifest.files}
+    for path in cls.release_files:
+        ref = files.get(path)
+        if ref is None:
+            raise IntegrityError(f"{manifest.ref} has no {path}, which a release of stage {stage_id} ({kind}) must carry",
+                                 hint=f"`zoo rm {manifest.ref}`, then `zoo run {recipe} {stage_id} --force`")
+        if not zoo.blobs.has(ref.sha256, ref.size):
+            raise IntegrityError(f"{manifest.ref}: {path} is missing from the local zoo",
+                                 hint=f"`zoo rm {manifest.ref}` and run the recipe again")
 
-    ref = next((f for f in manifest.files if f.path == STATEMENT_FILE), None)
-    if ref is None:
-        return
-    if not zoo.blobs.has(ref.sha256, ref.size):
-        raise IntegrityError(f"{manifest.ref}: {STATEMENT_FILE} is missing from the local zoo",
-                             hint=f"`zoo rm {manifest.ref}` and run the recipe again")
-    try:
-        stmt = json.loads(zoo.blobs.path(ref.sha256).read_bytes())
-    except ValueError as e:
-        raise IntegrityError(f"{manifest.ref}: {STATEMENT_FILE} is not valid JSON ({e})") from None
-    build_files = {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
-    problems = check_statement(stmt, build_files)
-    subjects = {s.get("name") for s in stmt.get("subject") or []}
-    problems += [f"build file {p} is not a subject of the statement" for p in sorted(set(build_files) - subjects)]
+    def read(path: str) -> bytes:
+        ref = files.get(path)
+        if ref is None:
+            raise IntegrityError(f"{manifest.ref} has no file {path}")
+        return zoo.blobs.path(ref.sha256).read_bytes()
+
+    problems = cls().check_release(manifest, read)
     if problems:
-        raise IntegrityError(f"{manifest.ref}: the provenance statement does not match the builds: "
+        raise IntegrityError(f"{manifest.ref}: the release does not match what stage {stage_id} built: "
                              + "; ".join(problems[:5]), hint="rebuild the version; do not edit released files")

@@ -26,6 +26,7 @@ from zoo.explain import Reason
 from zoo.hashing import StatCache
 from zoo.lockfile import Lock, StageLock
 from zoo.planner import Dag, Node
+from zoo.stage import Effect
 from zoo.worker import StageTask, UpstreamRef, describe_error
 
 # stage states
@@ -49,12 +50,14 @@ class StageReport:
     error: dict[str, Any] | None = None
     log_path: str | None = None
     outputs: dict[str, str] = field(default_factory=dict)
+    effects: list[Effect] = field(default_factory=list)  # what it did outside the cache in this run
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "needs": self.needs, "state": self.state,
                 "reasons": [str(r) for r in self.reasons], "key": self.key, "duration_s": round(self.duration_s, 3),
                 "metrics": self.metrics, "error": {k: v for k, v in (self.error or {}).items() if k != "traceback"} or None,
-                "log": self.log_path, "outputs": self.outputs}
+                "log": self.log_path, "outputs": self.outputs,
+                "effects": [{"kind": e.kind, "ref": e.ref} for e in self.effects]}
 
 
 def decide(node: Node, parts: dict | None, key: str | None, cache: Cache, previous: StageLock | None,
@@ -236,6 +239,7 @@ class Runner:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         report.metrics = {**entry.metrics, **context.metrics}
+        report.effects = list(context.effects)
 
     def _task(self, node: Node, key: str) -> tuple[StageTask, Path]:
         upstream = []
@@ -291,6 +295,7 @@ class Runner:
             if result["ok"]:
                 self.entries[nid] = entry
                 report.state, report.metrics = RAN, result["metrics"]
+                report.effects = [Effect.from_json(e) for e in result.get("effects") or ()]
                 report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
             else:
                 report.state, report.error = FAILED, result["error"]

@@ -25,6 +25,23 @@ Metrics go in ``context.metrics``. A kind may also override ``dependencies`` to 
 (user code, datasets) whose content must enter the cache key, and ``on_cached`` to redo an effect
 outside the cache (publishing) when the stage is found cached.
 
+The engine knows no kind by name; what it shows or checks after a run, a kind says through these
+(all optional; the built-in verify and deploy use them, and a plug-in kind can do the same):
+
+- effects: what ``run`` or ``on_cached`` did outside the cache goes in ``context.effects`` as an
+  `Effect` (``Effect("published", "alexnet@1.0.0", evidence=...)``). The run summary prints each
+  (``published alexnet@1.0.0``); effects are never cached; a no-op fast answer (zoo/fastpath.py)
+  is given only while every ``evidence`` file still exists;
+- ``report(stage_id, metrics, effects)``: tables (`ReportTable`) the run summary prints after
+  the stage ran (verify's gates, deploy's published builds); the CLI lays them out;
+- ``gates(metrics)``: the quality gates a stage checked (`GateOutcome`); ``zoo release`` requires
+  every one to pass. None (the default) means the kind checks no gates;
+- ``release_output(config)``: the output holding the version's release folder, when the stage
+  publishes it to the local zoo (deploy with ``publish: true``); ``zoo release`` ships what the
+  one such stage published. ``release_files`` names the version-level files that release must
+  carry (``zoo.lock``...), and ``check_release(manifest, read)`` lists problems with it (deploy:
+  provenance subjects that do not match the builds).
+
 Kinds must import heavy libraries (torch, onnx, onnxruntime) inside ``run``, never at module
 level: the engine imports kind modules to compute cache keys, and a fully cached run must not
 pay for those imports.
@@ -35,11 +52,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from zoo.errors import InvalidInput, UnsafePath
+
+if TYPE_CHECKING:
+    from zoo.registry.manifest import Manifest
 
 
 class KindConfig(BaseModel):
@@ -160,6 +180,66 @@ class SharedView(dict):
                                   f"declare (so it is not in the stage's cache key): add {name!r} to its `shared`")
 
 
+@dataclass(frozen=True)
+class Effect:
+    """Something a stage did outside the cache: ``Effect("published", "alexnet@1.0.0", evidence)``.
+
+    `kind` is a past-tense verb and `ref` what it acted on; the run summary prints ``kind ref``.
+    `evidence`: files that exist for as long as the effect holds (the local zoo's manifest and
+    blobs of a published version). A no-op fast answer to the next `zoo run` requires every one of
+    them, so a removed one sends the run down the full path, where ``on_cached`` redoes the effect.
+    """
+
+    kind: str
+    ref: str
+    evidence: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.ref}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "ref": self.ref, "evidence": list(self.evidence)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Effect:
+        return cls(kind=str(data["kind"]), ref=str(data["ref"]),
+                   evidence=tuple(str(p) for p in data.get("evidence") or ()))
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """One quality gate a stage checked (what `StageKind.gates` returns)."""
+
+    gate: str  # as the recipe writes it, e.g. "cpu-int8.accuracy_drop <= 0.01"
+    value: float | None  # the measured value; None when it could not be measured
+    passed: bool
+    implicit: bool = False  # added by the kind, not the recipe: checked and released, not in the run summary
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a `ReportTable`: its header and how its cells are shown."""
+
+    header: str
+    align: Literal["left", "right"] = "left"
+    # numbers: a format spec (".4f"), or "size" for a byte count ("217.6 MB"); other cells show as str()
+    format: str = ""
+    missing: str = "-"  # shown for None (and, in a formatted column, for anything that is not a number)
+
+
+@dataclass(frozen=True)
+class ReportTable:
+    """A table the run summary prints for a stage (`StageKind.report`); the CLI lays it out.
+
+    A table without columns prints its title only (a one-line note).
+    """
+
+    title: str
+    columns: tuple[Column, ...] = ()
+    rows: tuple[tuple[Any, ...], ...] = ()
+    show_header: bool = True
+
+
 @dataclass
 class StageContext:
     """Everything a running stage may use besides its inputs and config."""
@@ -175,6 +255,7 @@ class StageContext:
     publish: bool = True  # False while `zoo repro` rebuilds: no side effects outside out_dir
     lineage: Mapping[str, Any] = field(default_factory=dict)  # ancestor id -> lock record (kinds with lineage=True)
     metrics: dict[str, Any] = field(default_factory=dict)
+    effects: list[Effect] = field(default_factory=list)  # what the stage did outside the cache (not cached)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("zoo.stage"))
 
     def resolve(self, path: str | Path) -> Path:
@@ -233,5 +314,30 @@ class StageKind:
         machine's local zoo) would be missing where the cache is shared between machines or the
         zoo was reset. Called in the engine's process with the cached (read-only) outputs; must be
         idempotent and cheap when the effect is already in place. Metrics set in context.metrics
-        are reported for this run (not cached). Never called while `zoo repro` rebuilds.
+        are reported for this run (not cached), and so are the effects it declares in
+        context.effects. Never called while `zoo repro` rebuilds.
         """
+
+    # -- what the engine asks after a run (see "The engine knows no kind by name" above) --------
+
+    release_files: ClassVar[tuple[str, ...]] = ()  # version-level files a release it publishes must carry
+
+    def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
+        """Tables for the run summary, after this stage ran (not when it was found cached)."""
+        return []
+
+    def gates(self, metrics: Mapping[str, Any]) -> list[GateOutcome] | None:
+        """The quality gates the stage checked, read from its metrics; None if the kind checks none."""
+        return None
+
+    def release_output(self, config: KindConfig) -> str | None:
+        """The output that is the release folder this stage publishes to the local zoo; None if it publishes none."""
+        return None
+
+    def check_release(self, manifest: Manifest, read: Callable[[str], bytes]) -> list[str]:
+        """Problems with the version this stage published (its local zoo manifest); [] if none.
+
+        `read(path)` returns the bytes of one of the version's files (``manifest.files``), e.g. one
+        of `release_files`, which are present by the time this is called.
+        """
+        return []

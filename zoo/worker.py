@@ -126,7 +126,7 @@ def _start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> None:
 
 
 def execute(task: StageTask) -> dict[str, Any]:
-    """Run the stage; returns {"ok", "outputs", "metrics", "duration_s", "host"} or {"ok": False, "error": ...}."""
+    """Run the stage; returns {"ok", "outputs", "metrics", "effects", "duration_s", "host"} or {"ok": False, "error": ...}."""
     from zoo import host, kinds
     from zoo.stage import Inputs, StageContext, Upstream
 
@@ -151,7 +151,8 @@ def execute(task: StageTask) -> dict[str, Any]:
             metrics = _jsonable(context.metrics)
             logger.info("stage %s done in %.2fs", task.stage_id, time.perf_counter() - started)
             return {"ok": True, "outputs": outputs, "metrics": metrics, "duration_s": time.perf_counter() - started,
-                    "host": host.describe(), "environment": key_environment(cls)}
+                    "host": host.describe(), "environment": key_environment(cls),
+                    "effects": [e.to_json() for e in context.effects]}
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
             full = disk_full_error(e, task)

@@ -357,6 +357,24 @@ def check_statement(stmt: Mapping[str, Any], files: Mapping[str, str]) -> list[s
     return problems
 
 
+def release_problems(data: bytes, build_files: Mapping[str, str]) -> list[str]:
+    """Problems between a release's stored statement (`data`) and {path: sha256} of its build files.
+
+    What `zoo release` checks through deploy (`Deploy.check_release`): the statement parses, every
+    subject is a build file with its sha256, and every build file is a subject.
+    """
+    try:
+        stmt = json.loads(data)
+    except ValueError as e:
+        return [f"{STATEMENT_FILE} is not valid JSON ({e})"]
+    if not isinstance(stmt, dict):
+        return [f"{STATEMENT_FILE} is not a JSON object"]
+    problems = check_statement(stmt, build_files)
+    subjects = {s.get("name") for s in stmt.get("subject") or [] if isinstance(s, dict)}
+    problems += [f"build file {p} is not a subject of the statement" for p in sorted(set(build_files) - subjects)]
+    return [f"{STATEMENT_FILE}: {p}" for p in problems]
+
+
 def card_section(stmt: Mapping[str, Any]) -> str:
     """The model card's "Provenance" section, rendered from the statement itself."""
     definition = stmt["predicate"]["buildDefinition"]

@@ -291,3 +291,122 @@ class Reader(StageKind):
         out = context.output_path("shared.json")
         out.write_text(json.dumps({"shared": context.shared, "read": read}, sort_keys=True))
         return {"data": out}
+
+
+# --- kinds that use the engine's after-run hooks, as deploy and verify do (tests/test_kind_hooks.py) ---
+
+from zoo.stage import Column, Effect, GateOutcome, ReportTable  # noqa: E402
+
+
+class InspectorConfig(KindConfig):
+    minimum: int = 0  # the gate: the upstream `data` holds at least this many characters
+    enforce: bool = True  # False: record a failing gate without failing the stage (advisory)
+
+
+class Inspector(StageKind):
+    """Gate-like: checks the upstream text's length, records the checks in its own metric format,
+    and tells the engine about them through `gates` and `report`."""
+
+    name = "inspector"
+    Config = InspectorConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        text = Path(inputs.one("data")).read_text()
+        passed = len(text) >= config.minimum
+        context.metrics["checks"] = [{"check": f"chars >= {config.minimum}", "measured": len(text), "ok": passed},
+                                     {"check": "text is utf-8", "measured": 1, "ok": True, "builtin": True}]
+        if not passed and config.enforce:
+            raise GateFailed(f"only {len(text)} characters", table=f"chars >= {config.minimum}  {len(text)}  NOT OK")
+        out = context.output_path("checked.txt")
+        out.write_text(text)
+        return {"data": out}
+
+    def gates(self, metrics):
+        return [GateOutcome(c["check"], c["measured"], c["ok"], implicit=bool(c.get("builtin")))
+                for c in metrics.get("checks") or []]
+
+    def report(self, stage_id, metrics, effects):
+        rows = tuple((g.gate, g.value, "ok" if g.passed else "NOT OK") for g in self.gates(metrics) if not g.implicit)
+        columns = (Column("check"), Column("measured", align="right", format="d"), Column("verdict"))
+        return [ReportTable(f"checks ({stage_id})", columns, rows)]
+
+
+NOTICE = "NOTICE.txt"
+SHIPPED = "shipped"
+
+
+class ShipperConfig(KindConfig):
+    publish: bool = True
+    false_notice: bool = False  # write a NOTICE.txt that does not match the build (check_release refuses it)
+
+
+class Shipper(StageKind):
+    """Publish-like: ships the upstream `data` as the recipe's version (one build, plus a version-level
+    NOTICE.txt naming each build file's sha256) to the local zoo, declaring the effect; tells the
+    engine which output is the release, which files it must carry and how to check them."""
+
+    name = "shipper"
+    Config = ShipperConfig
+    outputs = ("release",)
+    recipe_fields = ("name", "version")
+    release_files = (NOTICE,)
+
+    def run(self, inputs, config, context):
+        from zoo.registry.manifest import MANIFEST_FILE, Build, Manifest
+
+        folder = context.output_path("release")
+        payload = folder / "builds" / "data" / "model.ort"
+        payload.parent.mkdir(parents=True)
+        payload.write_bytes(Path(inputs.one("data")).read_bytes())
+        build = Build(name="data", file=_file_ref(folder, payload), format="ort")
+        listed = {f.path: ("0" * 64 if config.false_notice else f.sha256) for f in build.all_files()}
+        notice = folder / NOTICE
+        notice.write_text("shipped by the test shipper\n" + "".join(f"{p} {sha}\n" for p, sha in listed.items()))
+        manifest = Manifest(name=context.recipe.name, version=context.recipe.version, builds={"data": build},
+                            files=[_file_ref(folder, notice)])
+        (folder / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))
+        if config.publish and context.publish:
+            _ship(folder, context)
+        return {"release": folder}
+
+    def on_cached(self, outputs, config, context):
+        if config.publish and context.publish:
+            _ship(Path(outputs["release"]), context)
+
+    def report(self, stage_id, metrics, effects):
+        from zoo.registry.store import LocalZoo
+
+        tables = []
+        for effect in (e for e in effects if e.kind == SHIPPED):
+            manifest = LocalZoo().resolve(effect.ref)
+            rows = tuple((f.path, f.size) for f in manifest.all_files())
+            tables.append(ReportTable(f"contents of {effect.ref}", (Column("file"), Column("size", "right", "size")), rows))
+        return tables
+
+    def release_output(self, config):
+        return "release" if config.publish else None
+
+    def check_release(self, manifest, read):
+        listed = dict(line.split(" ") for line in read(NOTICE).decode().splitlines()[1:])
+        files = {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
+        return [] if listed == files else [f"{NOTICE} does not list the build files with their sha256"]
+
+
+def _file_ref(root: Path, path: Path):
+    import hashlib
+
+    from zoo.registry.manifest import FileRef
+
+    data = path.read_bytes()
+    return FileRef(path=path.relative_to(root).as_posix(), sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+
+
+def _ship(folder: Path, context) -> None:
+    from zoo.registry.store import LocalZoo
+
+    zoo = LocalZoo()
+    manifest = zoo.publish(folder)
+    evidence = [zoo.manifest_path(manifest.name, manifest.version)] + [zoo.blobs.path(f.sha256)
+                                                                       for f in manifest.all_files()]
+    context.effects.append(Effect(SHIPPED, manifest.ref, tuple(str(p) for p in evidence)))
