@@ -47,3 +47,11 @@ class RecordingExecutor(_ProcessExecutor):
     def submit(self, task):
         self.submitted.append(task.stage_id)
         return super().submit(task)
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The rows of the rich tables in `text` (zoo/cli_table.py, piped: no edge), header rows included,
+    as stripped cells."""
+    import re
+
+    return [[cell.strip() for cell in re.split("[│┃]", line)] for line in text.splitlines() if re.search("[│┃]", line)]

@@ -47,4 +47,4 @@ def test_failure_on_dask_is_reported_like_locally(tmp_path, cluster):
     recipe = write_recipe(tmp_path, RECIPE.replace('{kind: concat}', '{kind: failing, config: {message: "remote boom"}}'))
     result = zoo.run(recipe, executor=cluster.scheduler_address)
     assert [s.state for s in result.stages] == ["done", "failed"]
-    assert "remote boom" in result.failed[0].error["message"]
+    assert "remote boom" in result.failed[0].error.message

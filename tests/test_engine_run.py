@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import zoo
-from cli_helpers import RecordingExecutor, write_recipe, zoo as zoo_cli
+from cli_helpers import RecordingExecutor, table_rows, write_recipe, zoo as zoo_cli
 from zoo.cache import Cache
 from zoo.errors import InvalidInput
 
@@ -97,11 +97,11 @@ def test_status_why_from_the_cli_names_the_changed_field(tmp_path):
     recipe.write_text(CHAIN.replace("repeat: 3", "repeat: 4"))
     cli = zoo_cli("status", recipe, "--why")
     assert cli.code == 0
-    line_a = next(l for l in cli.out.splitlines() if l.startswith("a "))
-    assert "config changed: repeat: 3 → 4" in line_a
-    line_b = next(l for l in cli.out.splitlines() if l.startswith("b "))
-    assert "upstream reran" in line_b
-    assert "side" in cli.out and "up to date" in next(l for l in cli.out.splitlines() if l.startswith("side"))
+    rows = {r[0]: r[1:] for r in table_rows(cli.out)}
+    assert rows["stage"] == ["state", "why"]
+    assert rows["a"][0] == "will run" and "config changed: repeat: 3 → 4" in rows["a"][1]
+    assert rows["b"][0] == "will run" and "upstream reran" in rows["b"][1]
+    assert rows["side"] == ["up to date", ""]
 
 
 def test_identical_upstream_output_keeps_dependents_cached(tmp_path):
@@ -224,7 +224,7 @@ stages:
     result = zoo.run(recipe)
     assert states(result) == {"good": "done", "bad": "failed", "after": "skipped"}
     assert result.exit_code() == 1
-    assert "disk on fire" in result.failed[0].error["message"]
+    assert "disk on fire" in result.failed[0].error.message
     # completed results are kept
     assert zoo.plan(recipe).stages[0].state == "cached"
 
@@ -542,7 +542,7 @@ def test_a_cached_stage_redoes_its_effects_outside_the_cache(tmp_path, monkeypat
     (tmp_path / "refuse").write_text("")
     third = zoo.run(recipe)
     assert states(third) == {"a": "failed"} and not third.ok
-    assert third.stages[0].error["type"] == "Conflict" and third.stages[0].error["hint"] == "remove the refusal"
+    assert third.stages[0].error.type == "Conflict" and third.stages[0].error.hint == "remove the refusal"
 
 
 class OtherMachineExecutor:
@@ -574,8 +574,8 @@ def test_outputs_of_a_worker_with_other_tool_versions_are_not_cached(tmp_path, m
     result = zoo.run(recipe, executor=OtherMachineExecutor())
     assert states(result) == {"a": "failed"}
     error = result.stages[0].error
-    assert error["type"] == "WorkerMismatch" and "onnx is 0.0-other" in error["message"], error
-    assert "constraints.txt" in error["hint"]
+    assert error.type == "WorkerMismatch" and "onnx is 0.0-other" in error.message, error
+    assert "constraints.txt" in error.hint
     assert not list(Cache(result.cache_dir).root.glob("entries/**/*.json"))  # nothing cached under the key
     # the same worker code with the planner's versions agrees, and caches
     assert states(zoo.run(recipe)) == {"a": "done"}

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import zoo
-from cli_helpers import RecordingExecutor, write_recipe, zoo as zoo_cli
+from cli_helpers import RecordingExecutor, table_rows, write_recipe, zoo as zoo_cli
 from zoo import keys, kinds, lockfile, planner
 from zoo.cache import Cache
 from zoo.errors import RecipeError
@@ -63,7 +63,7 @@ def test_a_declared_field_change_reruns_the_stage_and_the_reason_names_it(tmp_pa
 
     cli = zoo_cli("status", recipe, "--why")
     assert cli.code == 0, cli.text
-    assert "config changed: data.image_size: 8 → 16" in next(l for l in cli.out.splitlines() if l.startswith("r "))
+    assert ["r", "will run", "config changed: data.image_size: 8 → 16"] in table_rows(cli.out)
     cli = zoo_cli("plan", recipe)
     assert cli.code == 0 and "data.image_size: 8 → 16" in cli.text, cli.text
 
@@ -115,7 +115,7 @@ def test_reading_an_undeclared_field_fails_the_stage_and_names_it(tmp_path, name
     assert not result.ok
     r = next(s for s in result.stages if s.id == "r")
     assert r.state == "failed"
-    assert f"`{name}`" in r.error["message"] and "shared" in r.error["message"], r.error
+    assert f"`{name}`" in r.error.message and "shared" in r.error.message, r.error
 
 
 def test_reading_declared_fields_through_the_context_works(tmp_path):

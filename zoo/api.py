@@ -13,10 +13,9 @@ from typing import Any, Callable, Iterable
 
 from zoo import frozen as frozen_mod, keys, lockfile, paths, planner, recipe as recipe_mod
 from zoo.cache import Cache
-from zoo.errors import StorageError
+from zoo.errors import ExitCode, LockOutOfDate, StorageError  # noqa: F401 (part of the API: zoo.api.LockOutOfDate)
 from zoo.executors import Executor, make_executor
-from zoo.frozen import LockOutOfDate  # noqa: F401 (part of the API: zoo.api.LockOutOfDate)
-from zoo.runner import CACHED, FAILED, RAN, WILL_RUN, Runner, StageReport, decide
+from zoo.runner import Runner, StageReport, StageState, decide
 from zoo.stage import ReportTable
 
 
@@ -35,17 +34,18 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return not any(s.state == FAILED for s in self.stages)
+        return not any(s.state == StageState.FAILED for s in self.stages)
 
     @property
     def failed(self) -> list[StageReport]:
-        return [s for s in self.stages if s.state == FAILED]
+        return [s for s in self.stages if s.state == StageState.FAILED]
 
-    def exit_code(self) -> int:
-        """0 ok; else the failed stage's error class (1 stage/gate, 3 storage, 4 integrity)."""
+    def exit_code(self) -> ExitCode:
+        """OK; else the first failed stage's error class (FAILED stage/gate, STORAGE, INTEGRITY...)."""
         if self.ok:
-            return 0
-        return int(self.failed[0].error.get("exit_code") or 1) if self.failed[0].error else 1
+            return ExitCode.OK
+        error = self.failed[0].error
+        return error.exit_code if error else ExitCode.FAILED
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": 1, "recipe": self.recipe, "version": self.version, "path": str(self.path),
@@ -72,7 +72,7 @@ def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None,
     entries = {}
     for nid, node in dag.nodes.items():
         report = StageReport(id=nid, kind=node.kind, needs=list(node.needs))
-        pending = [up for up in node.needs if by_id[up].state == WILL_RUN]
+        pending = [up for up in node.needs if by_id[up].state == StageState.WILL_RUN]
         parts = key = None
         if not pending:
             inputs = {up: entries[up].output_digests() for up in node.needs}
@@ -81,7 +81,7 @@ def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None,
             key = keys.key_of(parts)
         prev = previous.stages.get(nid) if previous else None
         state, reasons, entry = decide(node, parts, key, cache, prev, nid in forced, pending)
-        if state == CACHED:
+        if state == StageState.CACHED:
             entries[nid] = entry
             report.outputs = entry.output_digests()  # what `--frozen` compares with the lock
         report.state, report.reasons, report.key = state, reasons, key
@@ -116,7 +116,7 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     executed: list[str] = []
 
     def update(report: StageReport) -> None:
-        if report.state == "running":
+        if report.state == StageState.RUNNING:
             executed.append(report.id)
         if on_update:
             on_update(report)
@@ -162,7 +162,7 @@ def _write_stamp(dag: planner.Dag, cache: Cache, runner: Runner, result: Result)
 
 def report_tables(stage: StageReport) -> list[ReportTable]:
     """What the stage's kind reports about this run (the run summary's tables): [] unless it ran."""
-    if stage.state != RAN:
+    if stage.state != StageState.RAN:
         return []
     from zoo import kinds
 

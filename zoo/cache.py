@@ -292,15 +292,6 @@ class Cache:
         base = self.materialize(entry)
         return {name: base / out["path"] for name, out in entry.outputs.items()}
 
-    def verify_entry(self, entry: Entry) -> list[str]:
-        """Re-hash every object of an entry; the relpaths whose bytes no longer match."""
-        bad = []
-        for rel, meta in entry.files.items():
-            obj = self.object_path(meta["digest"])
-            if not obj.exists() or hash_file_uncached(obj) != meta["digest"]:
-                bad.append(rel)
-        return bad
-
     # --- logs and locks -----------------------------------------------------------------
     def log_path(self, key: str) -> Path:
         return self.logs / f"{key}.log"

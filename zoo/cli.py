@@ -82,16 +82,19 @@ def status(recipe: Path = RecipeArg, why: bool = typer.Option(False, "--why", he
     """Which stages are up to date and which would run (runs nothing). Exit 0 either way."""
     from zoo import api
 
+    from zoo.runner import StageState
+
     result = api.status(recipe, cache_dir=cache_dir)
     if as_json:
         _echo(json.dumps(result.to_json(), indent=2))
         return
-    stale = [s for s in result.stages if s.state != "cached"]
-    for s in result.stages:
-        line = f"{s.id:<28} {'up to date' if s.state == 'cached' else 'will run'}"
-        if why and s.state != "cached":
-            line += "  — " + "; ".join(str(r) for r in s.reasons)
-        _echo(line)
+    from zoo.cli_table import print_table
+
+    stale = [s for s in result.stages if s.state != StageState.CACHED]
+    rows = [[s.id, "up to date" if s.state == StageState.CACHED else "will run"]
+            + (["; ".join(str(r) for r in s.reasons) if s.state != StageState.CACHED else ""] if why else [])
+            for s in result.stages]
+    print_table(["stage", "state"] + (["why"] if why else []), rows)
     _echo(f"\n{len(stale)} of {len(result.stages)} stages would run." if stale else "\nEverything is up to date.")
 
 
@@ -145,10 +148,11 @@ def gc(
 def kinds_cmd() -> None:
     """List the stage kinds (built in and from the `zoo.stages` entry points)."""
     from zoo import kinds
+    from zoo.cli_table import print_table
 
-    for name, target in sorted(kinds.available().items()):
-        origin = "built-in" if name in kinds.BUILTIN_KINDS else "plugin"
-        _echo(f"{name:<12} {origin:<9} {target}")
+    print_table(["kind", "origin", "target"],
+                [[name, "built-in" if name in kinds.BUILTIN_KINDS else "plugin", target]
+                 for name, target in sorted(kinds.available().items())])
 
 
 # --- output helpers -------------------------------------------------------------------------
@@ -164,11 +168,13 @@ def _progress(dag, as_json: bool):
 
 
 def _print_plan(result, show_needs: bool) -> None:
+    from zoo.runner import StageState
+
     _echo(f"{result.recipe}@{result.version} ({result.path})")
     for s in result.stages:
         needs = f" ← {', '.join(s.needs)}" if show_needs and s.needs else ""
-        verdict = "cached" if s.state == "cached" else "run"
-        why = "" if s.state == "cached" else "  (" + "; ".join(str(r) for r in s.reasons) + ")"
+        verdict = "cached" if s.state == StageState.CACHED else "run"
+        why = "" if s.state == StageState.CACHED else "  (" + "; ".join(str(r) for r in s.reasons) + ")"
         _echo(f"  {s.id} [{s.kind}]{needs}: {verdict}{why}")
 
 
@@ -180,12 +186,12 @@ def _print_run_summary(result, recipe: Path) -> None:
     cached = [s for s in result.stages if s.state == "cached"]
     total = sum(s.duration_s for s in ran)
     for s in result.failed:
-        err = s.error or {}
-        _echo(f"\nstage {s.id} failed: {err.get('message', '')}", err=True)
-        if err.get("table"):
-            _echo(err["table"], err=True)
-        if err.get("hint"):
-            _echo(f"hint: {err['hint']}", err=True)
+        err = s.error
+        _echo(f"\nstage {s.id} failed: {err.message if err else ''}", err=True)
+        if err and err.table:
+            _echo(err.table, err=True)
+        if err and err.hint:
+            _echo(f"hint: {err.hint}", err=True)
         tail = log_tail(s.log_path)
         if tail:
             _echo(f"--- last lines of {s.log_path} ---\n{tail}\n---", err=True)
@@ -266,7 +272,7 @@ _register_subcommands()
 
 def main() -> None:
     """Entry point: run the app, mapping ZooError to its message, hint and exit code."""
-    from zoo.errors import ZooError
+    from zoo.errors import ExitCode, ZooError
 
     try:
         app()
@@ -283,7 +289,7 @@ def main() -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         _echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except OSError as e:
         # a full disk can surface anywhere (cache, local zoo, --to folder): one message, exit 3
         from zoo.errors import NO_SPACE_HINT, is_no_space
@@ -294,7 +300,7 @@ def main() -> None:
         _echo(f"error: no space left on {where}", err=True)
         _echo(f"hint: {NO_SPACE_HINT}", err=True)
         _echo("(set ZOO_DEBUG=1 to see the traceback)", err=True)
-        sys.exit(3)
+        sys.exit(ExitCode.STORAGE)
 
 
 def _written_path(e: BaseException) -> str | None:

@@ -42,10 +42,9 @@ def repro(
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        for s in report.stages:
-            print(f"{s.id:<24} {s.status}")
-            for line in s.details:
-                print(f"    {line}")
+        from zoo.cli_table import print_table
+
+        print_table(["stage", "status", "details"], [[s.id, s.status, "\n".join(s.details)] for s in report.stages])
         print(f"\n{report.recipe}: " + ("every rebuilt stage is bit-identical to the lockfile" if report.ok
                                          else "rebuild DIFFERS from the lockfile"))
     sys.stdout.flush()
@@ -80,10 +79,11 @@ def release(
     for g in result.gates:
         if not g.get("implicit"):
             print(f"  gate {g.get('gate')}: {'pass' if g.get('passed', True) else 'FAIL'}")
-    for name, sha in result.builds.items():
-        print(f"  build {name:<16} sha256 {sha}")
-    for path, sha in result.files.items():
-        print(f"  file  {path:<16} sha256 {sha}")
+    if result.builds or result.files:
+        from zoo.cli_table import print_table
+
+        print_table(["", "name", "sha256"], [["build", name, sha] for name, sha in result.builds.items()]
+                    + [["file", path, sha] for path, sha in result.files.items()])
     for note in result.notes:
         print(f"note: {note}")
     if result.created:

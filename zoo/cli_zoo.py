@@ -49,16 +49,9 @@ def _print_json(obj) -> None:
 
 
 def _table(title: str | None, columns: list[str], rows: list[list]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from zoo.cli_table import print_table
 
-    table = Table(title=title, show_edge=False, header_style="bold")
-    for c in columns:
-        table.add_column(c, overflow="fold")
-    for r in rows:
-        table.add_row(*["" if v is None else str(v) for v in r])
-    # piped output is not cut to 80 columns: scripts and logs get whole values
-    Console(width=None if sys.stdout.isatty() else 250).print(table)
+    print_table(columns, rows, title=title)
 
 
 def _note(text: str) -> None:
@@ -230,17 +223,18 @@ def fsck_cmd(
 
     Exits 4 when something is corrupt (and was not repaired), 0 when the zoo is clean.
     """
-    from zoo.errors import EXIT_INTEGRITY, IntegrityError
+    from zoo.errors import ExitCode, IntegrityError
     from zoo.registry import api
 
     report = api.fsck(ref, repair=repair)
     if as_json:
         _print_json(report)
         if not report.ok:
-            raise typer.Exit(EXIT_INTEGRITY)
+            raise typer.Exit(ExitCode.INTEGRITY)
         return
-    for p in report.problems:
-        print(f"{p.kind:<8} {'repaired' if p.repaired else 'CORRUPT ':<8} {p.detail}  ({p.where})", flush=True)
+    if report.problems:
+        _table(None, ["what", "state", "problem", "where"],
+               [[p.kind, "repaired" if p.repaired else "CORRUPT", p.detail, p.where] for p in report.problems])
     print(f"checked {report.versions} version(s), {report.blobs_checked} blob(s) by sha256"
           + (f"; {report.blobs_missing} not downloaded" if report.blobs_missing else "")
           + f"; {len(report.problems)} problem(s)" + (f", {len(report.unrepaired)} left" if repair else ""), flush=True)

@@ -3,24 +3,35 @@
 The CLI turns a `ZooError` into one message, an optional hint, and its exit code; any other
 exception is a bug and prints a traceback. Set ``ZOO_DEBUG=1`` to get tracebacks for all.
 
-Exit codes (documented in the README):
-    0 ok, 1 a stage or gate failed, 2 invalid input (recipe, arguments),
-    3 storage or I/O error, 4 integrity error (checksum mismatch).
+`ExitCode` lists every status the `zoo` command exits with; the README's exit-code table is
+checked against it (tests/test_errors.py). Classes also subclass the builtin exception they
+resemble (huggingface_hub does the same), so ``except ConnectionError`` / ``except LookupError``
+in a caller's code catches them: `SourceUnreachable` is a `ConnectionError`, `NotFound` a
+`LookupError`. `IntegrityError`/`UnsafePath` are not `ValueError`s and `NoSpace` is not an
+`OSError`: zoo's own ``except ValueError`` (JSON, pydantic validators) and ``except OSError``
+(file writes turned into StorageError) would then swallow them.
 """
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_STORAGE = 3
-EXIT_INTEGRITY = 4
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The exit status of the `zoo` command (README, "Exit codes")."""
+
+    OK = 0
+    FAILED = 1  # a stage or gate failed, --frozen found the lockfile out of date, or stdout was closed
+    INVALID = 2  # invalid input: recipe, arguments, unknown model/version
+    STORAGE = 3  # storage or I/O error: cache, zoo, remote, unreachable or refusing source
+    INTEGRITY = 4  # integrity error: checksum mismatch, path escaping its folder
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 
 
 class ZooError(Exception):
     """Base of all expected errors. `hint` tells the user what to do next."""
 
-    exit_code = EXIT_FAILED
+    exit_code: ExitCode = ExitCode.FAILED
 
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message)
@@ -34,7 +45,7 @@ class ZooError(Exception):
 class InvalidInput(ZooError):
     """Bad recipe, bad argument, bad config: the user must change what they passed."""
 
-    exit_code = EXIT_INVALID
+    exit_code = ExitCode.INVALID
 
 
 class RecipeError(InvalidInput):
@@ -52,7 +63,7 @@ class PlanError(InvalidInput):
 class StageFailed(ZooError):
     """A stage raised; dependents were not scheduled."""
 
-    exit_code = EXIT_FAILED
+    exit_code = ExitCode.FAILED
 
     def __init__(self, message: str, *, stage_id: str | None = None, log_tail: str = "", hint: str | None = None):
         super().__init__(message, hint=hint)
@@ -67,20 +78,26 @@ class WorkerMismatch(StageFailed):
 class GateFailed(ZooError):
     """A quality gate (accuracy, parity, latency...) was not met. `table` is printable text."""
 
-    exit_code = EXIT_FAILED
+    exit_code = ExitCode.FAILED
 
     def __init__(self, message: str, *, table: str = "", hint: str | None = None):
         super().__init__(message, hint=hint)
         self.table = table
 
 
+class LockOutOfDate(ZooError):
+    """`zoo run --frozen` and the lockfile would change (zoo/frozen.py lists how)."""
+
+    exit_code = ExitCode.FAILED
+
+
 class StorageError(ZooError):
     """A cache, zoo or remote could not be read or written."""
 
-    exit_code = EXIT_STORAGE
+    exit_code = ExitCode.STORAGE
 
 
-class SourceUnreachable(StorageError):
+class SourceUnreachable(StorageError, ConnectionError):
     """A remote source (URL, hub, remote zoo) could not be reached."""
 
 
@@ -92,16 +109,16 @@ class AccessDenied(StorageError):
     """
 
 
-class NotFound(ZooError):
+class NotFound(ZooError, LookupError):
     """A model, version, build or tag that does not exist."""
 
-    exit_code = EXIT_INVALID
+    exit_code = ExitCode.INVALID
 
 
 class IntegrityError(ZooError):
     """Bytes whose digest does not match what was recorded. Nothing was installed."""
 
-    exit_code = EXIT_INTEGRITY
+    exit_code = ExitCode.INTEGRITY
 
 
 class UnsafePath(IntegrityError):
@@ -111,7 +128,7 @@ class UnsafePath(IntegrityError):
 class Conflict(ZooError):
     """A publish that would overwrite different bytes under the same version."""
 
-    exit_code = EXIT_STORAGE
+    exit_code = ExitCode.STORAGE
 
 
 class Unhashable(InvalidInput):

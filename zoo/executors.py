@@ -20,7 +20,7 @@ from zoo.worker import StageTask, execute
 
 
 class Executor(Protocol):
-    """Submit a stage with its inputs and resource needs; get a future of its result dict."""
+    """Submit a stage with its inputs and resource needs; get a future of its `StageResult`."""
 
     def submit(self, task: StageTask) -> Future: ...
 

@@ -3,29 +3,38 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from zoo.hashing import digest_json
 from zoo.lockfile import StageLock
 
-# reason codes, in the order they are reported
-NEW = "new"
-FORCED = "forced"
-POLICY = "cache policy"
-KIND_VERSION = "kind version changed"
-CONFIG = "config changed"
-INPUT = "input changed"
-CODE = "code changed"
-RECIPE = "recipe changed"
-TOOLS = "tool version changed"
-MISSING = "output missing"
-UPSTREAM = "upstream reran"
-CACHED = "cached"
+class ReasonCode(StrEnum):
+    """Why a stage runs, is cached or did not run; the README's list of reasons is checked against it.
+
+    A StrEnum, so `--json` output and comparisons with plain strings see the text."""
+
+    NEW = "new"
+    FORCED = "forced"
+    POLICY = "cache policy"
+    KIND_VERSION = "kind version changed"
+    CONFIG = "config changed"
+    INPUT = "input changed"
+    CODE = "code changed"
+    RECIPE = "recipe changed"
+    TOOLS = "tool version changed"
+    MISSING = "output missing"
+    UPSTREAM = "upstream reran"
+    CACHED = "cached"
+    WAITING = "waiting"  # another `zoo run` is computing the same key; this one waits for its result
+    NOT_RUN = "not run"  # an upstream failed, or the run stopped before the stage's turn
 
 
 @dataclass(frozen=True)
 class Reason:
-    code: str
+    """One reason with its detail (``config changed: lr: 0.1 → 0.2``)."""
+
+    code: ReasonCode
     detail: str = ""
 
     def __str__(self) -> str:
@@ -35,36 +44,36 @@ class Reason:
 def compare(parts: dict[str, Any], previous: StageLock | None) -> list[Reason]:
     """Reasons the key differs from the previous run's; [] when the parts are the same."""
     if previous is None:
-        return [Reason(NEW, "no previous run recorded in the lockfile")]
+        return [Reason(ReasonCode.NEW, "no previous run recorded in the lockfile")]
     reasons: list[Reason] = []
     if parts["kind"] != previous.kind or parts["kind_version"] != previous.kind_version:
-        reasons.append(Reason(KIND_VERSION, f"{previous.kind} v{previous.kind_version} → {parts['kind']} v{parts['kind_version']}"))
+        reasons.append(Reason(ReasonCode.KIND_VERSION, f"{previous.kind} v{previous.kind_version} → {parts['kind']} v{parts['kind_version']}"))
     changes = (_dict_changes(previous.config, parts["config"], "") + _shared_changes(parts["shared"], previous)
                + _dict_changes(previous.matrix, parts["matrix"], "matrix"))
     if changes:
         more = f" (and {len(changes) - 4} more)" if len(changes) > 4 else ""
-        reasons.append(Reason(CONFIG, ", ".join(changes[:4]) + more))
+        reasons.append(Reason(ReasonCode.CONFIG, ", ".join(changes[:4]) + more))
     changed_inputs = [f"{up}.{name}" for up in sorted(set(parts["inputs"]) | set(previous.inputs))
                       for name in sorted(set(parts["inputs"].get(up, {})) | set(previous.inputs.get(up, {})))
                       if parts["inputs"].get(up, {}).get(name) != previous.inputs.get(up, {}).get(name)]
     if changed_inputs:
-        reasons.append(Reason(INPUT, ", ".join(changed_inputs[:4])))
+        reasons.append(Reason(ReasonCode.INPUT, ", ".join(changed_inputs[:4])))
     changed_code = sorted(k for k in set(parts["code"]) | set(previous.code) if parts["code"].get(k) != previous.code.get(k))
     if changed_code:
-        reasons.append(Reason(CODE, ", ".join(c.removeprefix("kind:") for c in changed_code[:4])))
+        reasons.append(Reason(ReasonCode.CODE, ", ".join(c.removeprefix("kind:") for c in changed_code[:4])))
     if parts.get("recipe", {}) != previous.recipe:
         changed = [f"{k}: {_short(previous.recipe.get(k))} → {_short(v)}" for k, v in sorted(parts.get("recipe", {}).items())
                    if previous.recipe.get(k) != v]
-        reasons.append(Reason(RECIPE, ", ".join(changed[:3]) or "recipe identity"))
+        reasons.append(Reason(ReasonCode.RECIPE, ", ".join(changed[:3]) or "recipe identity"))
     if parts.get("lineage", {}) != previous.lineage and not changed_inputs:
         moved = sorted(k for k in set(parts.get("lineage", {})) | set(previous.lineage)
                        if parts.get("lineage", {}).get(k) != previous.lineage.get(k))
-        reasons.append(Reason(UPSTREAM, "ancestor keys changed: " + ", ".join(moved[:4])))
+        reasons.append(Reason(ReasonCode.UPSTREAM, "ancestor keys changed: " + ", ".join(moved[:4])))
     changed_tools = [f"{t} {previous.tools.get(t, 'absent')} → {parts['tools'].get(t, 'absent')}"
                      for t in sorted(set(parts["tools"]) | set(previous.tools))
                      if parts["tools"].get(t) != previous.tools.get(t)]
     if changed_tools:
-        reasons.append(Reason(TOOLS, ", ".join(changed_tools[:4])))
+        reasons.append(Reason(ReasonCode.TOOLS, ", ".join(changed_tools[:4])))
     return reasons
 
 

@@ -13,18 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zoo import lockfile
-from zoo.errors import ZooError
-from zoo.runner import CACHED
+from zoo.errors import LockOutOfDate
+from zoo.runner import StageState
 
 if TYPE_CHECKING:
     from zoo.api import Result
     from zoo.planner import Dag
-
-
-class LockOutOfDate(ZooError):
-    """`--frozen` and the lockfile would change."""
-
-    exit_code = 1
 
 
 def merged_lock(dag: "Dag", previous: lockfile.Lock | None, records: dict) -> lockfile.Lock:
@@ -52,7 +46,7 @@ def check(dag: "Dag", planned: "Result", previous: lockfile.Lock | None) -> None
         locked = previous.stages.get(report.id) if previous else None
         if locked is None:
             problems.append(f"+ {report.id}: not in the lockfile")
-        elif report.state != CACHED or report.key != locked.key:
+        elif report.state != StageState.CACHED or report.key != locked.key:
             why = "; ".join(str(r) for r in report.reasons)
             problems.append(f"~ {report.id}: would run ({why})")
         elif report.outputs != locked.outputs:  # cached under the locked key, with other bytes

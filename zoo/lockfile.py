@@ -83,10 +83,6 @@ class Lock:
         header = "# Written by `zoo run`; do not edit. `zoo run --frozen` fails if this would change.\n"
         return header + yaml.safe_dump(data, sort_keys=True, default_flow_style=False, width=120, allow_unicode=True)
 
-    def identity(self) -> dict[str, Any]:
-        """What `--frozen` compares: keys and output digests, not (noisy) metrics."""
-        return {sid: {"key": s.key, "outputs": s.outputs} for sid, s in self.stages.items()}
-
 
 def read(path: Path) -> Lock | None:
     """The lock at `path`, or None if there is none; RecipeError if it is unreadable."""
@@ -120,28 +116,6 @@ def write(path: Path, lock: Lock) -> bool:
         pass
     atomic_write(path, text.encode("utf-8"))
     return True
-
-
-def diff(old: Lock | None, new: Lock) -> list[str]:
-    """Human-readable differences between two locks' identities."""
-    before = old.identity() if old else {}
-    after = new.identity()
-    lines = []
-    for sid in sorted(set(before) | set(after)):
-        a, b = before.get(sid), after.get(sid)
-        if a == b:
-            continue
-        if a is None:
-            lines.append(f"+ {sid}: new stage (key {b['key'][:12]})")
-        elif b is None:
-            lines.append(f"- {sid}: removed")
-        else:
-            if a["key"] != b["key"]:
-                lines.append(f"~ {sid}: key {a['key'][:12]} → {b['key'][:12]}")
-            for name in sorted(set(a["outputs"]) | set(b["outputs"])):
-                if a["outputs"].get(name) != b["outputs"].get(name):
-                    lines.append(f"~ {sid}.{name}: {str(a['outputs'].get(name))[:12]} → {str(b['outputs'].get(name))[:12]}")
-    return lines
 
 
 def _plain(value: Any) -> Any:

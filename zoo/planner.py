@@ -43,18 +43,6 @@ class Dag:
     def order(self) -> list[str]:
         return list(self.nodes)
 
-    def dependents(self, stage_id: str) -> set[str]:
-        """Every stage downstream of `stage_id` (transitively)."""
-        out: set[str] = set()
-        frontier = [stage_id]
-        while frontier:
-            current = frontier.pop()
-            for node in self.nodes.values():
-                if current in node.needs and node.id not in out:
-                    out.add(node.id)
-                    frontier.append(node.id)
-        return out
-
     def ancestors(self, stage_id: str) -> list[str]:
         """Every stage upstream of `stage_id` (transitively), in DAG order."""
         found: set[str] = set()

@@ -6,9 +6,10 @@ import sys
 import time
 from typing import TextIO
 
-from zoo.runner import CACHED, FAILED, RAN, RUNNING, SKIPPED, StageReport
+from zoo.runner import StageReport, StageState
 
-_STYLE = {"waiting": "dim", RUNNING: "yellow", CACHED: "cyan", RAN: "green", FAILED: "bold red", SKIPPED: "dim"}
+_STYLE = {StageState.WAITING: "dim", StageState.RUNNING: "yellow", StageState.CACHED: "cyan", StageState.RAN: "green",
+          StageState.FAILED: "bold red", StageState.SKIPPED: "dim"}
 
 
 def _reason_text(report: StageReport) -> str:
@@ -28,15 +29,15 @@ class PlainProgress:
         return False
 
     def update(self, report: StageReport) -> None:
-        if report.state == RUNNING:
+        if report.state == StageState.RUNNING:
             line = f"[zoo] {report.id}: running ({_reason_text(report)})"
-        elif report.state == RAN:
+        elif report.state == StageState.RAN:
             line = f"[zoo] {report.id}: done in {report.duration_s:.2f}s"
-        elif report.state == CACHED:
+        elif report.state == StageState.CACHED:
             line = f"[zoo] {report.id}: cached"
-        elif report.state == FAILED:
-            line = f"[zoo] {report.id}: FAILED after {report.duration_s:.2f}s: {(report.error or {}).get('message', '')}"
-        elif report.state == SKIPPED:
+        elif report.state == StageState.FAILED:
+            line = f"[zoo] {report.id}: FAILED after {report.duration_s:.2f}s: {report.error.message if report.error else ''}"
+        elif report.state == StageState.SKIPPED:
             line = f"[zoo] {report.id}: not run ({_reason_text(report)})"
         else:
             line = f"[zoo] {report.id}: {report.state} ({_reason_text(report)})"
@@ -79,16 +80,16 @@ class RichProgress:
         table.add_column("why")
         for sid in self.order:
             r = self.reports.get(sid)
-            state = r.state if r else "waiting"
-            if r and state == RUNNING and r.started:
+            state = r.state if r else StageState.WAITING
+            if r and state == StageState.RUNNING and r.started:
                 elapsed = f"{time.time() - r.started:.1f}s"
-            elif r and state == RAN:
+            elif r and state == StageState.RAN:
                 elapsed = f"{r.duration_s:.1f}s"
             else:
                 elapsed = ""
-            why = _reason_text(r) if r and state != CACHED else ""
-            if r and state == FAILED:
-                why = (r.error or {}).get("message", "")[:80]
+            why = _reason_text(r) if r and state != StageState.CACHED else ""
+            if r and state == StageState.FAILED:
+                why = r.error.message[:80] if r.error else ""
             table.add_row(sid, self.kinds.get(sid, ""), f"[{_STYLE.get(state, '')}]{state}[/]", elapsed, why)
         return table
 

@@ -78,6 +78,7 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
     from zoo.registry.config import RemotesConfig
     from zoo.registry.refs import LATEST, check_tag, check_version
     from zoo.registry.store import LocalZoo
+    from zoo.runner import StageState
 
     dag = api.load(recipe)
     check_version(version)
@@ -108,8 +109,8 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
     if not result.ok:
         raise _stage_failure(result, to)
     out = ReleaseResult(name=dag.recipe.name, version=version, remote=to, tags=tags, recipe=str(dag.recipe.path),
-                        executed=[s.id for s in result.stages if s.state == "done"],
-                        cached=[s.id for s in result.stages if s.state == "cached"],
+                        executed=[s.id for s in result.stages if s.state == StageState.RAN],
+                        cached=[s.id for s in result.stages if s.state == StageState.CACHED],
                         lock_changed=result.lock_changed)
     out.gates = _check_gates(result, out.notes)
 
@@ -145,14 +146,16 @@ def _publishing_stage(dag) -> tuple[str, str]:
 
 def _stage_failure(result, remote: str) -> ZooError:
     """The first failed stage as an error with its own exit code (gate 1, storage 3, integrity 4...)."""
+    from zoo.worker import WorkerError
+
     failed = result.failed[0]
-    err = failed.error or {}
-    message = f"stage {failed.id} failed: {err.get('message', 'unknown error')}; nothing was published to {remote}"
-    if err.get("table"):
-        exc: ZooError = GateFailed(message, table=err["table"], hint=err.get("hint"))
+    err = failed.error or WorkerError(type="", message="unknown error")
+    message = f"stage {failed.id} failed: {err.message}; nothing was published to {remote}"
+    if err.table:
+        exc: ZooError = GateFailed(message, table=err.table, hint=err.hint)
     else:
-        exc = StageFailed(message, stage_id=failed.id, hint=err.get("hint") or f"see the log: {failed.log_path}")
-    exc.exit_code = int(err.get("exit_code") or 1)
+        exc = StageFailed(message, stage_id=failed.id, hint=err.hint or f"see the log: {failed.log_path}")
+    exc.exit_code = err.exit_code
     return exc
 
 

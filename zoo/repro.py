@@ -26,6 +26,7 @@ from typing import Any
 from zoo import api, host, lockfile, paths
 from zoo.cache import Cache, Entry, link_or_copy
 from zoo.errors import InvalidInput
+from zoo.runner import StageState
 
 IDENTICAL, DIFFERS, REUSED, FAILED, UNLOCKED = "identical", "differs", "reused", "failed", "not in lockfile"
 
@@ -74,9 +75,9 @@ def check(path: str | Path, *, stages: list[str] | None = None, cache_dir: str |
             locked = lock.stages.get(report.id)
             if report.id in reused:
                 checks.append(StageCheck(report.id, REUSED, ["taken from the cache (not selected)"]))
-            elif report.state == "failed":
-                checks.append(StageCheck(report.id, FAILED, [(report.error or {}).get("message", "")]))
-            elif report.state not in ("done", "cached"):
+            elif report.state == StageState.FAILED:
+                checks.append(StageCheck(report.id, FAILED, [report.error.message if report.error else ""]))
+            elif report.state not in (StageState.RAN, StageState.CACHED):
                 checks.append(StageCheck(report.id, FAILED, [f"not rebuilt ({report.state})"]))
             elif locked is None:
                 checks.append(StageCheck(report.id, UNLOCKED, ["run `zoo run` to record it"]))

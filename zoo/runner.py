@@ -15,23 +15,32 @@ import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable
 
 from zoo import explain, keys, kinds
 from zoo.cache import Cache, Entry
-from zoo.errors import WorkerMismatch, ZooError
+from zoo.errors import ExitCode, WorkerMismatch, ZooError
 from zoo.executors import Executor
-from zoo.explain import Reason
+from zoo.explain import Reason, ReasonCode
 from zoo.hashing import StatCache
 from zoo.lockfile import Lock, StageLock
 from zoo.planner import Dag, Node
-from zoo.stage import Effect
-from zoo.worker import StageTask, UpstreamRef, describe_error
+from zoo.stage import Effect, Upstream
+from zoo.worker import StageResult, StageTask, WorkerError
 
-# stage states
-WAITING, RUNNING, CACHED, RAN, FAILED, SKIPPED, WILL_RUN = (
-    "waiting", "running", "cached", "done", "failed", "skipped", "will run")
+
+class StageState(StrEnum):
+    """Where a stage is (`zoo run`), or will be (`zoo plan`/`status`). A StrEnum: `--json` shows the text."""
+
+    WAITING = "waiting"  # its needs are not done yet
+    RUNNING = "running"
+    CACHED = "cached"  # taken from the run cache (or, in a plan: would be)
+    RAN = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # not run: an upstream failed or the run stopped
+    WILL_RUN = "will run"  # in a plan: not in the cache, or an upstream will run first
 
 
 @dataclass
@@ -41,13 +50,13 @@ class StageReport:
     id: str
     kind: str
     needs: list[str]
-    state: str = WAITING
+    state: StageState = StageState.WAITING
     reasons: list[Reason] = field(default_factory=list)
     key: str | None = None
     duration_s: float = 0.0
     started: float | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
-    error: dict[str, Any] | None = None
+    error: WorkerError | None = None
     log_path: str | None = None
     outputs: dict[str, str] = field(default_factory=dict)
     effects: list[Effect] = field(default_factory=list)  # what it did outside the cache in this run
@@ -55,33 +64,33 @@ class StageReport:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "needs": self.needs, "state": self.state,
                 "reasons": [str(r) for r in self.reasons], "key": self.key, "duration_s": round(self.duration_s, 3),
-                "metrics": self.metrics, "error": {k: v for k, v in (self.error or {}).items() if k != "traceback"} or None,
+                "metrics": self.metrics, "error": self.error.to_json() if self.error else None,
                 "log": self.log_path, "outputs": self.outputs,
                 "effects": [{"kind": e.kind, "ref": e.ref} for e in self.effects]}
 
 
 def decide(node: Node, parts: dict | None, key: str | None, cache: Cache, previous: StageLock | None,
-           forced: bool, upstream_runs: list[str]) -> tuple[str, list[Reason], Entry | None]:
-    """(RUN or CACHED, reasons, entry) for one stage. `parts`/`key` are None if an upstream must run first."""
+           forced: bool, upstream_runs: list[str]) -> tuple[StageState, list[Reason], Entry | None]:
+    """(WILL_RUN or CACHED, reasons, entry) for one stage. `parts`/`key` are None if an upstream must run first."""
     if parts is None:
-        return WILL_RUN, [Reason(explain.UPSTREAM, ", ".join(upstream_runs))], None
+        return StageState.WILL_RUN, [Reason(ReasonCode.UPSTREAM, ", ".join(upstream_runs))], None
     reasons: list[Reason] = []
     if forced:
-        reasons.append(Reason(explain.FORCED))
+        reasons.append(Reason(ReasonCode.FORCED))
     if node.cache_policy != "default":
-        reasons.append(Reason(explain.POLICY, node.cache_policy))
+        reasons.append(Reason(ReasonCode.POLICY, node.cache_policy))
     entry = cache.lookup(key) if not reasons else None
     if entry is not None:
-        return CACHED, [Reason(explain.CACHED)], entry
+        return StageState.CACHED, [Reason(ReasonCode.CACHED)], entry
     if not reasons:
         reasons = explain.compare(parts, previous)
-        if upstream_runs and any(r.code == explain.INPUT for r in reasons):
-            reasons.append(Reason(explain.UPSTREAM, ", ".join(upstream_runs)))
+        if upstream_runs and any(r.code == ReasonCode.INPUT for r in reasons):
+            reasons.append(Reason(ReasonCode.UPSTREAM, ", ".join(upstream_runs)))
         if not reasons:
             detail = ("entry present but incomplete (objects or outputs missing)" if cache.read_entry(key)
                       else "not in this cache")
-            reasons = [Reason(explain.MISSING, detail)]
-    return WILL_RUN, reasons, None
+            reasons = [Reason(ReasonCode.MISSING, detail)]
+    return StageState.WILL_RUN, reasons, None
 
 
 class Runner:
@@ -112,10 +121,11 @@ class Runner:
         with self.cache.leased():
             self._run()
         for report in self.reports.values():
-            if report.state == WAITING:
-                report.state = SKIPPED
-                failed_up = [n for n in report.needs if self.reports[n].state in (FAILED, SKIPPED)]
-                report.reasons = [Reason("not run", f"upstream failed: {', '.join(failed_up)}" if failed_up else "run stopped")]
+            if report.state == StageState.WAITING:
+                report.state = StageState.SKIPPED
+                failed_up = [n for n in report.needs if self.reports[n].state in (StageState.FAILED, StageState.SKIPPED)]
+                report.reasons = [Reason(ReasonCode.NOT_RUN,
+                                         f"upstream failed: {', '.join(failed_up)}" if failed_up else "run stopped")]
                 self.on_update(report)
         return self.reports
 
@@ -151,9 +161,9 @@ class Runner:
         progressed = False
         for nid, node in self.dag.nodes.items():
             report = self.reports[nid]
-            if report.state != WAITING or self.failed:
+            if report.state != StageState.WAITING or self.failed:
                 continue
-            if not all(self.reports[n].state in (CACHED, RAN) for n in node.needs):
+            if not all(self.reports[n].state in (StageState.CACHED, StageState.RAN) for n in node.needs):
                 continue
             if self._try_start(node, report):
                 progressed = True
@@ -168,13 +178,13 @@ class Runner:
             report.key = keys.key_of(self.parts[nid])
         key = report.key
         self.cache.hold(keys=[key])  # before the lookup: a hit's entry and objects stay until the run ends
-        upstream_runs = [up for up in node.needs if self.reports[up].state == RAN]
+        upstream_runs = [up for up in node.needs if self.reports[up].state == StageState.RAN]
         previous = self.previous.stages.get(nid) if self.previous else None
         action, reasons, entry = decide(node, self.parts[nid], key, self.cache, previous, nid in self.force,
                                         upstream_runs)
-        if action == CACHED:
+        if action == StageState.CACHED:
             if nid in self._locked_out:
-                reasons = [Reason(explain.CACHED, "computed by a concurrent run")]
+                reasons = [Reason(ReasonCode.CACHED, "computed by a concurrent run")]
             self._mark_cached(report, entry, reasons)
             return True
         if len(self._running) >= self.jobs:
@@ -185,7 +195,7 @@ class Runner:
         except Exception:  # filelock.Timeout: another zoo run is computing this key right now
             if nid not in self._locked_out:
                 self._locked_out.add(nid)
-                report.reasons = [Reason("waiting", "another run is computing this stage")]
+                report.reasons = [Reason(ReasonCode.WAITING, "another run is computing this stage")]
                 self.on_update(report)
             return False
         self._locked_out.discard(nid)
@@ -193,14 +203,14 @@ class Runner:
             entry = self.cache.lookup(key)
             if entry is not None:  # a concurrent run finished it while we waited
                 lock.release()
-                self._mark_cached(report, entry, [Reason(explain.CACHED, "computed by a concurrent run")])
+                self._mark_cached(report, entry, [Reason(ReasonCode.CACHED, "computed by a concurrent run")])
                 return True
         try:
             task, tmp = self._task(node, key)
         except BaseException:
             lock.release()
             raise
-        report.state, report.reasons, report.started = RUNNING, reasons, time.time()
+        report.state, report.reasons, report.started = StageState.RUNNING, reasons, time.time()
         report.log_path = str(self.cache.log_path(key))
         self.on_update(report)
         self._running[self.executor.submit(task)] = (nid, lock, tmp)
@@ -209,7 +219,7 @@ class Runner:
     def _mark_cached(self, report: StageReport, entry: Entry, reasons: list[Reason]) -> None:
         self._locked_out.discard(report.id)
         self.entries[report.id] = entry
-        report.state, report.reasons, report.metrics = CACHED, reasons, entry.metrics
+        report.state, report.reasons, report.metrics = StageState.CACHED, reasons, entry.metrics
         report.duration_s = 0.0
         report.log_path = str(self.cache.log_path(entry.key))
         report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
@@ -233,7 +243,7 @@ class Runner:
         try:
             cls().on_cached(self.cache.output_paths(entry), node.instance.config, context)
         except Exception as e:  # reported like a failure of the stage: the run did not do what it says
-            report.state, report.error = FAILED, describe_error(e)
+            report.state, report.error = StageState.FAILED, WorkerError.from_exception(e)
             self.failed = True
             return
         finally:
@@ -247,8 +257,8 @@ class Runner:
             entry = self.entries[up]
             paths = self.cache.output_paths(entry)
             up_node = self.dag.nodes[up]
-            upstream.append(UpstreamRef(stage_id=up, kind=up_node.kind, outputs={k: str(v) for k, v in paths.items()},
-                                        metrics=entry.metrics, matrix=dict(up_node.instance.matrix), key=entry.key))
+            upstream.append(Upstream(stage_id=up, kind=up_node.kind, outputs=dict(paths), metrics=entry.metrics,
+                                     matrix=dict(up_node.instance.matrix), key=entry.key))
         lineage = {}
         if kinds.get(node.kind).lineage:
             for a in self.dag.ancestors(node.id):
@@ -271,34 +281,34 @@ class Runner:
         node, report = self.dag.nodes[nid], self.reports[nid]
         try:
             try:
-                result = future.result()
+                result: StageResult = future.result()
             except BaseException as e:  # the worker process died (killed, out of memory...)
-                result = {"ok": False, "duration_s": time.time() - (report.started or time.time()),
-                          "error": {"type": type(e).__name__, "message": f"the stage's process died: {e}"}}
-            report.duration_s = result.get("duration_s", 0.0)
+                result = StageResult(duration_s=time.time() - (report.started or time.time()),
+                                     error=WorkerError(type=type(e).__name__, message=f"the stage's process died: {e}"))
+            report.duration_s = result.duration_s
             self._keep_log(tmp / "stage.log", report.key)
-            if result["ok"] and (mismatch := environment_mismatch(self.parts[nid], result.get("environment"))):
-                result = {"ok": False, "error": {"type": "WorkerMismatch", "exit_code": WorkerMismatch.exit_code,
-                                                 "message": f"stage {nid} ran where {mismatch}, so its outputs "
-                                                            "do not belong under the key computed here; "
-                                                            "nothing was cached",
-                                                 "hint": "install the same versions on every worker as on the "
-                                                         "machine running `zoo run` (pip install -c constraints.txt)"}}
-            if result["ok"]:
+            if result.ok and (mismatch := environment_mismatch(self.parts[nid], result.environment)):
+                result = StageResult(error=WorkerError(
+                    type=WorkerMismatch.__name__, exit_code=ExitCode(WorkerMismatch.exit_code),
+                    message=f"stage {nid} ran where {mismatch}, so its outputs do not belong under the key "
+                            "computed here; nothing was cached",
+                    hint="install the same versions on every worker as on the machine running `zoo run` "
+                         "(pip install -c constraints.txt)"))
+            if result.ok:
                 try:
                     entry = self.cache.commit(key=report.key, stage=nid, kind=node.kind, out_dir=tmp / "out",
-                                              outputs=result["outputs"], metrics=result["metrics"],
+                                              outputs=result.outputs, metrics=result.metrics,
                                               parts=self.parts[nid], duration_s=report.duration_s,
-                                              record=node.cache_policy != "disable", host=result.get("host"))
+                                              record=node.cache_policy != "disable", host=result.host)
                 except ZooError as e:  # outputs missing, disk full: the stage failed and nothing was recorded
-                    result = {"ok": False, "error": describe_error(e)}
-            if result["ok"]:
+                    result = StageResult(error=WorkerError.from_exception(e))
+            if result.ok:
                 self.entries[nid] = entry
-                report.state, report.metrics = RAN, result["metrics"]
-                report.effects = [Effect.from_json(e) for e in result.get("effects") or ()]
+                report.state, report.metrics = StageState.RAN, result.metrics
+                report.effects = list(result.effects)
                 report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
             else:
-                report.state, report.error = FAILED, result["error"]
+                report.state, report.error = StageState.FAILED, result.error
                 self.failed = True
         finally:
             lock.release()

@@ -1,7 +1,8 @@
 """What runs inside an executor process: one stage, its output captured to its log.
 
-`StageTask` is a plain picklable description, so any executor (a local process pool, a dask
-cluster) can run `execute` without knowing about recipes, planners or caches.
+`StageTask` (what to run) and `StageResult` (what happened, a `WorkerError` if it failed) are
+plain picklable dataclasses, so any executor (a local process pool, a dask cluster) can run
+`execute` without knowing about recipes, planners or caches.
 """
 
 from __future__ import annotations
@@ -15,17 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zoo.stage import RecipeInfo
-
-
-@dataclass
-class UpstreamRef:
-    stage_id: str
-    kind: str
-    outputs: dict[str, str]
-    metrics: dict[str, Any]
-    matrix: dict[str, str]
-    key: str
+from zoo.errors import ExitCode
+from zoo.stage import Effect, RecipeInfo, Upstream
 
 
 @dataclass
@@ -39,7 +31,7 @@ class StageTask:
     matrix: dict[str, str]
     shared: dict[str, Any]
     recipe: RecipeInfo
-    upstream: list[UpstreamRef]
+    upstream: list[Upstream]
     out_dir: str
     work_dir: str
     log_path: str
@@ -48,6 +40,57 @@ class StageTask:
     lineage: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
     storage_root: str = ""  # the cache dir, named when its disk fills ("no space left on <cache>")
+
+
+@dataclass(frozen=True)
+class WorkerError:
+    """A stage's failure as it crosses from the worker to the runner (and into `StageReport.error`).
+
+    `exit_code`, `hint` and `table` come from a `ZooError`; any other exception is a bug of
+    the kind and exits 1. The traceback goes to the stage's log, never into `--json` output.
+    """
+
+    type: str
+    message: str
+    hint: str | None = None
+    exit_code: ExitCode = ExitCode.FAILED
+    table: str = ""  # a GateFailed's table of gates
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, e: BaseException) -> "WorkerError":
+        """The error for `e`; its traceback includes the exceptions it was raised from."""
+        from zoo.errors import ZooError
+
+        message, tb = str(e) or type(e).__name__, "".join(traceback.format_exception(e))
+        if not isinstance(e, ZooError):
+            return cls(type=type(e).__name__, message=message, traceback=tb)
+        # a plugin's error class may carry a status zoo does not document: it exits 1
+        code = ExitCode(e.exit_code) if e.exit_code in ExitCode._value2member_map_ else ExitCode.FAILED
+        return cls(type=type(e).__name__, message=message, hint=e.hint, exit_code=code,
+                   table=getattr(e, "table", ""), traceback=tb)
+
+    def to_json(self) -> dict[str, Any]:
+        """What `--json` shows (no traceback: it is in the stage's log)."""
+        return {"type": self.type, "message": self.message, "hint": self.hint, "exit_code": int(self.exit_code),
+                "table": self.table}
+
+
+@dataclass
+class StageResult:
+    """What `execute` returns: outputs and metrics of a stage that ran, or the error it failed with."""
+
+    duration_s: float = 0.0
+    outputs: dict[str, str] = field(default_factory=dict)  # output name -> path relative to out_dir
+    metrics: dict[str, Any] = field(default_factory=dict)
+    host: dict[str, Any] | None = None
+    environment: dict[str, dict[str, str]] | None = None  # see key_environment
+    error: WorkerError | None = None
+    effects: list[Effect] = field(default_factory=list)  # what the stage did outside the cache
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 def init_worker(parent_pid: int | None = None, pdeathsig: bool = True) -> None:
@@ -125,10 +168,10 @@ def _start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> None:
     threading.Thread(target=_watch, name="zoo-parent-watchdog", daemon=True).start()
 
 
-def execute(task: StageTask) -> dict[str, Any]:
-    """Run the stage; returns {"ok", "outputs", "metrics", "effects", "duration_s", "host"} or {"ok": False, "error": ...}."""
+def execute(task: StageTask) -> StageResult:
+    """Run the stage; its result holds the outputs, metrics and effects, or the error it failed with."""
     from zoo import host, kinds
-    from zoo.stage import Inputs, StageContext, Upstream
+    from zoo.stage import Inputs, StageContext
 
     started = time.perf_counter()
     out_dir, work_dir = Path(task.out_dir), Path(task.work_dir)
@@ -139,9 +182,7 @@ def execute(task: StageTask) -> dict[str, Any]:
             cls = kinds.get(task.kind)
             kind = cls()
             config = _validated_config(cls, task.config)
-            inputs = Inputs([Upstream(stage_id=u.stage_id, kind=u.kind,
-                                      outputs={k: Path(v) for k, v in u.outputs.items()},
-                                      metrics=u.metrics, matrix=u.matrix, key=u.key) for u in task.upstream])
+            inputs = Inputs(task.upstream)
             context = StageContext(stage_id=task.stage_id, out_dir=out_dir, work_dir=work_dir, recipe=task.recipe,
                                    shared=task.shared, matrix=task.matrix, threads=task.threads, key=task.key,
                                    publish=task.publish, lineage=task.lineage, log=logger)
@@ -150,14 +191,15 @@ def execute(task: StageTask) -> dict[str, Any]:
             outputs = _relative_outputs(returned, out_dir, cls)
             metrics = _jsonable(context.metrics)
             logger.info("stage %s done in %.2fs", task.stage_id, time.perf_counter() - started)
-            return {"ok": True, "outputs": outputs, "metrics": metrics, "duration_s": time.perf_counter() - started,
-                    "host": host.describe(), "environment": key_environment(cls),
-                    "effects": [e.to_json() for e in context.effects]}
+            return StageResult(duration_s=time.perf_counter() - started, outputs=outputs, metrics=metrics,
+                               host=host.describe(), environment=key_environment(cls), effects=list(context.effects))
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
             full = disk_full_error(e, task)
-            return {"ok": False, "duration_s": time.perf_counter() - started,
-                    "error": describe_error(full) if full is not None else describe_error(e)}
+            if full is not None:
+                full.__cause__ = e
+            return StageResult(duration_s=time.perf_counter() - started,
+                               error=WorkerError.from_exception(e if full is None else full))
 
 
 # A stage that failed while the disk under its workspace has less than this left is reported as a
@@ -260,17 +302,6 @@ def key_environment(cls: type) -> dict[str, dict[str, str]]:
 
     return {"tools": tool_versions(tuple(cls.tools)),
             "code": {f"kind:{name}": hash_file_uncached(path) for name, path in module_files(cls).items()}}
-
-
-def describe_error(e: BaseException) -> dict[str, Any]:
-    """A failure as the runner reports it: type, message, traceback; exit code and hint of a ZooError."""
-    from zoo.errors import ZooError
-
-    info: dict[str, Any] = {"type": type(e).__name__, "message": str(e) or type(e).__name__,
-                            "traceback": traceback.format_exc()}
-    if isinstance(e, ZooError):
-        info.update(exit_code=e.exit_code, hint=e.hint, table=getattr(e, "table", ""))
-    return info
 
 
 class _captured:

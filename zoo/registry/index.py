@@ -7,7 +7,8 @@ manifest, so they stay fast with 10,000 versions.
 The index never stays out of date (see `IndexSource`, implemented by `LocalZoo`):
 
 - missing, never completed (the ``complete`` meta row is written in the same transaction as a
-  full rebuild), or damaged (not an SQLite file): rebuilt from the manifests when opened;
+  full rebuild), of another ``schema_version``, or damaged (not an SQLite file): rebuilt from the
+  manifests when opened;
 - a writer marks a model pending before it touches its manifests or tags and clears the mark
   after the index is updated, so a writer killed in between leaves the mark behind, and the
   next read re-syncs that model from its files first. Checking for marks is one listdir.
@@ -28,7 +29,9 @@ from zoo.errors import StorageError
 from zoo.registry.manifest import Manifest
 from zoo.registry.refs import version_key
 
-INDEX_SCHEMA_VERSION = 1
+# 2: sort_key from refs.version_key's current form (semver precedence); an index of another
+# version is rebuilt from the manifests when opened, like an incomplete one
+INDEX_SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -124,13 +127,14 @@ class Index:
                     raise
                 db = self._replace_damaged()
             complete = db.execute("SELECT value FROM meta WHERE key='complete'").fetchone()
+            schema = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         except sqlite3.Error as e:
             raise StorageError(f"cannot open the zoo index {self.path}: {e}",
                                hint="check the permissions of ZOO_HOME; if the file is damaged, delete it: "
                                     "it is rebuilt from the manifests") from e
         self._local.db = db
         self._local.ino = _inode(self.path)
-        if complete is None and self.source is not None:
+        if (complete is None or schema != (str(INDEX_SCHEMA_VERSION),)) and self.source is not None:
             self.rebuild()
         return db
 
@@ -256,6 +260,7 @@ class Index:
             db.executemany("INSERT OR REPLACE INTO tags VALUES (?,?,?)",
                            [(n, t, v) for n, ts in tags.items() for t, v in ts.items()])
             db.execute("INSERT OR REPLACE INTO meta VALUES ('complete', '1')")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(INDEX_SCHEMA_VERSION),))
         return count
 
     def sync_model(self, name: str, entries: Iterable[Entry], tags: dict[str, str]) -> None:
@@ -327,6 +332,7 @@ class Index:
             f"SELECT name, version, manifest_sha256 FROM versions {where}", args)}
 
     def files_of(self, name: str, version: str) -> list[str]:
+        """The sha256 of every file the index records for a version (fsck compares them with the manifest)."""
         return [r[0] for r in self._fresh().execute("SELECT sha256 FROM files WHERE name=? AND version=?", (name, version))]
 
     def search(self, text: str = "", *, task: str | None = None, tag: str | None = None,

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from zoo.errors import InvalidInput
 from zoo.registry.manifest import BUILD_RE, NAME_RE, VERSION_RE
+
+if TYPE_CHECKING:
+    import semver
 
 TAG_RE = r"^[a-z0-9][a-z0-9._-]*$"
 LATEST = "latest"
@@ -93,22 +97,45 @@ def parse_pinned(text: str) -> Ref:
     return ref
 
 
-def version_key(version: str) -> str:
-    """A string that sorts like semantic-version precedence (release after its pre-releases)."""
-    m = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+([0-9A-Za-z.-]+))?$", version)
+# VERSION_RE split into its parts: MAJOR.MINOR.PATCH, then either -PRERELEASE or +BUILD
+_VERSION_PARTS = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+)|\+([0-9A-Za-z.-]+))?$")
+
+
+def precedence(version: str) -> "semver.Version | None":
+    """`version` as a `semver.Version`, whose comparisons are semantic-version precedence; None if
+    it is not a version. Built from the parts rather than parsed strictly, so the few strings the
+    manifest schema accepts beyond strict semver (``1.0.0-01``, ``01.2.3``) still order (numerically)."""
+    import semver
+
+    m = _VERSION_PARTS.match(version)
     if not m:
-        # the manifest allows '+' directly after the patch number with '-' inside; sort it as a release
-        base, _, suffix = version.partition("+")
-        m2 = re.match(r"^(\d+)\.(\d+)\.(\d+)", base)
-        if not m2:
-            return version
-        return f"{int(m2.group(1)):09d}.{int(m2.group(2)):09d}.{int(m2.group(3)):09d}~1~{suffix}"
+        return None
     major, minor, patch, pre, build = m.groups()
-    head = f"{int(major):09d}.{int(minor):09d}.{int(patch):09d}"
-    if pre is None:
-        return f"{head}~1~{build or ''}"
-    parts = [f"0{int(p):09d}" if p.isdigit() else f"1{p}" for p in pre.split(".")]
-    return f"{head}~0~{'.'.join(parts)}"
+    return semver.Version(int(major), int(minor), int(patch), prerelease=pre, build=build)
+
+
+def version_key(version: str) -> str:
+    """A string whose plain (byte) order is `precedence` order, for sorting here and in the SQLite index.
+
+    semver.Version decides the order; this only writes it as text SQL can sort (tests/
+    test_registry_select.py checks the two agree). Numbers carry their length (``"03" + "120"``),
+    identifiers are joined by "!", which sorts before every character an identifier may hold, and
+    a release ("~") sorts after its pre-releases ("-"). Build metadata, which semver ignores, comes
+    last, so equal versions still sort the same way every time. Not a version: sorts first, as itself.
+    """
+    v = precedence(version)
+    if v is None:
+        return f" {version}"
+
+    def number(n: int) -> str:
+        return f"{len(str(n)):02d}{n}"
+
+    head = ".".join(number(n) for n in (v.major, v.minor, v.patch))
+    if v.prerelease is None:
+        tail = "~"
+    else:
+        tail = "-" + "!".join("0" + number(int(p)) if p.isdigit() else "1" + p for p in v.prerelease.split("."))
+    return head + tail + (f" {v.build}" if v.build else "")
 
 
 def newest(versions: list[str]) -> str | None:
@@ -117,7 +144,8 @@ def newest(versions: list[str]) -> str | None:
 
 
 def is_prerelease(version: str) -> bool:
-    return "-" in version.split("+", 1)[0]
+    v = precedence(version)
+    return v is not None and v.prerelease is not None
 
 
 def moves_latest(current: str | None, new: str) -> bool:

@@ -220,9 +220,6 @@ class LocalZoo:
         """Every version in the zoo (of one model, or all), newest first per model, with its tags."""
         return self.index.versions(name)
 
-    def has_files(self, files: list[FileRef]) -> bool:
-        return all(self.blobs.has(f.sha256, f.size) for f in files)
-
     def missing(self, files: list[FileRef]) -> list[FileRef]:
         return [f for f in files if not self.blobs.has(f.sha256, f.size)]
 
