@@ -241,6 +241,17 @@ def test_the_temporary_file_of_a_live_download_is_never_taken(store):
         live.wait()
 
 
+def test_abandoned_temporary_files_of_a_file_now_in_place_are_removed(store):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    first = _leftover(store, DATA[:1000])
+    second = store.partial_dir / first.name.replace(f".{os.getpid()}.", f".{int(gone.stdout)}.")
+    second.write_bytes(DATA[:2000])
+    fresh = _leftover(store, DATA[:3000], host="other-host", pid=1)  # maybe still being written: kept
+    _get(store, _source(DATA))
+    assert _temps(store) == [fresh]
+
+
 def test_another_hosts_temporary_file_is_taken_only_once_it_is_stale(store):
     theirs = _leftover(store, DATA[:2000], host="other-host", pid=1)
     log: list[int] = []

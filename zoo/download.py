@@ -81,6 +81,7 @@ def download(sources: Sequence[Source], dest: Path, *, sha256: str, size: int | 
                 before = _length(tmp)
                 try:
                     _transfer(src, tmp, dest, sha256, size, f"{what} from {src.label}")
+                    _drop_leftovers(tmp_dir, dest.name)
                     return dest
                 except IntegrityError as e:  # _transfer removed the bad bytes
                     if before and attempt < RETRIES:
@@ -239,6 +240,14 @@ def _abandoned(path: Path, stem: str) -> bool:
         return time.time() - path.stat().st_mtime > STALE_S
     except OSError:
         return False
+
+
+def _drop_leftovers(tmp_dir: Path, stem: str) -> None:
+    """Remove the abandoned temporary files of a file now in place (nothing will resume them)."""
+    with _ACTIVE_LOCK:
+        leftovers = [p for p in tmp_dir.glob(glob.escape(stem) + ".*" + _SUFFIX) if _abandoned(p, stem)]
+    for p in leftovers:
+        p.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
