@@ -18,6 +18,9 @@ if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
 
+# the remote backends and their servers (fixtures shared by the test_registry_remote*.py suites)
+pytest_plugins = ["remote_fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def isolated_zoo_paths(tmp_path_factory, monkeypatch):

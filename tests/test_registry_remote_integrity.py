@@ -9,31 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from test_registry_remotes import Backend, dav, s3_endpoint  # noqa: F401  (fixtures used by Backend)
+from remote_fixtures import Backend
 from zoo.registry import api
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
 
-
-@pytest.fixture(params=["folder", "s3"])
-def backend(request, tmp_path, monkeypatch) -> Backend:
-    return Backend(request.param, request, tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def publisher(tmp_path, backend) -> LocalZoo:
-    zoo = LocalZoo(tmp_path / "publisher")
-    zoo.publish(make_staging(tmp_path / "s100", version="1.0.0", big_bytes=3000))
-    zoo.publish(make_staging(tmp_path / "s110", version="1.1.0", scale=7.0, big_bytes=3000))
-    backend.add_to(zoo)
-    return zoo
-
-
-@pytest.fixture
-def consumer(tmp_path, backend) -> LocalZoo:
-    zoo = LocalZoo(tmp_path / "consumer")
-    backend.add_to(zoo)
-    return zoo
+# the backends these tests reach around zoo to inspect (the shared `backend` fixture, narrowed)
+folder_and_s3 = pytest.mark.parametrize("backend", ["folder", "s3"], indirect=True)
 
 
 # ---- 5: a push cut off after its manifest is finished by the retry ----------------------------
@@ -59,6 +40,7 @@ def _versions(remote: str, zoo: LocalZoo) -> list[str]:
     return [v.version for v in api.list_versions("tiny", remote=remote, zoo=zoo)]
 
 
+@folder_and_s3
 def test_a_push_cut_off_after_its_manifest_is_finished_by_the_retry(backend, publisher, consumer, monkeypatch):
     api.push("tiny@1.0.0", "origin", zoo=publisher)
     with monkeypatch.context() as m:
@@ -79,6 +61,7 @@ def test_a_push_cut_off_after_its_manifest_is_finished_by_the_retry(backend, pub
     assert api.pull("tiny", remote="origin", zoo=consumer).version == "1.1.0"
 
 
+@folder_and_s3
 def test_a_first_push_cut_off_after_its_manifest_is_listed_after_the_retry(backend, publisher, consumer, monkeypatch):
     with monkeypatch.context() as m:
         _cut_off_after_manifest(m, "1.0.0")
@@ -215,6 +198,7 @@ def _shas(zoo: LocalZoo, ref: str) -> set[str]:
     return {f.sha256 for f in zoo.resolve(ref).all_files()}
 
 
+@folder_and_s3
 def test_rm_on_a_remote_frees_the_blobs_no_other_version_uses(backend, publisher, tmp_path):
     backend.add_to(publisher, options={"gc_grace": "0"})
     api.push("tiny@1.0.0", "origin", zoo=publisher)
@@ -231,6 +215,7 @@ def test_rm_on_a_remote_frees_the_blobs_no_other_version_uses(backend, publisher
     assert Path(api.pull("tiny@1.0.0", remote="origin", zoo=fresh).path).is_file()
 
 
+@folder_and_s3
 def test_remote_gc_keeps_young_blobs_and_frees_old_unreferenced_ones(backend, publisher, tmp_path, monkeypatch):
     from cli_helpers import zoo as zoo_cli
 
@@ -253,6 +238,7 @@ def test_remote_gc_keeps_young_blobs_and_frees_old_unreferenced_ones(backend, pu
     assert _remote_blobs(backend) == old
 
 
+@folder_and_s3
 def test_a_gc_between_a_push_finding_a_blob_and_writing_its_manifest_does_not_break_the_version(
         backend, publisher, tmp_path, monkeypatch):
     from zoo.registry.fsbackend import FsBackend

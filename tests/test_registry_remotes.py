@@ -11,146 +11,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
+from remote_fixtures import backend_id
+from zoo import download
 from zoo.errors import IntegrityError, InvalidInput, NotFound, SourceUnreachable, StorageError
 from zoo.registry import api
 from zoo.registry.codec import same_content
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import free_port, hub_server, make_staging, moto_s3, webdav_server
+from zoo.registry.testing import make_staging, webdav_server
 
-BACKENDS = ["folder", "s3", "webdav", "hf"]
 RACER = Path(__file__).resolve().parent / "racing_publisher.py"
 MODEL = "builds/cpu-fp32/model.onnx"
-
-
-# ---- servers (one per module) ----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    with moto_s3("zoo") as endpoint:
-        yield endpoint
-
-
-@pytest.fixture(scope="module")
-def dav(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dav")
-    with webdav_server(root, user="zoo", password="dav-secret") as url:
-        yield url, root
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory):
-    with hub_server(tmp_path_factory.mktemp("hub")) as app:
-        yield app
-
-
-@pytest.fixture
-def hf_online(monkeypatch, tmp_path):
-    """conftest sets HF_HUB_OFFLINE=1; the Hub tests talk to 127.0.0.1 only, so lift it."""
-    import huggingface_hub.constants as c
-
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-
-
-class Backend:
-    """One remote location for one test, and how to reach around zoo to damage it."""
-
-    def __init__(self, kind: str, request, tmp_path: Path, monkeypatch):
-        self.kind = kind
-        self.uid = uuid.uuid4().hex[:10]
-        self.options: dict[str, str] = {}
-        if kind == "folder":
-            self.root = tmp_path / "remote"
-            self.url = str(self.root)
-        elif kind == "s3":
-            self.endpoint = request.getfixturevalue("s3_endpoint")
-            self.url = f"s3://zoo/{self.uid}"
-            self.options = {"endpoint_url": self.endpoint}
-        elif kind == "webdav":
-            base, self.dav_root = request.getfixturevalue("dav")
-            monkeypatch.setenv("TEST_DAV_PASSWORD", "dav-secret")
-            self.base = base
-            self.url = f"webdav+{base}/{self.uid}"
-            self.options = {"user": "zoo", "password_env": "TEST_DAV_PASSWORD"}
-        elif kind == "hf":
-            request.getfixturevalue("hf_online")
-            self.hub = request.getfixturevalue("hub")
-            self.url = f"hf://ns{self.uid}"
-            self.options = {"endpoint": self.hub.url}
-
-    def add_to(self, zoo: LocalZoo, name: str = "origin", **overrides) -> None:
-        api.remote_add(name, overrides.pop("url", self.url), options={**self.options, **overrides.pop("options", {})},
-                       zoo=zoo, replace=True, **overrides)
-
-    def dead_options(self) -> tuple[str, dict]:
-        """The same remote behind a port where nothing listens."""
-        port = free_port()
-        if self.kind == "s3":
-            return self.url, {**self.options, "endpoint_url": f"http://127.0.0.1:{port}"}
-        if self.kind == "webdav":
-            return f"webdav+http://127.0.0.1:{port}/{self.uid}", self.options
-        if self.kind == "hf":
-            return self.url, {"endpoint": f"http://127.0.0.1:{port}"}
-        raise AssertionError("a folder cannot be unreachable")
-
-    def tamper(self, name: str, version: str, path: str, sha256: str) -> None:
-        """Flip the last byte of a published file on the remote, bypassing zoo."""
-        def flip(data: bytes) -> bytes:
-            return data[:-1] + bytes([data[-1] ^ 0xFF])
-
-        key = f"blobs/sha256/{sha256[:2]}/{sha256}"
-        if self.kind == "folder":
-            p = self.root / key
-            p.chmod(0o644)
-            p.write_bytes(flip(p.read_bytes()))
-        elif self.kind == "s3":
-            import boto3
-
-            s3 = boto3.client("s3", endpoint_url=self.endpoint)
-            obj = f"{self.uid}/{key}"
-            s3.put_object(Bucket="zoo", Key=obj, Body=flip(s3.get_object(Bucket="zoo", Key=obj)["Body"].read()))
-        elif self.kind == "webdav":
-            p = self.dav_root / self.uid / key
-            p.write_bytes(flip(p.read_bytes()))
-        else:  # a Hub that serves other bytes under the same version tag
-            repo = self.hub.mirrors / "models" / f"ns{self.uid}" / name
-            p = repo / path
-            p.write_bytes(flip(p.read_bytes()))
-            git = ["git", "-C", str(repo), "-c", "user.name=x", "-c", "user.email=x@x"]
-            subprocess.run([*git, "commit", "-qam", "tamper"], check=True)
-            subprocess.run([*git, "tag", "-f", version], check=True, capture_output=True)
-
-
-def _backend_id(kind: str) -> str:
-    return "hf-stand-in-write-api" if kind == "hf" else kind
-
-
-@pytest.fixture(params=BACKENDS, ids=_backend_id)
-def backend(request, tmp_path, monkeypatch) -> Backend:
-    return Backend(request.param, request, tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def publisher(tmp_path, backend) -> LocalZoo:
-    zoo = LocalZoo(tmp_path / "publisher")
-    zoo.publish(make_staging(tmp_path / "s100", version="1.0.0", big_bytes=3000))
-    zoo.publish(make_staging(tmp_path / "s110", version="1.1.0", scale=7.0, big_bytes=3000,
-                             builds={"cpu-fp32": {"metrics": {"latency_p50_ms": 2.0, "accuracy": 0.9}},
-                                     "cpu-int8": {"precision": "int8", "metrics": {"latency_p50_ms": 1.0, "accuracy": 0.88}}}))
-    backend.add_to(zoo)
-    return zoo
-
-
-@pytest.fixture
-def consumer(tmp_path, backend) -> LocalZoo:
-    zoo = LocalZoo(tmp_path / "consumer")
-    backend.add_to(zoo)
-    return zoo
 
 
 # ---- the suite -------------------------------------------------------------------------------
@@ -193,7 +67,7 @@ def test_tampered_remote_file_is_refused_and_nothing_installed(backend, publishe
     assert e.value.exit_code == 4
     assert consumer.get("tiny", "1.0.0") is None
     assert not consumer.blobs.has(ref.sha256)
-    assert not consumer.blobs.partial_path(ref.sha256).exists()
+    assert list(consumer.blobs.partial_dir.glob("*")) == []  # no temporary file left behind
     assert not (tmp_path / "out" / MODEL).exists()
 
 
@@ -257,20 +131,22 @@ def test_interrupted_push_leaves_no_version_and_resumes(backend, publisher, cons
     assert api.pull("tiny@1.0.0", remote="origin", zoo=consumer).downloaded_files == 2
 
 
-def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consumer, monkeypatch):
+def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consumer, monkeypatch, tmp_path):
     api.push("tiny@1.0.0", "origin", zoo=publisher)
     ref = publisher.resolve("tiny@1.0.0").builds["cpu-fp32"].file
     assert ref.size > 3000
     if backend.kind == "hf":
-        # the server drops the connection half-way; huggingface_hub resumes with a Range request
-        import huggingface_hub.constants as hfc
-
-        # huggingface_hub keeps what it received only in whole chunks (10 MB by default)
-        monkeypatch.setattr(hfc, "DOWNLOAD_CHUNK_SIZE", 1024)
-        path = f"/ns{backend.uid}/tiny/resolve/1.0.0/{ref.path}"
+        # the server drops the connection half-way through a file big enough to arrive in pieces
+        # (what the client had not read when the connection broke is lost); the download resumes
+        # with a Range request from what it had written
+        publisher.publish(make_staging(tmp_path / "s2", version="2.0.0", big_bytes=2_000_000))
+        api.push("tiny@2.0.0", "origin", zoo=publisher)
+        ref = publisher.resolve("tiny@2.0.0").builds["cpu-fp32"].file
+        path = f"/ns{backend.uid}/tiny/resolve/2.0.0/{ref.path}"
         backend.hub.break_next.add(path)
-        res = api.pull("tiny@1.0.0", remote="origin", zoo=consumer)
-        assert [start for p, start in backend.hub.ranges if p == path] == [1024], (backend.hub.ranges, path)
+        res = api.pull("tiny@2.0.0", remote="origin", zoo=consumer)
+        [resumed_at] = [start for p, start in backend.hub.ranges if p == path]
+        assert 0 < resumed_at <= ref.size // 2, (backend.hub.ranges, path)
     else:
         from zoo.registry import fsbackend
         from zoo.registry.fsbackend import FsBackend
@@ -288,17 +164,20 @@ def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consu
                 yield chunk
 
         monkeypatch.setattr(FsBackend, "iter_from", flaky)
-        # a partial download left by an earlier process is resumed too
-        partial = consumer.blobs.partial_path(ref.sha256)
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_bytes(publisher.blobs.path(ref.sha256).read_bytes()[:500])
+        # the temporary file of a download that an earlier process (now gone) left is resumed too
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        consumer.blobs.partial_dir.mkdir(parents=True, exist_ok=True)
+        leftover = consumer.blobs.partial_dir / f"{ref.sha256}.{download._HOST}.{gone}.0123456789ab.incomplete"
+        leftover.write_bytes(publisher.blobs.path(ref.sha256).read_bytes()[:500])
         res = api.pull("tiny@1.0.0", remote="origin", zoo=consumer)
         model_offsets = offsets[: offsets.index(0)] if 0 in offsets else offsets
         assert model_offsets[:2] == [500, 1524]  # resumed at 500, broke after 1 chunk, resumed again
+        assert not leftover.exists()
     assert Path(res.path).read_bytes() == publisher.blobs.path(ref.sha256).read_bytes()
 
 
-@pytest.mark.parametrize("backend", ["s3", "webdav", "hf"], indirect=True, ids=_backend_id)
+@pytest.mark.parametrize("backend", ["s3", "webdav", "hf"], indirect=True, ids=backend_id)
 def test_unreachable_remote_falls_back_to_the_cache_with_a_note(backend, publisher, consumer):
     api.push("tiny@1.0.0", "origin", zoo=publisher)
     first = api.pull("tiny", remote="origin", zoo=consumer)

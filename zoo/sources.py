@@ -2,19 +2,19 @@
 
 A source is one of:
 
-- ``https://host/path/file`` or ``http://...``: downloaded to a partial file (resumed with an
-  HTTP Range request when a previous attempt was interrupted and the server supports it),
-  checked against its sha256, then renamed into ``<cache>/sources/sha256/<digest>``. Later
-  fetches find it there with a stat, without touching the network;
-- ``hf://org/repo[@revision]/path/in/repo``: fetched with ``huggingface_hub.hf_hub_download``
-  (which honours ``HF_ENDPOINT``, ``HF_HUB_OFFLINE`` and its own cache), then checked and
-  cached the same way;
+- ``https://host/path/file`` or ``http://...``: downloaded by `zoo.download` (resumed with
+  ranged requests after an interruption, hashed while it streams), then renamed into
+  ``<cache>/sources/sha256/<digest>``. Later fetches find it there with a stat, without
+  touching the network;
+- ``hf://org/repo[@revision]/path/in/repo``: a file already in huggingface_hub's cache is used
+  from there; otherwise it is downloaded the same way from the Hub (``HF_ENDPOINT``,
+  ``HF_TOKEN``; ``HF_HUB_OFFLINE`` forbids it), then checked and cached;
 - anything else: a local path (relative to `base_dir`), checked against sha256 when given.
 
-Remote sources must be pinned. ``sha256`` is the full 64-hex digest, or a prefix of at least 8
-hex digits (weaker: it only guards against accidents). When no sha256 is given, a
-torchvision-style file name carrying the prefix (``alexnet-owt-7be5be79.pth``) is accepted in
-its place. A mismatch raises `IntegrityError` and leaves nothing in the cache.
+Remote sources must be pinned by the file's full sha256 (64 hex digits, as the recipe schema
+requires: a prefix only guards against accidents). A mismatch raises `IntegrityError` and
+leaves nothing in the cache; an unreachable server `SourceUnreachable`, a missing file
+`NotFound`, a refusal (HTTP 401/403) `AccessDenied`.
 
 Without network access, pre-seed the cache with ``python -m zoo.sources add FILE...``, which
 copies files into the cache under their sha256.
@@ -27,24 +27,19 @@ import os
 import re
 import shutil
 import sys
-import urllib.parse
 from pathlib import Path
 
 from zoo.errors import IntegrityError, InvalidInput, SourceUnreachable
 
-CONNECT_TIMEOUT = float(os.environ.get("ZOO_HTTP_TIMEOUT", "10"))  # seconds; also per read
 _CHUNK = 1 << 20
-_HEX = re.compile(r"^[0-9a-f]+$")
-_NAME_HASH = re.compile(r"-([0-9a-f]{8,64})\.[A-Za-z0-9]+$")  # torchvision's HASH_REGEX, at least 8 digits
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def fetch(source: str, *, sha256: str | None, cache_dir: Path | None = None, base_dir: Path | None = None) -> Path:
     """The local path of `source` after checking its sha256 (see the module docstring)."""
     source = str(source).strip()
-    if source.startswith(("http://", "https://")):
-        return _fetch_http(source, _expected(source, sha256), _store(cache_dir))
-    if source.startswith("hf://"):
-        return _fetch_hf(source, _expected(source, sha256), _store(cache_dir))
+    if source.startswith(("http://", "https://", "hf://")):
+        return _fetch_remote(source, _expected(source, sha256), _store(cache_dir))
     if "://" in source:
         scheme = source.split("://", 1)[0]
         raise InvalidInput(f"unsupported source scheme {scheme!r} in {source!r}",
@@ -62,7 +57,7 @@ def fetch(source: str, *, sha256: str | None, cache_dir: Path | None = None, bas
 
 
 def cached(sha256: str, cache_dir: Path | None = None) -> Path | None:
-    """The cached file with this digest (full, or a unique prefix), or None."""
+    """The cached file with this (full) digest, or None."""
     return _lookup(_store(cache_dir), _normalise(sha256))
 
 
@@ -109,22 +104,18 @@ def sha256_file(path: Path) -> str:
 
 def _normalise(sha256: str) -> str:
     value = str(sha256).strip().lower().removeprefix("sha256:")
-    if not _HEX.match(value) or not 8 <= len(value) <= 64:
-        raise InvalidInput(f"sha256 {sha256!r} is not a hex digest",
-                           hint="give the 64 hex digits printed by `sha256sum FILE` (or at least the first 8)")
+    if not _DIGEST.match(value):
+        raise InvalidInput(f"sha256 {sha256!r} is not a full sha256 digest",
+                           hint="give the 64 hex digits printed by `sha256sum FILE` (on a copy you trust)")
     return value
 
 
 def _expected(source: str, sha256: str | None) -> str:
-    """The digest (or prefix) a remote source must have: given, or taken from its file name."""
-    if sha256:
-        return _normalise(sha256)
-    name = urllib.parse.urlparse(source).path.rsplit("/", 1)[-1]
-    found = _NAME_HASH.search(name)
-    if found:
-        return found.group(1)
-    raise InvalidInput(f"remote source {source!r} needs a sha256",
-                       hint="add `sha256: <64 hex digits>` (run `sha256sum FILE` on a trusted copy)")
+    """The digest a remote source must have: a download is only as trustworthy as its pin."""
+    if not sha256:
+        raise InvalidInput(f"remote source {source!r} needs a sha256",
+                           hint="add `sha256: <64 hex digits>` (run `sha256sum FILE` on a trusted copy)")
+    return _normalise(sha256)
 
 
 def _store(cache_dir: Path | None) -> Path:
@@ -143,17 +134,14 @@ def _tmp_dir(store: Path) -> Path:
 
 
 def _lookup(store: Path, expected: str) -> Path | None:
-    if len(expected) == 64:
-        p = store / expected
-        return p if p.is_file() else None
-    matches = sorted(store.glob(expected + "*"))
-    return matches[0] if len(matches) == 1 else None
+    p = store / expected
+    return p if p.is_file() else None
 
 
 def _check(actual: str, expected: str, source: str) -> None:
-    if not actual.startswith(expected):
-        raise IntegrityError(f"sha256 mismatch for {source}: expected {expected}{'…' if len(expected) < 64 else ''}, got {actual}",
-                             hint="the file changed upstream or was corrupted in transit; check the source and the recorded sha256")
+    if actual != expected:
+        raise IntegrityError(f"{source}: checksum mismatch (expected sha256 {expected}, got sha256 {actual})",
+                             hint="the file changed upstream or was corrupted; check the source and the recorded sha256")
 
 
 def _install(tmp: Path, target: Path) -> None:
@@ -163,82 +151,32 @@ def _install(tmp: Path, target: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# http(s)
-
-
-def _fetch_http(url: str, expected: str, store: Path) -> Path:
-    hit = _lookup(store, expected)
-    if hit is not None:
-        return hit
-    from filelock import FileLock
-
-    part = _tmp_dir(store) / (hashlib.sha256(url.encode()).hexdigest() + ".part")
-    # one download per URL at a time: concurrent stages would otherwise share the partial file
-    with FileLock(str(part) + ".lock"):
-        hit = _lookup(store, expected)
-        if hit is not None:
-            return hit
-        h = hashlib.sha256()
-        _download(url, part, h)
-        actual = h.hexdigest()
-        try:
-            _check(actual, expected, url)
-        except IntegrityError:
-            part.unlink(missing_ok=True)
-            raise
-        target = store / actual
-        _install(part, target)
-        return target
-
-
-def _download(url: str, part: Path, h) -> None:
-    """Download `url` into `part`, resuming from its current size; `h` ends up hashing every byte."""
-    import http.client
-    import urllib.error
-    import urllib.request
-
-    have = part.stat().st_size if part.exists() else 0
-    request = urllib.request.Request(url, headers={"User-Agent": "zoo-onnx", "Accept-Encoding": "identity"})
-    if have:
-        request.add_header("Range", f"bytes={have}-")
-    try:
-        response = urllib.request.urlopen(request, timeout=CONNECT_TIMEOUT)
-    except urllib.error.HTTPError as e:
-        if e.code == 416 and have:  # the partial file is already complete (or bogus): start over
-            part.unlink(missing_ok=True)
-            return _download(url, part, h)
-        raise SourceUnreachable(f"cannot download {url}: HTTP {e.code} {e.reason}",
-                                hint="check the URL; no network? " + _OFFLINE_HINT) from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise SourceUnreachable(f"cannot reach {url}: {reason}", hint="no network? " + _OFFLINE_HINT) from None
-    with response:
-        resumed = have and response.status == 206
-        if resumed:
-            with open(part, "rb") as f:
-                for chunk in iter(lambda: f.read(_CHUNK), b""):
-                    h.update(chunk)
-        try:
-            with open(part, "ab" if resumed else "wb") as out:
-                for chunk in iter(lambda: response.read(_CHUNK), b""):
-                    h.update(chunk)
-                    out.write(chunk)
-        except (OSError, http.client.HTTPException) as e:  # the partial file stays, so the next attempt resumes
-            raise SourceUnreachable(f"download of {url} was interrupted: {e}",
-                                    hint="run again to resume; no network? " + _OFFLINE_HINT) from None
-        expected_len = response.headers.get("Content-Length")
-        got = part.stat().st_size - (have if resumed else 0)
-        if expected_len is not None and int(expected_len) != got:
-            raise SourceUnreachable(f"download of {url} ended early ({got} of {expected_len} bytes)",
-                                    hint="run again to resume")
+# remote sources: http(s) and the Hugging Face Hub
 
 
 _OFFLINE_HINT = ("pre-seed the cache with `python -m zoo.sources add FILE` (a copy fetched elsewhere), "
                  "or point the recipe at a local path")
 
 
-# ---------------------------------------------------------------------------------------------
-# Hugging Face Hub
+def _fetch_remote(source: str, expected: str, store: Path) -> Path:
+    """Download `source` into the store under `expected` (nothing to do when it is there)."""
+    hit = _lookup(store, expected)
+    if hit is not None:
+        return hit
+    from zoo.download import download, hf_source, http_source
+
+    if source.startswith("hf://"):
+        repo_id, revision, filename = parse_hf(source)
+        local = _hub_cache(repo_id, filename, revision)
+        if local is not None:
+            return _copy_in(local, expected, store, source)
+        src = hf_source(repo_id, filename, revision=revision, label=source)
+    else:
+        src = http_source(source)
+    try:
+        return download([src], store / expected, sha256=expected, size=None, what=source, tmp_dir=_tmp_dir(store))
+    except SourceUnreachable as e:
+        raise SourceUnreachable(e.message, hint=f"{e.hint}; no network? {_OFFLINE_HINT}" if e.hint else _OFFLINE_HINT) from e
 
 
 def parse_hf(source: str) -> tuple[str, str | None, str]:
@@ -252,32 +190,24 @@ def parse_hf(source: str) -> tuple[str, str | None, str]:
     return f"{org}/{repo}", rev or None, filename
 
 
-def _fetch_hf(source: str, expected: str, store: Path) -> Path:
-    hit = _lookup(store, expected)
-    if hit is not None:
-        return hit
-    repo_id, revision, filename = parse_hf(source)
+def _hub_cache(repo_id: str, filename: str, revision: str | None) -> Path | None:
+    """The file in huggingface_hub's own cache (``HF_HUB_CACHE``), if a download put it there."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, filename, revision=revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def _copy_in(local: Path, expected: str, store: Path, source: str) -> Path:
+    """Copy a verified file into the store (the Hub cache's copy stays where it is)."""
+    tmp = _tmp_dir(store) / f"copy-{expected}.{os.getpid()}"
     try:
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-    except ImportError:  # pragma: no cover - huggingface-hub is a core dependency
-        raise InvalidInput("hf:// sources need huggingface-hub", hint="pip install huggingface-hub") from None
-    try:
-        local = Path(hf_hub_download(repo_id=repo_id, filename=filename, revision=revision))
-    except LocalEntryNotFoundError as e:
-        raise SourceUnreachable(f"cannot fetch {source}: {e}",
-                                hint="no network or HF_HUB_OFFLINE=1? " + _OFFLINE_HINT) from None
-    except (HfHubHTTPError, OSError, ValueError) as e:
-        raise SourceUnreachable(f"cannot fetch {source}: {e}",
-                                hint="check the repo, revision and path (and HF_ENDPOINT / HF_TOKEN)") from None
-    actual = sha256_file(local)
-    _check(actual, expected, source)
-    target = store / actual
-    if not target.exists():
-        tmp = _tmp_dir(store) / f"hf-{actual}.{os.getpid()}"
         shutil.copyfile(local, tmp)
-        _install(tmp, target)
-    return target
+        _check(sha256_file(tmp), expected, source)
+        _install(tmp, store / expected)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return store / expected
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,9 +4,10 @@ Modules (one job each): ``manifest`` (the format), ``codec`` (manifest bytes), `
 (``name@version|tag``, version order), ``fileio`` (atomic / create-exclusive writes),
 ``blobs`` (content-addressed store), ``index`` (SQLite index), ``safety`` (path and ONNX
 external-data checks), ``store`` (`LocalZoo`), ``staging`` (building a staging folder),
-``config`` (remotes.json), ``fsbackend`` (fsspec: folder, S3, WebDAV, HTTP), ``remotes``
-(remote zoo layout + mirrors), ``hf`` (Hugging Face Hub), ``transfer`` (resumable verified
-downloads), ``select`` (best build for this host), ``pull``, ``api`` (what the CLI calls),
+``config`` (remotes.json), ``remote`` (the `RemoteZoo` interface every backend implements, and
+``open_remote``), ``fsbackend`` (fsspec: folder, S3, WebDAV, HTTP), ``fsremote`` (the remote zoo
+layout on those, with mirrors), ``hf`` (Hugging Face Hub), ``select`` (best build for this
+host), ``pull``, ``api`` (what the CLI calls),
 ``bundle`` (air-gapped tar bundles: export, verified import), ``fsck`` (checking and repairing
 a local zoo), ``testing`` (servers on 127.0.0.1 for tests and benchmarks).
 
@@ -21,8 +22,9 @@ Local zoo layout (``$ZOO_HOME``, default ``~/.local/share/zoo``)::
                                                   sha256 before it is served
     blobs/verified/<aa>/<sha256>                  "dev ino size mtime_ns ctime_ns" of the blob when it last
                                                   hashed right (a re-check is a stat while it matches)
-    blobs/partial/<sha256>.part                   a download in progress (resumed from its length)
-    blobs/hf-cache/                               huggingface_hub's download area (files move into blobs/)
+    blobs/partial/<sha256>.<host>.<pid>.<random>.incomplete
+                                                  a download in progress, one file per download
+                                                  (`zoo.download`); an interrupted one is resumed
     models/<name>/versions/<version>/zoo-manifest.json
                                                   the version's manifest, written last and create-exclusive
     models/<name>/versions/<version>/<path>       materialized files: hard links to blobs (a snapshot, so
@@ -37,7 +39,8 @@ bytes is a Conflict; `latest` follows the highest version (a pre-release never d
 release). Resolving ``name@1.2.0`` reads one manifest file; ``name@tag`` reads one tag file
 first; listing and searching query the index, never every manifest.
 
-Remote layout: see `zoo.registry.remotes` (fsspec backends) and `zoo.registry.hf` (Hub).
+Remote layout: see `zoo.registry.fsremote` (fsspec backends) and `zoo.registry.hf` (Hub);
+downloads into the blob store go through `zoo.download`, the one downloader.
 
 Safety: every path in a manifest is relative and stays inside its version (validated on
 load); staging files reached through symbolic links out of the staging folder are refused;

@@ -37,7 +37,7 @@ def _zoo(zoo: LocalZoo | None) -> LocalZoo:
 
 def _remote(name: str, zoo: LocalZoo):
     from zoo.registry.config import RemotesConfig
-    from zoo.registry.remotes import open_remote
+    from zoo.registry.remote import open_remote
 
     return open_remote(RemotesConfig(zoo.root).get(name))
 

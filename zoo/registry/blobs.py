@@ -6,8 +6,8 @@ counts as present only when its content matches its name: `has` hashes it, and r
 result in ``verified/<aa>/<sha256>`` keyed by the file's identity (device, inode, size,
 mtime_ns, ctime_ns). Any write moves ctime, which the user cannot set back, so a recorded
 identity that still matches proves the bytes were not touched since they were hashed: a
-re-check costs a stat and a small read. Partial downloads live in ``partial/`` and are resumed
-from their current length.
+re-check costs a stat and a small read. Downloads in progress write to temporary files in
+``partial/`` (see `zoo.download`), renamed into place once verified.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ class BlobStore:
     def path(self, sha256: str) -> Path:
         return self.root / "sha256" / sha256[:2] / sha256
 
-    def partial_path(self, sha256: str) -> Path:
-        return self.root / "partial" / f"{sha256}.part"
+    @property
+    def partial_dir(self) -> Path:
+        """Where downloads write their temporary files (same filesystem as the blobs: renamed into place)."""
+        return self.root / "partial"
 
     def _memo_path(self, sha256: str) -> Path:
         return self.root / "verified" / sha256[:2] / sha256
@@ -131,27 +133,3 @@ class BlobStore:
             p.unlink()
         except FileNotFoundError:
             pass
-
-    def drop_partial_lock(self, sha256: str) -> None:
-        """Remove ``partial/<sha256>.part.lock`` once no download holds it.
-
-        Only unlinked while we hold its flock and the name still points at the inode we locked;
-        filelock re-opens the path when the inode it locked has no name any more, so a waiter
-        never ends up holding a lock on a deleted file beside a new one.
-        """
-        import fcntl
-
-        lock = Path(str(self.partial_path(sha256)) + ".lock")
-        try:
-            fd = os.open(lock, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            st, cur = os.fstat(fd), os.stat(lock)
-            if (st.st_dev, st.st_ino) == (cur.st_dev, cur.st_ino):
-                os.unlink(lock)
-        except OSError:
-            pass  # held by a download in progress, or already gone: leave it
-        finally:
-            os.close(fd)

@@ -9,6 +9,8 @@ atomic primitive it supports:
 - HTTP(S) (fsspec's HTTPFileSystem): read-only.
 
 fsspec and the scheme's driver are imported when a backend is opened, never at module import.
+Errors are sorted with `zoo.download.refusal_reason` and `zoo.download.is_connection_error`, the
+same rules every download uses.
 """
 
 from __future__ import annotations
@@ -19,58 +21,12 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+from zoo.download import is_connection_error, refusal_reason
 from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable, StorageError
 from zoo.registry.config import scheme_of
 
 CHUNK = 32 << 20  # ranged requests (WebDAV, HTTP) and local reads
 STREAM_CHUNK = 8 << 20  # reads from one streaming S3 GET
-_CONNECT_WORDS = ("connect", "timeout", "unreachable", "networkerror", "remotedisconnected", "gaierror")
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, (ConnectionError, TimeoutError)):
-            return True
-        if any(w in cls.__name__.lower() for cls in type(exc).__mro__ for w in _CONNECT_WORDS):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-# botocore / S3 error codes that mean "not with these credentials", not "not there" or "down"
-_REFUSED_NAMES = ("nocredentialserror", "partialcredentialserror", "credentialretrievalerror",
-                  "unauthorizedssotokenerror", "tokenretrievalerror")
-_REFUSED_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
-                  "AllAccessDisabled", "AccountProblem", "InvalidClientTokenId", "UnrecognizedClientException",
-                  "401", "403")
-
-
-def refusal_reason(exc: BaseException) -> str | None:
-    """Why a remote refused the request (no or bad credentials, HTTP 401/403, AccessDenied), or None.
-
-    One place for every backend (S3 through botocore/s3fs, WebDAV through webdav4/httpx, HTTP
-    through aiohttp, a folder through the OS): walks the exception and its causes.
-    """
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        name = type(exc).__name__.lower()
-        if any(n in name for n in _REFUSED_NAMES):
-            return "no credentials were found" if "nocredentials" in name else f"{type(exc).__name__}: {exc}"
-        code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code") \
-            if isinstance(getattr(exc, "response", None), dict) else None
-        if code in _REFUSED_CODES:
-            return f"{code}: {exc}"
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        status = status if isinstance(status, int) else getattr(exc, "status", None)
-        if status in (401, 403):
-            return f"HTTP {status} ({'not authorized' if status == 401 else 'forbidden'})"
-        if isinstance(exc, PermissionError):
-            return f"access denied ({exc})"
-        exc = exc.__cause__ or exc.__context__
-    return None
 
 
 def credentials_hint(scheme: str, options: dict) -> str:
@@ -179,7 +135,7 @@ class FsBackend:
             if reason is not None:
                 raise AccessDenied(f"{self.url} refused access: {reason} ({what})",
                                    hint=credentials_hint(self.scheme, self.options)) from e
-            if _is_connection_error(e):
+            if is_connection_error(e):
                 raise SourceUnreachable(f"remote {self.url} is unreachable ({what}): {type(e).__name__}: {e}",
                                         hint="check the network, or use --offline to pull from the local cache") from e
             if type(e).__name__ in ("ResourceNotFound",) or (isinstance(e, OSError) and e.errno == 2):

@@ -11,9 +11,10 @@ Mapping, through huggingface_hub's public API only:
   tag exists (HTTP 409), which is the create-exclusive step that lets one publisher win;
   a commit without its tag is not a version, so an interrupted publish leaves none visible.
 
-Downloads go through ``hf_hub_download`` (its own resumable ``.incomplete`` files) into
-``<zoo>/blobs/hf-cache`` and are moved into the blob store only after the sha256 matches.
-Mirrors of an ``hf://`` remote are other endpoints serving the same repositories.
+Files are downloaded by `zoo.download` from each file's ``resolve`` URL (``hf_hub_url``) at the
+version's tag, with huggingface_hub's headers (the token), resumably and verified against the
+manifest's sha256 before they enter the blob store. Mirrors of an ``hf://`` remote are other
+endpoints serving the same repositories, tried in order.
 
 Listing every model of a namespace (``zoo list --remote``) needs the Hub's
 ``/api/models?author=`` search; Hub mirrors such as olah do not serve it for local repos, so
@@ -32,7 +33,7 @@ from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_n
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import MANIFEST_FILE, FileRef, Manifest
 from zoo.registry.refs import LATEST, Ref, check_name, check_tag, is_version, moves_latest, version_key
-from zoo.registry.remotes import RemoteZoo
+from zoo.registry.remote import RemoteZoo, fetch_blob, no_gc
 
 if TYPE_CHECKING:
     from zoo.registry.blobs import BlobStore
@@ -68,10 +69,10 @@ def _hf_errors(where: str, what: str):
     except (ConnectionError, TimeoutError) as e:
         raise SourceUnreachable(f"{where} is unreachable ({what}): {e}") from e
     except Exception as e:
-        from zoo.registry.fsbackend import _is_connection_error
+        from zoo.download import is_connection_error
 
         # huggingface_hub's HTTP client (httpx or its httpx2 fork) raises ConnectError & co.
-        if _is_connection_error(e):
+        if is_connection_error(e):
             raise SourceUnreachable(f"{where} is unreachable ({what}): {type(e).__name__}: {e}",
                                     hint="check the network, or use --offline to pull from the local cache") from e
         raise
@@ -198,31 +199,12 @@ class HfRemoteZoo(RemoteZoo):
                                hint="list one model with `zoo list NAME --remote …`, or pull by name") from e
 
     def fetch(self, manifest: Manifest, ref: FileRef, blobs: "BlobStore") -> None:
-        from zoo.errors import IntegrityError
-        from zoo.registry.transfer import adopt_file
+        from zoo.download import hf_source
 
-        if blobs.has(ref.sha256, ref.size):
-            return
-        cache = blobs.root / "hf-cache"
-        errors = []
-        for ep in self.endpoints:
-            try:
-                with _hf_errors(self._where(ep), f"{manifest.ref}: {ref.path}"):
-                    link = self._download(manifest.name, ref.path, manifest.version, cache, ep)
-                real = Path(os.path.realpath(link))
-                try:
-                    adopt_file(blobs, real, ref.sha256, ref.size, f"{manifest.ref}: {ref.path} from {self._where(ep)}")
-                finally:
-                    if link.is_symlink() or link != real:
-                        link.unlink(missing_ok=True)
-                return
-            except (SourceUnreachable, IntegrityError, NotFound) as e:
-                errors.append(e)
-        for kind in (IntegrityError, NotFound):
-            hit = [e for e in errors if isinstance(e, kind)]
-            if hit:
-                raise hit[0]
-        raise errors[-1]
+        sources = [hf_source(self.repo_id(manifest.name), ref.path, revision=manifest.version, endpoint=ep,
+                             token=self.token, label=self._where(ep), refused_hint=_TOKEN_HINT)
+                   for ep in self.endpoints]
+        fetch_blob(blobs, ref, sources, f"{manifest.ref}: {ref.path}")
 
     # ---- writes (main endpoint only) ------------------------------------------------------
     def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
@@ -324,6 +306,10 @@ class HfRemoteZoo(RemoteZoo):
                     api.delete_tag(self.repo_id(name), tag=t)
         return {"remote": self.name, "blobs_freed": 0, "bytes_freed": 0, "kept_young": 0,
                 "note": "the Hub keeps every file in the repository's git history"}
+
+    def gc(self, *, grace_s: float | None = None, dry_run: bool = False) -> dict:
+        """Refused: the Hub keeps files in git history, there are no loose blobs to free."""
+        raise no_gc(self)
 
 
 def _card(manifest: Manifest, zoo: "LocalZoo") -> str:

@@ -23,7 +23,7 @@ from zoo.errors import AccessDenied, IntegrityError, NotFound, SourceUnreachable
 from zoo.registry.fileio import storage_error
 from zoo.registry.manifest import FileRef, Manifest
 from zoo.registry.refs import LATEST, Ref, parse_ref
-from zoo.registry.remotes import RemoteZoo, open_remote
+from zoo.registry.remote import RemoteZoo, open_remote
 from zoo.registry.store import LocalZoo
 
 
@@ -150,18 +150,10 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
             if r.tag and r.tag != LATEST:
                 zoo.tag(manifest.name, manifest.version, r.tag)  # so the same tag resolves offline later
         path = zoo.materialize(manifest, b, dest)
-    except OSError as e:
+    except OSError as e:  # a failed download removed its temporary file: the space is given back
         if not is_no_space(e):
             raise
         raise storage_error(Path(e.filename) if e.filename else zoo.root, e) from e
-    except StorageError as e:
-        if e.message.startswith("no space left"):
-            for f in fetched:
-                zoo.blobs.partial_path(f.sha256).unlink(missing_ok=True)  # give the space back
-        raise
-    finally:
-        for f in fetched:
-            zoo.blobs.drop_partial_lock(f.sha256)
     return PullResult(manifest.name, manifest.version, b.name, str(path), source.name if source else "local",
                       len(fetched), sum(f.size for f in fetched), notes, fetched_from=used)
 

@@ -1,7 +1,7 @@
-"""Remote zoos: the interface every backend implements, the folder layout shared by the
-fsspec backends, and `open_remote` which builds the right one from a `RemoteConfig`.
+"""`FsRemoteZoo`: a remote zoo in a folder reached through fsspec (local folder, S3 prefix,
+WebDAV folder, read-only HTTP(S)), with optional mirrors in the same layout.
 
-Layout of a filesystem remote (local folder, S3 prefix, WebDAV folder, HTTP(S) read-only)::
+Layout::
 
     <root>/zoo-remote.json                        {"schema_version": 1}
     <root>/blobs/sha256/<aa>/<sha256>             every file, addressed by content
@@ -11,7 +11,8 @@ Layout of a filesystem remote (local folder, S3 prefix, WebDAV folder, HTTP(S) r
     <root>/index.json                             model names (derived; lets HTTP list)
 
 The index files are rebuilt from listings after every change, so concurrent publishers of
-different versions converge; plain HTTP remotes read them instead of listing.
+different versions converge; plain HTTP remotes read them instead of listing. Byte-level access
+(and each scheme's atomic write and create-exclusive primitives) is `zoo.registry.fsbackend`.
 
 Freeing space (`remove`, `gc`): a blob is deleted only when no manifest under ``models/``
 references it (read from the manifests, never the derived index) and it is older than the
@@ -30,6 +31,7 @@ from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_n
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import FileRef, Manifest
 from zoo.registry.refs import LATEST, Ref, check_name, check_tag, check_version, is_prerelease, moves_latest, version_key
+from zoo.registry.remote import RemoteZoo, fetch_blob
 
 if TYPE_CHECKING:
     from zoo.registry.blobs import BlobStore
@@ -38,44 +40,6 @@ if TYPE_CHECKING:
     from zoo.registry.store import LocalZoo
 
 REMOTE_SCHEMA_VERSION = 1
-
-
-class RemoteZoo:
-    """What a remote zoo can do. `name` is the configured remote name."""
-
-    name: str
-    read_only: bool = False
-
-    def resolve(self, ref: Ref) -> Manifest:
-        """The manifest `ref` names on this remote; NotFound / SourceUnreachable."""
-        raise NotImplementedError
-
-    def list(self, name: str | None = None) -> list[VersionInfo]:
-        raise NotImplementedError
-
-    def tags(self, name: str) -> dict[str, str]:
-        raise NotImplementedError
-
-    def fetch(self, manifest: Manifest, ref: FileRef, blobs: "BlobStore") -> None:
-        """Make the blob of `ref` present (verified) in `blobs`."""
-        raise NotImplementedError
-
-    def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
-        """Publish a local version: blobs first, manifest last (create-exclusive)."""
-        raise NotImplementedError
-
-    def set_tag(self, name: str, tag: str, version: str) -> None:
-        raise NotImplementedError
-
-    def remove(self, name: str, version: str, *, grace_s: float | None = None) -> dict:
-        """Delete a version; returns what was freed ({"blobs_freed", "bytes_freed", ...})."""
-        raise NotImplementedError
-
-    def gc(self, *, grace_s: float | None = None, dry_run: bool = False) -> dict:
-        """Free the blobs no manifest on this remote references (older than the grace period)."""
-        from zoo.errors import InvalidInput
-
-        raise InvalidInput(f"remote {self.name} does not support gc", hint="only folder, S3 and WebDAV remotes hold loose blobs")
 
 
 # A push uploads its blobs before its manifest, so for a while they are referenced by nothing:
@@ -89,15 +53,6 @@ def gc_grace(config: "RemoteConfig", override: float | None = None) -> float:
         return float(override)
     value = config.options.get("gc_grace")
     return DEFAULT_GC_GRACE_S if value is None else float(value)
-
-
-def open_remote(config: "RemoteConfig") -> RemoteZoo:
-    """The RemoteZoo for a configured remote (imports its driver lazily)."""
-    if config.scheme == "hf":
-        from zoo.registry.hf import HfRemoteZoo
-
-        return HfRemoteZoo(config)
-    return FsRemoteZoo(config)
 
 
 def _summary(m: Manifest) -> dict:
@@ -203,9 +158,9 @@ class FsRemoteZoo(RemoteZoo):
         return dict((self._model_index(name) or {}).get("tags", {}))
 
     def fetch(self, manifest: Manifest, ref: FileRef, blobs: "BlobStore") -> None:
-        from zoo.registry.transfer import fetch_blob
+        from zoo.download import Source
 
-        def reader(b: "FsBackend"):
+        def source(b: "FsBackend") -> Source:
             rpath = b.path("blobs", "sha256", ref.sha256[:2], ref.sha256)
 
             def open_from(offset: int):
@@ -214,10 +169,9 @@ class FsRemoteZoo(RemoteZoo):
                 except SourceUnreachable:
                     self._dead.add(b.url)
                     raise
-            return open_from
+            return Source(b.url, open_from)
 
-        sources = [(b.url, reader(b)) for b in self.backends]
-        fetch_blob(blobs, ref.sha256, ref.size, sources, f"{manifest.ref}: {ref.path}")
+        fetch_blob(blobs, ref, [source(b) for b in self.backends], f"{manifest.ref}: {ref.path}")
 
     # ---- writes (primary only) ---------------------------------------------------------
     def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:

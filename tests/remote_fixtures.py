@@ -1,0 +1,175 @@
+"""The remote backends, on servers on 127.0.0.1, as one shared set of pytest fixtures (loaded by
+conftest.py as a plugin): test_registry_remotes.py, test_registry_remote_integrity.py and
+test_registry_remote_contract.py all use these.
+
+Servers (module-scoped, started only when a test asks for one): moto S3, wsgidav WebDAV (also
+serving folders as plain read-only HTTP), and a Hugging Face endpoint that is partly a stand-in:
+reads go to olah (a real Hub mirror serving git repos), the Hub's write API is
+`zoo.registry.testing.HubWriteApp`; tests using it carry `hf-stand-in-write-api` in their ids.
+
+`backend` is parametrised over the writable backends (`BACKENDS`); a test narrows it with
+``@pytest.mark.parametrize("backend", [...], indirect=True)``. `publisher` is a local zoo holding
+tiny@1.0.0 and tiny@1.1.0 (two builds) with the backend added as remote ``origin``; `consumer`
+is an empty local zoo with the same remote.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from zoo.registry import api
+from zoo.registry.store import LocalZoo
+from zoo.registry.testing import free_port, hub_server, make_staging, moto_s3, webdav_server
+
+BACKENDS = ["folder", "s3", "webdav", "hf"]  # every writable kind
+KINDS = [*BACKENDS, "http"]  # http: a folder remote served read-only over plain HTTP
+
+
+# ---- servers (one per module) ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    with moto_s3("zoo") as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def dav(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dav")
+    with webdav_server(root, user="zoo", password="dav-secret") as url:
+        yield url, root
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    with hub_server(tmp_path_factory.mktemp("hub")) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def http_site(tmp_path_factory):
+    """A folder served over plain HTTP (wsgidav without auth: Range support); yields (url, folder)."""
+    root = tmp_path_factory.mktemp("site")
+    with webdav_server(root, user=None) as url:
+        yield url, root
+
+
+@pytest.fixture
+def hf_online(monkeypatch, tmp_path):
+    """conftest sets HF_HUB_OFFLINE=1; the Hub tests talk to 127.0.0.1 only, so lift it."""
+    import huggingface_hub.constants as c
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+
+
+class Backend:
+    """One remote location for one test, and how to reach around zoo to damage it.
+
+    `url` and `options` reach it through zoo; `write_url` is where zoo publishes to it (the
+    same URL, except for http: the folder behind the read-only site)."""
+
+    def __init__(self, kind: str, request, tmp_path: Path, monkeypatch):
+        self.kind = kind
+        self.uid = uuid.uuid4().hex[:10]
+        self.options: dict[str, str] = {}
+        if kind == "folder":
+            self.root = tmp_path / "remote"
+            self.url = str(self.root)
+        elif kind == "http":
+            base, site = request.getfixturevalue("http_site")
+            self.root = site / self.uid
+            self.url = f"{base}/{self.uid}"
+        elif kind == "s3":
+            self.endpoint = request.getfixturevalue("s3_endpoint")
+            self.url = f"s3://zoo/{self.uid}"
+            self.options = {"endpoint_url": self.endpoint}
+        elif kind == "webdav":
+            base, self.dav_root = request.getfixturevalue("dav")
+            monkeypatch.setenv("TEST_DAV_PASSWORD", "dav-secret")
+            self.base = base
+            self.url = f"webdav+{base}/{self.uid}"
+            self.options = {"user": "zoo", "password_env": "TEST_DAV_PASSWORD"}
+        elif kind == "hf":
+            request.getfixturevalue("hf_online")
+            self.hub = request.getfixturevalue("hub")
+            self.url = f"hf://ns{self.uid}"
+            self.options = {"endpoint": self.hub.url}
+        self.write_url = str(self.root) if kind == "http" else self.url
+
+    def add_to(self, zoo: LocalZoo, name: str = "origin", **overrides) -> None:
+        api.remote_add(name, overrides.pop("url", self.url), options={**self.options, **overrides.pop("options", {})},
+                       zoo=zoo, replace=True, **overrides)
+
+    def dead_options(self) -> tuple[str, dict]:
+        """The same remote behind a port where nothing listens."""
+        port = free_port()
+        if self.kind == "s3":
+            return self.url, {**self.options, "endpoint_url": f"http://127.0.0.1:{port}"}
+        if self.kind == "webdav":
+            return f"webdav+http://127.0.0.1:{port}/{self.uid}", self.options
+        if self.kind == "hf":
+            return self.url, {"endpoint": f"http://127.0.0.1:{port}"}
+        if self.kind == "http":
+            return f"http://127.0.0.1:{port}/{self.uid}", {}
+        raise AssertionError("a folder cannot be unreachable")
+
+    def tamper(self, name: str, version: str, path: str, sha256: str) -> None:
+        """Flip the last byte of a published file on the remote, bypassing zoo."""
+        def flip(data: bytes) -> bytes:
+            return data[:-1] + bytes([data[-1] ^ 0xFF])
+
+        key = f"blobs/sha256/{sha256[:2]}/{sha256}"
+        if self.kind in ("folder", "http"):
+            p = self.root / key
+            p.chmod(0o644)
+            p.write_bytes(flip(p.read_bytes()))
+        elif self.kind == "s3":
+            import boto3
+
+            s3 = boto3.client("s3", endpoint_url=self.endpoint)
+            obj = f"{self.uid}/{key}"
+            s3.put_object(Bucket="zoo", Key=obj, Body=flip(s3.get_object(Bucket="zoo", Key=obj)["Body"].read()))
+        elif self.kind == "webdav":
+            p = self.dav_root / self.uid / key
+            p.write_bytes(flip(p.read_bytes()))
+        else:  # a Hub that serves other bytes under the same version tag
+            repo = self.hub.mirrors / "models" / f"ns{self.uid}" / name
+            p = repo / path
+            p.write_bytes(flip(p.read_bytes()))
+            git = ["git", "-C", str(repo), "-c", "user.name=x", "-c", "user.email=x@x"]
+            subprocess.run([*git, "commit", "-qam", "tamper"], check=True)
+            subprocess.run([*git, "tag", "-f", version], check=True, capture_output=True)
+
+
+def backend_id(kind: str) -> str:
+    return "hf-stand-in-write-api" if kind == "hf" else kind
+
+
+@pytest.fixture(params=BACKENDS, ids=backend_id)
+def backend(request, tmp_path, monkeypatch) -> Backend:
+    return Backend(request.param, request, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def publisher(tmp_path, backend) -> LocalZoo:
+    zoo = LocalZoo(tmp_path / "publisher")
+    zoo.publish(make_staging(tmp_path / "s100", version="1.0.0", big_bytes=3000))
+    zoo.publish(make_staging(tmp_path / "s110", version="1.1.0", scale=7.0, big_bytes=3000,
+                             builds={"cpu-fp32": {"metrics": {"latency_p50_ms": 2.0, "accuracy": 0.9}},
+                                     "cpu-int8": {"precision": "int8", "metrics": {"latency_p50_ms": 1.0, "accuracy": 0.88}}}))
+    backend.add_to(zoo, url=backend.write_url)
+    return zoo
+
+
+@pytest.fixture
+def consumer(tmp_path, backend) -> LocalZoo:
+    zoo = LocalZoo(tmp_path / "consumer")
+    backend.add_to(zoo)
+    return zoo
+
+

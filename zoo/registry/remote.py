@@ -1,0 +1,139 @@
+"""The remote zoo interface (`RemoteZoo`) and `open_remote`, which builds the right backend.
+
+Backends: `zoo.registry.fsremote.FsRemoteZoo` (a folder, S3, WebDAV or read-only HTTP(S)
+location in the zoo's folder layout, reached through fsspec) and `zoo.registry.hf.HfRemoteZoo`
+(a Hugging Face Hub namespace). This module imports neither at import time: `open_remote` picks
+one lazily, so the backends import this module and never each other.
+
+Every backend keeps the same promises, checked by ``tests/test_registry_remote_contract.py``
+against a real server for each:
+
+- a version becomes visible in one atomic, create-exclusive step taken after all its files are
+  stored, so a reader never sees a version whose files are missing, and of two publishers of
+  the same version exactly one wins;
+- published versions are immutable: the same version with other content is a `Conflict`;
+- nothing is placed in the local blob store before its sha256 and size match the manifest;
+- a backend that cannot do something (write to plain HTTP, free blobs on the Hub) raises
+  `InvalidInput` saying so; expected failures are `zoo.errors` classes (`NotFound`,
+  `SourceUnreachable`, `AccessDenied`, `IntegrityError`, `StorageError`).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from zoo.download import Source
+    from zoo.registry.blobs import BlobStore
+    from zoo.registry.config import RemoteConfig
+    from zoo.registry.index import VersionInfo
+    from zoo.registry.manifest import FileRef, Manifest
+    from zoo.registry.refs import Ref
+    from zoo.registry.store import LocalZoo
+
+
+class RemoteZoo(abc.ABC):
+    """What a remote zoo can do. `name` is the configured remote name; `read_only` is True where
+    every write raises `InvalidInput`."""
+
+    name: str
+    read_only: bool = False
+
+    # ---- reads --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def resolve(self, ref: "Ref") -> "Manifest":
+        """The manifest `ref` (``name@version`` or ``name@tag``) names on this remote.
+
+        NotFound (its hint names what the model has, or close model names) when it is not
+        there; SourceUnreachable when no location (primary or mirror) answers; AccessDenied
+        when one refused and none answered. The manifest's name and version are checked
+        against what was asked (a mismatch is a StorageError: the remote is corrupt).
+        """
+
+    @abc.abstractmethod
+    def list(self, name: str | None = None) -> list["VersionInfo"]:
+        """Every version of model `name` (or of every model), newest first per model, with its tags."""
+
+    @abc.abstractmethod
+    def tags(self, name: str) -> dict[str, str]:
+        """Tag -> version for model `name` ({} when it has none)."""
+
+    @abc.abstractmethod
+    def fetch(self, manifest: "Manifest", ref: "FileRef", blobs: "BlobStore") -> None:
+        """Make the blob of `ref` (a file of `manifest`) present and verified in `blobs`.
+
+        Bytes are hashed while they arrive and placed (an atomic rename) only when sha256 and
+        size match, so a failed or tampered download installs nothing; an interrupted one may
+        leave a temporary file that the next download of the same blob resumes from. Sources
+        (the primary, then mirrors) are tried in order: IntegrityError when a source served
+        wrong bytes and none served the right ones, NotFound when none has the file.
+        """
+
+    # ---- writes -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def push(self, zoo: "LocalZoo", manifest: "Manifest", tags: list[str] | None = None) -> dict:
+        """Publish a version of the local `zoo`: its files first, then the version itself in one
+        create-exclusive step, then `latest` (when this version is the newest release) and `tags`.
+
+        Idempotent and resumable: a retry after a push cut off at any point finishes it, and
+        uploads only what is missing. Returns ``{"remote", "ref", "uploaded", "skipped",
+        "bytes", "created"}``; ``created`` is False when the same content was already there.
+        Conflict when the version exists with other content (also when a concurrent publisher
+        won the create-exclusive step with other bytes); NotFound when the local zoo lacks a
+        file of the version; InvalidInput on a read-only remote.
+        """
+
+    @abc.abstractmethod
+    def set_tag(self, name: str, tag: str, version: str) -> None:
+        """Point `tag` of model `name` at `version` (a reader sees the old or the new target,
+        never neither); NotFound when the version is not on the remote."""
+
+    @abc.abstractmethod
+    def remove(self, name: str, version: str, *, grace_s: float | None = None) -> dict:
+        """Delete a version and the tags on it; then, where the backend holds loose blobs, free
+        those no remaining manifest references and that are older than the grace period.
+
+        Returns at least ``{"remote", "blobs_freed", "bytes_freed", "kept_young"}``; NotFound
+        when the version is not there.
+        """
+
+    @abc.abstractmethod
+    def gc(self, *, grace_s: float | None = None, dry_run: bool = False) -> dict:
+        """Free the blobs that no manifest on the remote references and that are older than the
+        grace period (a push uploads its blobs before its manifest, so a younger unreferenced
+        blob may belong to a push in progress). Never deletes a manifest or a tag, nor a blob a
+        manifest references (read from the manifests themselves, not from derived indexes);
+        `dry_run` only reports. Returns ``{"remote", "blobs_freed", "bytes_freed",
+        "kept_young", "grace_s", "dry_run"}``. Backends without loose blobs raise InvalidInput.
+        """
+
+
+def no_gc(remote: RemoteZoo):
+    """The error a backend without loose blobs raises from `gc`."""
+    from zoo.errors import InvalidInput
+
+    return InvalidInput(f"remote {remote.name} does not support gc", hint="only folder, S3 and WebDAV remotes hold loose blobs")
+
+
+def fetch_blob(blobs: "BlobStore", ref: "FileRef", sources: Sequence["Source"], what: str) -> None:
+    """Download the blob of `ref` into `blobs` from the first of `sources` that delivers the right
+    bytes (see `zoo.download.download`); nothing happens when it is already there."""
+    from zoo.download import download
+
+    if blobs.has(ref.sha256, ref.size):
+        return
+    download(sources, blobs.path(ref.sha256), sha256=ref.sha256, size=ref.size, what=what,
+             tmp_dir=blobs.partial_dir)
+    blobs.mark_verified(ref.sha256)  # hashed while downloaded: no second hash on first use
+
+
+def open_remote(config: "RemoteConfig") -> RemoteZoo:
+    """The RemoteZoo for a configured remote (imports its backend lazily)."""
+    if config.scheme == "hf":
+        from zoo.registry.hf import HfRemoteZoo
+
+        return HfRemoteZoo(config)
+    from zoo.registry.fsremote import FsRemoteZoo
+
+    return FsRemoteZoo(config)
