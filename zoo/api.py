@@ -74,10 +74,7 @@ def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None,
         pending = [up for up in node.needs if by_id[up].state == WILL_RUN]
         parts = key = None
         if not pending:
-            inputs = {up: entries[up].output_digests() for up in node.needs}
-            ancestors = {a: by_id[a].key for a in dag.ancestors(nid)}
-            parts = keys.key_parts(dag.recipe, node, inputs, cache.hashes, ancestors)
-            key = keys.key_of(parts)
+            parts, key = keys.stage_key(dag, node, entries, by_id, cache.hashes)
         prev = previous.stages.get(nid) if previous else None
         state, reasons, entry = decide(node, parts, key, cache, prev, nid in forced, pending)
         if state == CACHED:

@@ -144,11 +144,10 @@ def gc(
 @app.command("kinds")
 def kinds_cmd() -> None:
     """List the stage kinds (built in and from the `zoo.stages` entry points)."""
-    from zoo import kinds
+    from zoo import kind_loader
 
-    for name, target in sorted(kinds.available().items()):
-        origin = "built-in" if name in kinds.BUILTIN_KINDS else "plugin"
-        _echo(f"{name:<12} {origin:<9} {target}")
+    for name, entry in sorted(kind_loader.entries().items()):
+        _echo(f"{name:<12} {'built-in' if entry.builtin else 'plugin':<9} {entry.target}")
 
 
 # --- output helpers -------------------------------------------------------------------------

@@ -127,7 +127,7 @@ def _start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> None:
 
 def execute(task: StageTask) -> dict[str, Any]:
     """Run the stage; returns {"ok", "outputs", "metrics", "duration_s", "host"} or {"ok": False, "error": ...}."""
-    from zoo import host, kinds
+    from zoo import host, kind_loader
     from zoo.stage import Inputs, StageContext, Upstream
 
     started = time.perf_counter()
@@ -136,7 +136,7 @@ def execute(task: StageTask) -> dict[str, Any]:
     work_dir.mkdir(parents=True, exist_ok=True)
     with _captured(Path(task.log_path)) as logger:
         try:
-            cls = kinds.get(task.kind)
+            cls = kind_loader.get(task.kind)
             kind = cls()
             config = _validated_config(cls, task.config)
             inputs = Inputs([Upstream(stage_id=u.stage_id, kind=u.kind,
@@ -151,7 +151,7 @@ def execute(task: StageTask) -> dict[str, Any]:
             metrics = _jsonable(context.metrics)
             logger.info("stage %s done in %.2fs", task.stage_id, time.perf_counter() - started)
             return {"ok": True, "outputs": outputs, "metrics": metrics, "duration_s": time.perf_counter() - started,
-                    "host": host.describe(), "environment": key_environment(cls)}
+                    "host": host.describe(), "environment": key_environment(task.kind)}
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
             full = disk_full_error(e, task)
@@ -248,17 +248,18 @@ def _fallback(obj: Any) -> Any:
     return repr(obj)
 
 
-def key_environment(cls: type) -> dict[str, dict[str, str]]:
+def key_environment(kind: str) -> dict[str, dict[str, str]]:
     """The tool versions and kind code digests this process has, as they enter a cache key.
 
     The runner computes a stage's key where the recipe is planned; a worker on another machine
     (dask) may have other versions, and its outputs must not be cached under that key.
     """
+    from zoo import kind_loader
     from zoo.hashing import hash_file_uncached
     from zoo.keys import module_files, tool_versions
 
-    return {"tools": tool_versions(tuple(cls.tools)),
-            "code": {f"kind:{name}": hash_file_uncached(path) for name, path in module_files(cls).items()}}
+    return {"tools": tool_versions(tuple(kind_loader.get(kind).tools)),
+            "code": {f"kind:{name}": hash_file_uncached(path) for name, path in module_files(kind).items()}}
 
 
 def describe_error(e: BaseException) -> dict[str, Any]:
