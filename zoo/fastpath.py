@@ -1,7 +1,7 @@
 """The no-op fast path: answer `zoo run RECIPE` in a few stats when nothing changed.
 
 After a run in which every stage succeeded, the runner writes a *stamp*: the (inode, size,
-mtime) of every file that went into the stage keys (the recipe, its lockfile, each kind's module,
+mtime) of every file that went into the stage keys (the recipe, its lockfile, each kind's code,
 user code and data the kinds named, the site-packages folders whose contents give tool versions),
 the cache entries and objects of the run, and the local zoo's manifest of each version the run
 published (with the variables that locate that zoo). If all of those stat the same, every key and

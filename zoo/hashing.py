@@ -88,6 +88,7 @@ class StatCache:
         self._db: sqlite3.Connection | None = None
         self._path = db_path
         self._memory: dict[tuple, str] = {}
+        self._real: dict[str, str] = {}  # path as given -> real path (the key on disk)
 
     def _conn(self) -> sqlite3.Connection | None:
         if self._path is None:
@@ -113,19 +114,23 @@ class StatCache:
         """`compute(path)`, computed once per file version (path, inode, size, mtime_ns) and `what`."""
         st = os.stat(path)
         ident = (st.st_ino, st.st_size, st.st_mtime_ns)
-        spath = str(Path(path).resolve())
-        hit = self._memory.get((spath, what) + ident)
+        # in memory by the path as given (resolving costs a syscall per folder); on disk by the real path
+        memo_key = (str(path), what) + ident
+        hit = self._memory.get(memo_key)
         if hit is not None:
             return hit
+        spath = self._real.get(str(path))
+        if spath is None:
+            spath = self._real[str(path)] = str(Path(path).resolve())
         db = self._conn()
         if db is not None:
             row = db.execute("SELECT inode, size, mtime_ns, value FROM file_values WHERE path=? AND what=?",
                              (spath, what)).fetchone()
             if row and tuple(row[:3]) == ident:
-                self._memory[(spath, what) + ident] = row[3]
+                self._memory[memo_key] = row[3]
                 return row[3]
         value = compute(path)
-        self._memory[(spath, what) + ident] = value
+        self._memory[memo_key] = value
         if db is not None:
             try:
                 db.execute("INSERT OR REPLACE INTO file_values VALUES (?,?,?,?,?,?)", (spath, what, *ident, value))
