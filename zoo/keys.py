@@ -160,10 +160,10 @@ def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str
     return out
 
 
-def watched_files(recipe: Recipe, node: Node, memo: StatCache | None = None) -> list[Path]:
+def watched_files(recipe: Recipe, node: Node) -> list[Path]:
     """Every file whose content went into `code_digests` (for the no-op fast path's stamp)."""
     cls = kind_loader.get(node.kind)
-    files: list[Path] = list(module_files(node.kind, memo).values())
+    files: list[Path] = list(module_files(node.kind).values())  # parsed imports: memoised in this process
     ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
     for dep in cls().dependencies(node.instance.config, ctx):
         dep = Path(dep).resolve()
