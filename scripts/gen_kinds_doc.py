@@ -35,7 +35,6 @@ from pydantic_core import PydanticUndefined
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "kinds.md"
-KINDS = ("train", "export", "optimize", "quantize", "verify", "deploy")
 BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<key>[\w:-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=key) -->)",
                    re.S)
 
@@ -154,9 +153,9 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def kind_header(name: str) -> str:
-    from zoo import kinds
+    from zoo import kind_loader
 
-    cls = kinds.get(name)
+    cls = kind_loader.get(name)
     outputs = ", ".join(f"`{o}`" for o in cls.outputs) or "none"
     # a whole section reads as `data:`, a single field as `model.task` (only those enter its key)
     shared = ("reads the recipe's " + ", ".join(f"`{s}`" if "." in s else f"`{s}:`" for s in cls.shared)) \
@@ -168,7 +167,7 @@ def kind_header(name: str) -> str:
 
 def generated() -> dict[str, str]:
     """Every generated block, by key."""
-    from zoo import kinds
+    from zoo import kind_loader
     from zoo.recipe import DataSpec, ModelSpec
     from zoo_stages import deploy, quantize, verify
     from zoo_stages.lib import gates, quant_settings
@@ -176,8 +175,8 @@ def generated() -> dict[str, str]:
     header = ["field", "type", "default", "description"]
     out = {"fields:model": markdown_table(header, field_rows(ModelSpec)),
            "fields:data": markdown_table(header, field_rows(DataSpec))}
-    for name in KINDS:
-        out[f"fields:{name}"] = kind_header(name) + markdown_table(header, field_rows(kinds.get(name).Config))
+    for name in kind_loader.builtin_names():  # the entry points of zoo's distribution (pyproject.toml)
+        out[f"fields:{name}"] = kind_header(name) + markdown_table(header, field_rows(kind_loader.get(name).Config))
     out["quantize:presets"] = markdown_table(
         ["preset", "activation_type", "weight_type", "reduce_range"],
         [[f"`{p}`", v["activation_type"], v["weight_type"], str(v["reduce_range"]).lower()]
@@ -283,8 +282,13 @@ def main() -> None:
     args = parser.parse_args()
 
     text = args.doc.read_text()
-    new, unknown = render(text, generated())
+    blocks = generated()
+    new, unknown = render(text, blocks)
     problems = [f"unknown generated block {k!r}" for k in unknown]
+    present = {m.group("key") for m in BLOCK.finditer(text)}
+    # a new kind (an entry point in pyproject.toml) needs its section in the doc
+    problems += [f"{args.doc} has no block for {k!r}: add <!-- BEGIN GENERATED: {k} --> … <!-- END GENERATED: {k} -->"
+                 for k in sorted(set(blocks) - present)]
     if new != text:
         if args.check:
             problems.append(f"{args.doc} is out of date: run scripts/gen_kinds_doc.py")

@@ -164,11 +164,6 @@ class Deploy(StageKind):
     # the dataset (card, conversion checks, its fingerprint) and the task the card names
     shared: ClassVar[tuple[str, ...]] = ("data", "model.task", "task")
     outputs: ClassVar[tuple[str, ...]] = ("release",)
-    # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.convert", "zoo_stages.lib.describe", "zoo_stages.lib.modelcard",
-                    "zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxfile",
-                    "zoo_stages.lib.datasets", "zoo_stages.lib.vectors", "zoo_stages.lib.verify_report",
-                    "zoo_stages.lib.conversion_check", "zoo_stages.lib.release_files")
     # the manifest and card name the recipe, so its identity enters the key; the release embeds
     # the lock records of every ancestor (context.lineage), so their keys enter it too
     recipe_fields: ClassVar[tuple[str, ...]] = ("name", "version", "description", "license", "digest")

@@ -118,9 +118,6 @@ class Export(StageKind):
     shared = ("data.image_size", "data.channels", "model.arch", "model.entry", "model.num_classes",
               "model.input_name", "model.output_name")
     outputs = ("model",)
-    # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxutil",
-                    "zoo_stages.lib.onnxfile", "zoo_stages.lib.checkpoints")
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "export to ONNX (checked, shape-inferred, parity-gated against torch)"
 

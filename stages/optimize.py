@@ -61,8 +61,6 @@ class Optimize(StageKind):
     Config = OptimizeConfig
     tools = ("onnx", "onnxruntime", "onnxsim", "onnxoptimizer", "numpy")
     outputs = ("model",)
-    # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxfile")
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "onnxruntime offline graph optimization (+ onnxsim/onnxoptimizer), parity-checked"
 

@@ -170,10 +170,6 @@ class Quantize(StageKind):
     tools = ("onnx", "onnxruntime", "numpy")
     shared = ("data",)
     outputs = ("model",)
-    # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.onnxutil", "zoo_stages.lib.provenance", "zoo_stages.lib.onnxfile",
-                    "zoo_stages.lib.datasets", "zoo_stages.lib.quant_settings", "zoo_stages.lib.quant_select",
-                    "zoo_stages.lib.quant_ops")
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
 

@@ -74,8 +74,6 @@ class Train(StageKind):
     # model.task or the I/O names (metadata for export and deploy), so editing those does not retrain
     shared = ("data", "model.arch", "model.entry", "model.num_classes")
     outputs = ("checkpoint",)
-    # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.archs", "zoo_stages.lib.datasets", "zoo_stages.lib.checkpoints")
     summary = "train the model on the recipe's dataset (deterministic; safetensors checkpoint)"
 
     def dependencies(self, config: TrainConfig, ctx: KeyContext) -> list[Path]:

@@ -182,9 +182,6 @@ class Verify(StageKind):
     # the held-out split (every data field), and the model fields its notes compare with the build
     shared = ("data", "model.input_name", "model.num_classes")
     outputs = ("report", "vectors")
-    # helpers whose code enters this kind's cache key
-    code_modules = ("zoo_stages.lib.gates", "zoo_stages.lib.onnxutil", "zoo_stages.lib.datasets",
-                    "zoo_stages.lib.vectors", "zoo_stages.lib.onnxfile")
     summary = "checks each build (checker, parity, accuracy, latency, throughput), saves test vectors, applies gates"
 
     def dependencies(self, config: VerifyConfig, ctx: KeyContext) -> list[Path]:

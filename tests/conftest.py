@@ -32,9 +32,9 @@ def isolated_zoo_paths(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     monkeypatch.delenv("ZOO_DEBUG", raising=False)
-    from zoo import kinds
+    from zoo import kind_loader
 
-    kinds.clear_cache()
+    kind_loader.clear_cache()
     yield base
 
 

@@ -78,6 +78,11 @@ def test_stat_cache_never_hashes_an_unchanged_file_twice(tmp_path, monkeypatch):
     assert d1 == d2 and len(calls) == 1
     f.write_bytes(b"y" * 1000)
     assert hashing.StatCache(tmp_path / "h.sqlite").digest(f) != d1 and len(calls) == 2
+    # other values computed from the same file are kept apart by what computes them
+    other = hashing.StatCache(tmp_path / "h.sqlite")
+    assert other.remember(f, "size/1", lambda p: str(p.stat().st_size)) == "1000"
+    assert hashing.StatCache(tmp_path / "h.sqlite").remember(f, "size/1", lambda p: "recomputed") == "1000"
+    assert other.digest(f) == real(f) and len(calls) == 2
 
 
 @pytest.mark.parametrize("value", [math.nan, {1: "x"}, object(), {"a": {1, 2}}])

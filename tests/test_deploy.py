@@ -430,9 +430,9 @@ def test_rerun_replaces_previous_release(upstream, tmp_path):
 
 
 def test_kind_is_registered_and_import_is_light():
-    from zoo import kinds
+    from zoo import kind_loader
 
-    assert kinds.get("deploy") is Deploy
+    assert kind_loader.get("deploy") is Deploy
     assert Deploy.outputs == ("release",) and Deploy.shared == ("data", "model.task", "task")
     code = ("import sys, zoo_stages.deploy, zoo_stages.lib.convert, zoo_stages.lib.describe, "
             "zoo_stages.lib.modelcard; "

@@ -10,12 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import zoo
 from cli_helpers import RecordingExecutor, table_rows, write_recipe, zoo as zoo_cli
 from zoo.cache import Cache
-from zoo.errors import InvalidInput
 
 CHAIN = """\
 schema_version: 1
@@ -492,29 +489,8 @@ stages:
     assert executor.submitted == ["a", "b", "s"]
 
 
-def test_declared_code_modules_enter_the_key(tmp_path, monkeypatch):
-    helper = tmp_path / "lib_mod" / "zoo_helper_for_test.py"
-    helper.parent.mkdir()
-    helper.write_text("VALUE = 1\n")
-    monkeypatch.syspath_prepend(str(helper.parent))
-    from zoo import kinds
-
-    writer = kinds.get("writer")
-    monkeypatch.setattr(writer, "code_modules", ("zoo_helper_for_test",))
-    recipe = write_recipe(tmp_path, "schema_version: 1\nname: c\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n")
-    zoo.run(recipe)
-    assert zoo.plan(recipe).stages[0].state == "cached"
-    helper.write_text("VALUE = 2\n")
-    report = zoo.plan(recipe).stages[0]
-    assert report.state == "will run" and "code changed: zoo_helper_for_test" in str(report.reasons[0])
-    monkeypatch.setattr(writer, "code_modules", ("no_such_module_anywhere",))
-    with pytest.raises(InvalidInput, match="kind 'writer' declares code module 'no_such_module_anywhere', "
-                                           "which cannot be found"):
-        zoo.plan(recipe)
-
-
 def test_a_cached_stage_redoes_its_effects_outside_the_cache(tmp_path, monkeypatch):
-    from zoo import kinds
+    from zoo import kind_loader
     from zoo.errors import Conflict
 
     calls = []
@@ -525,7 +501,7 @@ def test_a_cached_stage_redoes_its_effects_outside_the_cache(tmp_path, monkeypat
             raise Conflict("the effect is refused", hint="remove the refusal")
         context.metrics["effect"] = "redone"
 
-    monkeypatch.setattr(kinds.get("writer"), "on_cached", on_cached)
+    monkeypatch.setattr(kind_loader.get("writer"), "on_cached", on_cached)
     recipe = write_recipe(tmp_path, "schema_version: 1\nname: c\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n")
     first = zoo.run(recipe)
     assert states(first) == {"a": "done"} and calls == []  # a stage that runs does its effects in run()
@@ -567,9 +543,9 @@ class OtherMachineExecutor:
 
 
 def test_outputs_of_a_worker_with_other_tool_versions_are_not_cached(tmp_path, monkeypatch):
-    from zoo import kinds
+    from zoo import kind_loader
 
-    monkeypatch.setattr(kinds.get("writer"), "tools", ("onnx",))
+    monkeypatch.setattr(kind_loader.get("writer"), "tools", ("onnx",))
     recipe = write_recipe(tmp_path, "schema_version: 1\nname: c\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n")
     result = zoo.run(recipe, executor=OtherMachineExecutor())
     assert states(result) == {"a": "failed"}

@@ -1,15 +1,15 @@
 """Cache keys (zoo/keys.py): every part that determines a stage's outputs is in its key, and nothing
 else. Each config field of every kind, the kind and its version, the matrix values, the upstream
-digests, the code (the kind's module, declared code modules, files its config names), the tool
-versions, the declared recipe-wide values, and, only for the kinds that declare them, recipe
-identity and ancestor keys. Keys are computed in-process from the real planner and recipe loader."""
+digests, the code (the kind's module, the modules it imports — see test_import_closure.py — and
+files its config names), the tool versions, the declared recipe-wide values, and, only for the
+kinds that declare them, recipe identity and ancestor keys. Keys are computed in-process from the real planner and recipe loader."""
 
 from __future__ import annotations
 
 import pytest
 
 from cli_helpers import write_recipe
-from zoo import keys, kinds, planner
+from zoo import keys, kind_loader, planner
 from zoo.cache import Cache
 from zoo.errors import InvalidInput
 from zoo.hashing import digest_json
@@ -46,7 +46,7 @@ FIELDS = {
 
 @pytest.mark.parametrize("kind", sorted(FIELDS))
 def test_every_config_field_enters_the_key(tmp_path, kind):
-    config_fields = set(kinds.get(kind).Config.model_fields)
+    config_fields = set(kind_loader.get(kind).Config.model_fields)
     assert set(FIELDS[kind]) == config_fields, "a field of the kind is missing from FIELDS"
     text = WIDE + f"stages:\n  s:\n    kind: {kind}\n    config: CONFIG\n"
     base = {f: v[0] for f, v in FIELDS[kind].items()}
@@ -71,7 +71,7 @@ def test_the_builtin_kinds_put_every_config_field_in_the_key(tmp_path):
     hashes = Cache(tmp_path / "c").ensure().hashes
     for nid, node in dag.nodes.items():
         parts = keys.key_parts(dag.recipe, node, {}, hashes, {})
-        cls = kinds.get(node.kind)
+        cls = kind_loader.get(node.kind)
         names = {f.alias or name for name, f in cls.Config.model_fields.items()}
         assert set(parts["config"]) == names, nid
         assert parts["config"] == node.instance.config.model_dump(mode="json", by_alias=True)
@@ -81,7 +81,7 @@ def test_the_key_is_a_digest_of_every_part(tmp_path):
     parts = _parts(tmp_path, WIDE + "stages:\n  s: {kind: reader}\n", "s", inputs={"up": {"data": "d" * 64}})
     assert set(parts) == {"schema", "kind", "kind_version", "config", "shared", "matrix", "inputs", "code", "tools"}
     assert parts["schema"] == keys.KEY_SCHEMA_VERSION == 1
-    assert parts["kind"] == "reader" and parts["kind_version"] == str(kinds.get("reader").version)
+    assert parts["kind"] == "reader" and parts["kind_version"] == str(kind_loader.get("reader").version)
     assert parts["inputs"] == {"up": {"data": "d" * 64}}
     assert parts["shared"] == {"data": {"image_size": 8}, "model": {"num_classes": 10}, "task": "image-classification"}
     assert keys.key_of(parts) == digest_json(parts)
@@ -104,7 +104,7 @@ def test_the_shared_values_enter_the_key_whole_or_by_field(tmp_path):
 def test_the_kind_and_its_version_enter_the_key(tmp_path, monkeypatch):
     text = "stages:\n  s: {kind: concat}\n"
     key = _key(tmp_path, text, "s")
-    monkeypatch.setattr(kinds.get("concat"), "version", "2")
+    monkeypatch.setattr(kind_loader.get("concat"), "version", "2")
     assert _key(tmp_path, text, "s") != key
     monkeypatch.undo()
     assert _key(tmp_path, text, "s") == key
@@ -127,7 +127,7 @@ def test_code_enters_the_key_the_kind_module_and_user_files(tmp_path):
     text = "stages:\n  s: {kind: script, config: {file: user.txt}}\n"
     parts = _parts(tmp_path, text, "s")
     assert set(parts["code"]) == {"kind:zoo_test_kinds", "user.txt"}
-    assert parts["code"]["kind:zoo_test_kinds"] == keys.StatCache(None).digest(keys.module_files(kinds.get("script"))["zoo_test_kinds"])
+    assert parts["code"]["kind:zoo_test_kinds"] == keys.StatCache(None).digest(keys.module_files("script")["zoo_test_kinds"])
     (tmp_path / "user.txt").write_text("two")
     assert _key(tmp_path, text, "s") != keys.key_of(parts)
     # a file outside the recipe folder is labelled by its absolute path
@@ -139,7 +139,7 @@ def test_code_enters_the_key_the_kind_module_and_user_files(tmp_path):
     finally:
         outside.unlink()
     files = keys.watched_files(load(tmp_path / "recipe.yaml"), planner.build(load(tmp_path / "recipe.yaml")).nodes["s"])
-    assert outside.resolve() in files and keys.module_files(kinds.get("script"))["zoo_test_kinds"] in files
+    assert outside.resolve() in files and keys.module_files("script")["zoo_test_kinds"] in files
 
 
 def test_a_folder_dependency_is_watched_with_every_file_in_it(tmp_path):
@@ -150,24 +150,8 @@ def test_a_folder_dependency_is_watched_with_every_file_in_it(tmp_path):
     assert (tmp_path / "tree" / "sub" / "f.txt").resolve() in files and (tmp_path / "tree").resolve() in files
 
 
-def test_declared_code_modules_enter_the_key_and_a_missing_one_is_refused(tmp_path, monkeypatch):
-    cls = kinds.get("concat")
-    monkeypatch.setattr(cls, "code_modules", ("cli_helpers",))
-    assert set(keys.module_files(cls)) == {"zoo_test_kinds", "cli_helpers"}
-    assert "kind:cli_helpers" in _parts(tmp_path, "stages:\n  s: {kind: concat}\n", "s")["code"]
-    monkeypatch.setattr(cls, "code_modules", ("no_such_module_here",))
-    with pytest.raises(InvalidInput, match="no_such_module_here"):
-        keys.module_files(cls)
-    # a module that exists but has no source file (a namespace package) cannot be hashed: refused too
-    (tmp_path / "nsonly_pkg_zz").mkdir()
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(cls, "code_modules", ("nsonly_pkg_zz",))
-    with pytest.raises(InvalidInput, match="nsonly_pkg_zz"):
-        keys.module_files(cls)
-
-
 def test_tool_versions_enter_the_key_with_zoo_itself(tmp_path, monkeypatch):
-    cls = kinds.get("concat")
+    cls = kind_loader.get("concat")
     monkeypatch.setattr(cls, "tools", ("pyyaml", "no-such-dist-zz"))
     tools = _parts(tmp_path, "stages:\n  s: {kind: concat}\n", "s")["tools"]
     assert list(tools) == sorted(["pyyaml", "no-such-dist-zz", keys.ZOO_DIST])
@@ -193,7 +177,7 @@ def test_recipe_identity_and_lineage_only_for_the_kinds_that_declare_them(tmp_pa
 
 
 def test_declared_fields_whole_sections_and_unknown_names(monkeypatch):
-    cls = kinds.get("reader")
+    cls = kind_loader.get("reader")
     assert keys.declared_fields(cls) == {"data": ("image_size",), "model": ("num_classes",), "task": None}
     monkeypatch.setattr(cls, "shared", ("data.channels", "data.image_size", "data.channels", "model"))
     assert keys.declared_fields(cls) == {"data": ("channels", "image_size"), "model": None}
@@ -225,7 +209,7 @@ def test_the_context_holds_exactly_the_key_values(tmp_path, monkeypatch):
         view["data"]["channels"]
     with pytest.raises(UndeclaredField):
         view["model"]["arch"]
-    monkeypatch.setattr(kinds.get("reader"), "shared", ("data",))
+    monkeypatch.setattr(kind_loader.get("reader"), "shared", ("data",))
     view = keys.shared_sections(recipe, node)
     assert view["data"]["channels"] == 1  # the whole section: every field readable
     with pytest.raises(UndeclaredField):

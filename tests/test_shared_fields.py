@@ -14,7 +14,7 @@ import yaml
 
 import zoo
 from cli_helpers import RecordingExecutor, table_rows, write_recipe, zoo as zoo_cli
-from zoo import keys, kinds, lockfile, planner
+from zoo import keys, kind_loader, lockfile, planner
 from zoo.cache import Cache
 from zoo.errors import RecipeError
 from zoo.executors import ProcessExecutor
@@ -292,11 +292,11 @@ def test_the_fields_of_every_section_have_another_value_here():
 
 
 def test_every_builtin_kind_declares_exactly_what_it_reads():
-    builtin = {name for name in kinds.available() if kinds.get(name).__module__.startswith("zoo_stages.")}
+    builtin = {name for name in kind_loader.available() if kind_loader.get(name).__module__.startswith("zoo_stages.")}
     assert builtin == set(EXPECTED)
     for name in builtin:
         got = set()
-        for section, fields in keys.declared_fields(kinds.get(name)).items():
+        for section, fields in keys.declared_fields(kind_loader.get(name)).items():
             if fields is None:  # the whole section: `data.*`, or a plain value such as `task`
                 got.add(f"{section}.*" if keys.section_fields()[section] else section)
             else:

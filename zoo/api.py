@@ -75,10 +75,7 @@ def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None,
         pending = [up for up in node.needs if by_id[up].state == StageState.WILL_RUN]
         parts = key = None
         if not pending:
-            inputs = {up: entries[up].output_digests() for up in node.needs}
-            ancestors = {a: by_id[a].key for a in dag.ancestors(nid)}
-            parts = keys.key_parts(dag.recipe, node, inputs, cache.hashes, ancestors)
-            key = keys.key_of(parts)
+            parts, key = keys.stage_key(dag, node, entries, by_id, cache.hashes)
         prev = previous.stages.get(nid) if previous else None
         state, reasons, entry = decide(node, parts, key, cache, prev, nid in forced, pending)
         if state == StageState.CACHED:
@@ -164,9 +161,9 @@ def report_tables(stage: StageReport) -> list[ReportTable]:
     """What the stage's kind reports about this run (the run summary's tables): [] unless it ran."""
     if stage.state != StageState.RAN:
         return []
-    from zoo import kinds
+    from zoo import kind_loader
 
-    return list(kinds.get(stage.kind)().report(stage.id, stage.metrics, stage.effects))
+    return list(kind_loader.get(stage.kind)().report(stage.id, stage.metrics, stage.effects))
 
 
 def gc(*, cache_dir: str | Path | None = None, keep_recipes: Iterable[str | Path] = (), dry_run: bool = False) -> dict:

@@ -147,12 +147,12 @@ def gc(
 @app.command("kinds")
 def kinds_cmd() -> None:
     """List the stage kinds (built in and from the `zoo.stages` entry points)."""
-    from zoo import kinds
+    from zoo import kind_loader
     from zoo.cli_table import print_table
 
     print_table(["kind", "origin", "target"],
-                [[name, "built-in" if name in kinds.BUILTIN_KINDS else "plugin", target]
-                 for name, target in sorted(kinds.available().items())])
+                [[name, "built-in" if entry.builtin else "plugin", entry.target]
+                 for name, entry in sorted(kind_loader.entries().items())])
 
 
 # --- output helpers -------------------------------------------------------------------------

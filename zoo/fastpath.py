@@ -1,7 +1,7 @@
 """The no-op fast path: answer `zoo run RECIPE` in a few stats when nothing changed.
 
 After a run in which every stage succeeded, the runner writes a *stamp*: the (inode, size,
-mtime) of every file that went into the stage keys (the recipe, its lockfile, each kind's module,
+mtime) of every file that went into the stage keys (the recipe, its lockfile, each kind's code,
 user code and data the kinds named, the site-packages folders whose contents give tool versions),
 the cache entries and objects of the run, and the evidence of every effect a stage declared
 (`zoo.stage.Effect`: for a version deploy published, its manifest and blobs in the local zoo, with

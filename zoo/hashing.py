@@ -1,7 +1,8 @@
 """Digests: blake3 for content (fast and strong), canonical JSON for keys, and a stat cache.
 
-The stat cache remembers (path, inode, size, mtime_ns) -> digest in SQLite, so an unchanged
-file is never hashed twice, across runs and processes.
+The stat cache remembers values computed from a file's bytes — its digest, the import statements
+of a Python source (zoo.import_closure) — by (path, inode, size, mtime_ns) in SQLite, so an
+unchanged file is never hashed or parsed twice, across runs and processes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import sqlite3
 import stat as statmod
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from zoo.errors import Unhashable
 
@@ -77,12 +78,17 @@ def _check_hashable(obj: Any, where: str) -> None:
 
 
 class StatCache:
-    """(path, inode, size, mtime_ns) -> digest, persisted in SQLite; safe across processes."""
+    """(path, inode, size, mtime_ns, what) -> a value computed from the file; safe across processes.
+
+    `what` names the computation and its format (``blake3``, ``imports/1``): a value is reused
+    only for the same file version and the same computation.
+    """
 
     def __init__(self, db_path: Path | None):
         self._db: sqlite3.Connection | None = None
         self._path = db_path
         self._memory: dict[tuple, str] = {}
+        self._real: dict[str, str] = {}  # path as given -> real path (the key on disk)
 
     def _conn(self) -> sqlite3.Connection | None:
         if self._path is None:
@@ -93,31 +99,41 @@ class StatCache:
                 self._db = sqlite3.connect(str(self._path), timeout=30, isolation_level=None)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
-                self._db.execute("CREATE TABLE IF NOT EXISTS hashes (path TEXT PRIMARY KEY, inode INTEGER, "
-                                 "size INTEGER, mtime_ns INTEGER, digest TEXT)")
+                self._db.execute("CREATE TABLE IF NOT EXISTS file_values (path TEXT, what TEXT, inode INTEGER, "
+                                 "size INTEGER, mtime_ns INTEGER, value TEXT, PRIMARY KEY (path, what))")
             except sqlite3.Error:
                 self._path = None  # a read-only cache still works, just without persistence
                 return None
         return self._db
 
     def digest(self, path: Path) -> str:
+        """blake3 of the file's bytes, hashed once per file version."""
+        return self.remember(path, ALGORITHM, hash_file_uncached)
+
+    def remember(self, path: Path, what: str, compute: Callable[[Path], str]) -> str:
+        """`compute(path)`, computed once per file version (path, inode, size, mtime_ns) and `what`."""
         st = os.stat(path)
         ident = (st.st_ino, st.st_size, st.st_mtime_ns)
-        spath = str(Path(path).resolve())
-        hit = self._memory.get((spath,) + ident)
-        if hit:
+        # in memory by the path as given (resolving costs a syscall per folder); on disk by the real path
+        memo_key = (str(path), what) + ident
+        hit = self._memory.get(memo_key)
+        if hit is not None:
             return hit
+        spath = self._real.get(str(path))
+        if spath is None:
+            spath = self._real[str(path)] = str(Path(path).resolve())
         db = self._conn()
         if db is not None:
-            row = db.execute("SELECT inode, size, mtime_ns, digest FROM hashes WHERE path=?", (spath,)).fetchone()
+            row = db.execute("SELECT inode, size, mtime_ns, value FROM file_values WHERE path=? AND what=?",
+                             (spath, what)).fetchone()
             if row and tuple(row[:3]) == ident:
-                self._memory[(spath,) + ident] = row[3]
+                self._memory[memo_key] = row[3]
                 return row[3]
-        value = hash_file_uncached(path)
-        self._memory[(spath,) + ident] = value
+        value = compute(path)
+        self._memory[memo_key] = value
         if db is not None:
             try:
-                db.execute("INSERT OR REPLACE INTO hashes VALUES (?,?,?,?,?)", (spath, *ident, value))
+                db.execute("INSERT OR REPLACE INTO file_values VALUES (?,?,?,?,?,?)", (spath, what, *ident, value))
             except sqlite3.Error:
                 pass
         return value

@@ -1,23 +1,27 @@
 """Stage cache keys: a digest of canonical JSON of everything that determines a stage's outputs.
 
 The parts are kind, kind version, resolved config, the recipe-wide fields the kind declares,
-matrix values, digests of input artifacts, digests of the code the stage runs (the kind's module
-and user code it names), and versions of the tools the kind declares. Nothing is imported to
-compute a key except the kind's own (light) module.
+matrix values, digests of input artifacts, digests of the code the stage runs (every project
+module the kind's module imports, transitively: zoo.import_closure; and user code it names), and
+versions of the tools the kind declares. Nothing is imported to compute a key except the kind's
+own (light) module.
 """
 
 from __future__ import annotations
 
-import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
-from zoo import kinds
+from zoo import kind_loader
 from zoo.hashing import StatCache, digest_json, digest_path
-from zoo.planner import Node
+from zoo.planner import Dag, Node
 from zoo.recipe import Recipe
 from zoo.stage import KeyContext, RecipeInfo, SharedView
+
+if TYPE_CHECKING:
+    from zoo.cache import Entry
+    from zoo.runner import StageReport
 
 KEY_SCHEMA_VERSION = 1
 SHARED_SECTIONS = ("model", "data", "task")  # the keys of `Recipe.shared()` (a test holds them equal)
@@ -99,7 +103,7 @@ def shared_values(recipe: Recipe, node: Node) -> dict[str, Any]:
     """
     present = recipe.shared()
     out: dict[str, Any] = {}
-    for section, fields in declared_fields(kinds.get(node.kind)).items():
+    for section, fields in declared_fields(kind_loader.get(node.kind)).items():
         value = present.get(section)
         out[section] = value if fields is None or not isinstance(value, dict) else {f: value.get(f) for f in fields}
     return out
@@ -111,7 +115,7 @@ def shared_sections(recipe: Recipe, node: Node) -> SharedView:
     Built from the same values as the key, so a kind cannot read a recipe value its key lacks:
     an undeclared section or field is absent, and reading it raises `UndeclaredField`.
     """
-    cls = kinds.get(node.kind)
+    cls = kind_loader.get(node.kind)
     declared = declared_fields(cls)
     sections = section_fields()
     view: dict[str, Any] = {}
@@ -123,28 +127,28 @@ def shared_sections(recipe: Recipe, node: Node) -> SharedView:
     return SharedView(view, kind=cls.name, undeclared=tuple(set(sections) - set(view)))
 
 
-def module_files(cls: type) -> dict[str, Path]:
-    """The source files of a kind's module and of the `code_modules` it declares (not imported)."""
-    from importlib.util import find_spec
+def module_files(kind: str, memo: StatCache | None = None) -> dict[str, Path]:
+    """Module name -> source file of the code kind `kind` may run: its module and every module of
+    its distribution's packages that it imports, directly or not (read, not imported).
 
+    `memo` remembers each file's parsed imports across processes (see zoo.import_closure).
+    """
     from zoo.errors import InvalidInput
+    from zoo.import_closure import closure
 
-    found: dict[str, Path] = {}
-    own = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    if own:
-        found[cls.__module__] = Path(own)
-    for name in cls.code_modules:
-        spec = find_spec(name)
-        if spec is None or not spec.origin or not Path(spec.origin).is_file():
-            raise InvalidInput(f"kind {cls.name!r} declares code module {name!r}, which cannot be found")
-        found[name] = Path(spec.origin)
-    return found
+    entry = kind_loader.entry(kind)
+    roots = {entry.module, kind_loader.get(kind).__module__}
+    try:
+        return closure(roots, entry.packages(), memo)
+    except LookupError as e:
+        raise InvalidInput(f"kind {kind!r}: {e}, so its code cannot enter the cache key",
+                           hint="install the package that provides it from source files") from e
 
 
 def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str]:
-    """Digests of the kind's code (its module, its code_modules) and of files its config names."""
-    cls = kinds.get(node.kind)
-    out: dict[str, str] = {f"kind:{name}": hashes.digest(path) for name, path in module_files(cls).items()}
+    """Digests of the kind's code (`module_files`) and of the files its config names."""
+    cls = kind_loader.get(node.kind)
+    out: dict[str, str] = {f"kind:{name}": hashes.digest(path) for name, path in module_files(node.kind, hashes).items()}
     ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
     for dep in cls().dependencies(node.instance.config, ctx):
         dep = Path(dep)
@@ -158,8 +162,8 @@ def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str
 
 def watched_files(recipe: Recipe, node: Node) -> list[Path]:
     """Every file whose content went into `code_digests` (for the no-op fast path's stamp)."""
-    cls = kinds.get(node.kind)
-    files: list[Path] = list(module_files(cls).values())
+    cls = kind_loader.get(node.kind)
+    files: list[Path] = list(module_files(node.kind).values())  # parsed imports: memoised in this process
     ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
     for dep in cls().dependencies(node.instance.config, ctx):
         dep = Path(dep).resolve()
@@ -175,7 +179,7 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
 
     `ancestors` (ancestor id -> key) enters only for kinds that declare ``lineage = True``.
     """
-    cls = kinds.get(node.kind)
+    cls = kind_loader.get(node.kind)
     parts = {
         "schema": KEY_SCHEMA_VERSION,
         "kind": node.kind,
@@ -197,3 +201,16 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
 
 def key_of(parts: dict[str, Any]) -> str:
     return digest_json(parts)
+
+
+def stage_key(dag: Dag, node: Node, entries: Mapping[str, "Entry"], reports: Mapping[str, "StageReport"],
+              hashes: StatCache) -> tuple[dict[str, Any], str]:
+    """The key parts and key of `node` once every stage it needs is done (`plan` and the runner).
+
+    `entries`: the cache entry of each stage `node` needs (their output digests are its inputs);
+    `reports`: the report of each ancestor (their keys enter kinds that declare ``lineage``).
+    """
+    inputs = {up: entries[up].output_digests() for up in node.needs}
+    ancestors = {a: reports[a].key for a in dag.ancestors(node.id)}
+    parts = key_parts(dag.recipe, node, inputs, hashes, ancestors)
+    return parts, key_of(parts)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from zoo import kinds
+from zoo import kind_loader
 from zoo.errors import RecipeError, UnknownKind
 from zoo.yamlpos import Located, dotted, load_with_positions
 
@@ -158,14 +158,14 @@ def load(path: str | Path) -> Recipe:
     kind_names: dict[str, str] = {}
     for sid, stage in spec.stages.items():
         kind_name = stage.kind or sid
-        if stage.kind is None and not kinds.is_kind(sid):
-            close = difflib.get_close_matches(sid, list(kinds.available()), n=1)
+        if stage.kind is None and not kind_loader.is_kind(sid):
+            close = difflib.get_close_matches(sid, list(kind_loader.available()), n=1)
             hint = (f"add `kind: {close[0]}`" if close else "add `kind: KIND` to the stage") + \
-                f" (known kinds: {', '.join(sorted(kinds.available()))})"
+                f" (known kinds: {', '.join(sorted(kind_loader.available()))})"
             raise located.error(("stages", sid), f"stage {sid!r} has no `kind` and its id is not a kind name",
                                 key=True, hint=hint)
         try:
-            kind = kinds.get(kind_name)
+            kind = kind_loader.get(kind_name)
         except UnknownKind as e:
             raise located.error(("stages", sid, "kind") if stage.kind else ("stages", sid), e.message,
                                 hint=e.hint, key=stage.kind is None) from None
@@ -354,9 +354,9 @@ def json_schema() -> dict[str, Any]:
     schema = RecipeSpec.model_json_schema()
     defs = schema.setdefault("$defs", {})
     alternatives = []
-    for name in sorted(kinds.available()):
+    for name in sorted(kind_loader.available()):
         try:
-            cls = kinds.get(name)
+            cls = kind_loader.get(name)
         except UnknownKind:
             continue
         sub = cls.Config.model_json_schema(ref_template="#/$defs/{model}")

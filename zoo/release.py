@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from zoo import kinds
+from zoo import kind_loader
 from zoo.errors import Conflict, GateFailed, IntegrityError, InvalidInput, StageFailed, StorageError, ZooError
 
 
@@ -132,7 +132,7 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
 def _publishing_stage(dag) -> tuple[str, str]:
     """(id, release output) of the one stage whose kind publishes the version (`StageKind.release_output`)."""
     found = [(nid, output) for nid, node in dag.nodes.items()
-             if (output := kinds.get(node.kind)().release_output(node.instance.config))]
+             if (output := kind_loader.get(node.kind)().release_output(node.instance.config))]
     if not found:
         raise InvalidInput(f"{dag.recipe.path.name} has no stage that publishes the version to the local zoo, "
                            "so there is nothing to release",
@@ -167,7 +167,7 @@ def _check_gates(result, notes: list[str]) -> list[dict[str, Any]]:
     gates: list[dict[str, Any]] = []
     checked = False
     for s in result.stages:
-        outcomes = kinds.get(s.kind)().gates(s.metrics)
+        outcomes = kind_loader.get(s.kind)().gates(s.metrics)
         if outcomes is None:
             continue
         checked = True
@@ -234,7 +234,7 @@ def _differences(staged, local) -> list[str]:
 
 def _check_release(zoo, manifest, kind: str, stage_id: str, recipe: str) -> None:
     """The version carries the files its publishing kind requires, and passes the kind's `check_release`."""
-    cls = kinds.get(kind)
+    cls = kind_loader.get(kind)
     files = {f.path: f for f in manifest.files}
     for path in cls.release_files:
         ref = files.get(path)

@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable
 
-from zoo import explain, keys, kinds
+from zoo import explain, keys, kind_loader
 from zoo.cache import Cache, Entry
 from zoo.errors import ExitCode, WorkerMismatch, ZooError
 from zoo.executors import Executor
@@ -172,10 +172,7 @@ class Runner:
     def _try_start(self, node: Node, report: StageReport) -> bool:
         nid = node.id
         if nid not in self.parts:
-            inputs = {up: self.entries[up].output_digests() for up in node.needs}
-            ancestors = {a: self.reports[a].key for a in self.dag.ancestors(nid)}
-            self.parts[nid] = keys.key_parts(self.dag.recipe, node, inputs, self.hashes, ancestors)
-            report.key = keys.key_of(self.parts[nid])
+            self.parts[nid], report.key = keys.stage_key(self.dag, node, self.entries, self.reports, self.hashes)
         key = report.key
         self.cache.hold(keys=[key])  # before the lookup: a hit's entry and objects stay until the run ends
         upstream_runs = [up for up in node.needs if self.reports[up].state == StageState.RAN]
@@ -232,7 +229,7 @@ class Runner:
         from zoo.stage import StageContext, StageKind
 
         node = self.dag.nodes[report.id]
-        cls = kinds.get(node.kind)
+        cls = kind_loader.get(node.kind)
         if cls.on_cached is StageKind.on_cached:
             return
         tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-cached-")
@@ -260,7 +257,7 @@ class Runner:
             upstream.append(Upstream(stage_id=up, kind=up_node.kind, outputs=dict(paths), metrics=entry.metrics,
                                      matrix=dict(up_node.instance.matrix), key=entry.key))
         lineage = {}
-        if kinds.get(node.kind).lineage:
+        if kind_loader.get(node.kind).lineage:
             for a in self.dag.ancestors(node.id):
                 record = StageLock.from_parts(self.entries[a].key, self.parts[a], self.entries[a].output_digests(), {})
                 lineage[a] = record.to_json()

@@ -12,8 +12,6 @@ A stage kind is a class deriving from `StageKind` that declares:
   and ``context.shared`` holds exactly those (reading anything else raises `UndeclaredField`),
   so a metadata edit (``model.task``) reruns only the kinds that read it;
 - ``outputs``: the names of the outputs ``run`` returns;
-- ``code_modules``: modules besides its own whose source enters the key (the helpers it runs,
-  e.g. ``zoo_stages.lib.onnxutil``), so editing a helper reruns the stages that use it;
 - ``recipe_fields``: recipe identity fields (name, version, description, license, digest) the kind
   writes into its outputs; their values enter the key (most kinds need none, so bumping a
   recipe's version does not retrain);
@@ -45,6 +43,10 @@ The engine knows no kind by name; what it shows or checks after a run, a kind sa
 Kinds must import heavy libraries (torch, onnx, onnxruntime) inside ``run``, never at module
 level: the engine imports kind modules to compute cache keys, and a fully cached run must not
 pay for those imports.
+
+A kind's code enters its cache key without being declared: the source of its module and of every
+module of its distribution that it imports, directly or not, at module level or inside functions
+(found by reading the source, zoo.import_closure), so editing a helper reruns the stages that use it.
 """
 
 from __future__ import annotations
@@ -294,7 +296,6 @@ class StageKind:
     tools: ClassVar[tuple[str, ...]] = ()
     shared: ClassVar[tuple[str, ...]] = ()  # e.g. ("data", "model.arch", "model.num_classes")
     outputs: ClassVar[tuple[str, ...]] = ()
-    code_modules: ClassVar[tuple[str, ...]] = ()
     recipe_fields: ClassVar[tuple[str, ...]] = ()
     lineage: ClassVar[bool] = False
     summary: ClassVar[str] = ""

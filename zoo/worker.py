@@ -170,7 +170,7 @@ def _start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> None:
 
 def execute(task: StageTask) -> StageResult:
     """Run the stage; its result holds the outputs, metrics and effects, or the error it failed with."""
-    from zoo import host, kinds
+    from zoo import host, kind_loader
     from zoo.stage import Inputs, StageContext
 
     started = time.perf_counter()
@@ -179,7 +179,7 @@ def execute(task: StageTask) -> StageResult:
     work_dir.mkdir(parents=True, exist_ok=True)
     with _captured(Path(task.log_path)) as logger:
         try:
-            cls = kinds.get(task.kind)
+            cls = kind_loader.get(task.kind)
             kind = cls()
             config = _validated_config(cls, task.config)
             inputs = Inputs(task.upstream)
@@ -192,7 +192,8 @@ def execute(task: StageTask) -> StageResult:
             metrics = _jsonable(context.metrics)
             logger.info("stage %s done in %.2fs", task.stage_id, time.perf_counter() - started)
             return StageResult(duration_s=time.perf_counter() - started, outputs=outputs, metrics=metrics,
-                               host=host.describe(), environment=key_environment(cls), effects=list(context.effects))
+                               host=host.describe(), environment=key_environment(task.kind),
+                               effects=list(context.effects))
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
             full = disk_full_error(e, task)
@@ -291,17 +292,18 @@ def _fallback(obj: Any) -> Any:
     return repr(obj)
 
 
-def key_environment(cls: type) -> dict[str, dict[str, str]]:
+def key_environment(kind: str) -> dict[str, dict[str, str]]:
     """The tool versions and kind code digests this process has, as they enter a cache key.
 
     The runner computes a stage's key where the recipe is planned; a worker on another machine
     (dask) may have other versions, and its outputs must not be cached under that key.
     """
+    from zoo import kind_loader
     from zoo.hashing import hash_file_uncached
     from zoo.keys import module_files, tool_versions
 
-    return {"tools": tool_versions(tuple(cls.tools)),
-            "code": {f"kind:{name}": hash_file_uncached(path) for name, path in module_files(cls).items()}}
+    return {"tools": tool_versions(tuple(kind_loader.get(kind).tools)),
+            "code": {f"kind:{name}": hash_file_uncached(path) for name, path in module_files(kind).items()}}
 
 
 class _captured:

@@ -10,5 +10,6 @@
 - verify and deploy: `gates`, `vectors` (ONNX Model Zoo test vectors), `verify_report`,
   `conversion_check`, `release_files`, `modelcard`.
 
-A kind lists the helpers it runs in its ``code_modules`` so that editing one reruns it.
+Every helper a kind imports (inside ``run()`` too), directly or through another helper, enters
+the kind's cache keys (zoo.import_closure), so editing one reruns the stages that use it.
 """
