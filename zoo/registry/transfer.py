@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator
 
 from zoo.errors import AccessDenied, IntegrityError, SourceUnreachable, StorageError, ZooError
 from zoo.registry.blobs import BlobStore
-from zoo.registry.fileio import sha256_file
+from zoo.files import sha256_and_size
 
 RETRIES = 3  # resumptions per source after a transfer broke off mid-way (only while it progresses)
 
@@ -148,7 +148,7 @@ def _verify_and_place(path: Path, dest: Path, got: str, n: int, sha256: str, siz
 def adopt_file(blobs: BlobStore, path: Path, sha256: str, size: int, what: str) -> Path:
     """Move a downloaded file into the blob store after verifying it (no second copy)."""
     dest = blobs.path(sha256)
-    got, n = sha256_file(path)
+    got, n = sha256_and_size(path)
     _verify_and_place(Path(path), dest, got, n, sha256, size, what)
     blobs.mark_verified(sha256)
     return dest
