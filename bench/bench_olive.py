@@ -37,7 +37,9 @@ from typing import Any
 
 sys.dont_write_bytecode = True  # no __pycache__ next to the bench scripts
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_quantize import load_average, output_path, run_zoo, sha256_file, stage_errors, table  # noqa: E402
+from bench_quantize import load_average, output_path, run_zoo, stage_errors, table  # noqa: E402
+
+from zoo.files import sha256_file  # noqa: E402
 
 PEERS = Path("/work/shared/peers/olive")
 OLIVE_PACKAGES = ["olive-ai", "onnx", "onnxruntime", "requests", "torch==2.13.0"]

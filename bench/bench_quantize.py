@@ -19,7 +19,6 @@ Every run uses its own ZOO_CACHE_DIR/ZOO_HOME in a temporary folder; nothing in 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from zoo.files import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 LATENCY_GOAL = 3.5  # int8 build at least this many times faster than the fp32 build
@@ -53,14 +54,6 @@ def load_average() -> str:
         return f"{one:.2f} {five:.2f} {fifteen:.2f}"
     except OSError:
         return "n/a"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def run_zoo(recipe: Path, cache_dir: Path, home: Path, *, check: bool = True) -> tuple[dict[str, Any], float]:

@@ -137,7 +137,7 @@ def bench_pull(tmp: Path, mb: int) -> None:
         print(f"zoo pull (s3fs, sha256, link, ONNX check): {p:6.2f} s  {mbs(p):7.1f} MB/s "
               f"= {r / p:.2f}× get_object, {r2 / p:.2f}× download_file (goal ≥ 0.8×)")
         print(f"second pull of the same version (cache): {min(zoo_pull.cached) * 1000:.1f} ms")
-        from zoo.registry.safety import external_data_locations
+        from zoo.pathsafety import external_data_locations
 
         t = time.perf_counter()
         external_data_locations(pub.blobs.path(ref.sha256))

@@ -50,12 +50,13 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, ZooError
+from zoo.files import atomic_copy, atomic_write
 from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
+from zoo.registry.staging import file_ref
 from zoo.stage import Column, Effect, Inputs, KindConfig, ReportTable, StageContext, StageKind, Upstream
 from zoo_stages.lib.conversion_check import ConversionCheck
-from zoo_stages.lib.onnxutil import atomic_write_bytes
 from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
-from zoo_stages.lib.release_files import check_complete, copy_file, file_ref
+from zoo_stages.lib.release_files import check_complete
 from zoo_stages.lib.vectors import find_sets, read_tensors, vector_files, write_test_vectors
 from zoo_stages.lib.verify_report import VerifyOutputs, read_verify_outputs
 
@@ -329,12 +330,12 @@ class _Release:
                            limitations=self.config.limitations, verification=verification, conversions=conversions,
                            appendix=self.provenance_section)
         card_path = self.release / CARD_FILE
-        atomic_write_bytes(card_path, card.encode("utf-8"))
+        atomic_write(card_path, card.encode("utf-8"), fsync=False)
         manifest.card = file_ref(self.release, card_path)
         manifest = Manifest.model_validate(manifest.model_dump())
         check_complete(self.release, manifest)
         # written last: a release folder with a manifest is a finished one
-        atomic_write_bytes(self.release / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode("utf-8"))
+        atomic_write(self.release / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode("utf-8"), fsync=False)
         return manifest
 
     def _provenance_files(self, builds: dict[str, Build], lineage: Lineage) -> tuple[list[FileRef], dict[str, Any]]:
@@ -343,7 +344,7 @@ class _Release:
 
         recipe, lineage_records = self.ctx.recipe, dict(self.ctx.lineage)
         lock_path = self.release / LOCK_FILE
-        atomic_write_bytes(lock_path, provenance.lock_yaml(recipe, lineage_records).encode("utf-8"))
+        atomic_write(lock_path, provenance.lock_yaml(recipe, lineage_records).encode("utf-8"), fsync=False)
         lock_ref = file_ref(self.release, lock_path)
         # direct inputs the engine did not describe (a deploy run outside the engine, as in tests)
         unrecorded = provenance.input_digests(up for up in self.inputs if up.stage_id not in lineage_records)
@@ -357,7 +358,7 @@ class _Release:
                                     lineage=lineage_records, tools=lineage.tools, inputs=unrecorded, data=data,
                                     attribution=self._all_attribution(), lock_sha256=lock_ref.sha256)
         stmt_path = self.release / STATEMENT_FILE
-        atomic_write_bytes(stmt_path, provenance.statement_bytes(stmt))
+        atomic_write(stmt_path, provenance.statement_bytes(stmt), fsync=False)
         return [lock_ref, file_ref(self.release, stmt_path)], stmt
 
     def _all_attribution(self) -> list[dict[str, str]]:
@@ -421,10 +422,10 @@ class _Release:
         from zoo_stages.lib.provenance import stamp_file
 
         model = bdir / "model.onnx"
-        copy_file(source, model)
+        atomic_copy(source, model, fsync=False)
         extra = []
         for location in src_info.external_data:
-            copy_file(source.parent / location, bdir / location)
+            atomic_copy(source.parent / location, bdir / location, fsync=False)
             extra.append(bdir / location)
         metrics: dict[str, Any] = {}
         if vname is not None:
@@ -457,7 +458,7 @@ class _Release:
         else:
             style = spec.optimization_style or "Fixed"
             # the ORT format keeps metadata_props: convert a stamped copy so the build carries them
-            result = cv.to_ort(self._stampedcopy_file(name, source, src_info, props), bdir, optimization_style=style,
+            result = cv.to_ort(self._stamped_copy(name, source, src_info, props), bdir, optimization_style=style,
                                work_dir=self.work)
             major, minor = metadata.version("onnxruntime").split(".")[:2]
             shipped = _Shipped(model=result.model, extra_files=[result.operators_config],
@@ -478,7 +479,7 @@ class _Release:
             shipped.conversion["source_verified_as"] = vname
         return shipped
 
-    def _stampedcopy_file(self, name: str, source: Path, src_info: Any, props: Mapping[str, str]) -> Path:
+    def _stamped_copy(self, name: str, source: Path, src_info: Any, props: Mapping[str, str]) -> Path:
         """A copy of `source` (and its external data) in the work folder, stamped with `props`."""
         from zoo_stages.lib.provenance import stamp_file
 
@@ -486,9 +487,9 @@ class _Release:
         if folder.exists():
             shutil.rmtree(folder)
         copy = folder / source.name
-        copy_file(source, copy)
+        atomic_copy(source, copy, fsync=False)
         for location in src_info.external_data:
-            copy_file(source.parent / location, folder / location)
+            atomic_copy(source.parent / location, folder / location, fsync=False)
         return stamp_file(copy, props)
 
     def _check_digest(self, name: str, spec: BuildSpec, vname: str, source: Path) -> None:
@@ -537,7 +538,7 @@ class _Release:
             for set_dir in find_sets(vdir):
                 for f in vector_files(set_dir):
                     dst = bdir / set_dir.name / f.name
-                    copy_file(f, dst)
+                    atomic_copy(f, dst, fsync=False)
                     written.append(dst)
                 if self.config.check_vectors:
                     self._check_vector_set(name, vname, session, ports, out_ports, set_dir)
@@ -604,10 +605,10 @@ class _Release:
         card = render_card(data, dataset=self.data_spec, intended_use=self.config.intended_use,
                            limitations=self.config.limitations, verification=verification,
                            conversions=deploy_extra.get("conversions"), appendix=self.provenance_section)
-        atomic_write_bytes(pub / CARD_FILE, card.encode("utf-8"))  # a new file: the hardlink to the release's card is replaced
+        atomic_write(pub / CARD_FILE, card.encode("utf-8"), fsync=False)  # a new file: the hardlink to the release's card is replaced
         data.card = file_ref(pub, pub / CARD_FILE)
         data = Manifest.model_validate(data.model_dump())
-        atomic_write_bytes(pub / MANIFEST_FILE, data.model_dump_json(indent=2).encode("utf-8"))
+        atomic_write(pub / MANIFEST_FILE, data.model_dump_json(indent=2).encode("utf-8"), fsync=False)
         return pub
 
     def _lineage(self) -> Lineage:

@@ -25,7 +25,6 @@ the checkpoint or source file, the recipe's license and the source's attribution
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import warnings
@@ -35,7 +34,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import Field, field_validator, model_validator
 
-from zoo.errors import GateFailed, InvalidInput, UnsafePath
+from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.lib import checkpoints
 
@@ -400,18 +399,14 @@ def _save(proto, target: Path, blob: bytes | None = None) -> None:
     (model.onnx.data) for a model above 2 GB."""
     import onnx
 
-    from zoo_stages.lib.onnxutil import atomic_write_bytes
+    from zoo.files import atomic_output, atomic_write
 
     if blob is not None:
-        atomic_write_bytes(target, blob)
+        atomic_write(target, blob, fsync=False)
         return
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_output(target, fsync=False) as tmp:  # the data file is written beside it, under its own name
         onnx.save_model(proto, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=DATA_LOCATION, size_threshold=1024)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _run_onnxruntime(model: Path | bytes, in_name: str, x, dynamic_batch: bool, threads: int) -> list:
@@ -492,10 +487,12 @@ def _passthrough(config: ExportConfig, context: StageContext, target: Path, inpu
     a model above onnxruntime's IR version or with external data is also re-serialised with the
     IR capped and the external data inlined below 2 GB.
     """
+    from zoo.pathsafety import external_data_files
+
     source = _fetch(config.onnx, context)
     props = _provenance(inputs, context, config.onnx, "onnx", source)
-    external = _uses_external_data(_load_onnx(source, with_data=False))
     proto = _load_onnx(source)
+    external = bool(external_data_files(source))
     if proto.ir_version > MAX_IR_VERSION or external:
         _normalise(proto)
     _stamp(proto, props)
@@ -560,43 +557,21 @@ def _fetch(ref: SourceRef, context: StageContext) -> Path:
     return sources.fetch(ref.url or ref.path, sha256=ref.sha256, base_dir=context.recipe.dir)
 
 
-def _load_onnx(path: Path, with_data: bool = True):
-    """Load an ONNX model, refusing external data that points outside the model's folder."""
+def _load_onnx(path: Path):
+    """Load an ONNX model with its external data, which must be files in the model's folder
+    (`zoo.pathsafety.external_data_files`: UnsafePath for a location that escapes it)."""
     import onnx
     from onnx.external_data_helper import load_external_data_for_model
+
+    from zoo.pathsafety import external_data_files
 
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as e:
         raise InvalidInput(f"{path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
-    if with_data and _uses_external_data(proto):
-        base = path.parent.resolve()
-        for location in _external_locations(proto):
-            resolved = (base / location).resolve()
-            if Path(location).is_absolute() or not resolved.is_relative_to(base):
-                raise UnsafePath(f"ONNX external data location {location!r} escapes the model's folder {base}",
-                                 hint="external data files must sit next to the model (plain relative names)")
-            if not resolved.is_file():
-                raise InvalidInput(f"ONNX external data file {location!r} is missing next to {path.name}",
-                                   hint="copy the .onnx.data file alongside the model, or use a local path")
-        load_external_data_for_model(proto, str(base))
+    if external_data_files(path):
+        load_external_data_for_model(proto, str(path.parent))
     return proto
-
-
-def _uses_external_data(proto) -> bool:
-    return bool(_external_locations(proto))
-
-
-def _external_locations(proto) -> list[str]:
-    from onnx import TensorProto
-    from onnx.external_data_helper import _get_all_tensors
-
-    found = []
-    for tensor in _get_all_tensors(proto):
-        if tensor.data_location == TensorProto.EXTERNAL:
-            info = {e.key: e.value for e in tensor.external_data}
-            found.append(info.get("location", ""))
-    return found
 
 
 def _describe(proto, target: Path) -> dict[str, Any]:

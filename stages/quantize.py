@@ -45,7 +45,6 @@ order, which makes the choice stable unless two candidates are genuinely close).
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -207,12 +206,14 @@ class _Run:
     # -- inputs --------------------------------------------------------------------------------
 
     def go(self) -> Mapping[str, Path]:
+        from zoo.files import hardlink_or_copy
+        from zoo.pathsafety import external_data_files
         from zoo_stages.lib import onnxutil
 
         import onnx
 
         src = Path(self.src)
-        direct = onnxutil.loadable_as_is(src) and not onnxutil.external_data_files(src)
+        direct = onnxutil.loadable_as_is(src) and not external_data_files(src)
         # graph only: the weights are parsed here only if the model must be rewritten below
         model = onnx.load(str(src), load_external_data=False) if direct else onnxutil.load_model(src)
         # onnxruntime's own fused/layout ops (from optimize level extended/all) defeat its quantizer
@@ -229,7 +230,7 @@ class _Run:
         self.fp32_path = self.work / "fp32.onnx"
         self.fp32_path.unlink(missing_ok=True)
         if direct:
-            _link_or_copy(src, self.fp32_path)
+            hardlink_or_copy(src, self.fp32_path)
         else:
             onnxutil.save_model(model, self.fp32_path)
         needs_data = self.config.mode in ("static", "auto")
@@ -336,9 +337,10 @@ class _Run:
         in place after the graph) and move it to `target`."""
         import onnx
 
+        from zoo.pathsafety import external_data_files
         from zoo_stages.lib import onnxfile, onnxutil, provenance
 
-        if onnxutil.external_data_files(raw):  # only above 2 GB: make one self-contained file
+        if external_data_files(raw):  # only above 2 GB: make one self-contained file
             onnxutil.save_model(onnxutil.load_model(raw), raw)
         model = onnxutil.prune_opset_imports(onnx.load(str(raw), load_external_data=False))
         if model.ir_version > onnxutil.MAX_IR_VERSION:
@@ -426,7 +428,7 @@ class _Run:
         return {"model": out}
 
     def _auto(self) -> Mapping[str, Path]:
-        from zoo_stages.lib import onnxutil
+        from zoo.files import atomic_write_json
 
         names = list(self.config.candidates or CANDIDATES)
         fp32 = self.measure(self.fp32_path)
@@ -451,7 +453,7 @@ class _Run:
         table = candidates_table(rows, chosen)
         record = {"fp32": fp32, "candidates": rows, "chosen": chosen,
                   "accept": self.config.accept.model_dump(), "latency": self.config.latency.model_dump()}
-        onnxutil.write_json(self.context.output_path("candidates.json"), record)
+        atomic_write_json(self.context.output_path("candidates.json"), record, fsync=False)
         self.context.metrics["candidates"] = rows
         self.context.metrics["candidates_table"] = table
         self.context.log.info("quantize auto candidates:\n%s", table)
@@ -496,10 +498,3 @@ class _Run:
             "flags": list(self.flags),
         })
 
-
-def _link_or_copy(src: Path, dest: Path) -> None:
-    """A hard link to `src` at `dest` (free), or a copy across filesystems."""
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copyfile(src, dest)

@@ -193,6 +193,7 @@ class Verify(StageKind):
         return data_dependencies(data, ctx.recipe.dir)
 
     def run(self, inputs: Inputs, config: VerifyConfig, context: StageContext) -> Mapping[str, Path]:
+        from zoo.files import atomic_write_json
         from zoo_stages.lib import onnxutil
 
         build_stages = config.resolve_builds(inputs)
@@ -249,7 +250,7 @@ class Verify(StageKind):
             "measured": sorted({k for m in builds.values() for k in m if MEASURED.match(k)}),
             "passed": passed,
         }
-        out = onnxutil.write_json(context.output_path("report.json"), report)
+        out = atomic_write_json(context.output_path("report.json"), report, fsync=False)
         context.metrics.update({"reference": ref_name, "threads": config.latency.threads, "builds": builds,
                                 "gates": gate_rows, "passed": passed, "eval_data": eval_data,
                                 "host": onnxutil.host_info()})

@@ -15,7 +15,8 @@ import stat
 import pytest
 
 from zoo import cache as cache_mod
-from zoo.cache import Cache, Entry, atomic_write, missing_outputs
+from zoo.cache import Cache, Entry, missing_outputs
+from zoo.files import atomic_write
 from zoo.errors import IntegrityError, StageFailed, StorageError
 from zoo.hashing import StatCache, digest_json, hash_file_uncached
 
@@ -213,39 +214,6 @@ def test_materialize_with_a_missing_object_is_an_integrity_error(tmp_path):
     assert not (cache.out / KEY).exists() and list(cache.tmp.iterdir()) == []
 
 
-def test_link_or_copy_copies_when_a_hardlink_is_impossible(tmp_path, monkeypatch):
-    """Stand-in for another filesystem: os.link is monkeypatched to fail as it does across devices."""
-    src = tmp_path / "src"
-    src.write_bytes(b"bytes")
-
-    def no_link(a, b):
-        raise OSError(18, "Invalid cross-device link")
-
-    monkeypatch.setattr(cache_mod.os, "link", no_link)
-    cache_mod.link_or_copy(src, tmp_path / "dest")
-    assert (tmp_path / "dest").read_bytes() == b"bytes" and os.stat(src).st_ino != os.stat(tmp_path / "dest").st_ino
-
-
-def test_atomic_write_replaces_whole_and_leaves_no_temp_file(tmp_path):
-    path = tmp_path / "deep" / "er" / "f.json"
-    atomic_write(path, b"one")
-    atomic_write(path, b"two", fsync=False)
-    assert path.read_bytes() == b"two" and os.listdir(path.parent) == ["f.json"]
-
-    class Boom(Exception):
-        pass
-
-    def fail(fd):
-        raise Boom()
-
-    real = os.fsync
-    os.fsync = fail
-    try:
-        with pytest.raises(Boom):
-            atomic_write(path, b"three")
-    finally:
-        os.fsync = real
-    assert path.read_bytes() == b"two" and os.listdir(path.parent) == ["f.json"]
 
 
 # --- gc -------------------------------------------------------------------------------------
@@ -395,28 +363,6 @@ def test_a_dead_runs_lease_is_cleared_by_gc_but_not_by_a_dry_run(tmp_path):
     assert lock.exists() and info.exists()
     cache.gc()
     assert not lock.exists() and not info.exists()
-
-
-def test_a_full_disk_while_writing_is_no_space_and_other_errors_pass_through(tmp_path, monkeypatch):
-    """Stand-in for a full disk: os.fsync is monkeypatched to fail with ENOSPC (a real full disk
-    is tested in tests/test_cache_live.py)."""
-    import errno
-
-    from zoo.errors import NoSpace
-
-    def fail(code):
-        def fsync(fd):
-            raise OSError(code, os.strerror(code))
-        return fsync
-
-    monkeypatch.setattr(cache_mod.os, "fsync", fail(errno.ENOSPC))
-    with pytest.raises(NoSpace):
-        atomic_write(tmp_path / "f", b"x")
-    monkeypatch.setattr(cache_mod.os, "fsync", fail(errno.EIO))
-    with pytest.raises(OSError) as e:
-        atomic_write(tmp_path / "f", b"x")
-    assert e.value.errno == errno.EIO and not isinstance(e.value, NoSpace)
-    assert os.listdir(tmp_path) == []
 
 
 def test_no_space_for_a_workspace_is_no_space(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """A kind's cache key holds the code of every project module it imports (zoo/import_closure.py).
 
 The defect this fixes: kinds listed their helpers by hand (`code_modules`), and the zoo modules
-they import (zoo.host, zoo.sources, zoo.cache, zoo.registry.onnxscan…) entered no key, so editing
+they import (zoo.host, zoo.sources, zoo.cache, zoo.onnxwire…) entered no key, so editing
 one reran nothing. Now the key follows the real imports, read from the source: editing a module
 a kind imports (at any depth, inside functions too) changes its key; editing one it does not
 import changes nothing. Built-in kinds are checked on a temporary copy of zoo's source, plugin

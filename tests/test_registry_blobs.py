@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from zoo import files
 from zoo.errors import IntegrityError
-from zoo.registry import fileio
 from zoo.registry.blobs import BlobStore, _identity
 from zoo.registry.manifest import MANIFEST_FILE
 from zoo.registry.store import LocalZoo
@@ -42,10 +42,10 @@ def store(tmp_path) -> BlobStore:
 
 @pytest.fixture
 def hashes(monkeypatch) -> list[Path]:
-    """Every file the store hashes, in order (fileio.sha256_file is the only way it hashes a file)."""
+    """Every file the store hashes, in order (files.sha256_and_size is the only way it hashes a file)."""
     calls: list[Path] = []
-    real = fileio.sha256_file
-    monkeypatch.setattr(fileio, "sha256_file", lambda p: calls.append(Path(p)) or real(p))
+    real = files.sha256_and_size
+    monkeypatch.setattr(files, "sha256_and_size", lambda p: calls.append(Path(p)) or real(p))
     return calls
 
 
@@ -146,7 +146,7 @@ def test_a_blob_that_vanishes_while_checked_is_missing(store, tmp_path, monkeypa
 
     def gone(p):
         raise FileNotFoundError(p)
-    monkeypatch.setattr(fileio, "sha256_file", gone)
+    monkeypatch.setattr(files, "sha256_and_size", gone)
     assert store.check(SHA) == "missing"
 
 
@@ -160,7 +160,7 @@ def test_add_rehashes_the_source_even_when_the_blob_exists(store, tmp_path, same
     src.write_bytes(DATA[:-1] + b"!" if same_size else DATA + b"!")
     with pytest.raises(IntegrityError, match="does not match the manifest") as e:
         store.add(src, SHA, len(DATA), "model.onnx")
-    got = fileio.sha256_file(src)[0]
+    got = files.sha256_and_size(src)[0]
     assert e.value.message == f"model.onnx: content does not match the manifest (expected sha256 {SHA[:12]}…, got {got[:12]}…)"
     assert "modified after the manifest" in e.value.hint
     after = os.stat(store.path(SHA))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import zoo
 
-from zoo.registry import fileio
+from zoo import files
 from zoo.registry.codec import load_manifest
 from zoo.registry.manifest import MANIFEST_FILE, Build, Manifest
 from zoo.registry.staging import file_ref, write_manifest
@@ -62,8 +62,8 @@ def test_verification_is_memoised_and_a_write_invalidates_it(tmp_path, monkeypat
     z = _publish(tmp_path)
     sha = z.resolve("tiny@1.0.0").builds["cpu-fp32"].file.sha256
     calls = []
-    real = fileio.sha256_file
-    monkeypatch.setattr(fileio, "sha256_file", lambda p: calls.append(p) or real(p))
+    real = files.sha256_and_size
+    monkeypatch.setattr(files, "sha256_and_size", lambda p: calls.append(p) or real(p))
     fresh = LocalZoo(z.root)
     assert fresh.blobs.has(sha) and fresh.blobs.has(sha)
     assert calls == []  # publish recorded the verified identity: a re-check is a stat
@@ -80,8 +80,8 @@ def test_a_second_pull_stays_cheap_after_the_snapshot_links(tmp_path, monkeypatc
 
     first = api.pull("tiny@1.0.0", zoo=z).path
     calls = []
-    real = fileio.sha256_file
-    monkeypatch.setattr(fileio, "sha256_file", lambda p: calls.append(p) or real(p))
+    real = files.sha256_and_size
+    monkeypatch.setattr(files, "sha256_and_size", lambda p: calls.append(p) or real(p))
     assert api.pull("tiny@1.0.0", zoo=LocalZoo(z.root)).path == first
     assert calls == []  # hard-linking moved the blobs' ctime; the memo was kept valid, no re-hash
 

@@ -191,35 +191,6 @@ def test_a_full_disk_is_a_storage_error_and_adopts_nothing(publisher, consumer):
     assert consumer.get("tiny", "1.0.0") is None
 
 
-def test_an_escaping_external_data_location_installs_nothing(publisher, consumer):
-    """Checked before the version is adopted: a refused pull leaves no version and no tag."""
-    from zoo.registry.testing import tiny_onnx
-    from zoo.registry.manifest import Build, Manifest
-    from zoo.registry.staging import file_ref, write_manifest
-    from zoo.errors import UnsafePath
-
-    staging = publisher.root.parent / "evil"
-    tiny_onnx(staging / MODEL, external="../../../etc/passwd")
-    b = Build(name="cpu-fp32", file=file_ref(staging, MODEL))
-    write_manifest(staging, Manifest(name="evil", version="1.0.0", builds={"cpu-fp32": b}))
-    evil = publisher.root.parent / "evil-zoo"
-    z = LocalZoo(evil)
-    for ref in [b.file]:
-        z.blobs.add(staging / ref.path, ref.sha256, ref.size, ref.path)
-    m = Manifest(name="evil", version="1.0.0", builds={"cpu-fp32": b})
-    st = StandInRemote("evil", resolve=m, fetch=lambda manifest, ref, blobs: blobs.add(staging / ref.path, ref.sha256, ref.size, "x"))
-    from zoo.registry import pull as pull_mod
-
-    orig = pull_mod.candidate_remotes
-    pull_mod.candidate_remotes = lambda zoo, remote: [st]
-    try:
-        with pytest.raises(UnsafePath):
-            pull_mod.pull("evil@prod", zoo=consumer)
-    finally:
-        pull_mod.candidate_remotes = orig
-    assert consumer.get("evil", "1.0.0") is None and consumer.list() == []
-
-
 # ---- _fetch_any: which error a failed fetch reports ----------------------------------------------
 def test_fetch_any_reports_the_most_telling_error(publisher, consumer):
     m = publisher.resolve("tiny@1.0.0")

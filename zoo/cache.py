@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from zoo.errors import IntegrityError, StageFailed, StorageError, is_no_space, no_space
+from zoo.files import atomic_write, hardlink_or_copy
 from zoo.hashing import StatCache, digest_json, hash_file_uncached, tree_files
 
 ENTRY_SCHEMA_VERSION = 1
@@ -72,27 +73,6 @@ class Entry:
 
     def output_digests(self) -> dict[str, str]:
         return {name: out["digest"] for name, out in self.outputs.items()}
-
-
-def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Write `data` to `path` through a temp file in the same folder, fsync, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError) and is_no_space(e):
-            raise no_space(path.parent) from e
-        raise
 
 
 class Cache:
@@ -274,7 +254,7 @@ class Cache:
                                          hint="run again; zoo will recompute the stage")
                 target = staging / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
-                link_or_copy(obj, target)
+                hardlink_or_copy(obj, target)
             if dest.exists():
                 shutil.rmtree(dest, ignore_errors=True)
             try:
@@ -400,13 +380,3 @@ def _tree_size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-
-
-def link_or_copy(src: Path, dest: Path) -> None:
-    """Hardlink `src` to `dest`; reflink-or-copy when a hardlink is impossible (other filesystem)."""
-    try:
-        os.link(src, dest)
-        return
-    except OSError:
-        pass
-    shutil.copy2(src, dest)  # copy_file_range / reflink where the filesystem supports it (Python ≥ 3.8 on Linux)

@@ -110,7 +110,7 @@ def validate(recipe: Path = RecipeArg) -> None:
 @app.command()
 def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
     """Print the recipe JSON Schema (for yaml-language-server and editors)."""
-    from zoo.cache import atomic_write
+    from zoo.files import atomic_write
     from zoo.recipe import json_schema
 
     text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"

@@ -56,7 +56,7 @@ def _site_dirs() -> list[str]:
 def write_stamp(*, recipe_path: Path, cache_dir: Path, lock_path: Path, files: Iterable[Path],
                 entries: Iterable[Path], objects: Iterable[Path], summary: dict[str, Any]) -> None:
     """Record the state a fully successful run saw (see module docstring)."""
-    from zoo.cache import atomic_write
+    from zoo.files import atomic_write
 
     watched = {str(p) for p in files} | {str(recipe_path), str(lock_path)} | set(_site_dirs())
     stats = {p: _stat(p) for p in sorted(watched)}

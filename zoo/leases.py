@@ -94,7 +94,7 @@ class RunLease:
         self._lock = None
 
     def _write(self) -> None:
-        from zoo.cache import atomic_write
+        from zoo.files import atomic_write
 
         data = {"schema_version": LEASE_SCHEMA_VERSION, "id": self.id, "pid": os.getpid(), "started": time.time(),
                 "keys": sorted(self.keys), "digests": sorted(self.digests)}

@@ -106,7 +106,7 @@ def read(path: Path) -> Lock | None:
 
 def write(path: Path, lock: Lock) -> bool:
     """Write the lock atomically; False (and nothing written) when it is unchanged."""
-    from zoo.cache import atomic_write
+    from zoo.files import atomic_write
 
     text = lock.to_yaml()
     try:

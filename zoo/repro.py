@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from zoo import api, host, lockfile, paths
-from zoo.cache import Cache, Entry, link_or_copy
+from zoo.cache import Cache, Entry
+from zoo.files import hardlink_or_copy
 from zoo.errors import InvalidInput
 from zoo.runner import StageState
 
@@ -110,7 +111,7 @@ def _seed_upstream(dag, lock, real: Cache, scratch: Cache, selected: set[str]) -
             dest = scratch.object_path(meta["digest"])
             if not dest.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                link_or_copy(real.object_path(meta["digest"]), dest)
+                hardlink_or_copy(real.object_path(meta["digest"]), dest)
         target = scratch.entry_path(entry.key)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(real.entry_path(entry.key), target)

@@ -8,7 +8,6 @@ model before loading. torch is imported inside functions.
 
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 
@@ -19,14 +18,12 @@ def save_checkpoint(model, target: Path) -> Path:
     """The state dict as safetensors, written to a temp file and renamed into place."""
     from safetensors.torch import save_file
 
+    from zoo.files import atomic_output
+
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_output(target, fsync=False) as tmp:  # the cache fsyncs the outputs it commits
         # a single metadata key: safetensors writes metadata as a map, keep its order trivial
         save_file(state, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
     return target
 
 

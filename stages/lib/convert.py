@@ -52,7 +52,8 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     from zoo_stages.lib.describe import detect_precision
-    from zoo_stages.lib.onnxutil import MAX_IR_VERSION, atomic_write_bytes, load_model
+    from zoo.files import atomic_write
+    from zoo_stages.lib.onnxutil import MAX_IR_VERSION, load_model
 
     model = load_model(Path(src))  # with external data; refuses sidecar paths outside its folder
     precision = detect_precision(model)
@@ -74,7 +75,7 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
     converted.ir_version = min(int(converted.ir_version), MAX_IR_VERSION)
     dst = Path(dst)
     if converted.ByteSize() < _PROTOBUF_LIMIT:
-        atomic_write_bytes(dst, converted.SerializeToString(deterministic=True))
+        atomic_write(dst, converted.SerializeToString(deterministic=True), fsync=False)
     else:
         # too big for one protobuf: weights go to one sidecar next to the model
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -125,11 +126,11 @@ def to_ort(src: Path, dst_dir: Path, *, optimization_style: str = "Fixed", work_
                            hint=f"use one of {', '.join(OPTIMIZATION_STYLES)}")
     from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
 
-    from zoo_stages.lib.describe import external_data_locations, load_graph
-    from zoo_stages.lib.onnxutil import atomic_write_bytes
+    from zoo.files import atomic_write
+    from zoo.pathsafety import external_data_files
 
     src = Path(src)
-    sidecars = external_data_locations(load_graph(src))
+    sidecars = external_data_files(src)  # relative locations, each inside src's folder
     dst_dir = Path(dst_dir)
     dst_dir.mkdir(parents=True, exist_ok=True)
     if work_dir is not None:
@@ -182,8 +183,8 @@ def to_ort(src: Path, dst_dir: Path, *, optimization_style: str = "Fixed", work_
             raise StageFailed(f"cannot write {src.name}'s ORT-format model reproducibly: the ORT flatbuffers "
                               f"schema of this onnxruntime has a construct zoo does not know ({e})",
                               hint="use an onnxruntime version zoo supports for `convert: ort` builds") from e
-        atomic_write_bytes(model_dst, canonical)
-        atomic_write_bytes(config_dst, _portable_operators_config(configs[0].read_text(), model_dst.name).encode())
+        atomic_write(model_dst, canonical, fsync=False)
+        atomic_write(config_dst, _portable_operators_config(configs[0].read_text(), model_dst.name).encode(), fsync=False)
     return OrtConversion(model=model_dst, operators_config=config_dst, optimization_style=optimization_style)
 
 

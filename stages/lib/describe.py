@@ -12,10 +12,11 @@ onnx and onnxruntime are imported inside the functions: importing this module is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zoo.errors import InvalidInput, UnsafePath
+from zoo.errors import InvalidInput
+from zoo.pathsafety import external_data_files
 from zoo.registry.manifest import Port
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def describe(path: Path) -> ModelInfo:
         path=path, format="onnx", size_bytes=path.stat().st_size,
         opset=opsets.get("ai.onnx"), opsets=opsets, ir_version=int(model.ir_version),
         inputs=inputs, outputs=outputs, precision=detect_precision(model),
-        external_data=external_data_locations(model),
+        external_data=external_data_files(path),
     )
 
 
@@ -164,46 +165,6 @@ def detect_precision(model: "onnx.ModelProto") -> str:
     if half > full:
         return "fp16"
     return "fp32"
-
-
-def external_data_locations(model: "onnx.ModelProto") -> list[str]:
-    """Sorted relative locations of the model's external-data files; refuses any that escape its folder."""
-    import onnx
-
-    found: set[str] = set()
-    for tensor in _all_tensors(model.graph):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        found.add(safe_relative(location, what=f"external data of tensor {tensor.name!r}"))
-    return sorted(found)
-
-
-def _all_tensors(graph: Any):
-    """Every TensorProto of a graph: initializers, sparse initializers, attribute tensors, subgraphs."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("g"):
-                yield from _all_tensors(attr.g)
-            for sub in attr.graphs:
-                yield from _all_tensors(sub)
-
-
-def safe_relative(location: str, *, what: str) -> str:
-    """`location` as a relative POSIX path that stays inside its folder, else UnsafePath."""
-    p = PurePosixPath(location.replace("\\", "/"))
-    if (not location or p.is_absolute() or ".." in p.parts or "\x00" in location
-            or (len(location) > 1 and location[1] == ":")):
-        raise UnsafePath(f"{what} points at {location!r}, outside the model's folder",
-                         hint="re-save the model with its external data next to it (onnx.save(..., location='model.onnx.data'))")
-    return p.as_posix()
 
 
 def numpy_dtype(dtype: str) -> "np.dtype":

@@ -1,6 +1,6 @@
 """ONNX files at the protobuf wire level: read and replace a model's small top-level fields.
 
-A ``ModelProto`` is a handful of small fields (IR version, opset imports, metadata_props...)
+The protobuf field walker is `zoo.onnxwire.fields`. A ``ModelProto`` is a handful of small fields (IR version, opset imports, metadata_props...)
 around one huge one, the graph with its weights. Stages that only need to stamp provenance or
 prune opset imports should not parse, re-serialise and rewrite hundreds of MB to do it: that
 took 0.7-1 s per 233 MB model here. This module reads the top-level fields from a memory map
@@ -17,57 +17,19 @@ so a given input always gives the same bytes.
 from __future__ import annotations
 
 import mmap
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from zoo.errors import InvalidInput
-from zoo.registry.onnxscan import read_varint
+from zoo.files import atomic_output
+from zoo.onnxwire import LENGTH_DELIMITED, VARINT, Field, fields, read_varint, text
 
 # onnx.proto field numbers
 IR_VERSION, GRAPH, OPSET_IMPORT, METADATA_PROPS = 1, 7, 8, 14
 _KEY, _VALUE = 1, 2  # StringStringEntryProto
 _DOMAIN, _VERSION = 1, 2  # OperatorSetIdProto
 _COPY_CHUNK = 64 << 20
-
-
-@dataclass(frozen=True)
-class Field:
-    """One top-level field: its number, wire type, and byte spans (tag start, value start, end)."""
-
-    number: int
-    wire: int
-    start: int
-    value_start: int
-    stop: int
-
-
-def fields(buf, start: int, end: int) -> list[Field]:
-    """The fields of the message in ``buf[start:end]``; ValueError when it is not protobuf."""
-    out: list[Field] = []
-    pos = start
-    while pos < end:
-        begin = pos
-        tag, pos = read_varint(buf, pos, end)
-        number, wire = tag >> 3, tag & 7
-        value_start = pos
-        if wire == 0:
-            _, pos = read_varint(buf, pos, end)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        elif wire == 2:
-            n, value_start = read_varint(buf, pos, end)
-            pos = value_start + n
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if pos > end or number == 0:
-            raise ValueError("malformed field")
-        out.append(Field(number, wire, begin, value_start, pos))
-    return out
 
 
 @dataclass(frozen=True)
@@ -85,16 +47,16 @@ def read_header(path: Path) -> Header:
     path = Path(path)
     with _mapped(path) as (buf, size):
         try:
-            top = fields(buf, 0, size)
+            top = list(fields(buf, 0, size))
             ir = None
             opsets: list[tuple[str, int]] = []
             metadata: list[tuple[str, str]] = []
             for f in top:
-                if f.number == IR_VERSION and f.wire == 0:
+                if f.number == IR_VERSION and f.wire == VARINT:
                     ir, _ = read_varint(buf, f.value_start, f.stop)
-                elif f.number == OPSET_IMPORT and f.wire == 2:
+                elif f.number == OPSET_IMPORT and f.wire == LENGTH_DELIMITED:
                     opsets.append(_opset(buf, f))
-                elif f.number == METADATA_PROPS and f.wire == 2:
+                elif f.number == METADATA_PROPS and f.wire == LENGTH_DELIMITED:
                     metadata.append(_entry(buf, f))
         except ValueError as e:
             raise InvalidInput(f"{path} is not a readable ONNX model ({e})") from None
@@ -114,7 +76,7 @@ def rewrite(path: Path, *, metadata: Sequence[tuple[str, str]] | None = None,
         return path
     with _mapped(path) as (buf, size):
         try:
-            top = fields(buf, 0, size)
+            top = list(fields(buf, 0, size))
         except ValueError as e:
             raise InvalidInput(f"{path} is not a readable ONNX model ({e})") from None
         graphs = [i for i, f in enumerate(top) if f.number == GRAPH]
@@ -143,7 +105,7 @@ def rewrite_bytes(blob: bytes, *, metadata: Sequence[tuple[str, str]] | None = N
     precede the graph (no writer emits them there) or `blob` is not protobuf."""
     replaced = _replacements(metadata, opset_import, None)
     view = memoryview(blob)
-    top = fields(view, 0, len(blob))
+    top = list(fields(view, 0, len(blob)))
     graphs = [i for i, f in enumerate(top) if f.number == GRAPH]
     if not graphs or any(f.number in replaced for f in top[:graphs[-1] + 1]):
         raise ValueError("the fields to replace do not all follow the graph")
@@ -221,18 +183,19 @@ def _bytes_field(number: int, payload: bytes) -> bytes:
 def _entry(buf, f: Field) -> tuple[str, str]:
     key = value = ""
     for sub in fields(buf, f.value_start, f.stop):
-        if sub.wire == 2 and sub.number in (_KEY, _VALUE):
-            text = bytes(buf[sub.value_start:sub.stop]).decode("utf-8", errors="replace")
-            key, value = (text, value) if sub.number == _KEY else (key, text)
+        if sub.wire == LENGTH_DELIMITED and sub.number == _KEY:
+            key = text(buf, sub)
+        elif sub.wire == LENGTH_DELIMITED and sub.number == _VALUE:
+            value = text(buf, sub)
     return key, value
 
 
 def _opset(buf, f: Field) -> tuple[str, int]:
     domain, version = "", 0
     for sub in fields(buf, f.value_start, f.stop):
-        if sub.number == _DOMAIN and sub.wire == 2:
-            domain = bytes(buf[sub.value_start:sub.stop]).decode("utf-8", errors="replace")
-        elif sub.number == _VERSION and sub.wire == 0:
+        if sub.number == _DOMAIN and sub.wire == LENGTH_DELIMITED:
+            domain = text(buf, sub)
+        elif sub.number == _VERSION and sub.wire == VARINT:
             version, _ = read_varint(buf, sub.value_start, sub.stop)
     return domain, version
 
@@ -254,22 +217,16 @@ def _rewrite_copy(path: Path, keep: list[Field], replaced: dict[int, list[bytes]
     in the same folder, then rename it over `path`."""
     order = sorted([(f.number, i, f) for i, f in enumerate(keep)] +
                    [(number, -1, encoded) for number, encoded in replaced.items()], key=lambda p: (p[0], p[1]))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with open(path, "rb") as src, os.fdopen(fd, "wb") as out:
-            for _, _, item in order:
-                if isinstance(item, Field):
-                    src.seek(item.start)
-                    remaining = item.stop - item.start
-                    while remaining:
-                        chunk = src.read(min(remaining, _COPY_CHUNK))
-                        if not chunk:
-                            raise InvalidInput(f"{path} changed while it was being rewritten")
-                        out.write(chunk)
-                        remaining -= len(chunk)
-                else:
-                    out.write(b"".join(item))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path, fsync=False) as tmp, open(path, "rb") as src, open(tmp, "wb") as out:
+        for _, _, item in order:
+            if isinstance(item, Field):
+                src.seek(item.start)
+                remaining = item.stop - item.start
+                while remaining:
+                    chunk = src.read(min(remaining, _COPY_CHUNK))
+                    if not chunk:
+                        raise InvalidInput(f"{path} changed while it was being rewritten")
+                    out.write(chunk)
+                    remaining -= len(chunk)
+            else:
+                out.write(b"".join(item))

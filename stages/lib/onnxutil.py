@@ -1,8 +1,9 @@
 """ONNX helpers shared by the optimize, quantize and verify kinds.
 
-- loading with safety: external-data locations must stay inside the model's folder, and the
-  IR version is lowered to what the installed onnxruntime reads (`MAX_IR_VERSION`);
-- saving atomically (temp file + rename) with deterministic protobuf bytes;
+- loading with safety: external-data locations must stay inside the model's folder
+  (`zoo.pathsafety.external_data_files`), and the IR version is lowered to what the installed
+  onnxruntime reads (`MAX_IR_VERSION`);
+- saving atomically (`zoo.files.atomic_write`) with deterministic protobuf bytes;
 - onnxruntime sessions with fixed thread counts and deterministic compute;
 - running models (batched, respecting a fixed batch dimension), comparing outputs;
 - latency (p50/p90 after warm-up) and throughput at several batch sizes;
@@ -13,14 +14,13 @@ numpy, onnx and onnxruntime are imported inside functions so importing this modu
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from zoo.errors import InvalidInput, UnsafePath
+from zoo.errors import InvalidInput
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,136 +37,25 @@ OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 
 # ---------------------------------------------------------------------------------------------
-# files
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write `data` to `path` through a temp file in the same folder, then rename.
-
-    No fsync here: stages write into their own work and output folders, and the cache fsyncs
-    each output when it commits it (`zoo.cache.Cache.commit`); an fsync per write made the
-    stage wait for 233 MB of writeback the kernel can do while the stage goes on.
-    """
-    from zoo.cache import atomic_write
-
-    path = Path(path)
-    atomic_write(path, data, fsync=False)
-    return path
-
-
-def write_json(path: Path, obj: Any) -> Path:
-    """Atomically write `obj` as indented JSON with sorted keys (stable bytes for equal data)."""
-    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
-    return atomic_write_bytes(path, text.encode())
-
-
-# ---------------------------------------------------------------------------------------------
 # load / save
-
-
-def _all_tensors(model: "onnx.ModelProto") -> Iterable["onnx.TensorProto"]:
-    """Every TensorProto of a model: initializers, sparse initializers, attributes, subgraphs."""
-
-    def graph_tensors(graph):
-        yield from graph.initializer
-        for sparse in graph.sparse_initializer:
-            yield sparse.values
-            yield sparse.indices
-        for node in graph.node:
-            yield from attribute_tensors(node.attribute)
-
-    def attribute_tensors(attributes):
-        for attr in attributes:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("sparse_tensor"):
-                yield attr.sparse_tensor.values
-                yield attr.sparse_tensor.indices
-            for sparse in attr.sparse_tensors:
-                yield sparse.values
-                yield sparse.indices
-            if attr.HasField("g"):
-                yield from graph_tensors(attr.g)
-            for g in attr.graphs:
-                yield from graph_tensors(g)
-
-    yield from graph_tensors(model.graph)
-    for function in model.functions:
-        for node in function.node:
-            yield from attribute_tensors(node.attribute)
-
-
-def check_external_data(model: "onnx.ModelProto", base_dir: Path) -> list[Path]:
-    """The external-data files a model references, refusing any that would escape `base_dir`.
-
-    Raises UnsafePath for absolute locations, ``..`` components, or symlinks leading outside.
-    """
-    from onnx import TensorProto
-
-    base = Path(base_dir).resolve()
-    files: list[Path] = []
-    for tensor in _all_tensors(model):
-        if tensor.data_location != TensorProto.EXTERNAL:
-            continue
-        entries = {e.key: e.value for e in tensor.external_data}
-        location = entries.get("location", "")
-        if not location:
-            raise UnsafePath(f"tensor {tensor.name!r} is marked external but names no location")
-        rel = Path(location)
-        if rel.is_absolute() or ".." in rel.parts or location.startswith(("/", "\\")) or ":" in location:
-            raise UnsafePath(f"tensor {tensor.name!r} references external data {location!r} outside the model's folder",
-                             hint="external data must be a plain relative file name next to the .onnx file")
-        target = (base / rel).resolve()
-        if not target.is_relative_to(base):
-            raise UnsafePath(f"tensor {tensor.name!r}: external data {location!r} resolves outside {base}")
-        if not target.is_file():
-            raise InvalidInput(f"tensor {tensor.name!r}: external data file {location!r} is missing next to the model",
-                               hint="copy the .onnx file together with its external data file(s)")
-        if target not in files:
-            files.append(target)
-    return files
 
 
 def loadable_as_is(path: Path) -> bool:
     """Whether onnxruntime can load the file at `path` directly: its IR version is at most
-    `MAX_IR_VERSION`. Its external data must stay in its folder (UnsafePath otherwise).
+    `MAX_IR_VERSION`. Its external data must be files in its folder (UnsafePath, InvalidInput).
 
     Only the top-level fields and the tensors' external-data records are read, never the
     weights, so this costs microseconds where `load_model` parses the whole file.
     """
-    from zoo.registry.onnxscan import ScanError, external_locations
+    from zoo.pathsafety import external_data_files
     from zoo_stages.lib import onnxfile
 
     path = Path(path)
     if not path.is_file():
         raise InvalidInput(f"ONNX model {path} does not exist", hint="check the upstream stage's `model` output")
     header = onnxfile.read_header(path)
-    try:
-        locations = external_locations(path)
-    except ScanError as e:
-        raise InvalidInput(f"{path} is not a readable ONNX model ({e})") from None
-    base = path.parent.resolve()
-    for location in locations:
-        rel = Path(location)
-        if (not location or rel.is_absolute() or ".." in rel.parts or location.startswith(("/", "\\"))
-                or ":" in location or not (base / rel).resolve().is_relative_to(base)):
-            raise UnsafePath(f"{path.name} references external data {location!r} outside the model's folder",
-                             hint="external data must be a plain relative file name next to the .onnx file")
-        if not (base / rel).is_file():
-            raise InvalidInput(f"{path.name}: external data file {location!r} is missing next to the model",
-                               hint="copy the .onnx file together with its external data file(s)")
+    external_data_files(path)
     return header.ir_version is not None and header.ir_version <= MAX_IR_VERSION
-
-
-def external_data_files(path: Path) -> list[str]:
-    """The external-data locations the ONNX file at `path` records, read without loading weights."""
-    from zoo.registry.onnxscan import ScanError, external_locations
-
-    try:
-        return external_locations(Path(path))
-    except ScanError as e:
-        raise InvalidInput(f"{path} is not a readable ONNX model ({e})") from None
 
 
 def fix_ir_version(model: "onnx.ModelProto") -> "onnx.ModelProto":
@@ -185,6 +74,8 @@ def load_model(path: Path) -> "onnx.ModelProto":
     import onnx
     from onnx.external_data_helper import load_external_data_for_model
 
+    from zoo.pathsafety import external_data_files
+
     path = Path(path)
     if not path.is_file():
         raise InvalidInput(f"ONNX model {path} does not exist", hint="check the upstream stage's `model` output")
@@ -192,7 +83,7 @@ def load_model(path: Path) -> "onnx.ModelProto":
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # protobuf raises DecodeError, onnx raises its own; all mean "not a model"
         raise InvalidInput(f"{path} is not a readable ONNX model: {e}") from None
-    if check_external_data(model, path.parent):
+    if external_data_files(path):
         load_external_data_for_model(model, str(path.parent))
     return fix_ir_version(model)
 
@@ -212,7 +103,9 @@ def model_bytes(model: "onnx.ModelProto") -> bytes:
 
 def save_model(model: "onnx.ModelProto", path: Path) -> Path:
     """Atomically save `model` as one self-contained .onnx file (IR version ≤ MAX_IR_VERSION)."""
-    return atomic_write_bytes(Path(path), model_bytes(model))
+    from zoo.files import atomic_write
+
+    return atomic_write(Path(path), model_bytes(model), fsync=False)  # the cache fsyncs outputs it commits
 
 
 def as_model(model: "onnx.ModelProto | Path | str | bytes") -> "onnx.ModelProto":

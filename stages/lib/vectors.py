@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib.onnxutil import atomic_write_bytes
+from zoo.files import atomic_write
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,7 +54,7 @@ def write_test_vectors(set_dir: Path, inputs: Mapping[str, "np.ndarray"],
     for prefix, tensors in (("input", inputs), ("output", outputs)):
         for k, (name, array) in enumerate(tensors.items()):
             proto = numpy_helper.from_array(array, name=name)
-            atomic_write_bytes(set_dir / f"{prefix}_{k}.pb", proto.SerializeToString(deterministic=True))
+            atomic_write(set_dir / f"{prefix}_{k}.pb", proto.SerializeToString(deterministic=True), fsync=False)
     return set_dir
 
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Iterable, Literal
 
-from zoo.registry.fileio import copy_verified
+from zoo.files import copy_verified
 
 State = Literal["ok", "missing", "corrupt"]
 
@@ -64,10 +64,10 @@ class BlobStore:
                 return "ok"
         except OSError:
             pass
-        from zoo.registry.fileio import sha256_file
+        from zoo.files import sha256_and_size
 
         try:
-            got, _ = sha256_file(self.path(sha256))
+            got, _ = sha256_and_size(self.path(sha256))
         except FileNotFoundError:
             return "missing"
         if got != sha256:
@@ -83,11 +83,11 @@ class BlobStore:
     def mark_verified(self, sha256: str, st: os.stat_result | None = None) -> None:
         """Record that the blob's current bytes were just verified by the caller (hashed while written),
         so its first `check` is a stat (best effort: a lost memo costs a re-hash)."""
-        from zoo.registry.fileio import atomic_write_bytes
+        from zoo.files import atomic_write
 
         try:
             st = st or os.stat(self.path(sha256))
-            atomic_write_bytes(self._memo_path(sha256), _identity(st).encode(), sync=False)
+            atomic_write(self._memo_path(sha256), _identity(st).encode(), fsync=False)
         except Exception:  # noqa: BLE001 - the memo is an optimisation, never a reason to fail
             pass
 
@@ -110,10 +110,10 @@ class BlobStore:
         """
         dest = self.path(sha256)
         if self.has(sha256, size):
-            from zoo.registry.fileio import sha256_file
+            from zoo.files import sha256_and_size
 
             if isinstance(src, (str, Path)):
-                got, n = sha256_file(Path(src))
+                got, n = sha256_and_size(Path(src))
                 if (got, n) != (sha256, size):
                     from zoo.errors import IntegrityError
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import tarfile
 import tempfile
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, StorageError, UnsafePath
+from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, UnsafePath
 from zoo.registry.codec import dump_manifest, load_manifest, same_content
 from zoo.registry.manifest import Manifest
 from zoo.registry.refs import parse_ref
@@ -105,13 +104,11 @@ def export_bundle(refs: Iterable[str], out: str | Path, zoo: LocalZoo | None = N
                         "manifest_sha256": hashlib.sha256(data).hexdigest()})
     index = {"schema_version": BUNDLE_SCHEMA_VERSION, "versions": entries, "blobs": dict(sorted(blobs.items()))}
 
+    from zoo.files import atomic_output
+
     out = Path(out).expanduser()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
     total = 0
-    try:
+    with atomic_output(out) as tmp:
         with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
             _add_bytes(tar, INDEX, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
             for path, data in manifest_bytes.items():
@@ -124,13 +121,6 @@ def export_bundle(refs: Iterable[str], out: str | Path, zoo: LocalZoo | None = N
                     raise IntegrityError(f"local blob {sha[:12]}… is corrupt; refusing to bundle it",
                                          hint="`zoo rm` the version that uses it and pull it again")
                 total += size
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except OSError as e:
-        raise StorageError(f"cannot write bundle {out}: {e}") from e
-    finally:
-        tmp.unlink(missing_ok=True)
     return BundleResult(path=str(out), versions=[m.ref for m in ordered], blobs=len(blobs), bytes=total)
 
 
@@ -299,7 +289,7 @@ def _verify_blobs(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], ind
     anything is written); in a compressed one, where a megabyte can claim gigabytes, each
     member is hashed first without writing and copied only if it matches.
     """
-    from zoo.registry.fileio import copy_verified
+    from zoo.files import copy_verified
 
     file_size = path.stat().st_size
 
@@ -337,7 +327,7 @@ def _verify_blobs(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], ind
 
 def _check_versions(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, Path]) -> None:
     """Refuse conflicting versions and unsafe ONNX external data before anything is installed."""
-    from zoo.registry.safety import check_external_data
+    from zoo.pathsafety import check_external_data
 
     for m in manifests:
         existing = zoo.get(m.name, m.version)
@@ -352,14 +342,14 @@ def _check_versions(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, P
 
 def _install(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, Path], index: dict,
              path: Path) -> BundleResult:
-    from zoo.registry.fileio import link_or_copy
+    from zoo.files import hardlink_or_copy
 
     result = BundleResult(path=str(path), versions=[m.ref for m in manifests])
     for sha, src in blobs.items():
         if not zoo.blobs.has(sha, index["blobs"][sha]):
             dest = zoo.blobs.path(sha)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            link_or_copy(src, dest)  # verified in _verify_blobs: a present blob is a verified blob
+            hardlink_or_copy(src, dest)  # verified in _verify_blobs: a present blob is a verified blob
             zoo.blobs.mark_verified(sha)
             result.blobs += 1
             result.bytes += index["blobs"][sha]

@@ -28,7 +28,7 @@ def load_manifest(data: bytes | str, where: str) -> Manifest:
         return Manifest.model_validate(obj)
     except ValidationError as e:
         from zoo.errors import UnsafePath
-        from zoo.registry.manifest import EscapingPath
+        from zoo.pathsafety import EscapingPath
 
         for err in e.errors():  # a path escaping its version is an integrity error (exit 4), whatever else is wrong
             if isinstance((err.get("ctx") or {}).get("error"), EscapingPath):

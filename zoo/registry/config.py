@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from zoo.errors import InvalidInput, NotFound
-from zoo.registry.fileio import atomic_write_bytes
+from zoo.files import atomic_write
 from zoo.registry.refs import check_name
 
 CONFIG_FILE = "remotes.json"
@@ -124,7 +124,7 @@ class RemotesConfig:
             raise InvalidInput(f"{self.path}: invalid remotes config: {e.errors()[0]['msg']}") from e
 
     def save(self, data: RemotesFile) -> None:
-        atomic_write_bytes(self.path, (json.dumps(data.model_dump(mode="json"), indent=2) + "\n").encode())
+        atomic_write(self.path, (json.dumps(data.model_dump(mode="json"), indent=2) + "\n").encode())
 
     def list(self) -> list[RemoteConfig]:
         return list(self.load().remotes)

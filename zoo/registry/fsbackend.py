@@ -306,9 +306,9 @@ class FsBackend:
         self._writable()
         self._makedirs(rpath)
         if self.scheme == "file":
-            from zoo.registry.fileio import atomic_write_bytes
+            from zoo.files import atomic_write
 
-            atomic_write_bytes(Path(rpath), data)
+            atomic_write(Path(rpath), data)
         elif self.scheme == "s3":
             with self._errors(f"write {rpath}"):
                 self.fs.pipe_file(rpath, data)
@@ -323,9 +323,9 @@ class FsBackend:
         self._writable()
         self._makedirs(rpath)
         if self.scheme == "file":
-            from zoo.registry.fileio import create_exclusive_bytes
+            from zoo.files import create_exclusive
 
-            return create_exclusive_bytes(Path(rpath), data)
+            return create_exclusive(Path(rpath), data)
         if self.scheme == "s3":
             try:
                 with self._errors(f"create {rpath}"):

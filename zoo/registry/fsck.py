@@ -23,7 +23,7 @@ from pathlib import Path
 
 from zoo.errors import ZooError
 from zoo.registry.codec import load_manifest
-from zoo.registry.fileio import sha256_file
+from zoo.files import sha256_and_size
 from zoo.registry.manifest import MANIFEST_FILE, FileRef, Manifest
 from zoo.registry.refs import LATEST, is_prerelease, is_version, newest, parse_ref
 from zoo.registry.store import LocalZoo, _rmtree
@@ -155,7 +155,7 @@ def _check_snapshot_file(zoo: LocalZoo, m: Manifest, snapshot: Path, f: FileRef,
         good = False  # a link to a corrupt blob (which repair may just have removed) has its bad bytes
     else:
         try:
-            good = target.is_file() and not target.is_symlink() and sha256_file(target) == (f.sha256, f.size)
+            good = target.is_file() and not target.is_symlink() and sha256_and_size(target) == (f.sha256, f.size)
         except OSError:
             good = False
     if good:

@@ -221,7 +221,7 @@ class FsRemoteZoo(RemoteZoo):
     def _upload_missing(self, zoo: "LocalZoo", manifest: Manifest) -> tuple[int, int]:
         """Upload the blobs of `manifest` the primary lacks (a present blob has the right size); (files, bytes)."""
         from zoo.errors import IntegrityError
-        from zoo.registry.fileio import sha256_file
+        from zoo.files import sha256_and_size
 
         b = self.primary
         uploaded = nbytes = 0
@@ -230,7 +230,7 @@ class FsRemoteZoo(RemoteZoo):
             if b.size(rpath) == ref.size:  # resumes an interrupted push: only what is missing goes up
                 continue
             local = zoo.blobs.path(ref.sha256)
-            if sha256_file(local) != (ref.sha256, ref.size):
+            if sha256_and_size(local) != (ref.sha256, ref.size):
                 raise IntegrityError(f"local blob of {manifest.ref}: {ref.path} is corrupt; refusing to upload it",
                                      hint=f"`zoo rm {manifest.ref}` and pull or publish it again")
             b.put_file(local, rpath)

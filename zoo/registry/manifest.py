@@ -8,11 +8,11 @@ relative POSIX paths inside the version and may never escape it.
 
 from __future__ import annotations
 
-import re
-from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from zoo.pathsafety import check_relative_path
 
 MANIFEST_SCHEMA_VERSION = 1
 MANIFEST_FILE = "zoo-manifest.json"
@@ -23,24 +23,6 @@ BUILD_RE = r"^[a-z0-9][a-z0-9._-]*$"
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class EscapingPath(ValueError):
-    """A manifest path that is not a plain relative path inside its folder.
-
-    A ValueError (so pydantic reports it as a field error) of its own type, so that loading a
-    manifest can tell it apart and raise UnsafePath (exit 4) instead of InvalidInput (exit 2).
-    """
-
-
-def check_relative_path(value: str) -> str:
-    """A relative POSIX path that stays inside its folder (no '..', no absolute, no backslash)."""
-    if not value or "\\" in value or "\x00" in value:
-        raise EscapingPath(f"invalid path {value!r}")
-    p = PurePosixPath(value)
-    if p.is_absolute() or any(part in ("..", "") for part in p.parts) or re.match(r"^[A-Za-z]:", value):
-        raise EscapingPath(f"path {value!r} escapes its folder")
-    return p.as_posix()
 
 
 class FileRef(_Strict):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zoo.errors import AccessDenied, IntegrityError, NotFound, SourceUnreachable, StorageError, ZooError, is_no_space
-from zoo.registry.fileio import storage_error
+from zoo.files import storage_error
 from zoo.registry.manifest import FileRef, Manifest
 from zoo.registry.refs import LATEST, Ref, parse_ref
 from zoo.registry.remote import RemoteZoo, open_remote

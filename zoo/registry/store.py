@@ -19,11 +19,11 @@ from pathlib import Path
 from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, StorageError, UnsafePath, ZooError
 from zoo.registry.blobs import BlobStore
 from zoo.registry.codec import dump_manifest, load_manifest, read_manifest_file, same_content, utc_now
-from zoo.registry.fileio import _umask, atomic_write_bytes, create_exclusive_bytes, link_or_copy, private_copy
+from zoo.files import atomic_write, create_exclusive, current_umask, hardlink_or_copy, reflink_or_copy
 from zoo.registry.index import Index, VersionInfo
 from zoo.registry.manifest import MANIFEST_FILE, Build, FileRef, Manifest
 from zoo.registry.refs import (LATEST, Ref, check_name, check_tag, check_version, is_prerelease, moves_latest, newest, parse_ref)
-from zoo.registry.safety import check_external_data, safe_join
+from zoo.pathsafety import check_external_data, safe_join
 
 PENDING_DIR = "index-pending"  # <model name>: a writer of that model has not finished updating the index
 
@@ -62,7 +62,7 @@ class LocalZoo:
         try:
             d.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            from zoo.registry.fileio import storage_error
+            from zoo.files import storage_error
 
             raise storage_error(d, e) from e
         return FileLock(str(d / ".lock"), timeout=timeout)
@@ -78,7 +78,7 @@ class LocalZoo:
         The mark is cleared only when the body finished, index update included; if the process
         dies or the body raises, the next read of the index re-syncs the model from its files.
         """
-        atomic_write_bytes(self._pending(name), b"")
+        atomic_write(self._pending(name), b"")
         yield
         self._pending(name).unlink(missing_ok=True)
 
@@ -280,7 +280,7 @@ class LocalZoo:
         data = dump_manifest(manifest)
         path = self.manifest_path(manifest.name, manifest.version)
         with self._lock(manifest.name), self._changing(manifest.name):
-            if not create_exclusive_bytes(path, data):
+            if not create_exclusive(path, data):
                 # another publisher won the race: fine if it published the same content
                 return self._same_or_conflict(read_manifest_file(path), manifest)
             try:
@@ -303,7 +303,7 @@ class LocalZoo:
 
     # ---- tags ---------------------------------------------------------------------------
     def _write_tag(self, name: str, tag: str, version: str) -> None:
-        atomic_write_bytes(self.model_dir(name) / "tags" / tag, f"{version}\n".encode())
+        atomic_write(self.model_dir(name) / "tags" / tag, f"{version}\n".encode())
         self.index.set_tag(name, tag, version)
 
     def tag(self, name: str, version: str, tag: str) -> None:
@@ -445,7 +445,7 @@ class LocalZoo:
             files += extra
         dest.mkdir(parents=True, exist_ok=True)
         targets = [(f, safe_join(dest, f.path, what="manifest file")) for f in files]
-        mode = 0o444 if own else 0o644 & ~_umask()
+        mode = 0o444 if own else 0o644 & ~current_umask()
         for f, target in targets:
             blob = self.blobs.path(f.sha256)
             if target.is_symlink() or (target.exists() and not target.is_file()):
@@ -458,14 +458,14 @@ class LocalZoo:
             target.parent.mkdir(parents=True, exist_ok=True)
             if own:
                 before = os.stat(blob)
-                link_or_copy(blob, target)
+                hardlink_or_copy(blob, target)
                 self.blobs.relinked(f.sha256, before)  # a new link moves the blob's ctime, not its bytes
             else:
-                private_copy(blob, target, f.sha256, f.size, f"{manifest.ref}: {f.path}", mode)
+                reflink_or_copy(blob, target, f.sha256, f.size, f"{manifest.ref}: {f.path}", mode)
         mpath = dest / MANIFEST_FILE
         data = dump_manifest(manifest)
         if not mpath.is_file() or mpath.read_bytes() != data:
-            atomic_write_bytes(mpath, data, mode=mode)
+            atomic_write(mpath, data, mode=mode)
         else:
             _set_mode(mpath, mode)
         return dest / b.file.path
@@ -528,12 +528,12 @@ def _same_inode(a: Path, b: Path) -> bool:
 
 def _holds(target: Path, ref: FileRef) -> bool:
     """True if the regular file at `target` already has exactly `ref`'s bytes (hashed, not guessed)."""
-    from zoo.registry.fileio import sha256_file
+    from zoo.files import sha256_and_size
 
     try:
         if target.is_symlink() or not target.is_file() or target.stat().st_size != ref.size:
             return False
-        return sha256_file(target) == (ref.sha256, ref.size)
+        return sha256_and_size(target) == (ref.sha256, ref.size)
     except OSError:
         return False
 

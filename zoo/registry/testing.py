@@ -229,7 +229,7 @@ class HubWriteApp:
         return out.stdout.strip()
 
     def _repo(self, org: str, name: str) -> Path:
-        from zoo.registry.safety import safe_join
+        from zoo.pathsafety import safe_join
 
         return safe_join(self.mirrors / "models", f"{org}/{name}")
 
@@ -276,7 +276,7 @@ class HubWriteApp:
     def _commit(self, repo, rev, body, start_response):
         import base64
 
-        from zoo.registry.safety import safe_join
+        from zoo.pathsafety import safe_join
 
         lines = [json.loads(line) for line in body.splitlines() if line.strip()]
         summary = next((x["value"]["summary"] for x in lines if x["key"] == "header"), "commit")
