@@ -214,8 +214,8 @@ def _sha256(path: Path) -> str:
 
 def test_editing_a_zoo_module_a_builtin_kind_imports_changes_its_key(tmp_path):
     """On a temporary copy of zoo's source (first on PYTHONPATH, so it shadows the checkout):
-    zoo/host.py is imported by export (through zoo_stages.lib.onnxutil, inside a function) and
-    not by train; zoo/cli_release.py by no kind."""
+    zoo/sources.py is imported by export (inside a function) and not by train; zoo/cli_release.py
+    by no kind."""
     src = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(REPO / "zoo", src / "zoo", ignore=ignore)
@@ -241,6 +241,6 @@ def test_editing_a_zoo_module_a_builtin_kind_imports_changes_its_key(tmp_path):
     assert before["train"] and before["export"]
     _touch(src / "zoo" / "cli_release.py", (src / "zoo" / "cli_release.py").read_text() + "\n# edited\n")
     assert plan() == before
-    _touch(src / "zoo" / "host.py", (src / "zoo" / "host.py").read_text() + "\n# edited\n")
+    _touch(src / "zoo" / "sources.py", (src / "zoo" / "sources.py").read_text() + "\n# edited\n")
     after = plan()
     assert after["train"] == before["train"] and after["export"] != before["export"]

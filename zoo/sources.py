@@ -176,7 +176,8 @@ def _fetch_remote(source: str, expected: str, store: Path) -> Path:
     try:
         return download([src], store / expected, sha256=expected, size=None, what=source, tmp_dir=_tmp_dir(store))
     except SourceUnreachable as e:
-        raise SourceUnreachable(e.message, hint=f"{e.hint}; no network? {_OFFLINE_HINT}" if e.hint else _OFFLINE_HINT) from e
+        raise SourceUnreachable(e.message, hint=f"no network? {_OFFLINE_HINT}; otherwise run again: "
+                                                "a partial download resumes") from e
 
 
 def parse_hf(source: str) -> tuple[str, str | None, str]:
