@@ -594,12 +594,12 @@ def _describe(proto, target: Path) -> dict[str, Any]:
 
 
 def _sha256(path: Path) -> str:
-    from zoo.sources import sha256_file
+    from zoo.sources import source_sha256
 
     # files from the source cache are named by their (verified) sha256: no need to re-read them
     if path.parent.name == "sha256" and re.fullmatch(r"[0-9a-f]{64}", path.name):
         return path.name
-    return sha256_file(path)
+    return source_sha256(path)
 
 
 class _torch_threads:

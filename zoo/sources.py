@@ -22,7 +22,6 @@ copies files into the cache under their sha256.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -31,7 +30,6 @@ from pathlib import Path
 
 from zoo.errors import IntegrityError, InvalidInput, SourceUnreachable
 
-_CHUNK = 1 << 20
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -52,7 +50,7 @@ def fetch(source: str, *, sha256: str | None, cache_dir: Path | None = None, bas
                            hint="paths are relative to the recipe's folder")
     if sha256:
         expected = _normalise(sha256)
-        _check(sha256_file(path), expected, source)
+        _check(source_sha256(path), expected, source)
     return path
 
 
@@ -67,7 +65,7 @@ def add(path: Path, cache_dir: Path | None = None) -> Path:
     if not path.is_file():
         raise InvalidInput(f"{path} is not a file")
     store = _store(cache_dir)
-    digest = sha256_file(path)
+    digest = source_sha256(path)
     target = store / digest
     if not target.exists():
         tmp = _tmp_dir(store) / f"add-{digest}.{os.getpid()}"
@@ -81,21 +79,18 @@ def add(path: Path, cache_dir: Path | None = None) -> Path:
 _SHA256_MEMO: dict[tuple[int, int, int, int], str] = {}
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes (remembered per process while the file's stat is unchanged)."""
+def source_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes (`zoo.files.sha256_file`), remembered per process while its stat
+    is unchanged: a recipe names the same local source in several stages and runs."""
+    from zoo.files import sha256_file
+
     st = os.stat(path)
     memo_key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    if memo_key in _SHA256_MEMO:
-        return _SHA256_MEMO[memo_key]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    if len(_SHA256_MEMO) > 256:
-        _SHA256_MEMO.clear()
-    _SHA256_MEMO[memo_key] = digest
-    return digest
+    if memo_key not in _SHA256_MEMO:
+        if len(_SHA256_MEMO) > 256:
+            _SHA256_MEMO.clear()
+        _SHA256_MEMO[memo_key] = sha256_file(path)
+    return _SHA256_MEMO[memo_key]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,7 +199,7 @@ def _copy_in(local: Path, expected: str, store: Path, source: str) -> Path:
     tmp = _tmp_dir(store) / f"copy-{expected}.{os.getpid()}"
     try:
         shutil.copyfile(local, tmp)
-        _check(sha256_file(tmp), expected, source)
+        _check(source_sha256(tmp), expected, source)
         _install(tmp, store / expected)
     finally:
         tmp.unlink(missing_ok=True)
