@@ -152,7 +152,7 @@ def profile_zoo(work: Path, weights: Path, sha: str, top: int = 18) -> None:
     from concurrent.futures import Future
 
     from zoo import api
-    from zoo.worker import execute
+    from zoo.engine.worker import execute
 
     class Inline:
         def submit(self, task):
@@ -204,7 +204,7 @@ def profile_zoo(work: Path, weights: Path, sha: str, top: int = 18) -> None:
     print(f"top {top} by cumulative time inside the stages:")
     shown = 0
     for (file, line, func), (_, _, tt, ct, _) in ranked:
-        if "zoo_stages" in file or "/stages/" in file:
+        if "/zoo_stages/" in file:
             print(f"  {ct:7.2f} s  {Path(file).name}:{line}({func})")
             shown += 1
             if shown >= top:
@@ -308,7 +308,7 @@ def main() -> None:
         zoo_py = Path(sys.executable)
         overheads = [f"import torch {import_time(zoo_py, 'torch'):.2f}",
                      f"import onnx, onnxruntime {import_time(zoo_py, 'onnx, onnxruntime'):.2f}",
-                     f"import zoo.cli {import_time(zoo_py, 'zoo.cli'):.2f}"]
+                     f"import zoo.cli.main {import_time(zoo_py, 'zoo.cli.main'):.2f}"]
         print("  fresh interpreter, zoo venv: " + ", ".join(overheads))
         if olive:
             olive_py = olive.parent / "python"

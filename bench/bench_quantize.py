@@ -98,7 +98,7 @@ def stage(summary: dict[str, Any], stage_id: str) -> dict[str, Any]:
 
 def output_path(summary: dict[str, Any], stage_id: str, name: str = "model") -> Path:
     """Where a stage's output lives in the run cache (materialised on demand)."""
-    from zoo.cache import Cache
+    from zoo.engine.cache import Cache
 
     cache = Cache(Path(summary["cache_dir"]))
     entry = cache.read_entry(stage(summary, stage_id)["key"])

@@ -3,7 +3,7 @@
 The prose of docs/kinds.md is hand-written. Between ``<!-- BEGIN GENERATED: KEY -->`` and
 ``<!-- END GENERATED: KEY -->`` this script writes tables read from the code: every config
 field of each kind (name, type, default, constraints and description, from its pydantic
-``Config``), the recipe-wide ``model:``/``data:`` sections (zoo.recipe ModelSpec/DataSpec),
+``Config``), the recipe-wide ``model:``/``data:`` sections (zoo.engine.recipe ModelSpec/DataSpec),
 quantize's presets and auto candidates, verify's metrics, the gate operators and deploy's
 conversion tolerances.
 
@@ -153,7 +153,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def kind_header(name: str) -> str:
-    from zoo import kind_loader
+    from zoo.engine import kind_loader
 
     cls = kind_loader.get(name)
     outputs = ", ".join(f"`{o}`" for o in cls.outputs) or "none"
@@ -167,8 +167,8 @@ def kind_header(name: str) -> str:
 
 def generated() -> dict[str, str]:
     """Every generated block, by key."""
-    from zoo import kind_loader
-    from zoo.recipe import DataSpec, ModelSpec
+    from zoo.engine import kind_loader
+    from zoo.engine.recipe import DataSpec, ModelSpec
     from zoo_stages import deploy, quantize, verify
     from zoo_stages.lib import gates, quant_settings
 

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.executors import ProcessExecutor as _ProcessExecutor
+from zoo.engine.executors import ProcessExecutor as _ProcessExecutor
 
 
 @dataclass
@@ -50,7 +50,7 @@ class RecordingExecutor(_ProcessExecutor):
 
 
 def table_rows(text: str) -> list[list[str]]:
-    """The rows of the rich tables in `text` (zoo/cli_table.py, piped: no edge), header rows included,
+    """The rows of the rich tables in `text` (zoo/cli/tables.py, piped: no edge), header rows included,
     as stripped cells."""
     import re
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from zoo import hashing
-from zoo.cache import Cache
+from zoo.engine import hashing
+from zoo.engine.cache import Cache
 from zoo.errors import Unhashable
 
 

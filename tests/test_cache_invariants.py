@@ -1,4 +1,4 @@
-"""The run cache's invariants (zoo/cache.py), in-process and fast: what `commit` records (every
+"""The run cache's invariants (zoo/engine/cache.py), in-process and fast: what `commit` records (every
 output, its digest, a folder's tree digest, the mode and size of every file, the entry written only
 with `record`), that nothing is cached when an output is missing or empty, that `lookup` is a hit
 only with a readable entry holding every output and every object, the on-disk layout, read-only
@@ -14,11 +14,11 @@ import stat
 
 import pytest
 
-from zoo import cache as cache_mod
-from zoo.cache import Cache, Entry, missing_outputs
+from zoo.engine import cache as cache_mod
+from zoo.engine.cache import Cache, Entry, missing_outputs
 from zoo.files import atomic_write
 from zoo.errors import IntegrityError, StageFailed, StorageError
-from zoo.hashing import StatCache, digest_json, hash_file_uncached
+from zoo.engine.hashing import StatCache, digest_json, hash_file_uncached
 
 KEY = "ab" + "c" * 62
 
@@ -390,7 +390,7 @@ def test_no_space_for_a_workspace_is_no_space(tmp_path, monkeypatch):
 
 # --- races with another process, through named stand-ins -----------------------------------------
 # Each stand-in plays another process (its gc, or a concurrent run) removing or creating the same
-# file at the very moment zoo/cache.py touches it; the invariant is that nothing raises and the
+# file at the very moment zoo/engine/cache.py touches it; the invariant is that nothing raises and the
 # cache ends as it should.
 
 def _stand_in_concurrent_remover(monkeypatch, *roots):

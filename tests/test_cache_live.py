@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import write_recipe, zoo as zoo_cli
-from zoo import lockfile
-from zoo.cache import Cache
+from zoo.engine import lockfile
+from zoo.engine.cache import Cache
 from zoo.errors import StageFailed
 
 POLL_LIMIT_S = 120  # a bound on waiting for an event, never an assertion about speed
@@ -237,7 +237,7 @@ stages:
 WATCHDOG_SCRIPT = """\
 import multiprocessing, os, sys, time
 from concurrent.futures import ProcessPoolExecutor
-from zoo.worker import init_worker
+from zoo.engine.worker import init_worker
 
 if __name__ == "__main__":
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=init_worker,
@@ -318,7 +318,7 @@ def test_a_full_disk_anywhere_is_one_message_and_exit_3(tmp_path, small_disk):
     script = tmp_path / "raw_write.py"
     script.write_text(
         "import sys\n"
-        "from zoo import cli\n\n"
+        "from zoo.cli import main as cli\n\n"
         "@cli.app.command('raw-write')\n"
         "def raw_write(path: str) -> None:\n"
         "    with open(path, 'wb') as f:\n"

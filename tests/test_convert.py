@@ -1,4 +1,4 @@
-"""Unit tests of stages/lib/describe.py and stages/lib/convert.py on tiny ONNX models built here."""
+"""Unit tests of zoo_stages/lib/model_info.py and zoo_stages/lib/convert.py on tiny ONNX models built here."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo_stages.lib import convert as cv
-from zoo_stages.lib.describe import describe, detect_precision, load_graph
+from zoo_stages.lib.model_info import describe, detect_precision, load_graph
 
 
 def tiny_classifier(path: Path, *, batch: int | str = "batch", seed: int = 0) -> Path:

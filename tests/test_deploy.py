@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pydantic import ValidationError
 
 from zoo.errors import GateFailed, InvalidInput
-from zoo.hashing import hash_file_uncached
+from zoo.engine.hashing import hash_file_uncached
 from zoo.registry.manifest import MANIFEST_FILE, Manifest
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages.deploy import Deploy
@@ -430,11 +430,11 @@ def test_rerun_replaces_previous_release(upstream, tmp_path):
 
 
 def test_kind_is_registered_and_import_is_light():
-    from zoo import kind_loader
+    from zoo.engine import kind_loader
 
     assert kind_loader.get("deploy") is Deploy
     assert Deploy.outputs == ("release",) and Deploy.shared == ("data", "model.task", "task")
-    code = ("import sys, zoo_stages.deploy, zoo_stages.lib.convert, zoo_stages.lib.describe, "
+    code = ("import sys, zoo_stages.deploy, zoo_stages.lib.convert, zoo_stages.lib.model_info, "
             "zoo_stages.lib.modelcard; "
             "print(sorted(m for m in ('onnx', 'onnxruntime', 'torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

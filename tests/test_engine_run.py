@@ -12,7 +12,7 @@ from pathlib import Path
 
 import zoo
 from cli_helpers import RecordingExecutor, table_rows, write_recipe, zoo as zoo_cli
-from zoo.cache import Cache
+from zoo.engine.cache import Cache
 
 CHAIN = """\
 schema_version: 1
@@ -145,7 +145,7 @@ stages:
 def test_tool_version_change_is_explained(tmp_path, monkeypatch):
     recipe = write_recipe(tmp_path, CHAIN)
     zoo.run(recipe)
-    from zoo import keys
+    from zoo.engine import keys
 
     real = keys.tool_versions
     monkeypatch.setattr(keys, "tool_versions", lambda dists: {**real(dists), "zoo-onnx": "9.9.9"})
@@ -490,7 +490,7 @@ stages:
 
 
 def test_a_cached_stage_redoes_its_effects_outside_the_cache(tmp_path, monkeypatch):
-    from zoo import kind_loader
+    from zoo.engine import kind_loader
     from zoo.errors import Conflict
 
     calls = []
@@ -527,7 +527,7 @@ class OtherMachineExecutor:
     def submit(self, task):
         from concurrent.futures import Future
 
-        from zoo import keys, worker
+        from zoo.engine import keys, worker
 
         real = keys.tool_version
         keys.tool_version = lambda dist: "0.0-other" if dist == "onnx" else real(dist)
@@ -543,7 +543,7 @@ class OtherMachineExecutor:
 
 
 def test_outputs_of_a_worker_with_other_tool_versions_are_not_cached(tmp_path, monkeypatch):
-    from zoo import kind_loader
+    from zoo.engine import kind_loader
 
     monkeypatch.setattr(kind_loader.get("writer"), "tools", ("onnx",))
     recipe = write_recipe(tmp_path, "schema_version: 1\nname: c\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n")
@@ -559,7 +559,7 @@ def test_outputs_of_a_worker_with_other_tool_versions_are_not_cached(tmp_path, m
 
 
 def test_environment_mismatch_names_each_difference():
-    from zoo.runner import environment_mismatch
+    from zoo.engine.runner import environment_mismatch
 
     parts = {"tools": {"onnx": "1.23.0", "zoo-onnx": "0.1.0"}, "code": {"kind:m": "aa", "file:data.csv": "bb"}}
     assert environment_mismatch(parts, None) == ""

@@ -17,9 +17,9 @@ import pytest
 from cli_helpers import write_recipe
 from zoo import errors
 from zoo.errors import ExitCode
-from zoo.explain import Reason, ReasonCode
-from zoo.runner import StageReport, StageState
-from zoo.worker import StageResult, WorkerError
+from zoo.engine.explain import Reason, ReasonCode
+from zoo.engine.runner import StageReport, StageState
+from zoo.engine.worker import StageResult, WorkerError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -112,7 +112,7 @@ def session_straight_from_the_file(tmp_path: Path, model: Path) -> None:
 
 
 def describe(tmp_path: Path, model: Path) -> None:
-    from zoo_stages.lib.describe import describe
+    from zoo_stages.lib.model_info import describe
 
     describe(model)
 

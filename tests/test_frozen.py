@@ -1,4 +1,4 @@
-"""`zoo run --frozen` (zoo/frozen.py): the lockfile is the contract CI checks. It must fail, with
+"""`zoo run --frozen` (zoo/engine/frozen.py): the lockfile is the contract CI checks. It must fail, with
 exit 1, a line naming each difference, nothing run and the lockfile untouched, for a stage added
 to the recipe, a stage removed from it, a stage changed (config, or a lock whose key differs from
 the cache hit), and for cached outputs whose digests differ from the lock's; and pass, touching

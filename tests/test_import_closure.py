@@ -1,7 +1,7 @@
-"""A kind's cache key holds the code of every project module it imports (zoo/import_closure.py).
+"""A kind's cache key holds the code of every project module it imports (zoo/engine/import_closure.py).
 
 The defect this fixes: kinds listed their helpers by hand (`code_modules`), and the zoo modules
-they import (zoo.host, zoo.sources, zoo.cache, zoo.onnxwire…) entered no key, so editing
+they import (zoo.host, zoo.sources, zoo.engine.cache, zoo.onnxwire…) entered no key, so editing
 one reran nothing. Now the key follows the real imports, read from the source: editing a module
 a kind imports (at any depth, inside functions too) changes its key; editing one it does not
 import changes nothing. Built-in kinds are checked on a temporary copy of zoo's source, plugin
@@ -24,11 +24,11 @@ import pytest
 import zoo
 from cli_helpers import write_recipe
 from conftest import PLUGINS, REPO
-from zoo import import_closure, keys, kind_loader, planner
-from zoo.cache import Cache
+from zoo.engine import import_closure, keys, kind_loader, planner
+from zoo.engine.cache import Cache
 from zoo.errors import InvalidInput
-from zoo.hashing import StatCache
-from zoo.recipe import load
+from zoo.engine.hashing import StatCache
+from zoo.engine.recipe import load
 
 # ---------------------------------------------------------------------------------------------
 # a stand-in third-party distribution
@@ -214,12 +214,12 @@ def _sha256(path: Path) -> str:
 
 def test_editing_a_zoo_module_a_builtin_kind_imports_changes_its_key(tmp_path):
     """On a temporary copy of zoo's source (first on PYTHONPATH, so it shadows the checkout):
-    zoo/sources.py is imported by export (inside a function) and not by train; zoo/cli_release.py
+    zoo/sources.py is imported by export (inside a function) and not by train; zoo/cli/release_commands.py
     by no kind."""
     src = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(REPO / "zoo", src / "zoo", ignore=ignore)
-    shutil.copytree(REPO / "stages", src / "zoo_stages", ignore=ignore)
+    shutil.copytree(REPO / "zoo_stages", src / "zoo_stages", ignore=ignore)
     work = tmp_path / "work"
     work.mkdir()
     (work / "m.onnx").write_bytes(b"an ONNX file, passed through")
@@ -230,16 +230,16 @@ def test_editing_a_zoo_module_a_builtin_kind_imports_changes_its_key(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(PLUGINS)]))
 
     def plan() -> dict[str, str]:
-        code = "import sys, zoo.keys; print(zoo.keys.__file__, file=sys.stderr); from zoo.entry import main; main()"
+        code = "import sys, zoo.engine.keys; print(zoo.engine.keys.__file__, file=sys.stderr); from zoo.entry import main; main()"
         proc = subprocess.run([sys.executable, "-c", code, "plan", "recipe.yaml", "--json"], cwd=work, env=env,
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stderr.startswith(str(src / "zoo" / "keys.py")), proc.stderr  # the copy runs
+        assert proc.stderr.startswith(str(src / "zoo" / "engine" / "keys.py")), proc.stderr  # the copy runs
         return {s["id"]: s["key"] for s in json.loads(proc.stdout)["stages"]}
 
     before = plan()
     assert before["train"] and before["export"]
-    _touch(src / "zoo" / "cli_release.py", (src / "zoo" / "cli_release.py").read_text() + "\n# edited\n")
+    _touch(src / "zoo" / "cli" / "release_commands.py", (src / "zoo" / "cli" / "release_commands.py").read_text() + "\n# edited\n")
     assert plan() == before
     _touch(src / "zoo" / "sources.py", (src / "zoo" / "sources.py").read_text() + "\n# edited\n")
     after = plan()

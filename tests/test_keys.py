@@ -1,4 +1,4 @@
-"""Cache keys (zoo/keys.py): every part that determines a stage's outputs is in its key, and nothing
+"""Cache keys (zoo/engine/keys.py): every part that determines a stage's outputs is in its key, and nothing
 else. Each config field of every kind, the kind and its version, the matrix values, the upstream
 digests, the code (the kind's module, the modules it imports — see test_import_closure.py — and
 files its config names), the tool versions, the declared recipe-wide values, and, only for the
@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from cli_helpers import write_recipe
-from zoo import keys, kind_loader, planner
-from zoo.cache import Cache
+from zoo.engine import keys, kind_loader, planner
+from zoo.engine.cache import Cache
 from zoo.errors import InvalidInput
-from zoo.hashing import digest_json
-from zoo.recipe import load
+from zoo.engine.hashing import digest_json
+from zoo.engine.recipe import load
 
 HEAD = "schema_version: 1\nname: keys\nversion: 0.1.0\n"
 WIDE = ("task: image-classification\nmodel: {arch: lenet5, num_classes: 10, task: image-classification}\n"

@@ -70,7 +70,7 @@ def test_effects_are_reported_for_this_run_and_never_cached(tmp_path):
     assert [str(e) for e in ship.effects] == ["shipped shipped@0.1.0"]
     zoo_home = LocalZoo()
     assert zoo_home.manifest_path("shipped", "0.1.0") in {Path(p) for p in ship.effects[0].evidence}
-    entry = zoo.cache.Cache(first.cache_dir).lookup(ship.key)
+    entry = zoo.engine.cache.Cache(first.cache_dir).lookup(ship.key)
     assert "effects" not in entry.metrics and not any("shipped@" in str(v) for v in entry.metrics.values())
     # `zoo repro` rebuilds without side effects: no effect, nothing to report
     rebuilt = zoo.run(recipe, force=True, record=False)
@@ -78,7 +78,7 @@ def test_effects_are_reported_for_this_run_and_never_cached(tmp_path):
 
 
 def _release(recipe: Path, remote: str, **kwargs):
-    from zoo.release import release
+    from zoo.release.ship import release
 
     return release(recipe, version="0.1.0", to=remote, **kwargs)
 
@@ -132,8 +132,11 @@ def test_a_release_needs_exactly_one_publishing_stage(tmp_path):
 
 
 def _engine_modules() -> list[Path]:
-    """The engine's own modules: zoo/*.py, less the registry of kinds that lists the built-in ones."""
-    return [p for p in sorted((REPO / "zoo").glob("*.py")) ]
+    """Every module of zoo/ but the registry (engine, CLI, release): none may know a kind by name.
+
+    The registry reads a manifest's build metrics (latency, accuracy) by name: they are fields of
+    the zoo's published format, which any kind that publishes writes, not one kind's metrics."""
+    return sorted(p for p in (REPO / "zoo").rglob("*.py") if "registry" not in p.relative_to(REPO / "zoo").parts)
 
 
 @pytest.mark.parametrize("module", _engine_modules(), ids=lambda p: p.name)

@@ -1,4 +1,4 @@
-"""Finding and loading stage kinds (zoo/kind_loader.py): every kind is an entry point, zoo's own
+"""Finding and loading stage kinds (zoo/engine/kind_loader.py): every kind is an entry point, zoo's own
 win over third-party names, kinds load lazily."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from zoo import kind_loader
+from zoo.engine import kind_loader
 from zoo.errors import UnknownKind
 from zoo.stage import KindConfig, StageKind
 
@@ -65,7 +65,7 @@ def test_third_party_kinds_come_from_entry_points():
 
 
 def test_kinds_are_loaded_lazily():
-    code = ("import sys; from zoo import kind_loader; names = kind_loader.available();"
+    code = ("import sys; from zoo.engine import kind_loader; names = kind_loader.available();"
             "assert 'writer' in names and 'train' in names;"
             "assert 'zoo_test_kinds' not in sys.modules and 'zoo_stages.train' not in sys.modules;"
             "kind_loader.get('writer'); assert 'zoo_test_kinds' in sys.modules; print('lazy')")
@@ -81,7 +81,7 @@ def test_unknown_kind_suggests_the_closest():
 
 def test_kind_modules_and_their_code_digests_import_no_heavy_libraries():
     # reading each kind's import closure (its cache key's code) imports none of what it reads
-    code = ("import sys; from zoo import keys, kind_loader\n"
+    code = ("import sys; from zoo.engine import keys, kind_loader\n"
             "for n in kind_loader.builtin_names(): kind_loader.get(n); assert len(keys.module_files(n)) > 5\n"
             "print([m for m in ('torch', 'onnx', 'onnxruntime', 'sklearn', 'zoo.registry.store') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

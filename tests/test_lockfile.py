@@ -1,4 +1,4 @@
-"""The lockfile (zoo/lockfile.py) and the lock a run writes (zoo/frozen.py `merged_lock`): YAML with a
+"""The lockfile (zoo/engine/lockfile.py) and the lock a run writes (zoo/engine/frozen.py `merged_lock`): YAML with a
 schema version and sorted keys; what `--frozen` compares (keys and outputs, not metrics or host);
 the diff's lines; unreadable files are a RecipeError; an unchanged lock is not rewritten."""
 
@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from cli_helpers import write_recipe
-from zoo import frozen, lockfile, planner
+from zoo.engine import frozen, lockfile, planner
 from zoo.errors import RecipeError
-from zoo.hashing import digest_json
-from zoo.recipe import load
+from zoo.engine.hashing import digest_json
+from zoo.engine.recipe import load
 
 PARTS = {"kind": "writer", "kind_version": "1", "config": {"text": "x"}, "shared": {"data": {"n": (1, 2)}},
          "matrix": {"b": "fp32"}, "inputs": {"up": {"data": "i" * 64}}, "code": {"kind:m": "c" * 64},

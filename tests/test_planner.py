@@ -1,4 +1,4 @@
-"""The DAG (zoo/planner.py): implicit and explicit needs, matrix fan-in and axis matching, instance
+"""The DAG (zoo/engine/planner.py): implicit and explicit needs, matrix fan-in and axis matching, instance
 needs, errors that point at the YAML (unknown need, self need, cycle), topological order that keeps
 file order, and the graph queries (`ancestors`, `select`). In-process, nothing runs."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from cli_helpers import write_recipe
-from zoo import planner
+from zoo.engine import planner
 from zoo.errors import PlanError, RecipeError
-from zoo.recipe import load
+from zoo.engine.recipe import load
 
 HEAD = "schema_version: 1\nname: dag\nversion: 0.1.0\nstages:\n"
 

@@ -20,8 +20,8 @@ torch = pytest.importorskip("torch", reason="needs the torch extra; the torch-fr
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-from zoo.hashing import hash_file_uncached  # noqa: E402
-from zoo.lockfile import StageLock, read as read_lock  # noqa: E402
+from zoo.engine.hashing import hash_file_uncached  # noqa: E402
+from zoo.engine.lockfile import StageLock, read as read_lock  # noqa: E402
 from zoo.registry.manifest import MANIFEST_FILE, Manifest  # noqa: E402
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
 from zoo_stages.deploy import Deploy  # noqa: E402
@@ -118,7 +118,7 @@ def test_intermediate_models_carry_what_their_key_determines(chain):
         assert zoo["zoo.stage_key"] == f"key-{kind}" and zoo["zoo.license"] == LICENSE
         assert json.loads(zoo["zoo.sources"]) == expected_sources[kind]
         # the stage id is not in a cache key, so it is never stamped; nor is the recipe's version
-        assert "zoo.stage" not in zoo and "zoo.recipe" not in zoo
+        assert "zoo.stage" not in zoo and "zoo.engine.recipe" not in zoo
         # the wire-level reader agrees with onnx's parser
         assert provenance.read_metadata(chain[kind]) == props
     for kind in (Export, Optimize, Quantize):

@@ -202,7 +202,7 @@ def test_a_thousand_stage_recipe_validates(tmp_path):
 
 def test_topological_sort_reads_each_needs_list_once():
     """The DAG order costs O(edges): Kahn's rounds used to re-scan every waiting stage's needs."""
-    from zoo import planner, recipe as recipe_mod
+    from zoo.engine import planner, recipe as recipe_mod
 
     class CountingList(list):
         iterations = 0
@@ -232,7 +232,7 @@ def test_topological_sort_reads_each_needs_list_once():
 def test_repeated_needs_are_expanded_once(tmp_path, monkeypatch):
     """`needs: [a, a, …]`: each instance matched the same needed stage once per repeat (100,000
     repeats on a 256-instance matrix hung `zoo validate`)."""
-    from zoo import planner, recipe as recipe_mod
+    from zoo.engine import planner, recipe as recipe_mod
 
     calls = []
     original = planner._matched

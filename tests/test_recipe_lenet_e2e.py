@@ -13,7 +13,7 @@ import pytest
 
 from cli_helpers import table_rows, zoo as zoo_cli
 from conftest import REPO
-from zoo.lockfile import LOCK_SCHEMA_VERSION
+from zoo.engine.lockfile import LOCK_SCHEMA_VERSION
 
 pytestmark = pytest.mark.slow
 

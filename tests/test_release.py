@@ -211,7 +211,7 @@ stages:
 
 def test_refusals_before_anything_runs(tmp_path):
     from zoo.errors import InvalidInput, NotFound
-    from zoo.release import release
+    from zoo.release.ship import release
 
     recipe = tmp_path / "chain.yaml"
     recipe.write_text(RECIPE_WITHOUT_DEPLOY)

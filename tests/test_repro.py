@@ -5,7 +5,7 @@ from __future__ import annotations
 from cli_helpers import table_rows, write_recipe, zoo as zoo_cli
 
 import zoo
-from zoo import repro
+from zoo.release import repro
 
 
 def test_deterministic_stages_are_identical(tmp_path):
@@ -74,7 +74,8 @@ def test_repro_does_not_touch_the_lockfile_or_cache(tmp_path):
 def test_the_lockfile_records_where_each_stage_ran_and_frozen_ignores_it(tmp_path):
     import yaml
 
-    from zoo import host, lockfile
+    from zoo import host
+    from zoo.engine import lockfile
 
     recipe = write_recipe(tmp_path, "schema_version: 1\nname: x\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n")
     assert zoo.run(recipe).ok

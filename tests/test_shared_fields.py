@@ -14,11 +14,11 @@ import yaml
 
 import zoo
 from cli_helpers import RecordingExecutor, table_rows, write_recipe, zoo as zoo_cli
-from zoo import keys, kind_loader, lockfile, planner
-from zoo.cache import Cache
+from zoo.engine import keys, kind_loader, lockfile, planner
+from zoo.engine.cache import Cache
 from zoo.errors import RecipeError
-from zoo.executors import ProcessExecutor
-from zoo.recipe import load
+from zoo.engine.executors import ProcessExecutor
+from zoo.engine.recipe import load
 
 READER = """\
 schema_version: 1
@@ -153,7 +153,7 @@ def test_the_lockfile_records_the_declared_values(tmp_path):
 
 def _as_version_1(lock_file) -> None:
     """Rewrite a lockfile the way a version 1 zoo wrote it: a digest of the shared values only."""
-    from zoo.hashing import digest_json
+    from zoo.engine.hashing import digest_json
 
     raw = yaml.safe_load(lock_file.read_text())
     raw["schema_version"] = 1

@@ -290,7 +290,7 @@ def test_other_config_errors():
 
 
 def test_a_bad_gate_fails_at_recipe_load_time_with_its_position(tmp_path):
-    from zoo import recipe
+    from zoo.engine import recipe
 
     path = tmp_path / "recipe.yaml"
     path.write_text(textwrap.dedent("""\

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from zoo import frozen as frozen_mod, keys, lockfile, paths, planner, recipe as recipe_mod
-from zoo.cache import Cache
+from zoo.engine import frozen as frozen_mod, keys, lockfile, planner, recipe as recipe_mod
+from zoo import paths
+from zoo.engine.cache import Cache
 from zoo.errors import ExitCode, LockOutOfDate, StorageError  # noqa: F401 (part of the API: zoo.api.LockOutOfDate)
-from zoo.executors import Executor, make_executor
-from zoo.runner import Runner, StageReport, StageState, decide
+from zoo.engine.executors import Executor, make_executor
+from zoo.engine.runner import Runner, StageReport, StageState, decide
 from zoo.stage import ReportTable
 
 
@@ -134,8 +135,8 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
 
 
 def _write_stamp(dag: planner.Dag, cache: Cache, runner: Runner, result: Result) -> None:
-    """Let the next identical `zoo run` answer from a few stats (zoo/fastpath.py)."""
-    from zoo import fastpath
+    """Let the next identical `zoo run` answer from a few stats (zoo/engine/fastpath.py)."""
+    from zoo.engine import fastpath
 
     files = {dag.recipe.path}
     for node in dag.nodes.values():
@@ -161,7 +162,7 @@ def report_tables(stage: StageReport) -> list[ReportTable]:
     """What the stage's kind reports about this run (the run summary's tables): [] unless it ran."""
     if stage.state != StageState.RAN:
         return []
-    from zoo import kind_loader
+    from zoo.engine import kind_loader
 
     return list(kind_loader.get(stage.kind)().report(stage.id, stage.metrics, stage.effects))
 
@@ -210,5 +211,5 @@ def _forced(dag: planner.Dag, force: Iterable[str] | bool) -> set[str]:
 
 
 def _check_frozen(dag, cache_dir, previous, forced) -> None:
-    """LockOutOfDate unless the lockfile would stay as it is (zoo/frozen.py)."""
+    """LockOutOfDate unless the lockfile would stay as it is (zoo/engine/frozen.py)."""
     frozen_mod.check(dag, plan(dag, cache_dir=cache_dir, force=sorted(forced)), previous)

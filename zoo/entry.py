@@ -28,12 +28,12 @@ def main() -> None:
 
 
 def _dispatch(args: list[str]) -> None:
-    from zoo.fastpath import try_noop
+    from zoo.engine.fastpath import try_noop
 
     code = try_noop(args)
     if code is not None:
         sys.exit(code)
-    from zoo.cli import main as cli_main
+    from zoo.cli.main import main as cli_main
 
     cli_main()
 

@@ -86,7 +86,7 @@ class GateFailed(ZooError):
 
 
 class LockOutOfDate(ZooError):
-    """`zoo run --frozen` and the lockfile would change (zoo/frozen.py lists how)."""
+    """`zoo run --frozen` and the lockfile would change (zoo/engine/frozen.py lists how)."""
 
     exit_code = ExitCode.FAILED
 

@@ -28,7 +28,7 @@ The engine knows no kind by name; what it shows or checks after a run, a kind sa
 
 - effects: what ``run`` or ``on_cached`` did outside the cache goes in ``context.effects`` as an
   `Effect` (``Effect("published", "alexnet@1.0.0", evidence=...)``). The run summary prints each
-  (``published alexnet@1.0.0``); effects are never cached; a no-op fast answer (zoo/fastpath.py)
+  (``published alexnet@1.0.0``); effects are never cached; a no-op fast answer (zoo/engine/fastpath.py)
   is given only while every ``evidence`` file still exists;
 - ``report(stage_id, metrics, effects)``: tables (`ReportTable`) the run summary prints after
   the stage ran (verify's gates, deploy's published builds); the CLI lays them out;
@@ -46,7 +46,7 @@ pay for those imports.
 
 A kind's code enters its cache key without being declared: the source of its module and of every
 module of its distribution that it imports, directly or not, at module level or inside functions
-(found by reading the source, zoo.import_closure), so editing a helper reruns the stages that use it.
+(found by reading the source, zoo.engine.import_closure), so editing a helper reruns the stages that use it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,321 @@
+"""The `zoo` command line. It only parses arguments, calls `zoo.api`, and prints.
+
+Every `ZooError` becomes one message, a hint, and its exit code (see zoo/errors.py); set
+ZOO_DEBUG=1 for tracebacks. Heavy modules are imported inside commands so `zoo --help` is fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    name="zoo",
+    help="Declarative pipelines and a model zoo for ONNX: train → export → optimize → quantize → verify → deploy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+RecipeArg = typer.Argument(..., help="Path to a recipe YAML file.", show_default=False)
+CacheDirOpt = typer.Option(None, "--cache-dir", help="Run cache folder [default: $ZOO_CACHE_DIR or ./cache].")
+JsonOpt = typer.Option(False, "--json", help="Print a machine-readable JSON summary instead of tables.")
+
+
+def _echo(text: str = "", err: bool = False) -> None:
+    print(text, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+@app.command()
+def run(
+    recipe: Path = RecipeArg,
+    stages: Optional[List[str]] = typer.Argument(None, help="With --force: only these stages (default: all).",
+                                                 show_default=False),
+    force: bool = typer.Option(False, "--force", "-f", help="Rerun stages even if cached (all, or the STAGES named)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Run up to N independent stages in parallel processes."),
+    frozen: bool = typer.Option(False, "--frozen", help="Fail, with a diff, if the lockfile would change (for CI)."),
+    cache_dir: Optional[Path] = CacheDirOpt,
+    executor: Optional[str] = typer.Option(None, "--executor", help="'local' (default) or 'dask://HOST:PORT'."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a recipe. Stages whose inputs did not change are taken from the cache."""
+    from zoo import api
+    from zoo.errors import InvalidInput
+
+    if stages and not force:
+        raise InvalidInput(f"stage names given without --force: {' '.join(stages)}",
+                           hint=f"to rerun them: zoo run {recipe} {' '.join(stages)} --force")
+    dag = api.load(recipe)
+    progress = _progress(dag, as_json)
+    with progress:
+        result = api.run(dag, cache_dir=cache_dir, jobs=jobs, force=(stages or True) if force else (),
+                         frozen=frozen, executor=executor, on_update=progress.update)
+    if as_json:
+        _echo(json.dumps(result.to_json(), indent=2))
+    else:
+        _print_run_summary(result, recipe)
+    raise typer.Exit(result.exit_code())
+
+
+@app.command()
+def plan(recipe: Path = RecipeArg, cache_dir: Optional[Path] = CacheDirOpt, as_json: bool = JsonOpt) -> None:
+    """Show the DAG and, per stage, whether it will run and why (runs nothing)."""
+    from zoo import api
+
+    result = api.plan(recipe, cache_dir=cache_dir)
+    if as_json:
+        _echo(json.dumps(result.to_json(), indent=2))
+        return
+    _print_plan(result, show_needs=True)
+
+
+@app.command()
+def status(recipe: Path = RecipeArg, why: bool = typer.Option(False, "--why", help="Say why each stage would run."),
+           cache_dir: Optional[Path] = CacheDirOpt, as_json: bool = JsonOpt) -> None:
+    """Which stages are up to date and which would run (runs nothing). Exit 0 either way."""
+    from zoo import api
+
+    from zoo.engine.runner import StageState
+
+    result = api.status(recipe, cache_dir=cache_dir)
+    if as_json:
+        _echo(json.dumps(result.to_json(), indent=2))
+        return
+    from zoo.cli.tables import print_table
+
+    stale = [s for s in result.stages if s.state != StageState.CACHED]
+    rows = [[s.id, "up to date" if s.state == StageState.CACHED else "will run"]
+            + (["; ".join(str(r) for r in s.reasons) if s.state != StageState.CACHED else ""] if why else [])
+            for s in result.stages]
+    print_table(["stage", "state"] + (["why"] if why else []), rows)
+    _echo(f"\n{len(stale)} of {len(result.stages)} stages would run." if stale else "\nEverything is up to date.")
+
+
+@app.command()
+def validate(recipe: Path = RecipeArg) -> None:
+    """Check a recipe (schema, stage configs, DAG) without running anything."""
+    from zoo import api
+
+    dag = api.load(recipe)
+    _echo(f"{recipe}: ok — {dag.recipe.name}@{dag.recipe.version}, {len(dag.nodes)} stages: {', '.join(dag.order())}")
+
+
+@app.command()
+def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
+    """Print the recipe JSON Schema (for yaml-language-server and editors)."""
+    from zoo.files import atomic_write
+    from zoo.engine.recipe import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    if output:
+        atomic_write(output, text.encode())
+        _echo(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def gc(
+    cache_dir: Optional[Path] = CacheDirOpt,
+    keep: Optional[List[Path]] = typer.Option(None, "--keep", help="Keep only entries used by these recipes' lockfiles."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be freed."),
+) -> None:
+    """Remove cache objects that no entry references, and leftovers of interrupted runs."""
+    from zoo import api
+
+    result = api.gc(cache_dir=cache_dir, keep_recipes=keep or (), dry_run=dry_run)
+    verb = "would free" if dry_run else "freed"
+    _echo(f"{verb} {_size(result['bytes_freed'])}: {result['objects_removed']} objects, "
+          f"{result['entries_removed']} entries ({result['cache_dir']})")
+    skipped = result.get("skipped") or {}
+    labels = {"entries": "entries", "workspaces": "stage workspaces (tmp/)", "materialised": "output folders (out/)",
+              "objects": "objects not yet in an entry"}
+    what = ", ".join(f"{skipped[k]} {label}" for k, label in labels.items() if skipped.get(k))
+    if skipped.get("runs"):
+        pids = ", ".join(str(p) for p in skipped["runs"])
+        _echo(f"skipped what a running `zoo run` holds (pid {pids}): {what or 'nothing yet'}; "
+              "gc again after it ends to free what it no longer needs")
+
+
+@app.command("kinds")
+def kinds_cmd() -> None:
+    """List the stage kinds (built in and from the `zoo.stages` entry points)."""
+    from zoo.engine import kind_loader
+    from zoo.cli.tables import print_table
+
+    print_table(["kind", "origin", "target"],
+                [[name, "built-in" if entry.builtin else "plugin", entry.target]
+                 for name, entry in sorted(kind_loader.entries().items())])
+
+
+# --- output helpers -------------------------------------------------------------------------
+
+def _progress(dag, as_json: bool):
+    from zoo.cli.progress import NullProgress, PlainProgress, RichProgress
+
+    if as_json:
+        return NullProgress()
+    if sys.stdout.isatty() and os.environ.get("TERM") != "dumb":
+        return RichProgress(dag.order(), {nid: n.kind for nid, n in dag.nodes.items()})
+    return PlainProgress()
+
+
+def _print_plan(result, show_needs: bool) -> None:
+    from zoo.engine.runner import StageState
+
+    _echo(f"{result.recipe}@{result.version} ({result.path})")
+    for s in result.stages:
+        needs = f" ← {', '.join(s.needs)}" if show_needs and s.needs else ""
+        verdict = "cached" if s.state == StageState.CACHED else "run"
+        why = "" if s.state == StageState.CACHED else "  (" + "; ".join(str(r) for r in s.reasons) + ")"
+        _echo(f"  {s.id} [{s.kind}]{needs}: {verdict}{why}")
+
+
+def _print_run_summary(result, recipe: Path) -> None:
+    from zoo import api
+    from zoo.engine.runner import log_tail
+
+    ran = [s for s in result.stages if s.state == "done"]
+    cached = [s for s in result.stages if s.state == "cached"]
+    total = sum(s.duration_s for s in ran)
+    for s in result.failed:
+        err = s.error
+        _echo(f"\nstage {s.id} failed: {err.message if err else ''}", err=True)
+        if err and err.table:
+            _echo(err.table, err=True)
+        if err and err.hint:
+            _echo(f"hint: {err.hint}", err=True)
+        tail = log_tail(s.log_path)
+        if tail:
+            _echo(f"--- last lines of {s.log_path} ---\n{tail}\n---", err=True)
+        _echo(f"retry with: zoo run {recipe} {s.id.split('[')[0]} --force", err=True)
+    _echo(f"{result.recipe}@{result.version}: {len(ran)} ran, {len(cached)} cached"
+          + (f", {len(result.failed)} failed" if result.failed else "") + f" ({total:.1f}s of stage time)")
+    for s in result.stages:
+        for table in api.report_tables(s):
+            _print_table(table)
+        for effect in s.effects:
+            _echo(str(effect))
+    if result.lock_changed:
+        _echo(f"updated {result.lock_path}")
+
+
+def _print_table(table) -> None:
+    """A kind's `zoo.stage.ReportTable`: its title, then its rows laid out by rich, indented."""
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    _echo(f"{table.title}:" if table.columns and table.rows else table.title)
+    if not table.columns or not table.rows:
+        return
+    grid = Table(box=None, show_header=table.show_header, header_style="bold", pad_edge=False, padding=(0, 1))
+    for column in table.columns:
+        grid.add_column(Text(column.header), justify=column.align, no_wrap=True)
+    for row in table.rows:
+        grid.add_row(*(Text(_cell(value, column)) for value, column in zip(row, table.columns)))
+    indented = Padding(grid, (0, 0, 0, 2), expand=False)
+    console = Console(file=sys.stdout, highlight=False)
+    # as wide as the table needs: a narrow (or no) terminal must not cut or fold a cell
+    needed = Measurement.get(console, console.options.update_width(1 << 20), indented).maximum
+    if needed > console.width:
+        console = Console(file=sys.stdout, highlight=False, width=needed)
+    with console.capture() as captured:
+        console.print(indented)
+    _echo("\n".join(line.rstrip() for line in captured.get().splitlines()))  # no padding after the last column
+
+
+def _cell(value, column) -> str:
+    """One table cell as text, following its column's format (zoo.stage.Column)."""
+    if value is None:
+        return column.missing
+    if not column.format:
+        return str(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return column.missing
+    return _size(value) if column.format == "size" else format(value, column.format)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _register_subcommands() -> None:
+    """Commands that live in their own modules (registry; releases)."""
+    import importlib
+
+    for module_name in ("zoo.cli.zoo_commands", "zoo.cli.release_commands"):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:
+                raise
+            continue
+        module.register(app)
+
+
+_register_subcommands()
+
+
+def main() -> None:
+    """Entry point: run the app, mapping ZooError to its message, hint and exit code."""
+    from zoo.errors import ExitCode, ZooError
+
+    try:
+        app()
+    except ZooError as e:
+        if os.environ.get("ZOO_DEBUG"):
+            raise
+        _echo(f"error: {e.message}", err=True)
+        table = getattr(e, "table", "")
+        if table:
+            _echo(table, err=True)
+        if e.hint:
+            _echo(f"hint: {e.hint}", err=True)
+        _echo("(set ZOO_DEBUG=1 to see the traceback)", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        _echo("interrupted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+    except OSError as e:
+        # a full disk can surface anywhere (cache, local zoo, --to folder): one message, exit 3
+        from zoo.errors import NO_SPACE_HINT, is_no_space
+
+        if not is_no_space(e) or os.environ.get("ZOO_DEBUG"):
+            raise
+        where = e.filename or _written_path(e) or "the device"
+        _echo(f"error: no space left on {where}", err=True)
+        _echo(f"hint: {NO_SPACE_HINT}", err=True)
+        _echo("(set ZOO_DEBUG=1 to see the traceback)", err=True)
+        sys.exit(ExitCode.STORAGE)
+
+
+def _written_path(e: BaseException) -> str | None:
+    """The file a failed write() was writing, from the innermost frame's open file (write errors carry no filename)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    for value in tb.tb_frame.f_locals.values():
+        name = getattr(value, "name", None)
+        if isinstance(name, str) and hasattr(value, "write"):
+            return name
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Commands for reproducible releases: `zoo repro`, `zoo release`, `zoo bundle export|import`.
+
+They only parse arguments, call `zoo.release.repro`, `zoo.release.ship` and `zoo.registry.bundle`, and print.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("repro")(repro)
+    app.command("release")(release)
+    bundle_app = typer.Typer(help="Air-gapped transfer: versions of the local zoo in one verified tar file.",
+                             no_args_is_help=True)
+    bundle_app.command("export")(bundle_export)
+    bundle_app.command("import")(bundle_import)
+    app.add_typer(bundle_app, name="bundle")
+
+
+def repro(
+    recipe: Path = typer.Argument(..., help="Path to a recipe YAML file (with its lockfile beside it).",
+                                  show_default=False),
+    check: bool = typer.Option(False, "--check", help="Rebuild without the cache and compare with the lockfile."),
+    stage: Optional[List[str]] = typer.Option(None, "--stage", "-s", help="Only rebuild these stages."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Rebuild a recipe's stages bit for bit and say, per stage, whether the outputs are identical."""
+    from zoo.release import repro as repro_mod
+    from zoo.errors import InvalidInput
+
+    if not check:
+        raise InvalidInput("zoo repro needs --check", hint=f"zoo repro {recipe} --check")
+    report = repro_mod.check(recipe, stages=stage or None, cache_dir=cache_dir, jobs=jobs)
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        from zoo.cli.tables import print_table
+
+        print_table(["stage", "status", "details"], [[s.id, s.status, "\n".join(s.details)] for s in report.stages])
+        print(f"\n{report.recipe}: " + ("every rebuilt stage is bit-identical to the lockfile" if report.ok
+                                         else "rebuild DIFFERS from the lockfile"))
+    sys.stdout.flush()
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def release(
+    recipe: Path = typer.Argument(..., help="Path to a recipe YAML file (with its lockfile beside it).",
+                                  show_default=False),
+    version: str = typer.Option(..., "--version", help="The version to release; must equal the recipe's `version:`.",
+                                show_default=False),
+    to: str = typer.Option(..., "--to", help="Name of the remote zoo to publish to (see `zoo remote list`).",
+                           show_default=False),
+    tag: Optional[List[str]] = typer.Option(None, "--tag", "-t", help="Tag to point at the version (repeatable), "
+                                                                      "on the remote and locally."),
+    allow_stale_lock: bool = typer.Option(False, "--allow-stale-lock",
+                                          help="Release even if the lockfile is out of date (it is updated)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run a recipe under its lockfile, check its gates, publish the version to a remote zoo, and tag it."""
+    from zoo.release.ship import release as do_release
+
+    result = do_release(recipe, version=version, to=to, tags=tag or [], allow_stale_lock=allow_stale_lock,
+                        cache_dir=cache_dir, jobs=jobs)
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True), flush=True)
+        return
+    ran = f"{len(result.executed)} stage(s) ran ({', '.join(result.executed)})" if result.executed else "every stage cached"
+    print(f"{result.ref}: {ran}; lockfile {'updated' if result.lock_changed else 'unchanged'}")
+    for g in result.gates:
+        if not g.get("implicit"):
+            print(f"  gate {g.get('gate')}: {'pass' if g.get('passed', True) else 'FAIL'}")
+    if result.builds or result.files:
+        from zoo.cli.tables import print_table
+
+        print_table(["", "name", "sha256"], [["build", name, sha] for name, sha in result.builds.items()]
+                    + [["file", path, sha] for path, sha in result.files.items()])
+    for note in result.notes:
+        print(f"note: {note}")
+    if result.created:
+        print(f"published {result.ref} to {result.remote}: {result.uploaded} file(s) uploaded, "
+              f"{result.skipped} already there")
+    else:
+        print(f"{result.ref} is already on {result.remote} with the same bytes: nothing to upload")
+    if result.tags:
+        print(f"tagged {result.ref} as {', '.join(result.tags)} on {result.remote} and locally")
+    sys.stdout.flush()
+
+
+def bundle_export(
+    refs: List[str] = typer.Argument(..., help="Versions to bundle: NAME@VERSION (or NAME@TAG).", show_default=False),
+    output: Path = typer.Option(..., "--output", "-o", help="The tar file to write.", show_default=False),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Write versions of the local zoo (every build, card, lockfile, provenance) to one tar file."""
+    from dataclasses import asdict
+
+    from zoo.registry.bundle import export_bundle
+
+    result = export_bundle(refs, output)
+    if as_json:
+        print(json.dumps(asdict(result), indent=2, sort_keys=True), flush=True)
+        return
+    print(f"wrote {result.path}: {', '.join(result.versions)} ({result.blobs} files, {result.bytes} bytes)", flush=True)
+
+
+def bundle_import(
+    path: Path = typer.Argument(..., help="A tar file written by `zoo bundle export`.", show_default=False),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Verify every byte of a bundle, then install its versions into the local zoo (all or nothing)."""
+    from dataclasses import asdict
+
+    from zoo.registry.bundle import import_bundle
+
+    result = import_bundle(path)
+    if as_json:
+        print(json.dumps(asdict(result), indent=2, sort_keys=True), flush=True)
+        return
+    for ref in result.installed:
+        print(f"imported {ref}")
+    for ref in result.present:
+        print(f"{ref} was already in the local zoo with the same bytes")
+    print(f"{result.blobs} new file(s), {result.bytes} bytes, every sha256 verified", flush=True)

@@ -1,0 +1,309 @@
+"""`zoo list/show/search/pull/push/tag/rm/fsck` and `zoo remote …`: the model zoo commands.
+
+Only parses arguments, calls `zoo.registry.api`, and prints (rich tables, or JSON with
+--json). Everything heavier than typer is imported inside the commands so `zoo --help` stays
+fast. Errors are `zoo.errors` exceptions; the main CLI turns them into messages and exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table.")
+RemoteOpt = typer.Option(None, "--remote", "-r", help="Ask this configured remote instead of the local zoo.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the zoo commands and the `remote` sub-app to the main `zoo` app."""
+    app.command("list")(list_cmd)
+    app.command("show")(show_cmd)
+    app.command("search")(search_cmd)
+    app.command("pull")(pull_cmd)
+    app.command("push")(push_cmd)
+    app.command("tag")(tag_cmd)
+    app.command("rm")(rm_cmd)
+    app.command("fsck")(fsck_cmd)
+    remote_app = typer.Typer(help="Manage remote zoos (S3, WebDAV, HTTP(S), folders, Hugging Face).",
+                             no_args_is_help=True)
+    remote_app.command("add")(remote_add_cmd)
+    remote_app.command("list")(remote_list_cmd)
+    remote_app.command("remove")(remote_remove_cmd)
+    remote_app.command("gc")(remote_gc_cmd)
+    app.add_typer(remote_app, name="remote")
+
+
+def _print_json(obj) -> None:
+    from zoo.registry.api import as_dict
+
+    def conv(o):
+        if isinstance(o, list):
+            return [conv(x) for x in o]
+        return as_dict(o)
+
+    print(json.dumps(conv(obj), indent=2, sort_keys=True, default=str), flush=True)
+
+
+def _table(title: str | None, columns: list[str], rows: list[list]) -> None:
+    from zoo.cli.tables import print_table
+
+    print_table(columns, rows, title=title)
+
+
+def _note(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr, flush=True)
+
+
+def list_cmd(
+    name: Optional[str] = typer.Argument(None, help="Only this model (shows every version).", show_default=False),
+    versions: bool = typer.Option(False, "--versions", help="One row per version instead of one per model."),
+    remote: Optional[str] = RemoteOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """List the models (or versions) in the local zoo or on a remote."""
+    from zoo.registry import api
+
+    if name or versions:
+        rows = api.list_versions(name, remote=remote)
+        if as_json:
+            return _print_json(rows)
+        _table(None, ["name", "version", "tags", "builds", "created", "task"],
+               [[v.name, v.version, ", ".join(v.tags), ", ".join(v.builds), v.created, v.task] for v in rows])
+        return
+    models = api.list_models(remote=remote)
+    if as_json:
+        return _print_json(models)
+    if not models:
+        _note("no models" + (f" on remote {remote}" if remote else " in the local zoo"))
+        return
+    _table(None, ["name", "latest", "versions", "tags", "task", "description"],
+           [[m.name, m.latest, m.versions, ", ".join(f"{t}→{v}" for t, v in sorted(m.tags.items())), m.task,
+             m.description] for m in models])
+
+
+def show_cmd(
+    ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAME@TAG.", show_default=False),
+    remote: Optional[str] = RemoteOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show a version: its builds, metrics, lineage and tags."""
+    from zoo.registry import api
+
+    data = api.show(ref, remote=remote)
+    if as_json:
+        return _print_json(data)
+    print(f"{data['name']}@{data['version']}  ({data['source']})")
+    for key in ("description", "task", "license", "created"):
+        if data.get(key):
+            print(f"  {key}: {data[key]}")
+    if data["tags"]:
+        print(f"  tags: {', '.join(data['tags'])}")
+    rows = []
+    for b in data["builds"].values():
+        m = b["metrics"]
+        rows.append([b["name"], b["precision"], b["file"]["path"], b["file"]["size"], ", ".join(b["execution_providers"]),
+                     m.get("latency_p50_ms"), m.get("accuracy"), "yes" if data["downloaded"].get(b["name"]) else "no"])
+    _table("builds", ["build", "precision", "file", "bytes", "providers", "latency_p50_ms", "accuracy", "downloaded"], rows)
+    lineage = data.get("lineage") or {}
+    if any(lineage.values()):
+        print("lineage:")
+        for section, values in lineage.items():
+            for k, v in sorted(values.items()):
+                print(f"  {section}.{k}: {v}")
+
+
+def search_cmd(
+    text: str = typer.Argument("", help="Words to find in names, descriptions and tasks.", show_default=False),
+    task: Optional[str] = typer.Option(None, "--task", help="Only this task."),
+    tag: Optional[str] = typer.Option(None, "--tag", help="Only versions carrying this tag (e.g. prod)."),
+    max_latency: Optional[float] = typer.Option(None, "--max-latency", help="Builds with latency_p50_ms ≤ this."),
+    min_accuracy: Optional[float] = typer.Option(None, "--min-accuracy", help="Builds with accuracy ≥ this."),
+    all_versions: bool = typer.Option(False, "--all-versions", help="Search every version, not only the newest."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Search the local zoo by text, task, tag and build metrics."""
+    from zoo.registry import api
+
+    rows = api.search(text, task=task, tag=tag, max_latency=max_latency, min_accuracy=min_accuracy,
+                      all_versions=all_versions)
+    if as_json:
+        return _print_json(rows)
+    if not rows:
+        _note("no build matches")
+        return
+    _table(None, ["name", "version", "build", "latency_p50_ms", "accuracy", "task", "description"],
+           [[r["name"], r["version"], r["build"], r["latency_p50_ms"], r["accuracy"], r["task"], r["description"]]
+            for r in rows])
+
+
+def pull_cmd(
+    ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAME@TAG.", show_default=False),
+    build: Optional[str] = typer.Option(None, "--build", "-b", help="Build to pull [default: the best for this host]."),
+    to: Optional[Path] = typer.Option(None, "--to", help="Place the files in this folder [default: the local zoo]."),
+    remote: Optional[str] = RemoteOpt,
+    offline: bool = typer.Option(False, "--offline", help="Use only the local cache; never touch the network."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Download (verified) and place a build; prints the path of its model file."""
+    from zoo.registry import api
+
+    result = api.pull(ref, build=build, to=to, remote=remote, offline=offline)
+    if as_json:
+        return _print_json(result)
+    for n in result.notes:
+        _note(n)
+    if result.downloaded_files:
+        where = ", ".join(result.fetched_from) or result.source
+        _note(f"{result.ref} [{result.build}] from {where}: {result.downloaded_files} file(s), "
+              f"{result.downloaded_bytes} bytes verified")
+    print(result.path, flush=True)
+
+
+def push_cmd(
+    ref: str = typer.Argument(..., help="NAME@VERSION to publish.", show_default=False),
+    to: str = typer.Option(..., "--to", help="Remote to publish to.", show_default=False),
+    tag: Optional[List[str]] = typer.Option(None, "--tag", "-t", help="Also point these tags at the version there."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Publish a local version to a remote (blobs first, manifest last; refuses to overwrite)."""
+    from zoo.registry import api
+
+    result = api.push(ref, to, tags=tag or [])
+    if as_json:
+        return _print_json(result)
+    what = "published" if result["created"] else "already there (same content)"
+    print(f"{result['ref']} → {result['remote']}: {what}; {result['uploaded']} file(s) uploaded "
+          f"({result['bytes']} bytes), {result['skipped']} already present", flush=True)
+
+
+def tag_cmd(
+    ref: str = typer.Argument(..., help="NAME@VERSION.", show_default=False),
+    tag: str = typer.Argument(..., help="Tag to point at it (moved if it exists); not `latest`, which always "
+                                        "follows the newest release.", show_default=False),
+    remote: Optional[str] = RemoteOpt,
+) -> None:
+    """Point a tag (prod, stable…) at a version. `latest` is automatic: it cannot be set by hand."""
+    from zoo.registry import api
+
+    result = api.tag(ref, tag, remote=remote)
+    print(f"{result['ref'].split('@')[0]}@{tag} → {result['ref']} ({result['remote']})", flush=True)
+
+
+def rm_cmd(
+    ref: str = typer.Argument(..., help="NAME@VERSION to remove.", show_default=False),
+    remote: Optional[str] = RemoteOpt,
+) -> None:
+    """Remove a version (locally, with the blobs nothing else uses; or on a remote)."""
+    from zoo.registry import api
+
+    result = api.rm(ref, remote=remote)
+    kept = f", {result['kept_young']} kept (younger than the gc grace period)" if result.get("kept_young") else ""
+    print(f"removed {result['ref']} ({result['remote']}; {result['blobs_freed']} blob(s) freed{kept})", flush=True)
+    if result.get("note"):
+        _note(result["note"])
+    name = result["ref"].split("@")[0]
+    dropped = result.get("tags_dropped") or []
+    if dropped:
+        _note(f"dropped tag(s) {', '.join(dropped)} (they pointed at {result['ref']})")
+    if "latest" in dropped:
+        _note(f"{name}@latest now points at {result['latest']}" if result.get("latest") else f"no version of {name} is left")
+
+
+def fsck_cmd(
+    ref: Optional[str] = typer.Argument(None, help="Only this model (NAME) or version (NAME@VERSION).", show_default=False),
+    repair: bool = typer.Option(False, "--repair", help="Remove corrupt blobs and snapshot files (a later pull fetches "
+                                                         "them again), drop tags that point nowhere, rebuild the index."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check the local zoo: manifests, blob contents (sha256), snapshot files, tags and the index.
+
+    Exits 4 when something is corrupt (and was not repaired), 0 when the zoo is clean.
+    """
+    from zoo.errors import ExitCode, IntegrityError
+    from zoo.registry import api
+
+    report = api.fsck(ref, repair=repair)
+    if as_json:
+        _print_json(report)
+        if not report.ok:
+            raise typer.Exit(ExitCode.INTEGRITY)
+        return
+    if report.problems:
+        _table(None, ["what", "state", "problem", "where"],
+               [[p.kind, "repaired" if p.repaired else "CORRUPT", p.detail, p.where] for p in report.problems])
+    print(f"checked {report.versions} version(s), {report.blobs_checked} blob(s) by sha256"
+          + (f"; {report.blobs_missing} not downloaded" if report.blobs_missing else "")
+          + f"; {len(report.problems)} problem(s)" + (f", {len(report.unrepaired)} left" if repair else ""), flush=True)
+    if not report.ok:
+        bad = report.unrepaired
+        hint = ("a manifest that does not parse is never deleted: restore it, or `zoo rm` the version"
+                if all(p.kind == "manifest" for p in bad) else "`zoo fsck --repair`, then pull the affected builds again")
+        raise IntegrityError(f"the local zoo has {len(bad)} problem(s)", hint=hint)
+
+
+def remote_add_cmd(
+    name: str = typer.Argument(..., help="Remote name.", show_default=False),
+    url: str = typer.Argument(..., help="Folder, file://, s3://bucket/prefix, webdav+https://host/path, "
+                                        "https://… (read-only) or hf://namespace.", show_default=False),
+    option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="KEY=VALUE, e.g. endpoint_url=http://… "
+                                               "(s3), user=… password_env=VAR (webdav), endpoint=… (hf)."),
+    mirror: Optional[List[str]] = typer.Option(None, "--mirror", help="Mirror URL tried after the remote (repeatable)."),
+    replace: bool = typer.Option(False, "--replace", help="Replace an existing remote of that name."),
+) -> None:
+    """Add a remote zoo. Credentials come from the environment, never from this config."""
+    from zoo.errors import InvalidInput
+    from zoo.registry import api
+
+    options = {}
+    for item in option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--option {item!r} is not KEY=VALUE", hint="e.g. --option endpoint_url=http://127.0.0.1:9000")
+        options[key.strip()] = value.strip()
+    r = api.remote_add(name, url, options=options, mirrors=mirror or [], replace=replace)
+    print(f"remote {r['name']} → {r['url']}", flush=True)
+
+
+def remote_list_cmd(as_json: bool = JsonOpt) -> None:
+    """List the remotes, in the order pulls try them."""
+    from zoo.registry import api
+
+    rows = api.remote_list()
+    if as_json:
+        return _print_json(rows)
+    if not rows:
+        _note("no remotes; add one with `zoo remote add NAME URL`")
+        return
+    _table(None, ["name", "kind", "url", "options", "mirrors"],
+           [[r["name"], r["kind"] + (" (read-only)" if r["read_only"] else ""), r["url"],
+             ", ".join(f"{k}={v}" for k, v in r["options"].items()), ", ".join(r["mirrors"])] for r in rows])
+
+
+def remote_remove_cmd(name: str = typer.Argument(..., help="Remote name.", show_default=False)) -> None:
+    """Remove a remote from the config (nothing on the remote is touched)."""
+    from zoo.registry import api
+
+    api.remote_remove(name)
+    print(f"removed remote {name}", flush=True)
+
+
+def remote_gc_cmd(
+    name: str = typer.Argument(..., help="Remote name.", show_default=False),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only report what would be freed."),
+    grace: Optional[float] = typer.Option(None, "--grace", help="Keep blobs younger than this many seconds "
+                                          "[default: the remote's gc_grace option, else 3600].", show_default=False),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Free the blobs on a remote that no version there references (never younger than the grace period)."""
+    from zoo.registry import api
+
+    result = api.remote_gc(name, dry_run=dry_run, grace_s=grace)
+    if as_json:
+        return _print_json(result)
+    verb = "would free" if dry_run else "freed"
+    print(f"remote {name}: {verb} {result['blobs_freed']} blob(s), {result['bytes_freed']} bytes; "
+          f"{result['kept_young']} unreferenced blob(s) younger than {result['grace_s']:g} s kept", flush=True)

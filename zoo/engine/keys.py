@@ -1,0 +1,216 @@
+"""Stage cache keys: a digest of canonical JSON of everything that determines a stage's outputs.
+
+The parts are kind, kind version, resolved config, the recipe-wide fields the kind declares,
+matrix values, digests of input artifacts, digests of the code the stage runs (every project
+module the kind's module imports, transitively: zoo.engine.import_closure; and user code it names), and
+versions of the tools the kind declares. Nothing is imported to compute a key except the kind's
+own (light) module.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from zoo.engine import kind_loader
+from zoo.engine.hashing import StatCache, digest_json, digest_path
+from zoo.engine.planner import Dag, Node
+from zoo.engine.recipe import Recipe
+from zoo.stage import KeyContext, RecipeInfo, SharedView
+
+if TYPE_CHECKING:
+    from zoo.engine.cache import Entry
+    from zoo.engine.runner import StageReport
+
+KEY_SCHEMA_VERSION = 1
+SHARED_SECTIONS = ("model", "data", "task")  # the keys of `Recipe.shared()` (a test holds them equal)
+ZOO_DIST = "zoo-onnx"
+
+
+@lru_cache(maxsize=None)
+def tool_version(dist: str) -> str:
+    """Installed version of a distribution, without importing it ('absent' if not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def tool_versions(dists: tuple[str, ...]) -> dict[str, str]:
+    return {d: tool_version(d) for d in sorted(set(dists) | {ZOO_DIST})}
+
+
+def recipe_info(recipe: Recipe) -> RecipeInfo:
+    spec = recipe.spec
+    return RecipeInfo(name=spec.name, version=spec.version, description=spec.description,
+                      license=spec.license, path=recipe.path, digest=recipe.digest)
+
+
+@lru_cache(maxsize=None)
+def section_fields() -> dict[str, tuple[str, ...] | None]:
+    """Each recipe-wide section and its fields (None for a plain value such as ``task``)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from zoo.engine.recipe import RecipeSpec
+
+    out: dict[str, tuple[str, ...] | None] = {}
+    for name in SHARED_SECTIONS:
+        annotation = RecipeSpec.model_fields[name].annotation
+        models = [t for t in (annotation, *typing.get_args(annotation))
+                  if isinstance(t, type) and issubclass(t, BaseModel)]
+        out[name] = tuple(models[0].model_fields) if models else None
+    return out
+
+
+def declared_fields(cls: type) -> dict[str, tuple[str, ...] | None]:
+    """What a kind's ``shared`` declares: section -> its fields, None for the whole section.
+
+    InvalidInput for a declaration naming a section or field the recipe format does not have.
+    """
+    from zoo.errors import InvalidInput
+
+    sections = section_fields()
+    out: dict[str, tuple[str, ...] | None] = {}
+    for entry in cls.shared:
+        section, _, name = str(entry).partition(".")
+        if section not in sections:
+            raise InvalidInput(f"kind {cls.name!r} declares shared {entry!r}: the recipe has no section {section!r}",
+                               hint=f"recipe-wide sections: {', '.join(sections)}")
+        fields = sections[section]
+        if not name:
+            out[section] = None
+            continue
+        if fields is None or name not in fields:
+            known = ", ".join(f"{section}.{f}" for f in fields or ()) or f"only {section!r} as a whole"
+            raise InvalidInput(f"kind {cls.name!r} declares shared {entry!r}, which the recipe format does not have",
+                               hint=f"declare one of: {known}")
+        if section in out and out[section] is None:
+            continue
+        out[section] = tuple(sorted({*(out.get(section) or ()), name}))
+    return out
+
+
+def shared_values(recipe: Recipe, node: Node) -> dict[str, Any]:
+    """The recipe-wide values this stage's kind declares, as plain data: what enters its key.
+
+    ``{section: {field: value}}`` for declared fields, the whole section (every field, defaults
+    filled in) when the section is declared as a whole, None where the recipe lacks the section.
+    """
+    present = recipe.shared()
+    out: dict[str, Any] = {}
+    for section, fields in declared_fields(kind_loader.get(node.kind)).items():
+        value = present.get(section)
+        out[section] = value if fields is None or not isinstance(value, dict) else {f: value.get(f) for f in fields}
+    return out
+
+
+def shared_sections(recipe: Recipe, node: Node) -> SharedView:
+    """What the stage's context holds of the recipe-wide sections: `shared_values`, and nothing else.
+
+    Built from the same values as the key, so a kind cannot read a recipe value its key lacks:
+    an undeclared section or field is absent, and reading it raises `UndeclaredField`.
+    """
+    cls = kind_loader.get(node.kind)
+    declared = declared_fields(cls)
+    sections = section_fields()
+    view: dict[str, Any] = {}
+    for section, value in shared_values(recipe, node).items():
+        if isinstance(value, dict):
+            hidden = () if declared[section] is None else tuple(set(sections[section] or ()) - set(value))
+            value = SharedView(value, kind=cls.name, where=section, undeclared=hidden)
+        view[section] = value
+    return SharedView(view, kind=cls.name, undeclared=tuple(set(sections) - set(view)))
+
+
+def module_files(kind: str, memo: StatCache | None = None) -> dict[str, Path]:
+    """Module name -> source file of the code kind `kind` may run: its module and every module of
+    its distribution's packages that it imports, directly or not (read, not imported).
+
+    `memo` remembers each file's parsed imports across processes (see zoo.engine.import_closure).
+    """
+    from zoo.errors import InvalidInput
+    from zoo.engine.import_closure import closure
+
+    entry = kind_loader.entry(kind)
+    roots = {entry.module, kind_loader.get(kind).__module__}
+    try:
+        return closure(roots, entry.packages(), memo)
+    except LookupError as e:
+        raise InvalidInput(f"kind {kind!r}: {e}, so its code cannot enter the cache key",
+                           hint="install the package that provides it from source files") from e
+
+
+def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str]:
+    """Digests of the kind's code (`module_files`) and of the files its config names."""
+    cls = kind_loader.get(node.kind)
+    out: dict[str, str] = {f"kind:{name}": hashes.digest(path) for name, path in module_files(node.kind, hashes).items()}
+    ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
+    for dep in cls().dependencies(node.instance.config, ctx):
+        dep = Path(dep)
+        try:
+            label = dep.resolve().relative_to(recipe.path.parent).as_posix()
+        except ValueError:
+            label = str(dep.resolve())
+        out[label] = digest_path(dep, hashes)
+    return out
+
+
+def watched_files(recipe: Recipe, node: Node) -> list[Path]:
+    """Every file whose content went into `code_digests` (for the no-op fast path's stamp)."""
+    cls = kind_loader.get(node.kind)
+    files: list[Path] = list(module_files(node.kind).values())  # parsed imports: memoised in this process
+    ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
+    for dep in cls().dependencies(node.instance.config, ctx):
+        dep = Path(dep).resolve()
+        files.append(dep)
+        if dep.is_dir():
+            files.extend(p for p in dep.rglob("*"))
+    return files
+
+
+def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], hashes: StatCache,
+              ancestors: dict[str, str] | None = None) -> dict[str, Any]:
+    """Everything that enters the key of `node`, given its upstream output digests.
+
+    `ancestors` (ancestor id -> key) enters only for kinds that declare ``lineage = True``.
+    """
+    cls = kind_loader.get(node.kind)
+    parts = {
+        "schema": KEY_SCHEMA_VERSION,
+        "kind": node.kind,
+        "kind_version": str(cls.version),
+        "config": node.instance.config.model_dump(mode="json", by_alias=True),
+        "shared": shared_values(recipe, node),
+        "matrix": dict(node.instance.matrix),
+        "inputs": inputs,
+        "code": code_digests(recipe, node, hashes),
+        "tools": tool_versions(tuple(cls.tools)),
+    }
+    if cls.recipe_fields:
+        info = recipe_info(recipe)
+        parts["recipe"] = {f: str(getattr(info, f)) for f in cls.recipe_fields}
+    if cls.lineage:
+        parts["lineage"] = dict(sorted((ancestors or {}).items()))
+    return parts
+
+
+def key_of(parts: dict[str, Any]) -> str:
+    return digest_json(parts)
+
+
+def stage_key(dag: Dag, node: Node, entries: Mapping[str, "Entry"], reports: Mapping[str, "StageReport"],
+              hashes: StatCache) -> tuple[dict[str, Any], str]:
+    """The key parts and key of `node` once every stage it needs is done (`plan` and the runner).
+
+    `entries`: the cache entry of each stage `node` needs (their output digests are its inputs);
+    `reports`: the report of each ancestor (their keys enter kinds that declare ``lineage``).
+    """
+    inputs = {up: entries[up].output_digests() for up in node.needs}
+    ancestors = {a: reports[a].key for a in dag.ancestors(node.id)}
+    parts = key_parts(dag.recipe, node, inputs, hashes, ancestors)
+    return parts, key_of(parts)

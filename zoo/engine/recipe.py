@@ -1,0 +1,375 @@
+"""The recipe format: pydantic models, loading with positions, and errors that point at the YAML.
+
+A recipe is validated in two steps, so errors can name the exact field:
+1. the envelope (top level, recipe-wide sections, each stage's ``kind/needs/config/cache/matrix``);
+2. each stage's ``config`` against its kind's static config class (``extra="forbid"``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from zoo.engine import kind_loader
+from zoo.errors import RecipeError, UnknownKind
+from zoo.engine.yamlpos import Located, dotted, load_with_positions
+
+SCHEMA_VERSION = 1
+# A matrix stage becomes one instance per combination of axis values; past a few hundred it is a
+# typo or an attack (4 axes x 60 values is 13 million instances), not a build matrix.
+MAX_MATRIX_INSTANCES = 256  # per stage: the product of its axis sizes
+MAX_INSTANCES = 4096  # per recipe, all stages together
+MAX_STAGE_ID = 100
+NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
+STAGE_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSpec(_Strict):
+    """The recipe's dataset, shared by train (fit), quantize (calibration) and verify (accuracy)."""
+
+    source: Literal["digits", "folder", "npz"] = Field(
+        description="digits: scikit-learn's bundled 8x8 digits; folder: one subfolder per class; npz: arrays x, y")
+    path: str | None = Field(None, description="folder or .npz file, relative to the recipe (folder and npz only)")
+    image_size: int = Field(8, ge=1, le=4096, description="images are resized to image_size x image_size")
+    channels: int = Field(1, ge=1, le=4, description="grey images are replicated to this many channels")
+    val_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, fixed by split_seed")
+    split_seed: int = Field(0, description="seed of the train/held-out split (recorded)")
+    limit: int | None = Field(None, ge=1, description="use at most this many samples (after shuffling)")
+
+
+class ModelSpec(_Strict):
+    """The model's architecture and I/O names, shared by train, export and verify."""
+
+    arch: str | None = Field(None, description="built-in architecture: alexnet, lenet5")
+    entry: str | None = Field(None, description="custom model: 'path/to/file.py:function' returning a torch.nn.Module")
+    num_classes: int = Field(10, ge=1)
+    input_name: str = "input"
+    output_name: str = "logits"
+    task: str = "image-classification"
+
+
+class StageSpec(_Strict):
+    """One entry of `stages:`; `config` is validated later against the kind's config class."""
+
+    kind: str | None = Field(None, description="stage kind; defaults to the stage id when the id names a kind")
+    needs: list[str] | None = Field(None, description="stage ids this stage depends on; default: the stage before it")
+    config: dict[str, Any] = Field(default_factory=dict)
+    cache: Literal["default", "recompute", "disable"] = "default"
+    matrix: dict[str, list[str | int | float | bool]] | None = Field(
+        None, description="expand into one stage per value, e.g. {build: [cpu-fp32, cpu-int8]}")
+    description: str = ""
+
+    @field_validator("matrix")
+    @classmethod
+    def _matrix_not_empty(cls, v):
+        if v is not None:
+            if not v:
+                raise ValueError("matrix must have at least one axis")
+            for axis, values in v.items():
+                if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", axis):
+                    raise ValueError(f"matrix axis {axis!r} must be an identifier")
+                if not values:
+                    raise ValueError(f"matrix axis {axis!r} has no values")
+                if len(set(map(str, values))) != len(values):
+                    raise ValueError(f"matrix axis {axis!r} has duplicate values")
+        return v
+
+
+class RecipeSpec(_Strict):
+    """The whole recipe file (envelope)."""
+
+    schema_version: Literal[1] = Field(description="recipe format version; this zoo reads 1")
+    name: str = Field(pattern=NAME_RE, description="model name in the zoo (lowercase, digits, . _ -)")
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$", description="semantic version X.Y.Z")
+    description: str = ""
+    license: str = "unspecified"
+    task: str = "image-classification"
+    model: ModelSpec | None = None
+    data: DataSpec | None = None
+    stages: dict[str, StageSpec] = Field(min_length=1)
+
+    @field_validator("stages")
+    @classmethod
+    def _ids(cls, v):
+        for sid in v:
+            if not re.match(STAGE_ID_RE, str(sid)):
+                raise ValueError(f"stage id {_short(repr(sid))} may use letters, digits, '-' and '_' only")
+            if len(sid) > MAX_STAGE_ID:  # it names folders and log files
+                raise ValueError(f"stage id {_short(repr(sid))} is longer than {MAX_STAGE_ID} characters")
+        return v
+
+
+@dataclass
+class Recipe:
+    """A validated recipe: the envelope, each stage's validated config, and where it came from."""
+
+    spec: RecipeSpec
+    path: Path
+    digest: str
+    instances: dict[str, list["Instance"]]  # stage id -> its instances (one unless it has a matrix)
+    kinds: dict[str, str]  # stage id -> kind name
+    located: Located
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def version(self) -> str:
+        return self.spec.version
+
+    def shared(self) -> dict[str, Any]:
+        """The recipe-wide sections as plain data, for kinds that declare them."""
+        return {
+            "model": self.spec.model.model_dump(mode="json") if self.spec.model else None,
+            "data": self.spec.data.model_dump(mode="json") if self.spec.data else None,
+            "task": self.spec.task,
+        }
+
+
+def load(path: str | Path) -> Recipe:
+    """Parse and fully validate a recipe, raising RecipeError/UnknownKind that point at the YAML."""
+    from zoo.engine.hashing import digest_bytes
+
+    file = Path(path)
+    located = load_with_positions(file)
+    if not isinstance(located.data, dict):
+        raise located.error((), "a recipe must be a YAML mapping with `schema_version`, `name`, `version` and `stages`",
+                            hint="see recipes/lenet-digits.yaml for a complete example")
+    try:
+        spec = RecipeSpec.model_validate(located.data)
+    except ValidationError as e:
+        raise _pydantic_error(e, located, (), RecipeSpec) from None
+    _refuse_non_finite(spec.model_dump(by_alias=True, exclude={"stages"}, exclude_unset=True), located, ())
+    _check_data(spec.data, file, located)
+    _check_matrix_sizes(spec, located)
+
+    instances: dict[str, list[Instance]] = {}
+    kind_names: dict[str, str] = {}
+    for sid, stage in spec.stages.items():
+        kind_name = stage.kind or sid
+        if stage.kind is None and not kind_loader.is_kind(sid):
+            close = difflib.get_close_matches(sid, list(kind_loader.available()), n=1)
+            hint = (f"add `kind: {close[0]}`" if close else "add `kind: KIND` to the stage") + \
+                f" (known kinds: {', '.join(sorted(kind_loader.available()))})"
+            raise located.error(("stages", sid), f"stage {sid!r} has no `kind` and its id is not a kind name",
+                                key=True, hint=hint)
+        try:
+            kind = kind_loader.get(kind_name)
+        except UnknownKind as e:
+            raise located.error(("stages", sid, "kind") if stage.kind else ("stages", sid), e.message,
+                                hint=e.hint, key=stage.kind is None) from None
+        kind_names[sid] = kind_name
+        instances[sid] = []
+        for matrix in _expand_matrix(stage.matrix):
+            raw = _interpolate(stage.config, matrix, located, ("stages", sid, "config"))
+            try:
+                config = kind.Config.model_validate(raw)
+            except ValidationError as e:
+                raise _pydantic_error(e, located, ("stages", sid, "config"), kind.Config) from None
+            # strings such as "1e999" or "inf" pass a float field as infinity; a kind's own defaults are not checked
+            given = config.model_dump(by_alias=True, exclude_unset=True) if isinstance(config, BaseModel) else config
+            _refuse_non_finite(given, located, ("stages", sid, "config"))
+            iid = sid if not matrix else f"{sid}[{','.join(str(v) for v in matrix.values())}]"
+            instances[sid].append(Instance(id=iid, base_id=sid, kind=kind_name, matrix=matrix, config=config))
+    return Recipe(spec=spec, path=file.resolve(), digest=digest_bytes(located.text.encode()),
+                  instances=instances, kinds=kind_names, located=located)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One concrete stage after matrix expansion (``quantize[cpu-int8]``), with its validated config."""
+
+    id: str
+    base_id: str
+    kind: str
+    matrix: dict[str, str]
+    config: Any
+
+
+def _check_matrix_sizes(spec: RecipeSpec, located: Located) -> None:
+    """Refuse a matrix (or a recipe) with more instances than the limits, before expanding anything."""
+    total = 0
+    for sid, stage in spec.stages.items():
+        sizes = [len(values) for values in (stage.matrix or {}).values()]
+        count = math.prod(sizes)
+        if count > MAX_MATRIX_INSTANCES:
+            raise located.error(("stages", sid, "matrix"),
+                                f"the matrix of stage {sid!r} expands to {count:,} instances "
+                                f"({' x '.join(map(str, sizes))}); at most {MAX_MATRIX_INSTANCES} are allowed",
+                                hint="split the stage into several, or drop axis values", key=True)
+        total += count
+        if total > MAX_INSTANCES:
+            raise located.error(("stages", sid), f"the recipe expands to more than {MAX_INSTANCES:,} stage instances",
+                                hint="split the recipe, or use smaller matrices", key=True)
+
+
+def _check_data(data: DataSpec | None, file: Path, located: Located) -> None:
+    """`data.path` must name an existing file (npz) or folder (folder), relative to the recipe."""
+    if data is None or data.source == "digits":
+        return
+    if not data.path:
+        raise located.error(("data",), f"data.path is required when data.source is {data.source!r}",
+                            hint="set `data.path:` to the folder or .npz file, relative to the recipe")
+    p = Path(data.path)
+    try:
+        p = p.expanduser()
+    except RuntimeError:  # "~someone" with no such user: checked as written, so it is reported missing
+        pass
+    if not p.is_absolute():
+        p = file.resolve().parent / p
+    want_dir = data.source == "folder"
+    if want_dir and p.is_dir() or not want_dir and p.is_file():
+        return
+    what = "folder" if want_dir else "file"
+    state = f"is not a {what}" if p.exists() else "does not exist"
+    raise located.error(("data", "path"), f"data.path {data.path!r} {state} ({p})",
+                        hint=f"data.source: {data.source} needs a {what} at this path, relative to the recipe "
+                             "(" + ("one subfolder per class" if want_dir else "a .npz file with arrays `x` and `y`") + ")")
+
+
+def _refuse_non_finite(value: Any, located: Located, path: tuple) -> None:
+    """A RecipeError at the first infinite or NaN float in `value` (validated data, walked iteratively)."""
+    todo = [(value, path)]
+    while todo:
+        current, where = todo.pop()
+        if isinstance(current, float) and not math.isfinite(current):
+            raise located.error(where, f"{dotted(where)}: the value reads as {current}, not a finite number",
+                                hint="numbers must be finite (\"1e999\" and \"inf\" read as infinity)")
+        if isinstance(current, dict):
+            todo.extend((v, where + (k,)) for k, v in current.items())
+        elif isinstance(current, (list, tuple)):
+            todo.extend((v, where + (i,)) for i, v in enumerate(current))
+
+
+def _expand_matrix(matrix: dict[str, list] | None) -> list[dict[str, str]]:
+    """The cartesian product of the matrix axes, in declaration order ([{}] without a matrix)."""
+    combos: list[dict[str, str]] = [{}]
+    for axis, values in (matrix or {}).items():
+        combos = [{**c, axis: str(v)} for c in combos for v in values]
+    return combos
+
+
+_VAR = re.compile(r"\$\{matrix\.([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _interpolate(value: Any, matrix: dict[str, str], located: Located, path: tuple) -> Any:
+    """Replace ``${matrix.AXIS}`` in config strings with this instance's value."""
+    if isinstance(value, str):
+        def sub(m: re.Match) -> str:
+            if m.group(1) not in matrix:
+                raise located.error(path, f"{m.group(0)} names no matrix axis of this stage",
+                                    hint=f"axes: {', '.join(matrix) or 'none (add `matrix:`)'}")
+            return matrix[m.group(1)]
+        return _VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _interpolate(v, matrix, located, path + (k,)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, matrix, located, path + (i,)) for i, v in enumerate(value)]
+    return value
+
+
+def _pydantic_error(err: ValidationError, located: Located, prefix: tuple, model: type[BaseModel]) -> RecipeError:
+    """The first validation error, placed at its YAML position, with a suggestion."""
+    # a misspelt key also makes a required one "missing": report the misspelling, it is the cause
+    errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    path = prefix + loc
+    where = dotted(path)
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        field_name = _short(str(loc[-1]))
+        allowed = _allowed_fields(model, loc[:-1])
+        close = difflib.get_close_matches(field_name, allowed, n=1)
+        parent = dotted(path[:-1]) if path[:-1] else "the top level"
+        msg = f"unknown key {field_name!r} in {parent}"
+        if close:
+            msg += f" — did you mean {close[0]!r}?"
+        hint = f"allowed keys: {', '.join(allowed)}" if allowed else None
+        return located.error(path, msg, key=True, hint=hint)
+    if kind == "missing":
+        return located.error(path[:-1], f"missing required key {loc[-1]!r} in {dotted(path[:-1]) if path[:-1] else 'the top level'}",
+                             hint=f"add `{loc[-1]}:`")
+    value = first.get("input")
+    shown = f" (got {_short(repr(value))})" if not isinstance(value, (dict, list)) else ""
+    return located.error(path, f"{where}: {first['msg']}{shown}", hint=_type_hint(first))
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _type_hint(error: dict) -> str | None:
+    ctx = error.get("ctx") or {}
+    if "expected" in ctx:
+        return f"expected {ctx['expected']}"
+    if "pattern" in ctx:
+        return f"the value must match {ctx['pattern']}"
+    return None
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Field names of the (nested) model at `loc`, for 'did you mean' suggestions."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            # inside a dict[str, Model]: the key is a stage id, the model is the value type
+            current = _model_in(current) if not hasattr(current, "model_fields") else None
+            if current is None:
+                return []
+            continue
+        current = _model_in(field.annotation)
+    if current is not None and hasattr(current, "model_fields"):
+        return list(current.model_fields)
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model inside an annotation such as `dict[str, StageSpec]` or `X | None`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema for recipes (for yaml-language-server), with each kind's config schema."""
+    schema = RecipeSpec.model_json_schema()
+    defs = schema.setdefault("$defs", {})
+    alternatives = []
+    for name in sorted(kind_loader.available()):
+        try:
+            cls = kind_loader.get(name)
+        except UnknownKind:
+            continue
+        sub = cls.Config.model_json_schema(ref_template="#/$defs/{model}")
+        for k, v in sub.pop("$defs", {}).items():
+            defs[k] = v
+        title = f"{name}Config"
+        defs[title] = sub
+        alternatives.append({
+            "if": {"anyOf": [{"properties": {"kind": {"const": name}}, "required": ["kind"]}]},
+            "then": {"properties": {"config": {"$ref": f"#/$defs/{title}"}}},
+        })
+    stage = defs["StageSpec"]
+    stage["allOf"] = alternatives
+    schema["$id"] = "https://zoo.dev/schema/recipe-v1.json"
+    schema["title"] = "zoo recipe"
+    return schema

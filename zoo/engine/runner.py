@@ -1,0 +1,348 @@
+"""The DAG runner: decide what runs and why, schedule ready stages, commit results to the cache.
+
+A stage runs when its key is not in the cache (or it is forced / its cache policy says so). Its
+key needs its inputs' digests, so it is computed when all its needs are done. Independent stages
+run in parallel on the executor; a failure stops new scheduling, keeps completed results, and
+leaves dependents unscheduled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Callable
+
+from zoo.engine import explain, keys, kind_loader
+from zoo.engine.cache import Cache, Entry
+from zoo.errors import ExitCode, WorkerMismatch, ZooError
+from zoo.engine.executors import Executor
+from zoo.engine.explain import Reason, ReasonCode
+from zoo.engine.hashing import StatCache
+from zoo.engine.lockfile import Lock, StageLock
+from zoo.engine.planner import Dag, Node
+from zoo.stage import Effect, Upstream
+from zoo.engine.worker import StageResult, StageTask, WorkerError
+
+
+class StageState(StrEnum):
+    """Where a stage is (`zoo run`), or will be (`zoo plan`/`status`). A StrEnum: `--json` shows the text."""
+
+    WAITING = "waiting"  # its needs are not done yet
+    RUNNING = "running"
+    CACHED = "cached"  # taken from the run cache (or, in a plan: would be)
+    RAN = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # not run: an upstream failed or the run stopped
+    WILL_RUN = "will run"  # in a plan: not in the cache, or an upstream will run first
+
+
+@dataclass
+class StageReport:
+    """The outcome (or, for plans, the expected outcome) of one stage."""
+
+    id: str
+    kind: str
+    needs: list[str]
+    state: StageState = StageState.WAITING
+    reasons: list[Reason] = field(default_factory=list)
+    key: str | None = None
+    duration_s: float = 0.0
+    started: float | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    error: WorkerError | None = None
+    log_path: str | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+    effects: list[Effect] = field(default_factory=list)  # what it did outside the cache in this run
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "needs": self.needs, "state": self.state,
+                "reasons": [str(r) for r in self.reasons], "key": self.key, "duration_s": round(self.duration_s, 3),
+                "metrics": self.metrics, "error": self.error.to_json() if self.error else None,
+                "log": self.log_path, "outputs": self.outputs,
+                "effects": [{"kind": e.kind, "ref": e.ref} for e in self.effects]}
+
+
+def decide(node: Node, parts: dict | None, key: str | None, cache: Cache, previous: StageLock | None,
+           forced: bool, upstream_runs: list[str]) -> tuple[StageState, list[Reason], Entry | None]:
+    """(WILL_RUN or CACHED, reasons, entry) for one stage. `parts`/`key` are None if an upstream must run first."""
+    if parts is None:
+        return StageState.WILL_RUN, [Reason(ReasonCode.UPSTREAM, ", ".join(upstream_runs))], None
+    reasons: list[Reason] = []
+    if forced:
+        reasons.append(Reason(ReasonCode.FORCED))
+    if node.cache_policy != "default":
+        reasons.append(Reason(ReasonCode.POLICY, node.cache_policy))
+    entry = cache.lookup(key) if not reasons else None
+    if entry is not None:
+        return StageState.CACHED, [Reason(ReasonCode.CACHED)], entry
+    if not reasons:
+        reasons = explain.compare(parts, previous)
+        if upstream_runs and any(r.code == ReasonCode.INPUT for r in reasons):
+            reasons.append(Reason(ReasonCode.UPSTREAM, ", ".join(upstream_runs)))
+        if not reasons:
+            detail = ("entry present but incomplete (objects or outputs missing)" if cache.read_entry(key)
+                      else "not in this cache")
+            reasons = [Reason(ReasonCode.MISSING, detail)]
+    return StageState.WILL_RUN, reasons, None
+
+
+class Runner:
+    """Runs a Dag against a Cache on an Executor, reporting progress through `on_update`."""
+
+    def __init__(self, dag: Dag, cache: Cache, executor: Executor, *, force: set[str] = frozenset(),
+                 previous: Lock | None = None, jobs: int = 1, publish: bool = True,
+                 on_update: Callable[[StageReport], None] = lambda r: None):
+        self.dag = dag
+        self.cache = cache
+        self.executor = executor
+        self.force = set(force)
+        self.previous = previous
+        self.jobs = max(1, jobs)
+        self.publish = publish
+        self.on_update = on_update
+        self.hashes: StatCache = cache.hashes
+        self.reports = {nid: StageReport(id=nid, kind=n.kind, needs=list(n.needs)) for nid, n in dag.nodes.items()}
+        self.entries: dict[str, Entry] = {}
+        self.parts: dict[str, dict] = {}
+        self._running: dict[Future, tuple[str, Any, Path]] = {}
+        self._locked_out: set[str] = set()
+        self.failed = False
+
+    # --- public ---------------------------------------------------------------------------
+    def run(self) -> dict[str, StageReport]:
+        # the lease keeps `zoo gc` off what this run holds (workspaces, keys, objects) until it ends
+        with self.cache.leased():
+            self._run()
+        for report in self.reports.values():
+            if report.state == StageState.WAITING:
+                report.state = StageState.SKIPPED
+                failed_up = [n for n in report.needs if self.reports[n].state in (StageState.FAILED, StageState.SKIPPED)]
+                report.reasons = [Reason(ReasonCode.NOT_RUN,
+                                         f"upstream failed: {', '.join(failed_up)}" if failed_up else "run stopped")]
+                self.on_update(report)
+        return self.reports
+
+    def _run(self) -> None:
+        try:
+            while True:
+                started = self._start_ready()
+                if not self._running:
+                    if self._locked_out:
+                        time.sleep(0.1)
+                        continue
+                    if not started:
+                        break
+                    continue
+                done, _ = wait(list(self._running), timeout=0.1 if self._locked_out else None,
+                               return_when=FIRST_COMPLETED)
+                for future in done:
+                    self._finish(future)
+        finally:
+            for future, (nid, lock, tmp) in list(self._running.items()):
+                future.cancel()
+                lock.release()
+            self.executor.shutdown()
+
+    def lock_records(self) -> dict[str, StageLock]:
+        """Lock records of every stage that completed (ran or cached) in this run."""
+        return {nid: StageLock.from_parts(self.entries[nid].key, self.parts[nid], self.entries[nid].output_digests(),
+                                          self.entries[nid].metrics, host=self.entries[nid].host)
+                for nid in self.dag.order() if nid in self.entries}
+
+    # --- scheduling -----------------------------------------------------------------------
+    def _start_ready(self) -> bool:
+        progressed = False
+        for nid, node in self.dag.nodes.items():
+            report = self.reports[nid]
+            if report.state != StageState.WAITING or self.failed:
+                continue
+            if not all(self.reports[n].state in (StageState.CACHED, StageState.RAN) for n in node.needs):
+                continue
+            if self._try_start(node, report):
+                progressed = True
+        return progressed
+
+    def _try_start(self, node: Node, report: StageReport) -> bool:
+        nid = node.id
+        if nid not in self.parts:
+            self.parts[nid], report.key = keys.stage_key(self.dag, node, self.entries, self.reports, self.hashes)
+        key = report.key
+        self.cache.hold(keys=[key])  # before the lookup: a hit's entry and objects stay until the run ends
+        upstream_runs = [up for up in node.needs if self.reports[up].state == StageState.RAN]
+        previous = self.previous.stages.get(nid) if self.previous else None
+        action, reasons, entry = decide(node, self.parts[nid], key, self.cache, previous, nid in self.force,
+                                        upstream_runs)
+        if action == StageState.CACHED:
+            if nid in self._locked_out:
+                reasons = [Reason(ReasonCode.CACHED, "computed by a concurrent run")]
+            self._mark_cached(report, entry, reasons)
+            return True
+        if len(self._running) >= self.jobs:
+            return False  # no free slot; stays waiting until a running stage finishes
+        lock = self.cache.lock(key)
+        try:
+            lock.acquire(timeout=0)
+        except Exception:  # filelock.Timeout: another zoo run is computing this key right now
+            if nid not in self._locked_out:
+                self._locked_out.add(nid)
+                report.reasons = [Reason(ReasonCode.WAITING, "another run is computing this stage")]
+                self.on_update(report)
+            return False
+        self._locked_out.discard(nid)
+        if node.cache_policy == "default" and nid not in self.force:
+            entry = self.cache.lookup(key)
+            if entry is not None:  # a concurrent run finished it while we waited
+                lock.release()
+                self._mark_cached(report, entry, [Reason(ReasonCode.CACHED, "computed by a concurrent run")])
+                return True
+        try:
+            task, tmp = self._task(node, key)
+        except BaseException:
+            lock.release()
+            raise
+        report.state, report.reasons, report.started = StageState.RUNNING, reasons, time.time()
+        report.log_path = str(self.cache.log_path(key))
+        self.on_update(report)
+        self._running[self.executor.submit(task)] = (nid, lock, tmp)
+        return True
+
+    def _mark_cached(self, report: StageReport, entry: Entry, reasons: list[Reason]) -> None:
+        self._locked_out.discard(report.id)
+        self.entries[report.id] = entry
+        report.state, report.reasons, report.metrics = StageState.CACHED, reasons, entry.metrics
+        report.duration_s = 0.0
+        report.log_path = str(self.cache.log_path(entry.key))
+        report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
+        if self.publish:
+            self._redo_effects(report, entry)
+        self.on_update(report)
+
+    def _redo_effects(self, report: StageReport, entry: Entry) -> None:
+        """A cache hit skips run(): let the kind redo what it does outside the cache (deploy publishes)."""
+        from zoo.stage import StageContext, StageKind
+
+        node = self.dag.nodes[report.id]
+        cls = kind_loader.get(node.kind)
+        if cls.on_cached is StageKind.on_cached:
+            return
+        tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-cached-")
+        context = StageContext(stage_id=node.id, out_dir=tmp / "out", work_dir=tmp / "work",
+                               recipe=keys.recipe_info(self.dag.recipe),
+                               shared=keys.shared_sections(self.dag.recipe, node), matrix=dict(node.instance.matrix),
+                               key=entry.key, publish=True, log=logging.getLogger(f"zoo.stage.{node.id}"))
+        try:
+            cls().on_cached(self.cache.output_paths(entry), node.instance.config, context)
+        except Exception as e:  # reported like a failure of the stage: the run did not do what it says
+            report.state, report.error = StageState.FAILED, WorkerError.from_exception(e)
+            self.failed = True
+            return
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        report.metrics = {**entry.metrics, **context.metrics}
+        report.effects = list(context.effects)
+
+    def _task(self, node: Node, key: str) -> tuple[StageTask, Path]:
+        upstream = []
+        for up in node.needs:
+            entry = self.entries[up]
+            paths = self.cache.output_paths(entry)
+            up_node = self.dag.nodes[up]
+            upstream.append(Upstream(stage_id=up, kind=up_node.kind, outputs=dict(paths), metrics=entry.metrics,
+                                     matrix=dict(up_node.instance.matrix), key=entry.key))
+        lineage = {}
+        if kind_loader.get(node.kind).lineage:
+            for a in self.dag.ancestors(node.id):
+                record = StageLock.from_parts(self.entries[a].key, self.parts[a], self.entries[a].output_digests(), {})
+                lineage[a] = record.to_json()
+        tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-")
+        threads = max(1, (os.cpu_count() or 1) // self.jobs)
+        task = StageTask(stage_id=node.id, kind=node.kind, key=key,
+                         # only what the recipe set: the worker re-validates it, and validators that
+                         # check which options were given must see the recipe, not filled-in defaults
+                         config=node.instance.config.model_dump(mode="json", by_alias=True, exclude_unset=True),
+                         matrix=dict(node.instance.matrix), shared=keys.shared_sections(self.dag.recipe, node),
+                         recipe=keys.recipe_info(self.dag.recipe), upstream=upstream,
+                         out_dir=str(tmp / "out"), work_dir=str(tmp / "work"), log_path=str(tmp / "stage.log"),
+                         threads=threads, publish=self.publish, lineage=lineage, storage_root=str(self.cache.root))
+        return task, tmp
+
+    def _finish(self, future: Future) -> None:
+        nid, lock, tmp = self._running.pop(future)
+        node, report = self.dag.nodes[nid], self.reports[nid]
+        try:
+            try:
+                result: StageResult = future.result()
+            except BaseException as e:  # the worker process died (killed, out of memory...)
+                result = StageResult(duration_s=time.time() - (report.started or time.time()),
+                                     error=WorkerError(type=type(e).__name__, message=f"the stage's process died: {e}"))
+            report.duration_s = result.duration_s
+            self._keep_log(tmp / "stage.log", report.key)
+            if result.ok and (mismatch := environment_mismatch(self.parts[nid], result.environment)):
+                result = StageResult(error=WorkerError(
+                    type=WorkerMismatch.__name__, exit_code=ExitCode(WorkerMismatch.exit_code),
+                    message=f"stage {nid} ran where {mismatch}, so its outputs do not belong under the key "
+                            "computed here; nothing was cached",
+                    hint="install the same versions on every worker as on the machine running `zoo run` "
+                         "(pip install -c constraints.txt)"))
+            if result.ok:
+                try:
+                    entry = self.cache.commit(key=report.key, stage=nid, kind=node.kind, out_dir=tmp / "out",
+                                              outputs=result.outputs, metrics=result.metrics,
+                                              parts=self.parts[nid], duration_s=report.duration_s,
+                                              record=node.cache_policy != "disable", host=result.host)
+                except ZooError as e:  # outputs missing, disk full: the stage failed and nothing was recorded
+                    result = StageResult(error=WorkerError.from_exception(e))
+            if result.ok:
+                self.entries[nid] = entry
+                report.state, report.metrics = StageState.RAN, result.metrics
+                report.effects = list(result.effects)
+                report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
+            else:
+                report.state, report.error = StageState.FAILED, result.error
+                self.failed = True
+        finally:
+            lock.release()
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.on_update(report)
+
+    def _keep_log(self, src: Path, key: str) -> None:
+        if src.exists():
+            dest = self.cache.log_path(key)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dest)
+
+
+def environment_mismatch(parts: dict[str, Any], seen: dict[str, Any] | None) -> str:
+    """How the worker's tool versions and kind code differ from the key's ('' if they agree).
+
+    Workers that report nothing (older ones) are trusted, as before."""
+    if not seen:
+        return ""
+    diffs = []
+    for dist, want in sorted(parts.get("tools", {}).items()):
+        got = seen.get("tools", {}).get(dist)
+        if got is not None and got != want:
+            diffs.append(f"{dist} is {got} (here: {want})")
+    for name, want in sorted(parts.get("code", {}).items()):
+        got = seen.get("code", {}).get(name)
+        if name.startswith("kind:") and got is not None and got != want:
+            diffs.append(f"the code of {name[5:]} differs")
+    return "; ".join(diffs)
+
+
+def log_tail(path: str | None, lines: int = 20) -> str:
+    """The last lines of a stage log, for failure messages."""
+    if not path:
+        return ""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])

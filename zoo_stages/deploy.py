@@ -1,0 +1,634 @@
+"""The `deploy` stage kind: device builds, test vectors, model card, manifest, publish.
+
+Recipe usage::
+
+    deploy:
+      needs: [optimize, quantize, verify]
+      config:
+        builds:
+          cpu-fp32:  {from: optimize}                  # shipped as is; verified under the same name
+          cpu-int8:  {from: quantize}
+          cuda-fp16: {from: optimize, convert: fp16}   # float16, float32 I/O, parity-checked on the CPU
+          mobile:    {from: quantize, convert: ort}    # ORT format for onnxruntime mobile
+        publish: true
+
+For every build, ``out_dir/release/`` gets ``builds/<build>/model.onnx`` (or ``model.ort``),
+its test vectors (``builds/<build>/test_data_set_0/input_0.pb``... in the ONNX Model Zoo
+layout) and a `Build` entry; then the model card ``README.md`` and, last, ``zoo-manifest.json``.
+That folder is exactly what `LocalZoo.publish` reads, and it is byte-deterministic: the same
+inputs give the same bytes (no timestamps, sorted keys, one inference thread).
+
+Provenance (`zoo_stages.lib.provenance`): every shipped ONNX build is stamped with
+``metadata_props`` (zoo version, recipe name@version and digest, deploy's key, build name,
+source digest, license and the sources' attribution); an ORT-format build is converted from a
+stamped copy of its source, so it carries the same props. The release also holds ``zoo.lock``
+(the lock records of every ancestor stage: what reproduces it) and ``provenance.intoto.json``
+(an in-toto statement, SLSA provenance v1, whose subjects are every build file), both listed
+in the manifest's ``files``; the model card gets a Provenance section rendered from the
+statement.
+
+- Builds without conversion ship their upstream model unchanged, with verify's metrics and test
+  vectors for the build of the same name (``verified_as`` overrides the name). Those vectors
+  are re-run against the model (``check_vectors``) so a wrong name mapping fails loudly.
+- ``convert: fp16`` and ``convert: ort`` builds are compared with their source on the CPU
+  (held-out data when the recipe has a ``data:`` section, else verify's test inputs, else fixed
+  random inputs); a difference beyond ``atol + rtol * |ref|`` raises GateFailed with a table.
+  Their test vectors are the converted model's outputs on verify's test inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from zoo.errors import GateFailed, InvalidInput, ZooError
+from zoo.files import atomic_copy, atomic_write
+from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
+from zoo.registry.staging import file_ref
+from zoo.stage import Column, Effect, Inputs, KindConfig, ReportTable, StageContext, StageKind, Upstream
+from zoo_stages.lib.conversion_check import ConversionCheck
+from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
+from zoo_stages.lib.release_folder import check_complete
+from zoo_stages.lib.vectors import find_sets, read_tensors, vector_files, write_test_vectors
+from zoo_stages.lib.verify_report import VerifyOutputs, read_verify_outputs
+
+CARD_FILE = "README.md"
+PUBLISHED = "published"  # the effect of publishing the release to the local zoo (zoo.stage.Effect.kind)
+# flatbuffers writes the canonical .ort bytes (see convert.canonical_ort_bytes), so its version matters too
+LINEAGE_TOOLS = ("flatbuffers", "onnx", "onnxruntime", "torch", "zoo-onnx")
+# default parity tolerances per conversion: fp16 rounds every weight and activation, while the
+# ORT format runs the very same kernels (only graph optimizations are baked in)
+DEFAULT_TOLERANCES = {"fp16": (1e-2, 1e-2), "ort": (1e-4, 1e-4)}
+# re-running verify's vectors: same model, same kernels; only thread scheduling may differ
+VECTOR_CHECK_TOLERANCE = (1e-3, 1e-3)
+# options about what happens around the release, not what it holds: left out of its provenance
+_SIDE_EFFECT_OPTIONS = {"publish", "measurements"}
+
+
+class BuildSpec(KindConfig):
+    """One device build of the release."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    source: str = Field(alias="from", min_length=1,
+                        description="id of the upstream stage whose `model` output this build ships")
+    convert: Literal["fp16", "ort"] | None = Field(
+        None, description="fp16: float16 weights/compute with float32 I/O (CUDA); ort: ORT format (mobile)")
+    verified_as: str | None = Field(
+        None, description="name of the build in verify's report to take metrics/vectors from "
+                          "(for converted builds: the verified build of the source model)")
+    optimization_style: Literal["Fixed", "Runtime"] | None = Field(
+        None, description="ORT format only: Fixed (default) bakes optimizations in; Runtime saves some "
+                          "for compiling execution providers (NNAPI, CoreML)")
+    atol: float | None = Field(None, ge=0, description="parity tolerance of a conversion (default fp16 1e-2, ort 1e-4)")
+    rtol: float | None = Field(None, ge=0, description="relative parity tolerance (default fp16 1e-2, ort 1e-4)")
+    precision: str | None = Field(None, description="override the precision read from the model (fp32, fp16, int8)")
+    execution_providers: list[str] | None = Field(
+        None, description="providers to list in the manifest (default: CUDA then CPU for fp16, CPU otherwise)")
+    requires: dict[str, str] | None = Field(None, description="extra requirements, e.g. {device: cuda}")
+    op_block_list: list[str] = Field(default_factory=list,
+                                     description="fp16 only: operator types to keep in float32")
+
+    @model_validator(mode="after")
+    def _options_match_conversion(self):
+        if self.optimization_style is not None and self.convert != "ort":
+            raise ValueError("`optimization_style` applies to `convert: ort` builds only")
+        if self.op_block_list and self.convert != "fp16":
+            raise ValueError("`op_block_list` applies to `convert: fp16` builds only")
+        return self
+
+
+class DeployConfig(KindConfig):
+    """Config of the deploy kind."""
+
+    builds: dict[str, BuildSpec] = Field(min_length=1, description="build name -> how to make it")
+    publish: bool = Field(True, description="publish the release to the local zoo")
+    intended_use: str = Field("", description="model card: intended use (a generic text by default)")
+    limitations: str = Field("", description="model card: limitations (a generic text by default)")
+    parity_samples: int | None = Field(None, ge=1, description="held-out samples for parity checks (default: all)")
+    vector_samples: int = Field(8, ge=1, description="samples per generated test vector when verify has none")
+    check_vectors: bool = Field(True, description="re-run verify's test vectors against each shipped model")
+    measurements: bool = Field(
+        True, description="add verify's timing measurements (latency, throughput, speedup) to the PUBLISHED "
+                          "manifest and card; the stage's own release output never holds them, so it stays "
+                          "bit-reproducible")
+
+    @field_validator("builds", mode="before")
+    @classmethod
+    def _shorthand(cls, v):
+        # `cpu-fp32: optimize` is short for `cpu-fp32: {from: optimize}`
+        if isinstance(v, dict):
+            return {k: ({"from": spec} if isinstance(spec, str) else spec) for k, spec in v.items()}
+        return v
+
+    @field_validator("builds")
+    @classmethod
+    def _build_names(cls, v):
+        for name in v:
+            if not re.match(BUILD_RE, name):
+                raise ValueError(f"build name {name!r} must be lowercase letters, digits, '.', '_' or '-' "
+                                 "(e.g. cpu-fp32)")
+        return v
+
+
+@dataclass
+class _Shipped:
+    """What one build ships, before it is described in the manifest."""
+
+    model: Path
+    extra_files: list[Path] = field(default_factory=list)
+    precision: str = "fp32"
+    metrics: dict[str, Any] = field(default_factory=dict)
+    execution_providers: list[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
+    requires: dict[str, str] = field(default_factory=dict)
+    conversion: dict[str, Any] | None = None
+
+
+class Deploy(StageKind):
+    """Package upstream models as device builds, write the model card and manifest, publish."""
+
+    name: ClassVar[str] = "deploy"
+    # 2: provenance (stamped builds, zoo.lock, in-toto statement); 3: reads only the recipe fields it
+    # declares (the recipe's `task:` when there is no model section), zoo.lock records their values;
+    # 4: publishing is an effect (context.effects), no longer a `published` metric
+    version: ClassVar[str] = "4"
+    Config: ClassVar[type[KindConfig]] = DeployConfig
+    tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
+    # the dataset (card, conversion checks, its fingerprint) and the task the card names
+    shared: ClassVar[tuple[str, ...]] = ("data", "model.task", "task")
+    outputs: ClassVar[tuple[str, ...]] = ("release",)
+    # the manifest and card name the recipe, so its identity enters the key; the release embeds
+    # the lock records of every ancestor (context.lineage), so their keys enter it too
+    recipe_fields: ClassVar[tuple[str, ...]] = ("name", "version", "description", "license", "digest")
+    lineage: ClassVar[bool] = True
+    summary: ClassVar[str] = "device builds (fp32, int8, fp16, ORT format), model card, manifest; publish to the zoo"
+    # what `zoo release` requires of the version: what rebuilds it, and what says where it came from
+    release_files: ClassVar[tuple[str, ...]] = (LOCK_FILE, STATEMENT_FILE)
+
+    def run(self, inputs: Inputs, config: DeployConfig, context: StageContext) -> Mapping[str, Path]:
+        release = context.output_path("release")
+        if release.exists():
+            shutil.rmtree(release)
+        release.mkdir(parents=True)
+        work = Path(context.work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+
+        job = _Release(inputs, config, context, release, work)
+        manifest = job.build()
+        context.metrics["builds"] = list(manifest.builds)
+        context.metrics["release_files"] = len(manifest.all_files()) + 1
+        if config.publish and context.publish:
+            _publish(job.publication(manifest), context)
+        return {"release": release}
+
+    def on_cached(self, outputs: Mapping[str, Path], config: DeployConfig, context: StageContext) -> None:
+        """Publish the cached release to this machine's local zoo when it is not there yet.
+
+        A no-op (one manifest comparison) when the zoo has the version; otherwise the release
+        folder is published as cached, without this host's timing measurements (those belong to
+        the run that measured them).
+        """
+        if config.publish and context.publish:
+            _publish(Path(outputs["release"]), context)
+
+    def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
+        """The builds of the version this run published, read back from the local zoo."""
+        return [_builds_table(e.ref) for e in effects if e.kind == PUBLISHED]
+
+    def release_output(self, config: DeployConfig) -> str | None:
+        """The `release` folder is the version, when deploy publishes it."""
+        return "release" if config.publish else None
+
+    def check_release(self, manifest: Manifest, read: Callable[[str], bytes]) -> list[str]:
+        """The provenance statement's subjects are exactly the build files, with their sha256."""
+        from zoo_stages.lib.provenance import release_problems
+
+        build_files = {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
+        return release_problems(read(STATEMENT_FILE), build_files)
+
+
+def _publish(folder: Path, context: StageContext) -> None:
+    from zoo.registry.store import LocalZoo
+
+    zoo = LocalZoo()
+    published = zoo.publish(folder)
+    # evidence that the version is still in this zoo: its manifest and every blob (`zoo rm` or a
+    # `zoo fsck --repair` that removed a bad blob undoes the effect, and the next run publishes again)
+    evidence = [zoo.manifest_path(published.name, published.version)]
+    evidence += [zoo.blobs.path(f.sha256) for f in published.all_files()]
+    context.effects.append(Effect(PUBLISHED, published.ref, tuple(str(p) for p in evidence)))
+    context.log.info("published %s to %s", published.ref, zoo.root)
+
+
+def _builds_table(ref: str) -> ReportTable:
+    """The published version's builds (format, precision, size, accuracy, latency, sha256), from the local zoo."""
+    from zoo.registry.store import LocalZoo
+
+    try:
+        manifest = LocalZoo().resolve(ref)
+    except ZooError as e:
+        return ReportTable(f"(cannot read {ref} from the local zoo: {e})")
+    columns = (Column("build"), Column("format"), Column("precision"), Column("size", align="right", format="size"),
+               Column("accuracy", align="right", format=".4f"), Column("p50 ms", align="right", format=".2f"),
+               Column("sha256"))
+    rows = tuple((name, b.format, b.precision, b.file.size, b.metrics.get("accuracy"), b.metrics.get("latency_p50_ms"),
+                  b.file.sha256[:12]) for name, b in manifest.builds.items())
+    return ReportTable(f"builds of {ref}", columns, rows)
+
+
+class _Release:
+    """One run of deploy: the state shared by the builds of a release."""
+
+    def __init__(self, inputs: Inputs, config: DeployConfig, context: StageContext, release: Path, work: Path):
+        self.inputs = inputs
+        self.config = config
+        self.ctx = context
+        self.release = release
+        self.work = work
+        model_spec = context.shared.get("model") or {}
+        self.data_spec: dict[str, Any] | None = context.shared.get("data") or None
+        self.task = str(model_spec.get("task") or context.shared.get("task") or "")
+        self.verify: VerifyOutputs = read_verify_outputs(inputs, context.log)
+        self.check = ConversionCheck(
+            self.verify, data_spec=self.data_spec, recipe_dir=context.recipe.dir, task=self.task,
+            parity_samples=config.parity_samples, vector_samples=config.vector_samples, log=context.log)
+        self.attribution: dict[str, list[dict[str, str]]] = {}  # build -> its sources' attribution
+        self.provenance_section = ""  # the card's Provenance section (also for the published copy)
+
+    # -- verify's outputs -------------------------------------------------------------------
+
+    def _verified_name(self, name: str, spec: BuildSpec) -> str | None:
+        """The name under which verify checked this build's model (its source's, for conversions)."""
+        v = self.verify
+        if spec.verified_as is not None:
+            if v.builds is None:
+                raise InvalidInput(f"builds.{name}.verified_as is {spec.verified_as!r} but there is no verify report",
+                                   hint="add the verify stage to deploy's `needs:` or drop `verified_as`")
+            if spec.verified_as not in v.builds:
+                raise InvalidInput(f"builds.{name}.verified_as: verify's report has no build {spec.verified_as!r} "
+                                   f"(it has: {', '.join(sorted(v.builds)) or 'none'})",
+                                   hint="use one of the build names of verify's `builds:`")
+            return spec.verified_as
+        if v.builds is None:
+            return None
+        if spec.convert is None and name in v.builds:
+            return name
+        # verify may record which stage each of its builds came from
+        by_stage = sorted(b for b, e in v.builds.items() if e.get("stage") == spec.source or e.get("from") == spec.source)
+        if len(by_stage) == 1:
+            return by_stage[0]
+        # a converted build's source is verified under the name of the unconverted build shipping it
+        siblings = sorted(b for b, s in self.config.builds.items()
+                          if s.convert is None and s.source == spec.source and (s.verified_as or b) in v.builds)
+        if spec.convert is not None and siblings:
+            sib = self.config.builds[siblings[0]]
+            return sib.verified_as or siblings[0]
+        return None
+
+    # -- the release --------------------------------------------------------------------------
+
+    def build(self) -> Manifest:
+        builds: dict[str, Build] = {}
+        conversions: dict[str, dict[str, Any]] = {}
+        verified: dict[str, str | None] = {}
+        for name, spec in self.config.builds.items():
+            build, conversion, vname = self._one(name, spec)
+            builds[name] = build
+            verified[name] = vname
+            if conversion:
+                conversions[name] = conversion
+        recipe = self.ctx.recipe
+        extra: dict[str, Any] = {"deploy": {"verified_as": verified}}
+        if conversions:
+            extra["deploy"]["conversions"] = conversions
+        verification = self.verify.summary()
+        if verification:
+            extra["deploy"]["verification"] = verification
+        lineage = self._lineage()
+        files, stmt = self._provenance_files(builds, lineage)
+        extra["provenance"] = {"statement": STATEMENT_FILE, "lock": LOCK_FILE,
+                               "license": stmt["predicate"]["buildDefinition"]["internalParameters"]["license"],
+                               "attribution": self._all_attribution()}
+        manifest = Manifest(
+            name=recipe.name, version=recipe.version, description=recipe.description, license=recipe.license,
+            task=self.task,
+            builds=builds, lineage=lineage, files=files, extra=extra,
+        )
+        from zoo_stages.lib.modelcard import render_card
+        from zoo_stages.lib.provenance import card_section
+
+        self.provenance_section = card_section(stmt)
+        card = render_card(manifest, dataset=self.data_spec, intended_use=self.config.intended_use,
+                           limitations=self.config.limitations, verification=verification, conversions=conversions,
+                           appendix=self.provenance_section)
+        card_path = self.release / CARD_FILE
+        atomic_write(card_path, card.encode("utf-8"), fsync=False)
+        manifest.card = file_ref(self.release, card_path)
+        manifest = Manifest.model_validate(manifest.model_dump())
+        check_complete(self.release, manifest)
+        # written last: a release folder with a manifest is a finished one
+        atomic_write(self.release / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode("utf-8"), fsync=False)
+        return manifest
+
+    def _provenance_files(self, builds: dict[str, Build], lineage: Lineage) -> tuple[list[FileRef], dict[str, Any]]:
+        """Write zoo.lock and the in-toto statement into the release; their FileRefs and the statement."""
+        from zoo_stages.lib import provenance
+
+        recipe, lineage_records = self.ctx.recipe, dict(self.ctx.lineage)
+        lock_path = self.release / LOCK_FILE
+        atomic_write(lock_path, provenance.lock_yaml(recipe, lineage_records).encode("utf-8"), fsync=False)
+        lock_ref = file_ref(self.release, lock_path)
+        # direct inputs the engine did not describe (a deploy run outside the engine, as in tests)
+        unrecorded = provenance.input_digests(up for up in self.inputs if up.stage_id not in lineage_records)
+        data = None
+        if "data" in lineage.sources:
+            data = {"digest": lineage.sources["data"], "source": str((self.data_spec or {}).get("source", ""))}
+        subjects = [(ref.path, ref.sha256) for b in builds.values() for ref in b.all_files()]
+        stmt = provenance.statement(subjects=subjects, recipe=recipe, key=self.ctx.key,
+                                    config=self.config.model_dump(mode="json", by_alias=True,
+                                                                  exclude=_SIDE_EFFECT_OPTIONS),
+                                    lineage=lineage_records, tools=lineage.tools, inputs=unrecorded, data=data,
+                                    attribution=self._all_attribution(), lock_sha256=lock_ref.sha256)
+        stmt_path = self.release / STATEMENT_FILE
+        atomic_write(stmt_path, provenance.statement_bytes(stmt), fsync=False)
+        return [lock_ref, file_ref(self.release, stmt_path)], stmt
+
+    def _all_attribution(self) -> list[dict[str, str]]:
+        from zoo_stages.lib.provenance import merge_attribution
+
+        return merge_attribution(*self.attribution.values())
+
+    def _props(self, name: str, spec: BuildSpec, source: Path) -> dict[str, str]:
+        """The metadata_props of build `name`: release identity, its source's digest, license."""
+        from zoo.engine.hashing import ALGORITHM, hash_file_uncached
+        from zoo_stages.lib import provenance
+
+        self.attribution[name] = provenance.model_attribution(source)
+        sources = {f"{spec.source}.model": f"{ALGORITHM}:{hash_file_uncached(source)}"}
+        return provenance.release_props(self.ctx.recipe, self.ctx.key, name, sources, self.attribution[name])
+
+    def _one(self, name: str, spec: BuildSpec) -> tuple[Build, dict[str, Any] | None, str | None]:
+        """Stage one build under builds/<name>/; returns its Build entry, conversion record, verified name."""
+        from zoo_stages.lib.model_info import describe
+
+        source = self._source_model(name, spec)
+        bdir = self.release / "builds" / name
+        bdir.mkdir(parents=True, exist_ok=True)
+        vname = self._verified_name(name, spec)
+        src_info = describe(source)
+        props = self._props(name, spec, source)
+        if spec.convert is None:
+            shipped = self._as_is(name, spec, vname, source, src_info, bdir, props)
+        else:
+            shipped = self._converted(name, spec, vname, source, src_info, bdir, props)
+        info = describe(shipped.model)
+        vectors = self._vectors(name, spec, vname, shipped.model, bdir)
+        metrics = dict(shipped.metrics)
+        # what a runtime loads: the model and its external data (not the operator list for minimal builds)
+        metrics["size_bytes"] = shipped.model.stat().st_size + sum(
+            p.stat().st_size for p in shipped.extra_files if not p.name.endswith(".required_operators.config"))
+        build = Build(
+            name=name,
+            file=file_ref(self.release, shipped.model),
+            format=info.format,
+            precision=spec.precision or shipped.precision,
+            opset=info.opset if info.opset is not None else src_info.opset,
+            inputs=info.inputs,
+            outputs=info.outputs,
+            execution_providers=list(spec.execution_providers or shipped.execution_providers),
+            requires=dict(sorted({**shipped.requires, **(spec.requires or {})}.items())),
+            metrics=dict(sorted(metrics.items())),
+            test_vectors=[file_ref(self.release, p) for p in vectors],
+            extra_files=[file_ref(self.release, p) for p in sorted(shipped.extra_files)],
+        )
+        return build, shipped.conversion, vname
+
+    def _as_is(self, name: str, spec: BuildSpec, vname: str | None, source: Path, src_info: Any,
+               bdir: Path, props: Mapping[str, str]) -> _Shipped:
+        """An upstream model shipped as is (graph, weights, external data), with verify's metrics.
+
+        Only the provenance metadata_props are added, after checking that the unstamped source
+        is the model verify checked: metadata changes no output, so verify's figures and
+        vectors still apply (the vectors are re-run against the stamped file).
+        """
+        from zoo_stages.lib.provenance import stamp_file
+
+        model = bdir / "model.onnx"
+        atomic_copy(source, model, fsync=False)
+        extra = []
+        for location in src_info.external_data:
+            atomic_copy(source.parent / location, bdir / location, fsync=False)
+            extra.append(bdir / location)
+        metrics: dict[str, Any] = {}
+        if vname is not None:
+            self._check_digest(name, spec, vname, source)
+            metrics = self.verify.verified_metrics(vname)
+        elif self.verify.builds is not None:
+            self.ctx.log.warning("deploy: build %s was not verified (no build %r in verify's report)", name, name)
+        stamp_file(model, props)
+        return _Shipped(model=model, extra_files=extra, precision=src_info.precision or "fp32", metrics=metrics)
+
+    def _converted(self, name: str, spec: BuildSpec, vname: str | None, source: Path, src_info: Any,
+                   bdir: Path, props: Mapping[str, str]) -> _Shipped:
+        """An fp16 or ORT-format conversion of an upstream model, parity-checked against it on the CPU."""
+        from zoo_stages.lib import convert as cv
+        from zoo_stages.lib.provenance import stamp_file
+
+        atol, rtol = DEFAULT_TOLERANCES[spec.convert]
+        atol = spec.atol if spec.atol is not None else atol
+        rtol = spec.rtol if spec.rtol is not None else rtol
+        if spec.convert == "fp16":
+            model = stamp_file(cv.to_fp16(source, bdir / "model.onnx", op_block_list=spec.op_block_list), props)
+            sidecar = bdir / "model.onnx.data"  # only for models above protobuf's 2 GiB limit
+            shipped = _Shipped(model=model, extra_files=[sidecar] if sidecar.exists() else [], precision="fp16",
+                               execution_providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
+                               requires={"device": "cuda"})
+            shipped.conversion = {"kind": "fp16", "from": spec.source, "keep_io_types": True,
+                                  "files": [p.name for p in [model, *shipped.extra_files]]}
+            if spec.op_block_list:
+                shipped.conversion["op_block_list"] = sorted(spec.op_block_list)
+        else:
+            style = spec.optimization_style or "Fixed"
+            # the ORT format keeps metadata_props: convert a stamped copy so the build carries them
+            result = cv.to_ort(self._stamped_copy(name, source, src_info, props), bdir, optimization_style=style,
+                               work_dir=self.work)
+            major, minor = metadata.version("onnxruntime").split(".")[:2]
+            shipped = _Shipped(model=result.model, extra_files=[result.operators_config],
+                               precision=src_info.precision or "fp32",
+                               requires={"onnxruntime": f">={major}.{minor}"})  # ORT format is not backward-portable
+            shipped.conversion = {"kind": "ort", "from": spec.source, "optimization_style": style,
+                                  "optimization_level": result.optimization_level,
+                                  "files": [result.model.name, result.operators_config.name]}
+        parity, accuracy, feeds = self.check.parity(name, vname, source, shipped.model, atol=atol, rtol=rtol)
+        cv.require_parity(parity, f"build {name} ({spec.convert} conversion of {spec.source})")
+        if spec.convert == "ort" and shipped.conversion["optimization_style"] == "Runtime":
+            shipped.conversion["runtime_optimizations_replay"] = self.check.replay_status(
+                name, source, shipped.model, feeds, atol=atol, rtol=rtol)
+        figures = parity.metrics()
+        shipped.metrics = {**figures, **accuracy}
+        shipped.conversion.update(figures)
+        if vname is not None:
+            shipped.conversion["source_verified_as"] = vname
+        return shipped
+
+    def _stamped_copy(self, name: str, source: Path, src_info: Any, props: Mapping[str, str]) -> Path:
+        """A copy of `source` (and its external data) in the work folder, stamped with `props`."""
+        from zoo_stages.lib.provenance import stamp_file
+
+        folder = self.work / "stamped" / name
+        if folder.exists():
+            shutil.rmtree(folder)
+        copy = folder / source.name
+        atomic_copy(source, copy, fsync=False)
+        for location in src_info.external_data:
+            atomic_copy(source.parent / location, folder / location, fsync=False)
+        return stamp_file(copy, props)
+
+    def _check_digest(self, name: str, spec: BuildSpec, vname: str, source: Path) -> None:
+        """verify records the digest of each model it checked: the shipped one must be that model."""
+        from zoo.engine.hashing import hash_file_uncached
+
+        recorded = (self.verify.entry(vname) or {}).get("model_digest")
+        if isinstance(recorded, str) and recorded != hash_file_uncached(source):
+            raise GateFailed(f"build {name}: the model of stage {spec.source!r} is not the model verify checked "
+                             f"as {vname!r}, so verify's metrics and vectors do not apply to it",
+                             hint=f"set builds.{name}.verified_as to the verify build of stage {spec.source!r}, "
+                                  "or re-run verify")
+
+    def _source_model(self, name: str, spec: BuildSpec) -> Path:
+        try:
+            up: Upstream = self.inputs.stage(spec.source)
+        except InvalidInput:
+            have = ", ".join(up.stage_id for up in self.inputs if "model" in up.outputs) or "none"
+            raise InvalidInput(f"builds.{name}.from: deploy does not need a stage called {spec.source!r}",
+                               hint=f"add {spec.source!r} to deploy's `needs:` (stages with a model: {have})") from None
+        model = up.outputs.get("model")
+        if model is None:
+            raise InvalidInput(f"builds.{name}.from: stage {spec.source!r} ({up.kind}) has no `model` output",
+                               hint="name a stage that produces a model (export, optimize, quantize)")
+        model = Path(model)
+        if model.is_dir():
+            found = sorted(model.glob("*.onnx"))
+            if len(found) != 1:
+                raise InvalidInput(f"builds.{name}.from: stage {spec.source!r}'s model folder holds "
+                                   f"{len(found)} .onnx files; expected one")
+            model = found[0]
+        return model
+
+    # -- test vectors -------------------------------------------------------------------------
+
+    def _vectors(self, name: str, spec: BuildSpec, vname: str | None, model_file: Path, bdir: Path) -> list[Path]:
+        """Copy verify's vectors (unconverted, verified builds) or generate them by running the model."""
+        from zoo_stages.lib import convert as cv
+        from zoo_stages.lib.model_info import session_ports
+
+        session = cv.open_session(model_file)
+        ports, out_ports = session_ports(session)
+        vdir = self.verify.vector_dir(vname) if (vname and spec.convert is None) else None
+        written: list[Path] = []
+        if vdir is not None:
+            for set_dir in find_sets(vdir):
+                for f in vector_files(set_dir):
+                    dst = bdir / set_dir.name / f.name
+                    atomic_copy(f, dst, fsync=False)
+                    written.append(dst)
+                if self.config.check_vectors:
+                    self._check_vector_set(name, vname, session, ports, out_ports, set_dir)
+            if written:
+                return written
+        feeds, origin = self.check.inputs_for(name, vname, ports)
+        outputs = cv.run_batched(session, feeds)
+        set_dir = write_test_vectors(bdir / "test_data_set_0", {p.name: feeds[p.name] for p in ports},
+                                     {p.name: arr for p, arr in zip(out_ports, outputs)})
+        written += vector_files(set_dir)
+        self.ctx.log.info("deploy: %s test vectors generated from %s", name, origin)
+        return written
+
+    def _check_vector_set(self, name: str, vname: str, session: Any, ports: list, out_ports: list,
+                          set_dir: Path) -> None:
+        from zoo_stages.lib import convert as cv
+
+        inputs = read_tensors(set_dir, "input")
+        expected = read_tensors(set_dir, "output")
+        if len(inputs) != len(ports) or len(expected) != len(out_ports):
+            raise GateFailed(f"build {name}: verify's test vectors of {vname!r} have {len(inputs)} inputs and "
+                             f"{len(expected)} outputs; the model has {len(ports)} and {len(out_ports)}",
+                             hint=f"set builds.{name}.verified_as to the verify build that checked this model")
+        got = session.run(None, {p.name: a for p, a in zip(ports, inputs)})
+        atol, rtol = VECTOR_CHECK_TOLERANCE
+        parity = cv.compare(expected, got, [p.name for p in out_ports], atol=atol, rtol=rtol)
+        if not parity.passed:
+            raise GateFailed(f"build {name}: the model from stage {self.config.builds[name].source!r} does not "
+                             f"reproduce verify's test vectors of {vname!r} ({set_dir.name})",
+                             table=parity.table(),
+                             hint=f"set builds.{name}.verified_as to the verify build that checked this model")
+
+    # -- manifest parts -----------------------------------------------------------------------
+
+    def publication(self, manifest: Manifest) -> Path:
+        """The folder to publish: the release itself, or a copy whose manifest and card add verify's timings.
+
+        The copy hardlinks every build file, so it costs no space; only the manifest and the model
+        card are rewritten, with the latency/throughput/speedup metrics verify measured on this host.
+        """
+        verified_as = (manifest.extra.get("deploy") or {}).get("verified_as") or {}
+        timings = {}
+        for name in manifest.builds:
+            spec, vname = self.config.builds[name], verified_as.get(name)
+            if spec.convert is None and vname and vname in self.verify.measured:
+                timings[name] = self.verify.timings(vname)
+        if not self.config.measurements or not any(timings.values()):
+            return self.release
+        pub = self.work / "publish"
+        if pub.exists():
+            shutil.rmtree(pub)
+        shutil.copytree(self.release, pub, copy_function=os.link)
+        data = Manifest.model_validate(manifest.model_dump())
+        for name, extra in timings.items():
+            data.builds[name].metrics.update(extra)
+        verification = self.verify.summary(measured=True)
+        deploy_extra = dict(data.extra.get("deploy") or {})
+        if verification:
+            deploy_extra["verification"] = verification
+        deploy_extra["measured"] = {"threads": self.verify.threads, "builds": sorted(timings)}
+        data.extra["deploy"] = deploy_extra
+        from zoo_stages.lib.modelcard import render_card
+
+        card = render_card(data, dataset=self.data_spec, intended_use=self.config.intended_use,
+                           limitations=self.config.limitations, verification=verification,
+                           conversions=deploy_extra.get("conversions"), appendix=self.provenance_section)
+        atomic_write(pub / CARD_FILE, card.encode("utf-8"), fsync=False)  # a new file: the hardlink to the release's card is replaced
+        data.card = file_ref(pub, pub / CARD_FILE)
+        data = Manifest.model_validate(data.model_dump())
+        atomic_write(pub / MANIFEST_FILE, data.model_dump_json(indent=2).encode("utf-8"), fsync=False)
+        return pub
+
+    def _lineage(self) -> Lineage:
+        recipe = self.ctx.recipe
+        stages = {up.stage_id: up.key for up in sorted(self.inputs, key=lambda u: u.stage_id) if up.key}
+        tools = {}
+        for dist in LINEAGE_TOOLS:
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                tools[dist] = metadata.version(dist)
+        sources: dict[str, str] = {}
+        if self.data_spec:
+            try:
+                from zoo.engine.hashing import digest_json
+                from zoo_stages.lib.datasets import split_info
+
+                sources["data"] = digest_json(split_info(self.data_spec, recipe.dir))
+            except ZooError as e:  # the card and manifest still say which data section was used
+                self.ctx.log.warning("deploy: could not fingerprint the dataset: %s", e)
+        for record in self._all_attribution():  # third-party files (pretrained weights...) the builds derive from
+            if record.get("sha256"):
+                sources[record.get("source", "source")] = f"sha256:{record['sha256']}"
+        return Lineage(recipe={"name": recipe.name, "version": recipe.version, "digest": recipe.digest},
+                       stages=stages, sources=sources, tools=tools)

@@ -1,0 +1,622 @@
+"""The `export` kind: a torch model to ONNX (``model.onnx``), checked and parity-gated.
+
+Weights come from exactly one of:
+- the upstream ``checkpoint`` (a train stage; safetensors, or a .pt/.pth state dict);
+- ``weights: {url|path, sha256}``: upstream pretrained torch weights (e.g. torchvision's
+  ``alexnet-owt-7be5be79.pth``), fetched and verified through `zoo.sources`;
+- ``onnx: {url|path, sha256}``: an existing ONNX model, checked and passed through unchanged
+  (torch is not needed; the graph and weights are kept, only provenance metadata is added).
+
+The model is built from the recipe's ``model:`` section, exported with the TorchScript
+exporter (``exporter: dynamo`` needs onnxscript), then: IR version capped at 13 (what
+onnxruntime loads), doc strings and node metadata stripped (they may hold source paths),
+``onnx.checker.check_model(full_check=True)``, which includes strict type and shape inference.
+External data is used only above protobuf's 2 GB limit.
+
+Parity gate: onnxruntime and torch run the same ``parity.samples`` seeded random inputs in
+[0, 1); any element with ``|onnx - torch| > atol + rtol * |torch|`` fails the stage with a
+table of max-abs and max-rel errors per output. Exporting the same weights twice gives the
+same bytes.
+
+Provenance: the model's ``metadata_props`` record zoo's version, the stage key, the digests of
+the checkpoint or source file, the recipe's license and the source's attribution (see
+`zoo_stages.lib.provenance`; ``weights: {license, attribution}`` override the defaults).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import Field, field_validator, model_validator
+
+from zoo.errors import GateFailed, InvalidInput
+from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo_stages.lib import checkpoints
+
+MAX_IR_VERSION = 13  # onnxruntime 1.31 loads at most IR 13; onnx 1.23 stamps 14
+PROTOBUF_LIMIT = 2 * 1024**3 - 1024 * 1024  # stay clear of protobuf's 2 GB message limit
+DATA_LOCATION = "model.onnx.data"
+
+
+class SourceRef(KindConfig):
+    """A file to fetch: a URL (https://, http://, hf://) or a local path, pinned by sha256."""
+
+    url: str | None = Field(None, description="https://..., http://... or hf://org/repo[@rev]/path")
+    path: str | None = Field(None, description="local file, relative to the recipe")
+    sha256: str | None = Field(None, description="the file's full sha256: 64 hex digits (`sha256sum FILE`)")
+    license: str | None = Field(None, description="license of the file (e.g. BSD-3-Clause); stamped into every "
+                                                  "derived build (known hosts such as download.pytorch.org "
+                                                  "have a default)")
+    attribution: str | None = Field(None, description="who to credit for the file; propagated like `license`")
+
+    @field_validator("sha256")
+    @classmethod
+    def _full_digest(cls, value: str | None) -> str | None:
+        """A recipe pins the whole digest: a prefix (torchvision's 8 digits) only guards against
+        accidents, not against a different file that shares it."""
+        if value is None:
+            return None
+        digest = value.strip().lower().removeprefix("sha256:")
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError(f"sha256 must be the full 64 hex digits of the file (`sha256sum FILE`), got {value!r}")
+        return digest
+
+    @model_validator(mode="after")
+    def _one_location(self):
+        if bool(self.url) == bool(self.path):
+            raise ValueError("give exactly one of `url` or `path`")
+        if self.url and not self.sha256:
+            # a download is only as trustworthy as its pin: never take whatever the URL serves today
+            raise ValueError("a `url` must be pinned by its full `sha256` (64 hex digits; `sha256sum FILE` "
+                             "on a copy you trust)")
+        return self
+
+    @property
+    def location(self) -> str:
+        return self.url or self.path or ""
+
+
+class ParityConfig(KindConfig):
+    samples: int = Field(8, ge=1, le=4096, description="random inputs compared between torch and onnxruntime")
+    atol: float = Field(1e-4, ge=0)
+    rtol: float = Field(1e-3, ge=0)
+    seed: int = 0
+
+
+class ExportConfig(KindConfig):
+    opset: int = Field(17, ge=7, le=30, description="ONNX opset of the exported model")
+    exporter: Literal["torchscript", "dynamo"] = "torchscript"
+    dynamic_batch: bool = Field(True, description="make the batch axis symbolic ('batch')")
+    input_shape: list[int] | None = Field(
+        None, min_length=1, description="input shape without the batch axis, e.g. [3, 224, 224]; "
+                                        "default [data.channels, data.image_size, data.image_size]")
+    parity: ParityConfig = ParityConfig()
+    weights: SourceRef | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint")
+    onnx: SourceRef | None = Field(None, description="an existing ONNX model to check and pass through")
+
+    @model_validator(mode="after")
+    def _checks(self):
+        if self.weights is not None and self.onnx is not None:
+            raise ValueError("`weights` and `onnx` are alternatives: keep one")
+        if self.input_shape is not None and any(d < 1 for d in self.input_shape):
+            raise ValueError("input_shape dimensions must be positive")
+        return self
+
+
+class Export(StageKind):
+    name = "export"
+    version = "3"  # 2: provenance metadata_props; 3: inferred value_info no longer stored
+    Config = ExportConfig
+    tools = ("torch", "onnx", "onnxruntime")
+    # the network (as train builds it), the I/O names and the input shape; not the dataset itself
+    shared = ("data.image_size", "data.channels", "model.arch", "model.entry", "model.num_classes",
+              "model.input_name", "model.output_name")
+    outputs = ("model",)
+    recipe_fields = ("license",)  # stamped into the model (zoo.license)
+    summary = "export to ONNX (checked, shape-inferred, parity-gated against torch)"
+
+    def dependencies(self, config: ExportConfig, ctx: KeyContext) -> list[Path]:
+        from zoo_stages.lib import archs
+
+        deps: list[Path] = []
+        model = ctx.shared.get("model") or {}
+        if model.get("entry") and config.onnx is None:
+            deps.append(archs.entry_file(model["entry"], ctx.recipe.dir, "model.entry"))
+        for field, ref in (("weights", config.weights), ("onnx", config.onnx)):
+            if ref is not None and ref.path:
+                p = ctx.resolve(ref.path)
+                if not p.is_file():
+                    raise InvalidInput(f"config.{field}.path {ref.path!r} does not exist ({p})",
+                                       hint="paths are relative to the recipe's folder")
+                deps.append(p)
+        return deps
+
+    def run(self, inputs: Inputs, config: ExportConfig, context: StageContext) -> Mapping[str, Path]:
+        checkpoint = inputs.maybe("checkpoint")
+        given = [name for name, v in (("an upstream checkpoint", checkpoint), ("config.weights", config.weights),
+                                      ("config.onnx", config.onnx)) if v is not None]
+        if len(given) > 1:
+            raise InvalidInput(f"export got weights from {' and '.join(given)}; it needs exactly one",
+                               hint="drop `weights:`/`onnx:` or remove the train stage from `needs:`")
+        if not given:
+            raise InvalidInput("export has no weights: no upstream checkpoint, no `weights:` and no `onnx:`",
+                               hint="add a train stage to `needs:`, or set `weights: {url: ..., sha256: ...}`")
+        target = context.output_path("model.onnx")
+        if config.onnx is not None:
+            _passthrough(config, context, target, inputs)
+        else:
+            if checkpoint is not None:
+                source, label = Path(checkpoint), "checkpoint"
+            else:
+                source, label = _fetch(config.weights, context), "weights"
+            props = _provenance(inputs, context, config.weights if label == "weights" else None, "weights", source)
+            _export_torch(source, label, config, context, target, props)
+        return {"model": target}
+
+
+def _provenance(inputs: Inputs, context: StageContext, ref: SourceRef | None, field: str,
+                source: Path | None) -> dict[str, str]:
+    """The metadata_props of the exported model: key, input digests, license and attribution."""
+    from zoo_stages.lib import provenance
+
+    sources = provenance.input_digests(inputs)
+    attribution = provenance.upstream_attribution(inputs)
+    if ref is not None and source is not None:
+        digest = _sha256(source)
+        sources[field] = f"sha256:{digest}"
+        own = provenance.source_attribution(field, url=ref.url, path=ref.path, sha256=digest,
+                                            license=ref.license, attribution=ref.attribution)
+        # a zoo-built ONNX source carries its own sources' attribution: keep passing it on
+        inherited = provenance.model_attribution(source) if field == "onnx" else []
+        attribution = provenance.merge_attribution(attribution, inherited, [own])
+    return provenance.artifact_props("export", context.key, context.recipe.license, dict(sorted(sources.items())),
+                                     attribution)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch -> ONNX
+
+
+def _export_torch(weights: Path, label: str, config: ExportConfig, context: StageContext, target: Path,
+                  props: Mapping[str, str]) -> None:
+    import numpy as np
+    import torch
+
+    model_section = context.shared.get("model") or {}
+    shape = _input_shape(config, context)
+    in_name = model_section.get("input_name") or "input"
+    out_name = model_section.get("output_name") or "logits"
+    with _torch_threads(context.threads):
+        model = checkpoints.build_with_weights(model_section, context.recipe.dir, shape[0], weights, label)
+        work = context.work_dir / "export"
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        # batch 2 for a dynamic axis: the dynamo exporter specialises sizes 0 and 1
+        dummy = torch.zeros((2 if config.dynamic_batch else 1, *shape), dtype=torch.float32)
+        proto, blob = _run_exporter(model, dummy, work / "raw.onnx", in_name, out_name, config)
+        if blob is not None and not _needs_normalising(proto):
+            # the exporter's own bytes, with the provenance entries written after the graph:
+            # 233 MB are not serialised again (the parsed proto is kept for the metrics)
+            blob = _stamp_bytes(blob, proto, props)
+        else:
+            proto = _normalise(proto)
+            _stamp(proto, props)
+            blob = _serialise(proto)
+        rng = np.random.default_rng(config.parity.seed)
+        x = rng.random((config.parity.samples, *shape), dtype=np.float32)
+        if blob is None:  # above 2 GB: one step after the other, from files
+            _check(blob, proto, work / "check.onnx")
+            _save(proto, target, blob)
+            got = _run_onnxruntime(target, in_name, x, config.dynamic_batch, context.threads)
+            with torch.no_grad():
+                expected = _flatten_outputs(model(torch.from_numpy(x)))
+        else:
+            # The checker, the write, onnxruntime's parity run and torch's all release the GIL:
+            # run them side by side (1.2 s instead of 2.6 s for AlexNet-224 on 2 cores). The
+            # checker's verdict is read first, so a malformed model is reported as such.
+            with ThreadPoolExecutor(max_workers=3, thread_name_prefix="export") as pool:
+                checked = pool.submit(_check, blob, proto, work / "check.onnx")
+                saved = pool.submit(_save, proto, target, blob)
+                onnx_run = pool.submit(_run_onnxruntime, blob, in_name, x, config.dynamic_batch, context.threads)
+                with torch.no_grad():
+                    expected = _flatten_outputs(model(torch.from_numpy(x)))
+                checked.result()
+                saved.result()
+                got = onnx_run.result()
+
+    report = _parity(expected, got, _output_names(proto), config.parity)
+    context.metrics.update(_describe(proto, target))
+    context.metrics.update({
+        "source": label,
+        "exporter": config.exporter,
+        "opset": config.opset,
+        "input_shape": [None if config.dynamic_batch else 1, *shape],
+        "dynamic_batch": config.dynamic_batch,
+        "num_parameters": int(sum(p.numel() for p in model.parameters())),
+        "parity": report,
+        "max_abs": max(r["max_abs"] for r in report["outputs"].values()),
+        "max_rel": max(r["max_rel"] for r in report["outputs"].values()),
+    })
+    if label == "weights":
+        context.metrics["weights"] = {"source": config.weights.location, "sha256": _sha256(weights)}
+    if not report["passed"]:
+        raise GateFailed(f"ONNX output differs from torch beyond atol={config.parity.atol} rtol={config.parity.rtol}",
+                         table=_parity_table(report),
+                         hint="a custom op may export incorrectly; try another opset or `exporter: dynamo`, "
+                              "or loosen parity.atol/rtol if the difference is expected")
+    context.log.info("exported %s (%s, opset %d): parity max_abs %.3g max_rel %.3g", target.name,
+                     config.exporter, config.opset, context.metrics["max_abs"], context.metrics["max_rel"])
+
+
+def _input_shape(config: ExportConfig, context: StageContext) -> list[int]:
+    if config.input_shape:
+        return list(config.input_shape)
+    data = context.shared.get("data") or {}
+    if not data:
+        raise InvalidInput("export cannot tell the input shape: no `input_shape` and no recipe `data:` section",
+                           hint="set `input_shape: [3, 224, 224]` in the export config")
+    size = int(data.get("image_size", 8))
+    return [int(data.get("channels", 1)), size, size]
+
+
+class _Capture:
+    """A write-only file object that keeps the bytes written to it (the exporter writes the
+    whole model in one call; keeping that bytes object avoids BytesIO's two 233 MB copies)."""
+
+    def __init__(self):
+        self.parts: list[bytes] = []
+
+    def write(self, data) -> int:
+        self.parts.append(data if isinstance(data, bytes) else bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def getvalue(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+
+
+def _run_exporter(model, dummy, raw: Path, in_name: str, out_name: str, config: ExportConfig):
+    """(ModelProto, its serialised bytes or None). The TorchScript exporter writes to memory
+    unless the weights approach protobuf's 2 GB limit; then (and with dynamo) it writes `raw`,
+    which is loaded (the bytes are then None)."""
+    import onnx
+    import torch
+
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    in_memory = config.exporter == "torchscript" and weight_bytes < PROTOBUF_LIMIT // 2
+
+    with warnings.catch_warnings():
+        # we choose the TorchScript exporter on purpose, and its tracer warns about the
+        # static spatial sizes the adaptive pool reads (only the batch axis is dynamic)
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=FutureWarning)
+        warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+        if config.exporter == "dynamo":
+            try:
+                import onnxscript  # noqa: F401
+            except ImportError:
+                raise InvalidInput("exporter: dynamo needs the onnxscript package, which is not installed",
+                                   hint="pip install onnxscript, or use `exporter: torchscript`") from None
+            dynamic = ({0: torch.export.Dim("batch")},) if config.dynamic_batch else None
+            torch.onnx.export(model, (dummy,), str(raw), dynamo=True, external_data=False,
+                              input_names=[in_name], output_names=[out_name], opset_version=config.opset,
+                              dynamic_shapes=dynamic, optimize=True, verbose=False)
+        else:
+            dynamic_axes = {in_name: {0: "batch"}, out_name: {0: "batch"}} if config.dynamic_batch else None
+            buffer = _Capture()
+            try:
+                torch.onnx.export(model, (dummy,), buffer if in_memory else str(raw), dynamo=False, input_names=[in_name],
+                                  output_names=[out_name], opset_version=config.opset,
+                                  dynamic_axes=dynamic_axes, do_constant_folding=True)
+            except (torch.onnx.errors.UnsupportedOperatorError, torch.onnx.errors.SymbolicValueError) as e:
+                raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
+                                   hint="raise `opset`, or try `exporter: dynamo`") from None
+            if in_memory:
+                blob = buffer.getvalue()
+                return onnx.load_from_string(blob), blob
+    return _load_onnx(raw), None
+
+
+def _needs_normalising(proto) -> bool:
+    """Whether `_normalise` would change anything (the TorchScript exporter, not verbose,
+    writes no doc strings or node metadata)."""
+    return (proto.ir_version > MAX_IR_VERSION or bool(proto.doc_string) or bool(proto.graph.doc_string)
+            or any(node.doc_string or len(node.metadata_props) for node in _all_nodes(proto.graph)))
+
+
+def _stamp_bytes(blob: bytes, proto, props: Mapping[str, str]) -> bytes:
+    """`blob` with its metadata_props replaced as `_stamp` would (also applied to `proto`)."""
+    from zoo_stages.lib import onnx_fields
+    from zoo_stages.lib.provenance import stamped_entries
+
+    entries = stamped_entries([(p.key, p.value) for p in proto.metadata_props], props)
+    _stamp(proto, props)
+    return onnx_fields.rewrite_bytes(blob, metadata=entries)
+
+
+def _serialise(proto) -> bytes | None:
+    """The deterministic serialisation of `proto`, or None above protobuf's 2 GB limit."""
+    try:
+        blob = proto.SerializeToString(deterministic=True)
+    except Exception:  # protobuf refuses messages above 2 GB (ValueError or EncodeError)
+        return None
+    return blob if len(blob) <= PROTOBUF_LIMIT else None
+
+
+def _normalise(proto):
+    """Cap the IR version and drop text that may vary between runs or machines."""
+    proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
+    proto.doc_string = ""
+    proto.graph.doc_string = ""
+    for node in _all_nodes(proto.graph):
+        node.doc_string = ""
+        del node.metadata_props[:]
+    return proto
+
+
+def _all_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.g.node:
+                yield from _all_nodes(attr.g)
+            for g in attr.graphs:
+                yield from _all_nodes(g)
+
+
+def _check(blob: bytes | None, proto, path_hint: Path) -> None:
+    """``onnx.checker`` full check (checker, then strict type and shape inference).
+
+    `blob` is the model's serialisation: what `_save` writes and the parity session loads.
+    Above protobuf's 2 GB limit it is None: `proto` is then saved with external data at
+    `path_hint` and that file is checked.
+    """
+    import onnx
+
+    try:
+        if blob is not None:
+            onnx.checker.check_model(blob, full_check=True)
+        else:  # too big for an in-memory check: check a file instead
+            path_hint.parent.mkdir(parents=True, exist_ok=True)
+            onnx.save_model(proto, str(path_hint), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=path_hint.name + ".data", size_threshold=1024)
+            onnx.checker.check_model(str(path_hint), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise InvalidInput(f"the ONNX model fails onnx's checker: {str(e).splitlines()[0]}",
+                           hint="try another opset") from None
+
+
+def _save(proto, target: Path, blob: bytes | None = None) -> None:
+    """Write the model atomically: `blob` (its serialisation) when given, else external data
+    (model.onnx.data) for a model above 2 GB."""
+    import onnx
+
+    from zoo.files import atomic_output, atomic_write
+
+    if blob is not None:
+        atomic_write(target, blob, fsync=False)
+        return
+    with atomic_output(target, fsync=False) as tmp:  # the data file is written beside it, under its own name
+        onnx.save_model(proto, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=DATA_LOCATION, size_threshold=1024)
+
+
+def _run_onnxruntime(model: Path | bytes, in_name: str, x, dynamic_batch: bool, threads: int) -> list:
+    """The model's outputs on `x` in onnxruntime (`model`: the serialised model or its path)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    opts.inter_op_num_threads = 1
+    source = model if isinstance(model, bytes) else str(model)
+    session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+    if dynamic_batch:
+        return session.run(None, {in_name: x})
+    runs = [session.run(None, {in_name: x[i:i + 1]}) for i in range(len(x))]
+    return [np.concatenate([r[k] for r in runs]) for k in range(len(runs[0]))]
+
+
+def _flatten_outputs(out) -> list:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out.numpy()]
+    if isinstance(out, dict):
+        out = list(out.values())
+    flat = []
+    for item in out:
+        flat.extend(_flatten_outputs(item))
+    return flat
+
+
+def _output_names(proto) -> list[str]:
+    return [o.name for o in proto.graph.output]
+
+
+def _parity(expected: list, got: list, names: list[str], cfg: ParityConfig) -> dict[str, Any]:
+    """Max-abs and max-rel error per output, and whether every element is within tolerance."""
+    import numpy as np
+
+    if len(expected) != len(got):
+        raise GateFailed(f"torch gives {len(expected)} outputs but the ONNX model gives {len(got)}")
+    outputs, passed = {}, True
+    for name, t, o in zip(names, expected, got):
+        t = np.asarray(t, dtype=np.float64)
+        o = np.asarray(o, dtype=np.float64)
+        if t.shape != o.shape:
+            raise GateFailed(f"output {name!r}: torch shape {t.shape} but ONNX shape {o.shape}")
+        diff = np.abs(o - t)
+        allowed = cfg.atol + cfg.rtol * np.abs(t)
+        bad = int((~(diff <= allowed)).sum())  # NaN counts as a violation
+        outputs[name] = {
+            "max_abs": float(diff.max()) if diff.size else 0.0,
+            "max_rel": float((diff / np.maximum(np.abs(t), 1e-12)).max()) if diff.size else 0.0,
+            "violations": bad,
+            "elements": int(diff.size),
+        }
+        passed = passed and bad == 0
+    return {"samples": cfg.samples, "atol": cfg.atol, "rtol": cfg.rtol, "seed": cfg.seed,
+            "passed": passed, "outputs": outputs}
+
+
+def _parity_table(report: dict) -> str:
+    rows = [f"{'output':<20} {'max_abs':>12} {'max_rel':>12} {'violations':>12}"]
+    for name, r in report["outputs"].items():
+        rows.append(f"{name:<20} {r['max_abs']:>12.4g} {r['max_rel']:>12.4g} {r['violations']:>5}/{r['elements']:<6}")
+    rows.append(f"(allowed: |onnx - torch| <= {report['atol']} + {report['rtol']} * |torch|, {report['samples']} samples)")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# ONNX pass-through
+
+
+def _passthrough(config: ExportConfig, context: StageContext, target: Path, inputs: Inputs) -> None:
+    """Check an existing ONNX model and write it to `target`, graph and weights unchanged.
+
+    Only the provenance metadata_props are added (the source's sha256 is in ``zoo.sources``);
+    a model above onnxruntime's IR version or with external data is also re-serialised with the
+    IR capped and the external data inlined below 2 GB.
+    """
+    from zoo.pathsafety import external_data_files
+
+    source = _fetch(config.onnx, context)
+    props = _provenance(inputs, context, config.onnx, "onnx", source)
+    proto = _load_onnx(source)
+    external = bool(external_data_files(source))
+    if proto.ir_version > MAX_IR_VERSION or external:
+        _normalise(proto)
+    _stamp(proto, props)
+    blob = _serialise(proto)
+    _check(blob, proto, context.work_dir / "export" / "check.onnx")
+    _save(proto, target, blob)
+    smoke = _smoke_run(target, config, context.threads)
+    context.metrics.update(_describe(proto, target))
+    context.metrics.update({
+        "source": "onnx",
+        "exporter": None,
+        "onnx": {"source": config.onnx.location, "sha256": _sha256(source)},
+        "parity": {"passed": None, "reason": "no torch model to compare with (onnx pass-through)", **smoke},
+    })
+
+
+def _smoke_run(path: Path, config: ExportConfig, threads: int) -> dict[str, Any]:
+    """Load the model in onnxruntime and run one seeded random input where the shapes are known."""
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    try:
+        session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise InvalidInput(f"onnxruntime cannot load the ONNX model: {str(e).splitlines()[0]}",
+                           hint="the model may use operators or an opset this onnxruntime lacks") from None
+    feeds = {}
+    rng = np.random.default_rng(config.parity.seed)
+    for inp in session.get_inputs():
+        if inp.type != "tensor(float)":
+            return {"ran": False}
+        dims = [d if isinstance(d, int) else None for d in inp.shape]
+        if config.input_shape and len(dims) == len(config.input_shape) + 1:
+            dims = [dims[0], *config.input_shape]
+        if dims and dims[0] is None:
+            dims[0] = 1
+        if any(d is None for d in dims):
+            return {"ran": False}
+        feeds[inp.name] = rng.random(dims, dtype=np.float32)
+    outs = session.run(None, feeds)
+    finite = all(np.isfinite(np.asarray(o, dtype=np.float64)).all() for o in outs if np.asarray(o).dtype.kind == "f")
+    if not finite:
+        raise GateFailed("the ONNX model gives non-finite outputs on a random input in [0, 1)")
+    return {"ran": True}
+
+
+# ---------------------------------------------------------------------------------------------
+# shared helpers
+
+
+def _stamp(proto, props: Mapping[str, str]) -> None:
+    from zoo_stages.lib.provenance import stamp
+
+    stamp(proto, props)
+
+
+def _fetch(ref: SourceRef, context: StageContext) -> Path:
+    from zoo import sources
+
+    return sources.fetch(ref.url or ref.path, sha256=ref.sha256, base_dir=context.recipe.dir)
+
+
+def _load_onnx(path: Path):
+    """Load an ONNX model with its external data, which must be files in the model's folder
+    (`zoo.pathsafety.external_data_files`: UnsafePath for a location that escapes it)."""
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model
+
+    from zoo.pathsafety import external_data_files
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as e:
+        raise InvalidInput(f"{path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
+    if external_data_files(path):
+        load_external_data_for_model(proto, str(path.parent))
+    return proto
+
+
+def _describe(proto, target: Path) -> dict[str, Any]:
+    ops: dict[str, int] = {}
+    for node in _all_nodes(proto.graph):
+        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    size = target.stat().st_size
+    data = target.with_name(DATA_LOCATION)
+    if data.exists():
+        size += data.stat().st_size
+    return {
+        "ir_version": int(proto.ir_version),
+        "opset_imports": {(o.domain or "ai.onnx"): int(o.version) for o in proto.opset_import},
+        "inputs": [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}],
+        "outputs": _output_names(proto),
+        "nodes": sum(ops.values()),
+        "op_types": dict(sorted(ops.items())),
+        "size_bytes": int(size),
+    }
+
+
+def _sha256(path: Path) -> str:
+    from zoo.sources import source_sha256
+
+    # files from the source cache are named by their (verified) sha256: no need to re-read them
+    if path.parent.name == "sha256" and re.fullmatch(r"[0-9a-f]{64}", path.name):
+        return path.name
+    return source_sha256(path)
+
+
+class _torch_threads:
+    """Run torch on `threads` threads, restoring the previous setting afterwards."""
+
+    def __init__(self, threads: int):
+        self.threads = max(1, int(threads))
+
+    def __enter__(self):
+        import torch
+
+        self._saved = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_num_threads(self._saved)
+        return False

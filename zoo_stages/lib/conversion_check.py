@@ -1,0 +1,160 @@
+"""What deploy runs a build on, and how a converted build is checked against its source.
+
+Inputs, in order of preference:
+1. the recipe's held-out split (when the model takes one float32 tensor of its shape): parity
+   and accuracy on the very samples verify evaluated, so the figures are comparable;
+2. verify's test inputs (of the build's verified name, then the reference, then any build);
+3. fixed random values (seed 0), with a warning.
+
+A conversion (fp16, ORT format) passes when every output is within ``atol + rtol * |ref|`` of
+its source's on the CPU; accuracy is added when labels are known.
+
+numpy and onnxruntime are imported inside methods so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+from zoo.errors import InvalidInput, StageFailed
+from zoo_stages.lib.verify_report import VerifyOutputs
+from zoo_stages.lib.vectors import find_sets, read_tensors
+
+
+class ConversionCheck:
+    """Inputs for the builds of one release and the parity of its conversions."""
+
+    def __init__(self, verify: VerifyOutputs, *, data_spec: Mapping[str, Any] | None, recipe_dir: Path,
+                 task: str, parity_samples: int | None, vector_samples: int,
+                 log: logging.Logger | logging.LoggerAdapter):
+        self.verify = verify
+        self.data_spec = data_spec
+        self.recipe_dir = recipe_dir
+        self.task = task
+        self.parity_samples = parity_samples
+        self.vector_samples = vector_samples
+        self.log = log
+        self._heldout: tuple[Any, Any] | None | bool = False  # False: not loaded yet
+
+    def heldout(self) -> tuple[Any, Any] | None:
+        """The recipe's held-out split (x, y), or None without a data section (loaded once)."""
+        if self._heldout is False:
+            self._heldout = None
+            if self.data_spec:
+                from zoo_stages.lib.datasets import load_split
+
+                x, y = load_split(dict(self.data_spec), self.recipe_dir, "val")
+                self._heldout = (x, y)
+        return self._heldout  # type: ignore[return-value]
+
+    @staticmethod
+    def _data_fits(ports: list, x: Any) -> bool:
+        if len(ports) != 1 or ports[0].dtype != "float32":
+            return False
+        shape = ports[0].shape
+        if len(shape) != x.ndim:
+            return False
+        return all(not isinstance(d, int) or d == s for d, s in zip(shape[1:], x.shape[1:]))
+
+    def parity(self, name: str, vname: str | None, source: Path, candidate: Path, *, atol: float,
+               rtol: float) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """Compare `candidate` with `source` on the CPU; also accuracy when labels are known.
+
+        Returns (parity, accuracy figures, the inputs used)."""
+        import numpy as np
+
+        from zoo_stages.lib import convert as cv
+        from zoo_stages.lib.model_info import session_ports
+
+        src_sess = cv.open_session(source)
+        cand_sess = cv.open_session(candidate)
+        ports, out_ports = session_ports(src_sess)
+        labels = None
+        data = self.heldout()
+        if data is not None and self._data_fits(ports, data[0]):
+            x, labels = data
+            # by default the very samples verify evaluated, so accuracies are comparable
+            wanted = self.parity_samples or self.verify.eval_samples or len(x)
+            n = min(len(x), wanted)
+            feeds = {ports[0].name: np.ascontiguousarray(x[:n])}
+            labels = labels[:n]
+            origin = "held-out split"
+        else:
+            feeds, origin = self.inputs_for(name, vname, ports)
+        ref = cv.run_batched(src_sess, feeds)
+        got = cv.run_batched(cand_sess, feeds)
+        parity = cv.compare(ref, got, [p.name for p in out_ports], atol=atol, rtol=rtol)
+        self.log.info("deploy: %s parity on %s (%d samples): max |diff| %.3g", name, origin,
+                      parity.samples, parity.max_abs)
+        accuracy: dict[str, Any] = {}
+        if labels is not None and got and np.ndim(got[0]) == 2 and "classification" in (self.task or "classification"):
+            y = np.asarray(labels)[: len(got[0])]
+            acc = float(np.mean(np.argmax(got[0], axis=1) == y))
+            src_acc = float(np.mean(np.argmax(ref[0], axis=1) == y))
+            accuracy = {"accuracy": acc, "accuracy_drop_vs_source": src_acc - acc,
+                        "accuracy_samples": int(len(y))}
+            ref_acc = self.verify.reference_accuracy()
+            if ref_acc is not None and len(y) == self.verify.eval_samples:
+                accuracy["accuracy_drop"] = ref_acc - acc
+        return parity, accuracy, feeds
+
+    def replay_status(self, name: str, source: Path, candidate: Path, feeds: dict[str, Any], *, atol: float,
+                      rtol: float) -> str:
+        """Whether a Runtime-style ORT model also works with its saved optimizations replayed.
+
+        The build's parity gate uses the default loading (no replay), which always works; replay
+        is opt-in on the device and some onnxruntime versions cannot replay some records, so the
+        outcome is recorded (and shown on the card) rather than failing the release.
+        """
+        from zoo_stages.lib import convert as cv
+
+        try:
+            session = cv.open_session(candidate, runtime_optimizations=True)
+            got = cv.run_batched(session, feeds)
+        except (StageFailed, InvalidInput, RuntimeError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.log.warning("deploy: %s: onnxruntime cannot replay the saved runtime optimizations: %s",
+                             name, first)
+            return f"fails: {first}"
+        ref = cv.run_batched(cv.open_session(source), feeds)
+        names = [o.name for o in session.get_outputs()]
+        parity = cv.compare(ref, got, names, atol=atol, rtol=rtol)
+        return "ok" if parity.passed else f"outputs differ: max |diff| {parity.max_abs:.3g}"
+
+    def inputs_for(self, name: str, vname: str | None, ports: list) -> tuple[dict[str, Any], str]:
+        """Inputs to feed a model without verified vectors, and where they come from: verify's test
+        inputs (of `vname`, then the reference build, then any build), else held-out samples, else
+        fixed random values."""
+        import numpy as np
+
+        from zoo_stages.lib.model_info import numpy_dtype
+
+        verify = self.verify
+        candidates = [vname, verify.reference, *sorted(verify.builds or {})]
+        if verify.vectors is not None and verify.vectors.is_dir():
+            candidates += sorted(p.name for p in verify.vectors.iterdir() if p.is_dir())
+        for cand in dict.fromkeys(c for c in candidates if c):
+            vdir = verify.vector_dir(cand)
+            if vdir is None:
+                continue
+            arrays = read_tensors(find_sets(vdir)[0], "input")
+            if len(arrays) == len(ports) and all(
+                    a.dtype == numpy_dtype(p.dtype) and a.ndim == len(p.shape) for a, p in zip(arrays, ports)):
+                return {p.name: a for p, a in zip(ports, arrays)}, f"verify's test inputs of {cand}"
+        data = self.heldout()
+        if data is not None and self._data_fits(ports, data[0]):
+            n = min(len(data[0]), self.vector_samples)
+            return {ports[0].name: np.ascontiguousarray(data[0][:n])}, "held-out split"
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for p in ports:
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in p.shape]
+            if p.shape and not isinstance(p.shape[0], int):
+                shape[0] = self.vector_samples
+            dtype = numpy_dtype(p.dtype)
+            feeds[p.name] = (rng.random(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
+                             else np.zeros(shape, dtype=dtype))
+        self.log.warning("deploy: %s: no test inputs from verify or data; using fixed random inputs", name)
+        return feeds, "fixed random inputs (seed 0)"

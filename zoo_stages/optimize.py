@@ -1,0 +1,214 @@
+"""The `optimize` kind: offline graph optimization with onnxruntime, optionally after a simplifier.
+
+Steps: (1) optional simplification with onnxsim or onnxoptimizer; (2) onnxruntime's offline
+optimizer at ``level`` (basic | extended | all) for ``execution_provider``, saved with
+``SessionOptions.optimized_model_filepath``; (3) a parity check of the result against the input
+on ``parity.samples`` fixed random inputs, on 1 thread: the input unoptimized, the result in
+the optimizer's own session (which runs exactly the graph it saved, so no second 200 MB load);
+exceeding ``atol + rtol*|ref|`` anywhere raises GateFailed with a max-abs / max-rel table.
+The provenance stamp and the pruned opset imports are then written into the saved file in
+place (`zoo_stages.lib.onnx_fields`), without re-serialising the graph.
+
+Levels: ``basic`` keeps standard ONNX ops only (constant folding, redundant-node removal) and
+is the default because it stays portable and quantizable. ``extended`` adds onnxruntime fused
+ops (``com.microsoft`` FusedConv, FusedGemm...), ``all`` also adds layout transforms
+(``com.microsoft.nchwc``) tuned to this host's SIMD width. Both only run on onnxruntime's CPU
+build, and the quantizer cannot handle them; the domains used are recorded in the metrics.
+
+The output is deterministic: the same input gives the same bytes (checked by the tests). Its
+``metadata_props`` carry the provenance stamp (`zoo_stages.lib.provenance`): zoo version, stage
+key, input digests, license and the attribution inherited from the input model.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated, Literal, Mapping
+
+from pydantic import Field
+
+from zoo.errors import GateFailed, StageFailed
+from zoo.stage import Inputs, KindConfig, StageContext, StageKind
+from zoo_stages.lib import onnx_fields
+
+
+class ParityConfig(KindConfig):
+    """How the optimized model is compared with its input."""
+
+    samples: int = Field(8, ge=1, le=10_000, description="number of fixed random inputs")
+    seed: int = Field(0, description="seed of the random inputs (uniform in [0, 1))")
+    atol: float = Field(1e-4, ge=0, description="absolute tolerance")
+    rtol: float = Field(1e-3, ge=0, description="relative tolerance")
+
+
+class OptimizeConfig(KindConfig):
+    level: Literal["basic", "extended", "all"] = Field(
+        "basic", description="onnxruntime graph optimization level; extended/all add onnxruntime-only fused ops")
+    execution_provider: str = Field("CPUExecutionProvider", description="the provider the model is optimized for")
+    simplify: Literal["none", "onnxsim", "onnxoptimizer"] = Field(
+        "none", description="run a simplifier before onnxruntime's optimizer")
+    parity: ParityConfig = Field(default_factory=ParityConfig)
+    input_shape: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, min_length=1, description="shape of the parity inputs (e.g. [1, 3, 224, 224]) when the model input "
+                                        "has dynamic dims other than batch")
+    model_from: str | None = Field(None, description="upstream stage id whose `model` to optimize (default: the only one)")
+
+
+class Optimize(StageKind):
+    name = "optimize"
+    version = "2"  # 2: provenance metadata_props
+    Config = OptimizeConfig
+    tools = ("onnx", "onnxruntime", "onnxsim", "onnxoptimizer", "numpy")
+    outputs = ("model",)
+    recipe_fields = ("license",)  # stamped into the model (zoo.license)
+    summary = "onnxruntime offline graph optimization (+ onnxsim/onnxoptimizer), parity-checked"
+
+    def run(self, inputs: Inputs, config: OptimizeConfig, context: StageContext) -> Mapping[str, Path]:
+        import onnx
+
+        from zoo_stages.lib import onnxutil, provenance
+
+        src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
+        if config.simplify != "none":
+            original = onnxutil.load_model(src)
+            reference: Path | bytes = onnxutil.model_bytes(original)
+            source: Path | bytes = onnxutil.model_bytes(simplify(original, config.simplify))
+        else:
+            reference = source = Path(src)  # onnxruntime reads the file itself: nothing re-serialised
+        nodes_before = len(onnx.load(str(src), load_external_data=False).graph.node)
+
+        out = context.output_path("model.onnx")
+        providers = (config.execution_provider,)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimize") as pool:
+            # the reference session loads beside the optimizer (onnxruntime releases the GIL)
+            loading = pool.submit(onnxutil.make_session, reference, threads=1, level="disable", providers=providers)
+            # A single-threaded session: constant folding then computes the same bits every time.
+            # The session runs exactly the graph it saves, so it is also the parity candidate.
+            optimizer = onnxutil.make_session(source, threads=1, level=config.level, providers=providers,
+                                              optimized_path=out)
+            ref_session = loading.result()
+        parity = check_parity(ref_session, optimizer, config.parity, config.input_shape, providers=providers)
+        del optimizer, ref_session
+
+        optimized = onnxutil.prune_opset_imports(onnx.load(str(out), load_external_data=False))
+        if optimized.ir_version > onnxutil.MAX_IR_VERSION:
+            onnx_fields.rewrite(out, ir_version=onnxutil.MAX_IR_VERSION)
+            optimized.ir_version = onnxutil.MAX_IR_VERSION
+        # provenance and the pruned opset imports are written after the graph, in place
+        provenance.stamp_file(out, provenance.artifact_props(
+            self.name, context.key, context.recipe.license, provenance.input_digests(inputs),
+            provenance.upstream_attribution(inputs)),
+            opset_import=[(o.domain, o.version) for o in optimized.opset_import])
+
+        domains = onnxutil.custom_domains(optimized)
+        context.metrics.update({
+            "level": config.level,
+            "execution_provider": config.execution_provider,
+            "simplify": config.simplify,
+            "nodes_before": nodes_before,
+            "nodes_after": len(optimized.graph.node),
+            "ops_after": onnxutil.op_counts(optimized),
+            "custom_domains": domains,
+            # nchwc layouts depend on the optimizing host's vector width
+            "host_specific": "com.microsoft.nchwc" in domains,
+            "size_bytes": out.stat().st_size,
+            "ir_version": optimized.ir_version,
+            "opset": onnxutil.opset_version(optimized),
+            "parity": parity,
+        })
+        if domains:
+            context.log.info("optimized model uses onnxruntime-only operator domains %s (level %s)",
+                             ", ".join(domains), config.level)
+        return {"model": out}
+
+
+def simplify(model, tool: str):
+    """The model simplified by `tool` ("onnxsim" or "onnxoptimizer"), IR version fixed.
+
+    Raises StageFailed when the simplifier errors or (onnxsim) its own check fails.
+    """
+    from zoo_stages.lib import onnxutil
+
+    import importlib.util
+
+    from zoo.errors import InvalidInput
+
+    if tool in ("onnxsim", "onnxoptimizer") and importlib.util.find_spec(tool) is None:
+        raise InvalidInput(f"`simplify: {tool}` needs the {tool} package, which is not installed",
+                           hint="pip install 'zoo-onnx[simplify]', or set `simplify: none`")
+    copy = type(model)()
+    copy.CopyFrom(model)
+    if tool == "onnxsim":
+        try:
+            import onnxsim
+
+            result, ok = onnxsim.simplify(copy)
+        except Exception as e:  # onnxsim raises RuntimeError/ValueError from its C++ core
+            raise StageFailed(f"onnxsim could not simplify the model: {e}",
+                              hint="set `simplify: onnxoptimizer` or `simplify: none`") from None
+        if not ok:
+            raise StageFailed("onnxsim simplified the model but its own output check failed",
+                              hint="set `simplify: onnxoptimizer` or `simplify: none`")
+    elif tool == "onnxoptimizer":
+        try:
+            import onnxoptimizer
+
+            # only the passes that fuse or remove nodes: they never change numerics beyond rounding
+            result = onnxoptimizer.optimize(copy, onnxoptimizer.get_fuse_and_elimination_passes())
+        except Exception as e:  # onnxoptimizer raises from C++ on unsupported graphs
+            raise StageFailed(f"onnxoptimizer could not optimize the model: {e}",
+                              hint="set `simplify: onnxsim` or `simplify: none`") from None
+    else:
+        raise ValueError(f"unknown simplifier {tool!r}")
+    return onnxutil.fix_ir_version(result)
+
+
+def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[int] | None = None,
+                 providers: tuple[str, ...] = ("CPUExecutionProvider",)) -> dict:
+    """Compare `candidate` with `reference` on fixed random inputs; GateFailed with a table if off.
+
+    Each is a model (proto, path or bytes), run unoptimized on one thread, or an existing
+    session (the optimizer's own, which runs the graph it saved). Returns {output name:
+    {max_abs, max_rel, ok}} plus the tolerances and sample count.
+    """
+    import numpy as np
+    import onnxruntime as ort
+
+    from zoo_stages.lib import onnxutil
+
+    def session(model):
+        if isinstance(model, ort.InferenceSession):
+            return model
+        return onnxutil.make_session(model, threads=1, level="disable", providers=providers)
+
+    ref_sess = session(reference)
+    cand_sess = session(candidate)
+    feeds = onnxutil.random_inputs(ref_sess, parity.samples, parity.seed, input_shape)
+    names = [o.name for o in ref_sess.get_outputs()]
+    ref_outs = [onnxutil.run(ref_sess, x) for x in feeds]
+    cand_outs = [onnxutil.run(cand_sess, x) for x in feeds]
+    per_output = {}
+    for k, name in enumerate(names):
+        a = np.stack([o[k] for o in cand_outs])
+        b = np.stack([o[k] for o in ref_outs])
+        per_output[name] = onnxutil.allclose_report(a, b, parity.atol, parity.rtol)
+    result = {"samples": parity.samples, "seed": parity.seed, "atol": parity.atol, "rtol": parity.rtol,
+              "outputs": per_output, "max_abs": max(r["max_abs"] for r in per_output.values())}
+    if not all(r["ok"] for r in per_output.values()):
+        raise GateFailed("the optimized model's outputs differ from its input's beyond tolerance",
+                         table=parity_table(per_output, parity.atol, parity.rtol),
+                         hint="use a lower `level`, `simplify: none`, or widen parity.atol/rtol if the drift is acceptable")
+    return result
+
+
+def parity_table(per_output: dict, atol: float, rtol: float) -> str:
+    """A text table: output, max_abs, max_rel, tolerances, PASS/FAIL."""
+    rows = [("output", "max_abs", "max_rel", "atol", "rtol", "result")]
+    for name, r in per_output.items():
+        rows.append((name, f"{r['max_abs']:.3e}", f"{r['max_rel']:.3e}", f"{atol:g}", f"{rtol:g}",
+                     "PASS" if r["ok"] else "FAIL" + (f" ({r['note']})" if r.get("note") else "")))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,500 @@
+"""The `quantize` kind: int8 post-training quantization with onnxruntime.quantization.
+
+Modes:
+
+- ``dynamic``: weights to int8 offline, activations quantized at run time to uint8
+  (DynamicQuantizeLinear + ConvInteger/MatMulInteger). No data needed. On CNNs this is often
+  *slower* than fp32 on x86 (measured here: AlexNet-224 fp32 14.8 ms vs dynamic 35 ms), so the
+  speedup against the fp32 parent is always measured and a slower build is flagged.
+- ``static``: activations calibrated on ``calibration.samples`` images of the recipe's train
+  split (a fixed, seeded sample, so the bytes are reproducible), in ``format: qdq`` (default)
+  or ``qoperator``, optionally ``per_channel`` and ``reduce_range``.
+- ``auto``: builds the candidates below, measures each (p50 latency on batch 1, accuracy on the
+  held-out split against the fp32 input) and keeps the fastest one that passes
+  ``accept: {max_accuracy_drop, min_speedup}``; the table goes to ``candidates.json`` and
+  ``metrics["candidates"]``. None passing raises GateFailed with the table.
+
+Data types (onnxruntime's "Data type selection" guidance): S8S8 (int8 activations and weights)
+in QDQ format is onnxruntime's default and first choice; S8S8 in QOperator format is slow on
+x86-64, so QOperator defaults to U8S8. On x86-64 with AVX2/AVX-512 but *without* VNNI, U8S8
+uses VPMADDUBSW, whose 16-bit intermediate can saturate; ``reduce_range`` (7-bit weights)
+avoids that. VNNI and ARM have no such issue. Hence the presets:
+
+=========== ============== ========== =============
+preset      activations    weights    reduce_range
+=========== ============== ========== =============
+x86-avx2    uint8          int8       true   (no VNNI: avoid VPMADDUBSW saturation)
+x86-vnni    uint8          int8       false  (VPDPBUSD: u8 x s8 without saturation)
+arm64       int8           int8       false  (S8S8 QDQ, the documented default)
+=========== ============== ========== =============
+
+Explicit ``activation_type``/``weight_type``/``reduce_range`` override a preset.
+
+``preprocess`` runs onnxruntime's ``quant_pre_process`` (symbolic shape inference, basic graph
+optimization, ONNX shape inference), which the QDQ quantizer needs for good coverage; default
+on for static quantization. The input must use standard ONNX ops only: a model optimized at
+level extended/all (``com.microsoft`` fused ops) is refused with a hint.
+
+The model's ``metadata_props`` carry the provenance stamp (`zoo_stages.lib.provenance`).
+
+Latency numbers in the metrics and candidates.json vary run to run; the model bytes do not,
+except that in ``auto`` mode the winner itself is chosen by measured latency (candidates within
+``accept.tie_tolerance`` of the fastest are treated as tied and resolved by the fixed candidate
+order, which makes the choice stable unless two candidates are genuinely close).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import Field, field_validator, model_validator
+
+from zoo.errors import GateFailed, InvalidInput, StageFailed
+from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo_stages.lib import quant_ops
+from zoo_stages.lib.quant_select import candidates_table, select_candidate
+from zoo_stages.lib.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
+
+QuantTypeName = Literal["QInt8", "QUInt8"]
+
+_TYPE_ALIASES = {"qint8": "QInt8", "int8": "QInt8", "s8": "QInt8", "quint8": "QUInt8", "uint8": "QUInt8", "u8": "QUInt8"}
+
+
+class CalibrationConfig(KindConfig):
+    """Which training images calibrate the activation ranges, and how."""
+
+    samples: int = Field(64, ge=1, le=100_000, description="number of train-split images (fixed seeded sample)")
+    method: Literal["minmax", "entropy", "percentile"] = "minmax"
+    seed: int = Field(0, description="seed of the calibration sample")
+    batch_size: int = Field(8, ge=1, le=1024, description="images per calibration batch (models with a dynamic batch)")
+    percentile: float = Field(99.999, gt=0, le=100, description="kept percentile for method: percentile")
+
+
+class AcceptConfig(KindConfig):
+    """What a candidate must achieve to be picked in auto mode (also flagged in other modes)."""
+
+    max_accuracy_drop: float = Field(0.01, ge=0, le=1, description="fp32 accuracy minus quantized accuracy")
+    min_speedup: float = Field(1.0, ge=0, description="fp32 p50 / quantized p50; below 1.0 means slower than fp32")
+    tie_tolerance: float = Field(0.05, ge=0, le=1, description="p50 within this share of the fastest counts as a tie")
+
+
+class LatencyConfig(KindConfig):
+    """How latency is measured (batch 1)."""
+
+    warmup: int = Field(5, ge=0, le=10_000)
+    runs: int = Field(30, ge=1, le=100_000, description="timed runs per model (at most, see min_runs)")
+    min_runs: int | None = Field(
+        5, ge=1, le=100_000, description="static/dynamic modes: stop after this many interleaved runs once the "
+                                         "quantized and fp32 models are clearly apart (null: always `runs`); "
+                                         "auto mode always times `runs`")
+    threads: int = Field(1, ge=1, le=1024)
+
+
+class QuantizeConfig(KindConfig):
+    mode: Literal["dynamic", "static", "auto"] = "static"
+    format: Literal["qdq", "qoperator"] | None = Field(None, description="static only; default qdq")
+    per_channel: bool | None = Field(None, description="per-channel weight scales (static/dynamic); default false")
+    reduce_range: bool | None = Field(None, description="7-bit weights, for x86 without VNNI; default from preset or false")
+    activation_type: QuantTypeName | None = Field(None, description="static only: QInt8 or QUInt8")
+    weight_type: QuantTypeName | None = Field(None, description="QInt8 or QUInt8")
+    preset: Literal["x86-vnni", "x86-avx2", "arm64"] | None = Field(None, description="target device defaults")
+    preprocess: bool | None = Field(None, description="run quant_pre_process first; default true for static")
+    linear: Literal["qdq", "blockwise"] | None = Field(
+        None, description="static only: how fully connected layers (Gemm, MatMul with a constant weight) are "
+                          "quantized. qdq (default): like the rest of the model (QGemm). blockwise: onnxruntime's "
+                          "MatMulNBits, 8-bit weights with one scale per `linear_block_size` inputs, computed in "
+                          "int8 (accuracy_level 4); faster at batch 1 on x86 with VNNI, onnxruntime-only")
+    linear_block_size: int = Field(256, ge=16, le=4096, description="blockwise: weights per scale (a power of two)")
+    calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
+    accept: AcceptConfig = Field(default_factory=AcceptConfig)
+    latency: LatencyConfig = Field(default_factory=LatencyConfig)
+    candidates: list[str] | None = Field(None, description=f"auto only: subset of {', '.join(CANDIDATES)}")
+    eval_samples: int | None = Field(None, ge=1, description="use at most this many held-out images for accuracy")
+    op_types: list[str] | None = Field(None, description="only quantize these op types (default: all supported)")
+    model_from: str | None = Field(None, description="upstream stage id whose `model` to quantize (default: the only one)")
+
+    @field_validator("activation_type", "weight_type", mode="before")
+    @classmethod
+    def _type_alias(cls, v):
+        if isinstance(v, str):
+            return _TYPE_ALIASES.get(v.lower(), v)
+        return v
+
+    @field_validator("candidates")
+    @classmethod
+    def _known_candidates(cls, v):
+        if v is not None:
+            if not v:
+                raise ValueError("candidates must name at least one candidate")
+            unknown = [c for c in v if c not in CANDIDATES]
+            if unknown:
+                raise ValueError(f"unknown candidate {unknown[0]!r}; valid candidates: {', '.join(CANDIDATES)}")
+            if len(set(v)) != len(v):
+                raise ValueError("candidates lists a candidate twice")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        given = self.model_fields_set
+        if self.mode == "dynamic":
+            if "activation_type" in given and self.activation_type is not None:
+                raise ValueError("activation_type does not apply to mode: dynamic (activations are quantized to "
+                                 "uint8 at run time); remove it or use mode: static")
+            if "format" in given and self.format is not None:
+                raise ValueError("format does not apply to mode: dynamic (it always writes integer operators); "
+                                 "remove it or use mode: static")
+            if "calibration" in given:
+                raise ValueError("calibration does not apply to mode: dynamic; remove it or use mode: static")
+            if "linear" in given and self.linear is not None:
+                raise ValueError("linear does not apply to mode: dynamic (it quantizes every layer the same way); "
+                                 "remove it or use mode: static")
+        if self.linear_block_size & (self.linear_block_size - 1):
+            raise ValueError(f"linear_block_size must be a power of two (got {self.linear_block_size})")
+        if self.mode == "auto":
+            for key in ("format", "per_channel", "linear"):
+                if key in given and getattr(self, key) is not None:
+                    raise ValueError(f"{key} is chosen by mode: auto; restrict the search with `candidates:` instead")
+        elif "candidates" in given and self.candidates is not None:
+            raise ValueError("candidates applies to mode: auto only")
+        return self
+
+
+class Quantize(StageKind):
+    name = "quantize"
+    version = "2"  # 2: provenance metadata_props
+    Config = QuantizeConfig
+    tools = ("onnx", "onnxruntime", "numpy")
+    shared = ("data",)
+    outputs = ("model",)
+    recipe_fields = ("license",)  # stamped into the model (zoo.license)
+    summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
+
+    def dependencies(self, config: QuantizeConfig, ctx: KeyContext) -> list[Path]:
+        data = ctx.shared.get("data")
+        if not data:
+            return []
+        from zoo_stages.lib.datasets import data_dependencies
+
+        return data_dependencies(data, ctx.recipe.dir)
+
+    def run(self, inputs: Inputs, config: QuantizeConfig, context: StageContext) -> Mapping[str, Path]:
+        return _Run(inputs, config, context).go()
+
+
+class _Run:
+    """One execution of the quantize stage (keeps the shared state of its steps together)."""
+
+    def __init__(self, inputs: Inputs, config: QuantizeConfig, context: StageContext):
+        self.config, self.context = config, context
+        self.work = Path(context.work_dir) / "quantize"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.data = context.shared.get("data")
+        self.src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
+        from zoo_stages.lib import provenance
+
+        # every model this run writes (the output, auto's candidates) carries the same stamp
+        self.props = provenance.artifact_props(Quantize.name, context.key, context.recipe.license,
+                                               provenance.input_digests(inputs), provenance.upstream_attribution(inputs))
+        self.flags: list[str] = []
+        self._preprocessed: Path | None = None
+        self._val: tuple | None = None
+        self._calib: tuple | None = None
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def go(self) -> Mapping[str, Path]:
+        from zoo.files import hardlink_or_copy
+        from zoo.pathsafety import external_data_files
+        from zoo_stages.lib import onnxutil
+
+        import onnx
+
+        src = Path(self.src)
+        direct = onnxutil.loadable_as_is(src) and not external_data_files(src)
+        # graph only: the weights are parsed here only if the model must be rewritten below
+        model = onnx.load(str(src), load_external_data=False) if direct else onnxutil.load_model(src)
+        # onnxruntime's own fused/layout ops (from optimize level extended/all) defeat its quantizer
+        domains = [d for d in onnxutil.custom_domains(model) if d.startswith("com.microsoft")]
+        if domains:
+            ops = sorted(k for k in onnxutil.op_counts(model) if k.startswith("com.microsoft"))
+            raise InvalidInput(f"the model to quantize uses onnxruntime-specific operators ({', '.join(ops)}), "
+                               "which onnxruntime's quantizer cannot handle",
+                               hint="optimize with `level: basic` the model that feeds quantize "
+                                    "(extended/all add fused com.microsoft ops)")
+        # The quantizer reads the upstream file through a hard link in the work folder (it writes
+        # temp files next to its input: never into the cache). A model whose IR version or
+        # external data needs fixing is first written out as a self-contained copy instead.
+        self.fp32_path = self.work / "fp32.onnx"
+        self.fp32_path.unlink(missing_ok=True)
+        if direct:
+            hardlink_or_copy(src, self.fp32_path)
+        else:
+            onnxutil.save_model(model, self.fp32_path)
+        needs_data = self.config.mode in ("static", "auto")
+        if needs_data and not self.data:
+            raise InvalidInput(f"quantize mode {self.config.mode!r} needs the recipe's `data:` section "
+                               "(calibration images and a held-out split)",
+                               hint="add a `data:` section, or use `mode: dynamic`")
+        if self.config.mode == "auto":
+            return self._auto()
+        return self._single()
+
+    def _val_split(self):
+        """Held-out images and labels (limited by eval_samples), loaded once."""
+        if self._val is None:
+            from zoo_stages.lib.datasets import load_split
+
+            x, y = load_split(self.data, self.context.recipe.dir, "val")
+            if self.config.eval_samples is not None:
+                x, y = x[:self.config.eval_samples], y[:self.config.eval_samples]
+            if len(x) == 0:
+                raise InvalidInput("the held-out split is empty", hint="raise data.val_fraction or add data")
+            self._val = (x, y)
+        return self._val
+
+    def _calibration(self) -> tuple[str, Any, int, bool]:
+        """(input name, images, batch size, fixed batch?) for calibration, computed once per run.
+
+        The images are a seeded sample of the train split, sorted by index, so the same recipe
+        always calibrates on the same images in the same order.
+        """
+        if self._calib is None:
+            import numpy as np
+
+            from zoo_stages.lib import onnxutil
+            from zoo_stages.lib.datasets import load_split
+
+            session = onnxutil.make_session(self.fp32_path, threads=1, level="disable")
+            name, _ = onnxutil.single_input(session)
+            fixed = onnxutil.fixed_batch(session)
+            x, _ = load_split(self.data, self.context.recipe.dir, "train")
+            onnxutil.check_input_shape(session, x.shape[1:], where="the training split")
+            wanted = self.config.calibration.samples
+            n = min(wanted, len(x))
+            if n < wanted:
+                self.flags.append(f"calibration uses all {n} training images (fewer than calibration.samples={wanted})")
+            idx = np.sort(np.random.default_rng(self.config.calibration.seed).choice(len(x), size=n, replace=False))
+            images = np.ascontiguousarray(x[idx], dtype=np.float32)
+            self._calib = (name, images, fixed or self.config.calibration.batch_size, fixed is not None)
+        return self._calib
+
+    # -- quantization --------------------------------------------------------------------------
+
+    def _source_for(self, settings: Settings) -> Path:
+        """The model onnxruntime quantizes: preprocessed (once) when the settings ask for it."""
+        if not settings.preprocess:
+            return self.fp32_path
+        if self._preprocessed is None:
+            from onnxruntime.quantization.shape_inference import quant_pre_process
+
+            target = self.work / "preprocessed.onnx"
+            try:
+                quant_pre_process(str(self.fp32_path), str(target))
+                self._preprocessed = target
+            except Exception as e:  # symbolic shape inference raises bare Exception/TypeError on odd graphs
+                if settings.preprocess_explicit:
+                    raise StageFailed(f"quant_pre_process failed on the model: {e}",
+                                      hint="set `preprocess: false` to quantize without it") from None
+                self.flags.append(f"quant_pre_process failed ({e}); quantized without it")
+                self._preprocessed = self.fp32_path
+        return self._preprocessed
+
+    def quantize(self, settings: Settings, target: Path) -> Path:
+        """Quantize the fp32 input with `settings` into `target` (a deterministic, self-contained file)."""
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+
+        src = self._source_for(settings)
+        raw = self.work / f"{settings.name}.raw.onnx"
+        common = dict(per_channel=settings.per_channel, reduce_range=settings.reduce_range,
+                      weight_type=getattr(QuantType, settings.weight_type),
+                      op_types_to_quantize=list(self.config.op_types) if self.config.op_types else None)
+        if settings.mode == "dynamic":
+            quantize_dynamic(str(src), str(raw), **common)
+        else:
+            input_name, images, batch_size, fixed = self._calibration()
+            method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                      "percentile": CalibrationMethod.Percentile}[settings.calibration]
+            extra = {"CalibPercentile": self.config.calibration.percentile} if settings.calibration == "percentile" else {}
+            reader = quant_ops.calibration_reader(input_name, images, batch_size, fixed=fixed)
+            linear = []
+            if settings.linear == "blockwise":
+                src, linear = quant_ops.linear_nodes(src, self.work / "named.onnx")
+            quantize_static(str(src), str(raw), reader,
+                            quant_format=QuantFormat.QDQ if settings.format == "qdq" else QuantFormat.QOperator,
+                            activation_type=getattr(QuantType, settings.activation_type),
+                            calibrate_method=method, extra_options=extra, nodes_to_exclude=linear or None,
+                            **common)
+            if linear:
+                quant_ops.blockwise_linear(raw, settings.linear_block_size)
+        return self._finish(raw, target)
+
+    def _finish(self, raw: Path, target: Path) -> Path:
+        """Stamp the quantizer's output with provenance and its pruned opset imports (written
+        in place after the graph) and move it to `target`."""
+        import onnx
+
+        from zoo.pathsafety import external_data_files
+        from zoo_stages.lib import onnx_fields, onnxutil, provenance
+
+        if external_data_files(raw):  # only above 2 GB: make one self-contained file
+            onnxutil.save_model(onnxutil.load_model(raw), raw)
+        model = onnxutil.prune_opset_imports(onnx.load(str(raw), load_external_data=False))
+        if model.ir_version > onnxutil.MAX_IR_VERSION:
+            onnx_fields.rewrite(raw, ir_version=onnxutil.MAX_IR_VERSION)
+        provenance.stamp_file(raw, self.props, opset_import=[(o.domain, o.version) for o in model.opset_import])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(raw), str(target))
+        return target
+
+    # -- measurement ---------------------------------------------------------------------------
+
+    def measure(self, path: Path) -> dict[str, Any]:
+        """p50/p90 latency at batch 1 and (when data is available) held-out accuracy of one model."""
+
+        from zoo_stages.lib import onnxutil
+
+        lat_cfg = self.config.latency
+        row, timing, sample = self._prepare(path)
+        stats = onnxutil.measure_latency(timing, sample, warmup=lat_cfg.warmup, runs=lat_cfg.runs)
+        row["latency_p50_ms"], row["latency_p90_ms"] = stats["p50_ms"], stats["p90_ms"]
+        row["latency_runs"] = stats["runs"]
+        return row
+
+    def measure_pair(self, fp32_prepared: tuple, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """`measure` of the fp32 parent (`_prepare`d) and the quantized model, timed in interleaved
+        rounds that stop early (latency.min_runs) once one is clearly faster."""
+        from zoo_stages.lib import onnxutil
+
+        lat_cfg = self.config.latency
+        fp32, fp32_timing, sample = fp32_prepared
+        row, timing, _ = self._prepare(path)
+        stats = onnxutil.compare_latency({"fp32": fp32_timing, "int8": timing}, sample, warmup=lat_cfg.warmup,
+                                         runs=lat_cfg.runs, min_runs=lat_cfg.min_runs)
+        for target, key in ((fp32, "fp32"), (row, "int8")):
+            target["latency_p50_ms"], target["latency_p90_ms"] = stats[key]["p50_ms"], stats[key]["p90_ms"]
+            target["latency_runs"] = stats[key]["runs"]
+        return fp32, row
+
+    def _prepare(self, path: Path):
+        """(row with size and accuracy, a timing session, the batch-1 sample to time) for one model."""
+        import numpy as np
+
+        from zoo_stages.lib import onnxutil
+
+        timing = onnxutil.make_session(path, threads=self.config.latency.threads, level="all")
+        row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size}
+        if self.data:
+            x, y = self._val_split()
+            onnxutil.check_input_shape(timing, x.shape[1:], where="the held-out split")
+            sample = onnxutil.batch_of(x, onnxutil.fixed_batch(timing) or 1)
+            evaluator = onnxutil.make_session(path, threads=1, level="all")
+            row["accuracy"] = onnxutil.accuracy(onnxutil.run_batched(evaluator, x), y)
+        else:
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in onnxutil.single_input(timing)[1]]
+            sample = np.random.default_rng(0).random(tuple(shape), dtype=np.float32)
+            row["accuracy"] = None
+        return row, timing, sample
+
+    def _compare(self, row: dict[str, Any], fp32: dict[str, Any]) -> dict[str, Any]:
+        row["speedup"] = fp32["latency_p50_ms"] / row["latency_p50_ms"] if row.get("latency_p50_ms") else None
+        row["accuracy_drop"] = (fp32["accuracy"] - row["accuracy"]
+                                if row.get("accuracy") is not None and fp32.get("accuracy") is not None else None)
+        return row
+
+    # -- modes ---------------------------------------------------------------------------------
+
+    def _single(self) -> Mapping[str, Path]:
+        settings = resolve(self.config)
+        if settings.mode == "static" and settings.format == "qoperator" and settings.activation_type == "QInt8":
+            self.flags.append("S8S8 in QOperator format is slow on x86-64 (onnxruntime docs); prefer qdq or uint8 activations")
+        out = self.quantize(settings, self.context.output_path("model.onnx"))
+        fp32, row = self.measure_pair(self._prepare(self.fp32_path), out)
+        row = self._compare(row, fp32)
+        accept = self.config.accept
+        if row["speedup"] is not None and row["speedup"] < 1.0:
+            self.flags.append(f"the quantized model is slower than its fp32 parent on this host "
+                              f"({row['latency_p50_ms']:.3f} ms vs {fp32['latency_p50_ms']:.3f} ms, "
+                              f"speedup {row['speedup']:.2f}x)")
+        if row["accuracy_drop"] is not None and row["accuracy_drop"] > accept.max_accuracy_drop:
+            self.flags.append(f"accuracy drop {row['accuracy_drop']:.4f} exceeds accept.max_accuracy_drop "
+                              f"{accept.max_accuracy_drop:g}" + saturation_hint(settings))
+        self._record(settings, row, fp32)
+        for flag in self.flags:
+            self.context.log.warning("quantize: %s", flag)
+        return {"model": out}
+
+    def _auto(self) -> Mapping[str, Path]:
+        from zoo.files import atomic_write_json
+
+        names = list(self.config.candidates or CANDIDATES)
+        fp32 = self.measure(self.fp32_path)
+        rows, built = [], {}
+        for name in names:
+            settings = resolve(self.config, name)
+            row: dict[str, Any] = {"name": name, "settings": asdict(settings)}
+            try:
+                path = self.quantize(settings, self.work / "candidates" / f"{name}.onnx")
+                built[name] = path
+                row.update(self.measure(path))
+                self._compare(row, fp32)
+            except (InvalidInput, StageFailed):
+                raise
+            except Exception as e:  # one candidate the quantizer cannot build must not stop the search
+                row["error"] = f"{type(e).__name__}: {e}"
+                self.context.log.warning("quantize: candidate %s failed: %s", name, row["error"])
+            rows.append(row)
+        accept = self.config.accept
+        chosen = select_candidate(rows, max_accuracy_drop=accept.max_accuracy_drop, min_speedup=accept.min_speedup,
+                                  tie_tolerance=accept.tie_tolerance)
+        table = candidates_table(rows, chosen)
+        record = {"fp32": fp32, "candidates": rows, "chosen": chosen,
+                  "accept": self.config.accept.model_dump(), "latency": self.config.latency.model_dump()}
+        atomic_write_json(self.context.output_path("candidates.json"), record, fsync=False)
+        self.context.metrics["candidates"] = rows
+        self.context.metrics["candidates_table"] = table
+        self.context.log.info("quantize auto candidates:\n%s", table)
+        for row in rows:
+            if row.get("slower_than_fp32"):
+                self.flags.append(f"candidate {row['name']} is slower than the fp32 parent "
+                                  f"(speedup {row['speedup']:.2f}x)")
+        if chosen is None:
+            self.context.metrics["flags"] = self.flags
+            raise GateFailed("no quantization candidate met accept: "
+                             f"max_accuracy_drop {accept.max_accuracy_drop:g}, min_speedup {accept.min_speedup:g}",
+                             table=table,
+                             hint="relax `accept:`, calibrate on more samples, or keep the fp32 model"
+                                  # the hint suggests the x86-avx2 types: pointless when auto tried them
+                                  + ("" if "static-qdq-x86-avx2" in names
+                                     else saturation_hint(resolve(self.config, names[0]))))
+        out = self.context.output_path("model.onnx")
+        shutil.copyfile(built[chosen], out)  # already stamped and self-contained
+        winner = next(r for r in rows if r["name"] == chosen)
+        self._record(resolve(self.config, chosen), winner, fp32)
+        self.context.metrics["chosen"] = chosen
+        return {"model": out}
+
+    def _record(self, settings: Settings, row: dict[str, Any], fp32: dict[str, Any]) -> None:
+        self.context.metrics.update({
+            "mode": self.config.mode,
+            "preset": self.config.preset,
+            "settings": asdict(settings),
+            "calibration": ({"samples": self.config.calibration.samples, "method": settings.calibration,
+                             "seed": self.config.calibration.seed} if settings.mode == "static" else None),
+            "size_bytes": row.get("size_bytes"),
+            "fp32_size_bytes": fp32.get("size_bytes"),
+            "accuracy": row.get("accuracy"),
+            "fp32_accuracy": fp32.get("accuracy"),
+            "accuracy_drop": row.get("accuracy_drop"),
+            "latency_p50_ms": row.get("latency_p50_ms"),
+            "fp32_latency_p50_ms": fp32.get("latency_p50_ms"),
+            "speedup": row.get("speedup"),
+            "latency_threads": self.config.latency.threads,
+            "latency_runs": row.get("latency_runs"),
+            "slower_than_fp32": bool(row.get("speedup") is not None and row["speedup"] < 1.0),
+            "flags": list(self.flags),
+        })
+
