@@ -104,6 +104,28 @@ def _install(tmp: Path, path: Path, fsync: bool) -> None:
         _fsync_folder(path.parent)
 
 
+@contextmanager
+def _replacing(path: Path, *, fsync: bool, mode: int | None, verb: str = "write") -> Iterator[BinaryIO]:
+    """An open temp file next to `path`; when the block ends it is fsynced, given `mode` and renamed
+    over `path`. On any exception it is removed (the old `path` stays) and an OSError becomes a
+    StorageError naming `path`: the one shape of every write and copy below."""
+    fd, tmp = _create_temp(path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        _install(tmp, path, fsync)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise storage_error(path, e, verb) from e
+        raise
+
+
 # ---------------------------------------------------------------------------------------------
 # writes
 
@@ -115,21 +137,8 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True, mode: int | Non
     file is removed and whatever was at `path` stays as it was.
     """
     path = Path(path)
-    fd, tmp = _create_temp(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        _install(tmp, path, fsync)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise storage_error(path, e) from e
-        raise
+    with _replacing(path, fsync=fsync, mode=mode) as f:
+        f.write(data)
     return path
 
 
@@ -213,21 +222,8 @@ def create_exclusive(path: Path, data: bytes) -> bool:
 def atomic_copy(src: Path, dest: Path, *, fsync: bool = True, mode: int | None = None) -> Path:
     """Copy the bytes of `src` to `dest` through a temp file + rename (`atomic_write`'s rules)."""
     dest = Path(dest)
-    fd, tmp = _create_temp(dest)
-    try:
-        with open(src, "rb") as s, os.fdopen(fd, "wb") as d:
-            shutil.copyfileobj(s, d, CHUNK)
-            if fsync:
-                d.flush()
-                os.fsync(d.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        _install(tmp, dest, fsync)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise storage_error(dest, e, "copy to") from e
-        raise
+    with _replacing(dest, fsync=fsync, mode=mode, verb="copy to") as d, open(src, "rb") as s:
+        shutil.copyfileobj(s, d, CHUNK)
     return dest
 
 
@@ -235,21 +231,12 @@ def copy_verified(src: Path | BinaryIO | Iterable[bytes], dest: Path, sha256: st
     """Copy bytes (a file, a stream or chunks) to `dest` (atomically, read-only) only if they hash
     to `sha256` and are `size` long. On mismatch nothing is left at `dest` and IntegrityError
     names `what`."""
-    dest = Path(dest)
-    fd, tmp = _create_temp(dest)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            _fill_verified(out, src, sha256, size, what)
-        os.chmod(tmp, 0o444)
-        _install(tmp, dest, True)
-    except OSError as e:
-        raise storage_error(dest, e) from e
-    finally:
-        tmp.unlink(missing_ok=True)
+    with _replacing(Path(dest), fsync=True, mode=0o444) as out:
+        _fill_verified(out, src, sha256, size, what)
 
 
 def _fill_verified(out: BinaryIO, src, sha256: str, size: int, what: str) -> None:
-    """Write the bytes of `src` to the empty file `out` (fsynced); IntegrityError unless they hash
+    """Write the bytes of `src` to the empty file `out`; IntegrityError unless they hash
     to `sha256` and are `size` long (reading stops one chunk past `size`)."""
     h = hashlib.sha256()
     n = 0
@@ -259,8 +246,6 @@ def _fill_verified(out: BinaryIO, src, sha256: str, size: int, what: str) -> Non
         if n > size:
             break
         out.write(chunk)
-    out.flush()
-    os.fsync(out.fileno())
     if n != size or h.hexdigest() != sha256:
         raise IntegrityError(f"{what}: content does not match the manifest "
                              f"(expected sha256 {sha256[:12]}… and {size} bytes, got "
@@ -311,18 +296,9 @@ def reflink_or_copy(src: Path, dest: Path, sha256: str, size: int, what: str, mo
     reaches the other); else a copy hashed on the way, so a copy that does not match `sha256`
     is never placed. Never a hard link: editing the copy must not edit the source.
     """
-    dest = Path(dest)
-    fd, tmp = _create_temp(dest)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            if not _reflink(src, out):
-                _fill_verified(out, src, sha256, size, what)
-        os.chmod(tmp, mode & ~current_umask())
-        os.replace(tmp, dest)
-    except OSError as e:
-        raise storage_error(dest, e, "place") from e
-    finally:
-        tmp.unlink(missing_ok=True)
+    with _replacing(Path(dest), fsync=True, mode=mode & ~current_umask(), verb="place") as out:
+        if not _reflink(src, out):
+            _fill_verified(out, src, sha256, size, what)
 
 
 def _reflink(src: Path, out: BinaryIO) -> bool:

@@ -123,7 +123,7 @@ def _walk(buf, start: int, end: int, kind: int, depth: int, found: list[tuple[st
     for f in fields(buf, start, end):
         if f.wire == LENGTH_DELIMITED:
             if kind == TENSOR and f.number == TENSOR_EXTERNAL_DATA:
-                key, value = _entry(buf, f)
+                key, value = string_entry(buf, f)
                 if key == "location":
                     location = value or ""
             elif kind == TENSOR and f.number == TENSOR_NAME:
@@ -137,9 +137,9 @@ def _walk(buf, start: int, end: int, kind: int, depth: int, found: list[tuple[st
         found.append((location if location is not None else "", name))
 
 
-def _entry(buf, f: Field) -> tuple[str | None, str | None]:
-    """(key, value) of a StringStringEntryProto field."""
-    key = value = None
+def string_entry(buf, f: Field) -> tuple[str, str]:
+    """(key, value) of a StringStringEntryProto field ("" for a missing one)."""
+    key = value = ""
     for sub in fields(buf, f.value_start, f.stop):
         if sub.wire == LENGTH_DELIMITED and sub.number == ENTRY_KEY:
             key = text(buf, sub)

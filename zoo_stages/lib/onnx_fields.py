@@ -23,11 +23,10 @@ from typing import Sequence
 
 from zoo.errors import InvalidInput
 from zoo.files import atomic_output
-from zoo.onnxwire import LENGTH_DELIMITED, VARINT, Field, fields, read_varint, text
+from zoo.onnxwire import ENTRY_KEY, ENTRY_VALUE, LENGTH_DELIMITED, VARINT, Field, fields, read_varint, string_entry, text
 
 # onnx.proto field numbers
 IR_VERSION, GRAPH, OPSET_IMPORT, METADATA_PROPS = 1, 7, 8, 14
-_KEY, _VALUE = 1, 2  # StringStringEntryProto
 _DOMAIN, _VERSION = 1, 2  # OperatorSetIdProto
 _COPY_CHUNK = 64 << 20
 
@@ -57,7 +56,7 @@ def read_header(path: Path) -> Header:
                 elif f.number == OPSET_IMPORT and f.wire == LENGTH_DELIMITED:
                     opsets.append(_opset(buf, f))
                 elif f.number == METADATA_PROPS and f.wire == LENGTH_DELIMITED:
-                    metadata.append(_entry(buf, f))
+                    metadata.append(string_entry(buf, f))
         except ValueError as e:
             raise InvalidInput(f"{path} is not a readable ONNX model ({e})") from None
     return Header(ir, opsets, metadata)
@@ -127,8 +126,8 @@ def _replacements(metadata, opset_import, ir_version) -> dict[int, list[bytes]]:
         replaced[OPSET_IMPORT] = [_bytes_field(OPSET_IMPORT, _bytes_field(_DOMAIN, d.encode()) +
                                                _varint_field(_VERSION, int(v))) for d, v in opset_import]
     if metadata is not None:
-        replaced[METADATA_PROPS] = [_bytes_field(METADATA_PROPS, _bytes_field(_KEY, k.encode()) +
-                                                 _bytes_field(_VALUE, v.encode())) for k, v in metadata]
+        replaced[METADATA_PROPS] = [_bytes_field(METADATA_PROPS, _bytes_field(ENTRY_KEY, k.encode()) +
+                                                 _bytes_field(ENTRY_VALUE, v.encode())) for k, v in metadata]
     return replaced
 
 
@@ -178,16 +177,6 @@ def _varint_field(number: int, value: int) -> bytes:
 
 def _bytes_field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _entry(buf, f: Field) -> tuple[str, str]:
-    key = value = ""
-    for sub in fields(buf, f.value_start, f.stop):
-        if sub.wire == LENGTH_DELIMITED and sub.number == _KEY:
-            key = text(buf, sub)
-        elif sub.wire == LENGTH_DELIMITED and sub.number == _VALUE:
-            value = text(buf, sub)
-    return key, value
 
 
 def _opset(buf, f: Field) -> tuple[str, int]:
