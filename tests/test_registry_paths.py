@@ -214,7 +214,8 @@ def test_dump_manifest_is_canonical_and_round_trips():
 
 def _timed(**changes) -> Manifest:
     raw = _manifest(created="2026-01-01T00:00:00.000000Z", card=_ref("README.md"),
-                    extra={"deploy": {"measured": {"t": 1}, "verification": {"g": 1}, "gates": ["acc"]}, "other": 1})
+                    extra={"deploy": {"measured": {"t": 1}, "verification": {"g": 1}, "gates": ["acc"]}, "other": 1,
+                           "shipper": {"measured": {"t": 1}, "notice": "x"}})
     raw["builds"]["cpu"]["metrics"] = {"latency_p50_ms": 1.0, "throughput_ips": 5.0, "speedup_vs_fp32": 1.1, "accuracy": 0.9}
     for path, value in changes.items():
         node = raw
@@ -230,6 +231,7 @@ def _timed(**changes) -> Manifest:
     ("builds__cpu__metrics__latency_p50_ms", 9.0), ("builds__cpu__metrics__throughput_ips", 1.0),
     ("builds__cpu__metrics__speedup_vs_fp32", 2.0), ("extra__deploy__measured", {"t": 2}),
     ("extra__deploy__verification", {}),
+    ("extra__shipper__measured", {"t": 3}),  # any publishing kind's section, not only deploy's
 ])
 def test_a_republish_that_differs_only_in_measurements_has_the_same_content(path, value):
     assert same_content(_timed(), _timed(**{path: value}))
@@ -238,6 +240,7 @@ def test_a_republish_that_differs_only_in_measurements_has_the_same_content(path
 @pytest.mark.parametrize("path,value", [
     ("builds__cpu__metrics__accuracy", 0.8), ("builds__cpu__metrics__p_latency", 1.0), ("license", "mit"),
     ("description", "other"), ("extra__deploy__gates", []), ("extra__other", 2), ("builds__cpu__file", _ref(size=2)),
+    ("extra__shipper__notice", "y"),
     ("builds__cpu__opset", 17), ("lineage", {"recipe": {"digest": "b" * 64}}), ("files", [_ref("zoo.lock")]),
 ])
 def test_any_other_difference_is_different_content(path, value):
@@ -252,7 +255,7 @@ def test_content_key_is_compact_sorted_json_and_leaves_the_manifest_alone():
     assert key == json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
     assert "created" not in obj and "card" not in obj
     assert obj["builds"]["cpu"]["metrics"] == {"accuracy": 0.9}
-    assert obj["extra"] == {"deploy": {"gates": ["acc"]}, "other": 1}
+    assert obj["extra"] == {"deploy": {"gates": ["acc"]}, "other": 1, "shipper": {"notice": "x"}}
     assert m.model_dump(mode="json") == before
     assert json.loads(content_key(Manifest(**_manifest(extra={"deploy": "text"}))))["extra"] == {"deploy": "text"}
 

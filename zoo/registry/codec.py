@@ -53,13 +53,16 @@ def read_manifest_file(path: Path) -> Manifest:
 
 # timings measured on the publishing host: they differ on every verify run
 _MEASURED = re.compile(r"^(latency|throughput|speedup)")
+# keys of a section of a manifest's ``extra`` (one per kind that publishes, e.g. ``extra.deploy``)
+# that report measurements rather than describe the bytes: not part of a version's identity
+MEASUREMENT_REPORTS = ("measured", "verification")
 
 
 def content_key(manifest: Manifest) -> bytes:
     """What 'the same version' means: the same bytes and the same description of them.
 
     Left out: the publish time, and what only reports measurements — timing metrics, the model
-    card that shows them, and verify's gate values. A republish that differs only there (verify
+    card that shows them, and the measurement reports in ``extra`` (`MEASUREMENT_REPORTS`). A republish that differs only there (verify
     ran again and timed slightly differently) is a no-op that keeps the first published figures;
     any other difference (a build's bytes, ports, accuracy, license, lineage…) is a Conflict.
     """
@@ -68,10 +71,10 @@ def content_key(manifest: Manifest) -> bytes:
     obj.pop("card", None)
     for build in obj.get("builds", {}).values():
         build["metrics"] = {k: v for k, v in build.get("metrics", {}).items() if not _MEASURED.match(k)}
-    deploy = obj.get("extra", {}).get("deploy")
-    if isinstance(deploy, dict):
-        deploy.pop("measured", None)
-        deploy.pop("verification", None)
+    for section in obj.get("extra", {}).values():  # each publishing kind's own section
+        if isinstance(section, dict):
+            for report in MEASUREMENT_REPORTS:
+                section.pop(report, None)
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 

@@ -238,7 +238,7 @@ class LocalZoo:
         try:
             data = mpath.read_bytes()
         except FileNotFoundError:
-            raise InvalidInput(f"{staging_dir} has no {MANIFEST_FILE}", hint="the deploy stage writes it") from None
+            raise InvalidInput(f"{staging_dir} has no {MANIFEST_FILE}", hint="the stage that publishes writes it (see zoo.registry.staging)") from None
         manifest = load_manifest(data, str(mpath))
         _check_consistent(manifest)
         sources = {ref.path: safe_join(staging_dir, ref.path, what="manifest file") for ref in manifest.all_files()}
