@@ -30,7 +30,7 @@ from zoo.errors import AccessDenied, Conflict, NotFound, SourceUnreachable, Stor
 from zoo.registry.codec import dump_manifest, load_manifest, same_content, utc_now
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import FileRef, Manifest
-from zoo.registry.refs import LATEST, Ref, check_name, check_tag, check_version, is_prerelease, moves_latest, version_key
+from zoo.registry.refs import LATEST, Ref, check_name, check_tag, check_version, is_prerelease, moves_latest, newest, version_key
 from zoo.registry.remote import RemoteZoo, fetch_blob
 
 if TYPE_CHECKING:
@@ -390,7 +390,7 @@ class FsRemoteZoo(RemoteZoo):
         tags = {t: v for t, v in self._list_tags(name).items() if v in versions}
         if versions and LATEST not in tags:
             releases = [v for v in versions if not is_prerelease(v)]
-            top = max(releases or list(versions), key=version_key)
+            top = newest(releases or list(versions))
             self._write_tag(name, LATEST, top)
             tags[LATEST] = top
         b.write(b.path("models", name, "index.json"),
