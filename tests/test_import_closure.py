@@ -244,3 +244,97 @@ def test_editing_a_zoo_module_a_builtin_kind_imports_changes_its_key(tmp_path):
     _touch(src / "zoo" / "sources.py", (src / "zoo" / "sources.py").read_text() + "\n# edited\n")
     after = plan()
     assert after["train"] == before["train"] and after["export"] != before["export"]
+
+
+# ---------------------------------------------------------------------------------------------
+# module shapes and import forms the closure must resolve (each kills mutants of import_closure.py
+# that the kinds' own imports never exercise: docs/mutation.md, engine-closure)
+
+SHAPES = {
+    "shp/__init__.py": "",
+    "shp/kind.py": """\
+        import typing
+        import flags
+
+        from shp.fast import speed                 # a compiled extension module
+        from shp.ns.inner import VALUE             # a namespace subpackage (no __init__.py)
+        from shp.a.b.deep import go
+        import shp.broken                          # does not parse: kept, not followed
+        import shp.nulls                           # holds a NUL byte: kept, not followed
+
+        try:
+            import shp.missing.deeper             # a module that does not exist: no file, no crash
+        except ImportError:
+            pass
+
+        if typing.TYPE_CHECKING:                   # the attribute form never runs either
+            from shp import typing_attr_only
+        if flags.AAA:                              # any other condition may run
+            from shp import under_aaa
+        if flags.ZZZ:
+            from shp import under_zzz
+        if AAA:
+            from shp import under_name_aaa
+        if ZZZ:
+            from shp import under_name_zzz
+
+
+        def Load():                                # a module-level function that is not __getattr__
+            from shp import loaded
+        """,
+    "shp/fast" + import_closure.EXTENSION_SUFFIXES[0]: "not really machine code",
+    "shp/ns/inner.py": "VALUE = 1\n",
+    "shp/a/__init__.py": "",
+    "shp/a/b/__init__.py": "",
+    "shp/a/b/deep.py": """\
+        from . import sibling                      # level 1: shp.a.b
+        from .. import up_one                      # level 2: shp.a
+        from ... import up_two                     # level 3: shp
+        from ....other import beyond               # level 4: past the top-level package, ImportError
+        from .....other import far_beyond
+        """,
+    "shp/a/b/sibling.py": "",
+    "shp/a/up_one.py": "",
+    "shp/up_two.py": "",
+    "shp/other.py": "",                            # what a wrong level arithmetic would reach
+    "shp/broken.py": "def (:\n",
+    "shp/nulls.py": "X = 1\n\0\n",
+    "shp/typing_attr_only.py": "",
+    "shp/under_aaa.py": "",
+    "shp/under_zzz.py": "",
+    "shp/under_name_aaa.py": "",
+    "shp/under_name_zzz.py": "",
+    "shp/loaded.py": "",
+    "other/__init__.py": "",                       # a second project package, reachable only wrongly
+    "other/beyond.py": "",
+    "other/far_beyond.py": "",
+    "nsroot/mod.py": "from .sibling import X\nfrom . import up\n",  # a top-level namespace package
+    "nsroot/sibling.py": "X = 1\n",
+    "single.py": "from . import nothing\nfrom .other import beyond\n",  # a top-level module: no parent package
+}
+
+
+@pytest.fixture
+def shapes(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "site"
+    _write(root, SHAPES)
+    (root / "shp" / "nulls.py").write_bytes(b"X = 1\n\0\n")
+    monkeypatch.syspath_prepend(str(root))
+    yield root
+
+
+def test_every_module_shape_and_import_form_is_resolved(shapes):
+    found = import_closure.closure(["shp.kind"], ["shp", "other"])
+    assert set(found) == {
+        "shp", "shp.a", "shp.a.b", "shp.a.b.deep", "shp.a.b.sibling", "shp.a.up_one", "shp.broken", "shp.fast",
+        "shp.kind", "shp.loaded", "shp.nulls", "shp.ns.inner", "shp.under_aaa", "shp.under_name_aaa",
+        "shp.under_name_zzz", "shp.under_zzz", "shp.up_two"}
+    assert found["shp.fast"] == shapes / "shp" / ("fast" + import_closure.EXTENSION_SUFFIXES[0])  # hashed, not read
+    assert found["shp.ns.inner"] == shapes / "shp" / "ns" / "inner.py"
+
+
+def test_relative_imports_without_a_parent_package_reach_nothing(shapes):
+    """A top-level module's `from . import x` and a top-level namespace package's relative imports."""
+    assert import_closure.closure(["single"], ["single", "other"]) == {"single": shapes / "single.py"}
+    assert import_closure.closure(["nsroot.mod"], ["nsroot"]) == {
+        "nsroot.mod": shapes / "nsroot" / "mod.py", "nsroot.sibling": shapes / "nsroot" / "sibling.py"}

@@ -100,13 +100,10 @@ def _imported(module: str, is_package: bool, statements: Iterable[Statement]) ->
                 continue  # beyond the top-level package: an ImportError at run time, no code
             base = base[:len(base) - (level - 1)]
             name = ".".join(base + ([name] if name else []))
-        if not name:
-            continue
         yield name
         yield from _parents(name)
-        for attr in names or ():
-            if attr != "*":
-                yield f"{name}.{attr}"
+        for attr in names or ():  # `from a import b`: b may be a module (`*` names no file: dropped later)
+            yield f"{name}.{attr}"
 
 
 def parse_statements(source: bytes, filename: str = "<source>") -> list[Statement]:
@@ -129,7 +126,7 @@ def parse_statements(source: bytes, filename: str = "<source>") -> list[Statemen
             continue
         for attr in ("body", "orelse", "finalbody", "handlers", "cases"):
             todo.extend(getattr(node, attr, None) or ())
-    return sorted(found, key=lambda s: (s[0], s[1], s[2] or ()))
+    return found  # in a fixed order (the walk's): the memo's text is stable
 
 
 def _lazy_attributes(node: ast.AST) -> bool:
