@@ -282,7 +282,9 @@ SHAPES = {
         def Load():                                # a module-level function that is not __getattr__
             from shp import loaded
         """,
-    "shp/fast" + import_closure.EXTENSION_SUFFIXES[0]: "not really machine code",
+    # not machine code, but what a parser would follow if it read an extension module as source
+    "shp/fast" + import_closure.EXTENSION_SUFFIXES[0]: "from shp import read_from_binary\n",
+    "shp/read_from_binary.py": "",
     "shp/ns/inner.py": "VALUE = 1\n",
     "shp/a/__init__.py": "",
     "shp/a/b/__init__.py": "",
@@ -297,6 +299,7 @@ SHAPES = {
     "shp/a/up_one.py": "",
     "shp/up_two.py": "",
     "shp/other.py": "",                            # what a wrong level arithmetic would reach
+    "shp/a/other.py": "",
     "shp/broken.py": "def (:\n",
     "shp/nulls.py": "X = 1\n\0\n",
     "shp/typing_attr_only.py": "",
