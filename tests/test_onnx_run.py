@@ -78,7 +78,7 @@ def test_feeds_are_cast_within_their_kind_and_refused_across_kinds(multi):
     feeds = multi_io_feeds(3)
     narrow = {**feeds, "ids": feeds["ids"].astype(np.int32), "types": feeds["types"].astype(np.int32)}
     np.testing.assert_array_equal(onnx_run.run(multi, narrow)["label"], onnx_run.run(multi, feeds)["label"])
-    with pytest.raises(InvalidInput, match="float64 values for model input 'ids', which takes int64"):
+    with pytest.raises(InvalidInput, match="the inputs: float64 values for model input 'ids', which takes int64"):
         onnx_run.run(multi, {**feeds, "ids": feeds["ids"].astype(np.float64)})
     linear = ort_session.make_session(linear_model())
     x = np.random.default_rng(0).random((2, 1, 4, 4))  # float64 into a float32 input: the same kind
@@ -95,7 +95,7 @@ def test_prepare_names_what_is_wrong_with_the_feeds(multi):
     with pytest.raises(InvalidInput, match="different numbers of samples.*ids: 3.*mask: 2"):
         onnx_run.prepare(multi, {**feeds, "mask": feeds["mask"][:2]})
     linear = ort_session.make_session(linear_model())
-    with pytest.raises(InvalidInput, match="the held-out split give samples of shape 3x8x8.*'input' expects 1x4x4"):
+    with pytest.raises(InvalidInput, match="the held-out split: samples of shape 3x8x8.*'input' expects 1x4x4"):
         onnx_run.prepare(linear, {"input": np.zeros((2, 3, 8, 8), np.float32)}, where="the held-out split")
     with pytest.raises(InvalidInput, match="no samples"):
         onnx_run.run(linear, {"input": np.zeros((0, 1, 4, 4), np.float32)})

@@ -126,7 +126,7 @@ def prepare(session: Any, feeds: Mapping[str, Any], *, where: str = "the inputs"
                            hint=f"the model expects inputs {', '.join(names)}")
     unknown = [n for n in feeds if n not in names]
     if unknown:
-        raise InvalidInput(f"{where} give values for {', '.join(unknown)}, which the model does not take",
+        raise InvalidInput(f"{where}: values for {', '.join(unknown)}, which the model does not take as inputs",
                            hint=f"the model expects inputs {', '.join(names)}")
     out: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
@@ -134,13 +134,12 @@ def prepare(session: Any, feeds: Mapping[str, Any], *, where: str = "the inputs"
         value = np.asarray(feeds[spec.name])
         want = _numpy_dtype(spec)
         if want != object and not np.can_cast(value.dtype, want, casting="same_kind"):
-            raise InvalidInput(f"{where} give {value.dtype} values for model input {spec.name!r}, "
-                               f"which takes {spec.dtype}")
+            raise InvalidInput(f"{where}: {value.dtype} values for model input {spec.name!r}, which takes {spec.dtype}")
         if spec.shape:  # onnxruntime reports an unknown rank as [] too: only a known rank is checked
             fixed = spec.shape[1:]
             if len(spec.shape) != value.ndim or any(isinstance(w, int) and w > 0 and w != h
                                                     for w, h in zip(fixed, value.shape[1:])):
-                raise InvalidInput(f"{where} give samples of shape {_dims(value.shape[1:])} but the model input "
+                raise InvalidInput(f"{where}: samples of shape {_dims(value.shape[1:])} but the model input "
                                    f"{spec.name!r} expects {_dims(fixed)}",
                                    hint="make the data match the model's input (for images: data.channels / "
                                         "data.image_size in the recipe)")
@@ -149,7 +148,7 @@ def prepare(session: Any, feeds: Mapping[str, Any], *, where: str = "the inputs"
             counts[spec.name] = int(value.shape[0])
     if len(set(counts.values())) > 1:
         shown = ", ".join(f"{n}: {c}" for n, c in counts.items())
-        raise InvalidInput(f"{where} hold different numbers of samples per input ({shown})",
+        raise InvalidInput(f"{where}: different numbers of samples per input ({shown})",
                            hint="every input holds the samples along its first dimension")
     return out
 
@@ -186,7 +185,7 @@ def run(session: Any, feeds: Mapping[str, Any], *, batch_size: int | None = None
     names = list(outputs) if outputs else [o.name for o in session.get_outputs()]
     n = sample_count(prepared)
     if n == 0:
-        raise InvalidInput(f"{where} hold no samples to run the model on")
+        raise InvalidInput(f"{where}: no samples to run the model on")
     fixed = fixed_batch(session)
     step = fixed or (max(1, int(batch_size)) if batch_size else n)
     batched = {k: v for k, v in prepared.items() if v.ndim > 0}
