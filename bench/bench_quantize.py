@@ -111,19 +111,15 @@ def time_models(paths: dict[str, Path], *, runs: int, warmup: int, block: int = 
                 shape: tuple[int, ...] = (1, 3, 224, 224)) -> dict[str, dict[str, float]]:
     """p50/p90/mean latency (ms) of each model: onnxruntime CPU, 1 thread, batch 1.
 
-    Sessions use onnxruntime's default graph optimization (all). Timed runs alternate between
-    the models in blocks of `block`, so load from other processes spreads over all of them.
+    Sessions come from zoo's one builder (graph optimization all, deterministic compute, as the
+    kinds time them). Timed runs alternate between the models in blocks of `block`, so load from
+    other processes spreads over all of them.
     """
     import numpy as np
-    import onnxruntime as ort
 
-    sessions = {}
-    for name, path in paths.items():
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        sessions[name] = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    from zoo_stages.lib.ort_session import make_session
+
+    sessions = {name: make_session(path, threads=1, level="all") for name, path in paths.items()}
     x = np.random.default_rng(0).random(shape, dtype=np.float32)
     feeds = {name: {s.get_inputs()[0].name: x} for name, s in sessions.items()}
     for name, s in sessions.items():
@@ -258,13 +254,11 @@ def op_times(path: Path, runs: int = 20) -> dict[str, float]:
     from collections import defaultdict
 
     import numpy as np
-    import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.enable_profiling = True
-    options.profile_file_prefix = str(path.parent.parent / "profile")  # outside the cache entry
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    from zoo_stages.lib.ort_session import make_session
+
+    # the profile goes outside the cache entry
+    session = make_session(path, threads=1, level="all", profile_prefix=path.parent.parent / "profile")
     feed = {session.get_inputs()[0].name: np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)}
     for _ in range(5):
         session.run(None, feed)
@@ -282,12 +276,12 @@ def op_times(path: Path, runs: int = 20) -> dict[str, float]:
 
 def host_line() -> str:
     """CPU model and the SIMD features that decide int8 speed, with what they imply."""
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib.host_info import host_info, int8_may_saturate
 
-    host = onnxutil.host_info()
+    host = host_info()
     flags = ", ".join(host["flags"]) or "none known"
     line = f"host: {host['cpu']}, {host['cpu_count']} CPUs, onnxruntime {host['versions']['onnxruntime']}; int8 features: {flags}"
-    if onnxutil.int8_may_saturate(host):
+    if int8_may_saturate(host):
         line += ("\n  no VNNI: int8 dot products run on VPMADDUBSW (AVX2), about twice fp32's rate per instruction, "
                  "not four times as with VNNI/AMX; expect a lower int8 speedup than on a VNNI host")
     return line

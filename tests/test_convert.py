@@ -1,4 +1,5 @@
-"""Unit tests of zoo_stages/lib/model_info.py and zoo_stages/lib/convert.py on tiny ONNX models built here."""
+"""Unit tests of zoo_stages/lib/model_info.py and zoo_stages/lib/convert.py on tiny ONNX models built here
+(outputs compared with zoo_stages.lib.parity, whose own tests are tests/test_parity.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from zoo.errors import GateFailed, InvalidInput
+from zoo.errors import InvalidInput
 from zoo_stages.lib import convert as cv
+from zoo_stages.lib import onnx_run, ort_session
+from zoo_stages.lib.parity import Tolerance, compare
 from zoo_stages.lib.model_info import describe, detect_precision, load_graph
 
 
@@ -115,6 +118,15 @@ def test_describe_rejects_garbage_and_missing(tmp_path):
         describe(tmp_path / "nope.onnx")
 
 
+def test_load_graph_does_not_need_external_data(tmp_path):
+    m = onnx.load(str(tiny_classifier(tmp_path / "m.onnx")))
+    d = tmp_path / "ext"
+    d.mkdir()
+    onnx.save(m, str(d / "model.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
+    (d / "w.bin").unlink()
+    assert len(load_graph(d / "model.onnx").graph.initializer) == 4
+
+
 def test_external_data_is_listed_and_loaded_for_conversion(tmp_path, images):
     src = tiny_classifier(tmp_path / "m.onnx")
     m = onnx.load(str(src))
@@ -142,7 +154,7 @@ def test_fp16_keeps_float32_io_and_matches(tmp_path, images):
     assert {i.data_type for i in model.graph.initializer} == {TensorProto.FLOAT16}
     ref, got = run(src, images), run(out, images)
     assert got.dtype == np.float32
-    parity = cv.compare([ref], [got], ["logits"], atol=1e-2, rtol=1e-2)
+    parity = compare({"logits": ref}, {"logits": got}, tolerance=Tolerance(atol=1e-2, rtol=1e-2))
     assert parity.passed and 0 < parity.max_abs < 1e-2
     assert parity.top1_agreement == 1.0
     # same source, same bytes
@@ -180,9 +192,9 @@ def test_ort_conversion_loads_matches_and_keeps_two_files(tmp_path, images, styl
     assert str(tmp_path) not in config and "# - model.ort" in config
     assert "ai.onnx;" in config
     assert describe(result.model).format == "ort"
-    sess = cv.open_session(result.model, runtime_optimizations=style == "Runtime")
-    got = cv.run_batched(sess, {"input": images})
-    parity = cv.compare([run(src, images)], got, ["logits"], atol=1e-4, rtol=1e-4)
+    sess = ort_session.make_session(result.model, runtime_optimizations=style == "Runtime")
+    got = onnx_run.run(sess, {"input": images})
+    parity = compare({"logits": run(src, images)}, got, tolerance=Tolerance(atol=1e-4, rtol=1e-4))
     assert parity.passed, parity.table()
     # the work dir is cleaned up and the source folder untouched
     assert list((tmp_path / "work").iterdir()) == []
@@ -195,57 +207,6 @@ def test_ort_conversion_loads_matches_and_keeps_two_files(tmp_path, images, styl
 def test_ort_unknown_style(tmp_path):
     with pytest.raises(InvalidInput, match="optimization style"):
         cv.to_ort(tiny_classifier(tmp_path / "m.onnx"), tmp_path / "o", optimization_style="Fast")
-
-
-# ---------------------------------------------------------------------------------------------
-# running and parity
-
-
-def test_run_batched_fixed_batch_drops_tail_and_concatenates(tmp_path, images):
-    fixed = tiny_classifier(tmp_path / "fixed.onnx", batch=4)
-    dynamic = tiny_classifier(tmp_path / "dyn.onnx")
-    x = images[:10]
-    out_fixed = cv.run_batched(cv.open_session(fixed), {"input": x})[0]
-    out_dyn = cv.run_batched(cv.open_session(dynamic), {"input": x}, batch_size=3)[0]
-    assert out_fixed.shape == (8, 10)  # two full batches of 4
-    assert out_dyn.shape == (10, 10)
-    np.testing.assert_allclose(out_fixed, out_dyn[:8], rtol=1e-6, atol=1e-6)
-    with pytest.raises(InvalidInput, match="no values"):
-        cv.run_batched(cv.open_session(dynamic), {"other": x})
-    with pytest.raises(InvalidInput, match="not enough samples"):
-        cv.run_batched(cv.open_session(fixed), {"input": x[:3]})
-
-
-def test_compare_detects_violations_nan_and_shape():
-    ref = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
-    close = ref + 1e-3
-    assert cv.compare([ref], [close], ["y"], atol=1e-2, rtol=0).passed
-    far = ref.copy()
-    far[1, 0] = 3.5
-    parity = cv.compare([ref], [far], ["y"], atol=1e-2, rtol=0)
-    assert not parity.passed
-    assert parity.outputs[0].violations == 1
-    assert parity.max_abs == pytest.approx(0.5)
-    assert parity.top1_agreement == 1.0
-    nan = ref.copy()
-    nan[0, 0] = np.nan
-    assert not cv.compare([ref], [nan], ["y"], atol=1.0, rtol=1.0).passed
-    mismatch = cv.compare([ref], [ref[:1]], ["y"], atol=1.0, rtol=1.0)
-    assert not mismatch.passed and "mismatch" in mismatch.table()
-    with pytest.raises(GateFailed) as err:
-        cv.require_parity(parity, "build x")
-    assert "y" in err.value.table and "violations" in err.value.table
-    figures = parity.metrics()
-    assert figures["parity_atol"] == 1e-2 and figures["parity_samples"] == 2
-
-
-def test_load_graph_does_not_need_external_data(tmp_path):
-    m = onnx.load(str(tiny_classifier(tmp_path / "m.onnx")))
-    d = tmp_path / "ext"
-    d.mkdir()
-    onnx.save(m, str(d / "model.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
-    (d / "w.bin").unlink()
-    assert len(load_graph(d / "model.onnx").graph.initializer) == 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,8 +270,8 @@ def test_runtime_style_with_saved_optimizations_is_reproducible(tmp_path, images
     graph = InferenceSession.GetRootAs(first.model.read_bytes(), 0).Model().Graph()
     assert graph.RuntimeOptimizations().RecordsLength() >= 1  # the QDQ fusions were saved, not applied
     # default loading (no replay): what deploy's parity gate checks
-    got = cv.run_batched(cv.open_session(first.model), {"input": images})
-    parity = cv.compare([run(qdq, images)], got, ["logits"], atol=0.05, rtol=0.05)
+    got = onnx_run.run(ort_session.make_session(first.model), {"input": images})
+    parity = compare({"logits": run(qdq, images)}, got, tolerance=Tolerance(atol=0.05, rtol=0.05))
     assert parity.top1_agreement == 1.0 and parity.cosine > 0.999, parity.table()
 
 

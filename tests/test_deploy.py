@@ -384,32 +384,32 @@ def test_without_verify_builds_get_generated_vectors(upstream, tmp_path):
     assert "verification" not in m.extra["deploy"]
 
 
-@pytest.mark.parametrize("broken,expect", [("raises", "fails: cannot replay here"),
+@pytest.mark.parametrize("broken,expect", [("raises", "fails: onnxruntime cannot load model.ort: cannot replay here"),
                                            ("differs", "outputs differ: max |diff| ")])
 def test_a_failed_replay_is_recorded_not_fatal_with_a_stand_in_onnxruntime(upstream, tmp_path, monkeypatch,
                                                                            broken, expect):
     """Stand-in: onnxruntime's replay of saved runtime optimizations is replaced by one that raises
     or that returns shifted outputs (the pinned onnxruntime replays this model fine). The build
     still ships, and its conversion record says what the replay did."""
-    from zoo_stages.lib import convert as cv
+    from zoo_stages.lib import onnx_run, ort_session
 
-    real_open, real_run = cv.open_session, cv.run_batched
+    real_open, real_run = ort_session.make_session, onnx_run.run
     replayed = set()
 
-    def open_session(path, *, threads=1, runtime_optimizations=False):
-        session = real_open(path, threads=threads, runtime_optimizations=runtime_optimizations)
-        if runtime_optimizations:
-            if broken == "raises":
-                raise RuntimeError("cannot replay here\nsecond line")
+    def make_session(model, **kwargs):
+        session = real_open(model, **kwargs)
+        if kwargs.get("runtime_optimizations"):
+            if broken == "raises":  # what the real builder raises for a model it cannot load
+                raise InvalidInput("onnxruntime cannot load model.ort: cannot replay here\nsecond line")
             replayed.add(id(session))
         return session
 
-    def run_batched(session, feeds, *args, **kwargs):
-        out = real_run(session, feeds, *args, **kwargs)
-        return [o + 1.0 for o in out] if id(session) in replayed else out
+    def run(session, feeds, **kwargs):
+        out = real_run(session, feeds, **kwargs)
+        return {name: o + 1.0 for name, o in out.items()} if id(session) in replayed else out
 
-    monkeypatch.setattr(cv, "open_session", open_session)
-    monkeypatch.setattr(cv, "run_batched", run_batched)
+    monkeypatch.setattr(ort_session, "make_session", make_session)
+    monkeypatch.setattr(onnx_run, "run", run)
     release, _ = _deploy(upstream, tmp_path, with_verify=False,
                          builds={"mobile": {"from": "quantize", "convert": "ort", "optimization_style": "Runtime"}})
     replay = _manifest(release).extra["deploy"]["conversions"]["mobile"]["runtime_optimizations_replay"]

@@ -2,7 +2,7 @@
 
 A location that is empty, absolute, climbs out with '..', holds a backslash or a drive letter,
 or (next to a model on disk) leads out through a symbolic link is refused with UnsafePath: by the
-wire-level check itself, by a stage loading a model (onnxutil, describe), by export's ONNX import,
+wire-level check itself, by a stage loading a model (onnx_io, describe), by export's ONNX import,
 by quantize, by publishing to the zoo, by materializing a version that reached the zoo another
 way, by a pull, and by importing a bundle. The hostile tensor hides in a subgraph (an If branch), where only a walker
 that descends into attributes finds it; a plain external tensor beside it is harmless.
@@ -100,15 +100,15 @@ def files_next_to_the_model(tmp_path: Path, model: Path) -> None:
 
 
 def load_model(tmp_path: Path, model: Path) -> None:
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib import onnx_io
 
-    onnxutil.load_model(model)
+    onnx_io.load_model(model)
 
 
 def session_straight_from_the_file(tmp_path: Path, model: Path) -> None:
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib import onnx_io
 
-    onnxutil.loadable_as_is(model)
+    onnx_io.loadable_as_is(model)
 
 
 def describe(tmp_path: Path, model: Path) -> None:
@@ -240,9 +240,9 @@ def test_locations_inside_the_folder_are_accepted_and_normalised(tmp_path):
 
 
 def test_a_model_with_safe_external_data_loads_with_its_weights(tmp_path):
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib import onnx_io
 
     model = hostile_model(tmp_path / "m", SAFE)
-    loaded = onnxutil.load_model(model)
+    loaded = onnx_io.load_model(model)
     assert [t.data_location for t in loaded.graph.initializer] == [TensorProto.DEFAULT]
     assert numpy_helper.to_array(loaded.graph.initializer[0]).tolist() == [1.0] * 4

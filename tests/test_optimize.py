@@ -10,10 +10,11 @@ import pydantic
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from onnx_models import multi_io_model
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages import optimize as optimize_mod
-from zoo_stages.lib import onnxutil
+from zoo_stages.lib import onnx_io, onnx_run, ort_session
 from zoo_stages.optimize import Optimize, OptimizeConfig, check_parity
 
 
@@ -55,9 +56,14 @@ def upstream(path: Path, stage_id: str = "export") -> Inputs:
     return Inputs([Upstream(stage_id=stage_id, kind="export", outputs={"model": path}, metrics={})])
 
 
+def _run(model, x, level: str = "all"):
+    """The model's first output on `x`."""
+    return next(iter(onnx_run.run(ort_session.make_session(model, level=level), {"input": x}).values()))
+
+
 @pytest.fixture
 def model_path(tmp_path) -> Path:
-    return onnxutil.save_model(conv_classifier(), tmp_path / "input.onnx")
+    return onnx_io.save_model(conv_classifier(), tmp_path / "input.onnx")
 
 
 def run_optimize(tmp_path, model_path, name="run", **config):
@@ -84,8 +90,8 @@ def test_each_level_keeps_parity_and_records_domains(tmp_path, model_path, level
     # only the domains actually used stay imported (onnxruntime declares a dozen)
     assert {o.domain for o in model.opset_import} == {""} | set(m["custom_domains"])
     x = np.random.default_rng(5).random((3, 1, 8, 8), dtype=np.float32)
-    ref = onnxutil.run(onnxutil.make_session(model_path, level="disable"), x)[0]
-    np.testing.assert_allclose(onnxutil.run(onnxutil.make_session(out), x)[0], ref, rtol=1e-4, atol=1e-4)
+    ref = _run(model_path, x, level="disable")
+    np.testing.assert_allclose(_run(out, x), ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("level", ["basic", "all"])
@@ -101,7 +107,7 @@ def test_simplifiers_run_and_keep_parity(tmp_path, model_path, tool):
     assert ctx.metrics["simplify"] == tool
     ops = ctx.metrics["ops_after"]
     assert "Identity" not in ops and "Add" not in ops
-    assert ctx.metrics["parity"]["outputs"]["logits"]["ok"]
+    assert ctx.metrics["parity"]["outputs"]["logits"]["passed"]
     again, _ = run_optimize(tmp_path, model_path, name="again", simplify=tool, level="basic")
     assert out.read_bytes() == again.read_bytes()
 
@@ -132,6 +138,15 @@ def test_parity_failure_raises_a_table():
     assert "logits" in table and "max_abs" in table and "max_rel" in table and "FAIL" in table
 
 
+def test_parity_covers_every_output_of_a_multi_input_model_integer_ones_exactly():
+    same = check_parity(multi_io_model(), multi_io_model(), optimize_mod.ParityConfig(samples=4))
+    assert same["passed"] and set(same["outputs"]) == {"probs", "scores16", "label", "total"}
+    assert same["outputs"]["label"]["exact"] and same["samples"] == 4 and same["seed"] == 0
+    with pytest.raises(GateFailed) as err:
+        check_parity(multi_io_model(), multi_io_model(seed=1), optimize_mod.ParityConfig(samples=4))
+    assert "label" in err.value.table and "exact" in err.value.table
+
+
 def test_a_simplifier_that_changes_numerics_fails_the_stage(tmp_path, model_path, monkeypatch):
     def perturbing(model, tool):
         copy = onnx.ModelProto()
@@ -150,7 +165,7 @@ def test_a_simplifier_that_changes_numerics_fails_the_stage(tmp_path, model_path
 
 
 def test_model_from_picks_the_named_upstream(tmp_path, model_path):
-    other = onnxutil.save_model(conv_classifier(seed=3), tmp_path / "other.onnx")
+    other = onnx_io.save_model(conv_classifier(seed=3), tmp_path / "other.onnx")
     inputs = Inputs([Upstream("export", "export", {"model": model_path}, {}),
                      Upstream("train2", "export", {"model": other}, {})])
     ctx = make_context(tmp_path)
@@ -158,8 +173,7 @@ def test_model_from_picks_the_named_upstream(tmp_path, model_path):
         Optimize().run(inputs, OptimizeConfig(), ctx)
     out = Optimize().run(inputs, OptimizeConfig(model_from="train2"), make_context(tmp_path, "b"))["model"]
     x = np.ones((1, 1, 8, 8), dtype=np.float32)
-    np.testing.assert_allclose(onnxutil.run(onnxutil.make_session(out), x)[0],
-                               onnxutil.run(onnxutil.make_session(other), x)[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_run(out, x), _run(other, x), rtol=1e-5, atol=1e-5)
 
 
 def test_config_validation():
@@ -182,9 +196,9 @@ def test_dynamic_spatial_dims_need_an_input_shape(tmp_path):
     model = conv_classifier()
     dims = model.graph.input[0].type.tensor_type.shape.dim
     dims[2].dim_param, dims[3].dim_param = "H", "W"
-    path = onnxutil.save_model(model, tmp_path / "dyn.onnx")
+    path = onnx_io.save_model(model, tmp_path / "dyn.onnx")
     with pytest.raises(InvalidInput, match="dynamic dimensions") as err:
         run_optimize(tmp_path, path)
     assert "input_shape" in err.value.hint
     _, ctx = run_optimize(tmp_path, path, name="shaped", input_shape=[2, 1, 8, 8])
-    assert ctx.metrics["parity"]["outputs"]["logits"]["ok"]
+    assert ctx.metrics["parity"]["outputs"]["logits"]["passed"]

@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, RecipeInfo, StageContext, Upstream
-from zoo_stages.lib import datasets, onnxutil
+from zoo_stages.lib import datasets, host_info, onnx_io, onnx_run, ort_session, timing
+from zoo_stages.lib.parity import compare
 from zoo_stages.lib.quant_settings import CANDIDATES, resolve, saturation_hint
 from zoo_stages.quantize import Quantize, QuantizeConfig
 
@@ -66,14 +67,14 @@ def run_quantize(tmp_path, model_path, data=DIGITS8, name="run", **config):
 
 @pytest.fixture
 def small(tmp_path) -> Path:
-    return onnxutil.save_model(cnn(), tmp_path / "small.onnx")
+    return onnx_io.save_model(cnn(), tmp_path / "small.onnx")
 
 
 FAST = {"latency": {"warmup": 2, "runs": 10}}
 
 
 def ops_of(path: Path) -> set[str]:
-    return set(onnxutil.op_counts(onnx.load(str(path))))
+    return set(onnx_io.op_counts(onnx.load(str(path))))
 
 
 def _kind_of(path: Path) -> str:
@@ -90,7 +91,7 @@ def stand_in_clock(monkeypatch):
     decides from timings does not depend on this machine's speed. The figures default to the
     shape measured for AlexNet on x86 (static int8 faster than fp32, dynamic slower)."""
     latencies = {"fp32": 10.0, "static": 4.0, "dynamic": 35.0}
-    real_make_session = onnxutil.make_session
+    real_make_session = ort_session.make_session
 
     def make_session(path, *args, **kwargs):
         session = real_make_session(path, *args, **kwargs)
@@ -107,9 +108,9 @@ def stand_in_clock(monkeypatch):
     def compare_latency(sessions, x, *, warmup=5, runs=30, min_runs=None):
         return {key: {**stats(s, runs), "stopped_early": False} for key, s in sessions.items()}
 
-    monkeypatch.setattr(onnxutil, "make_session", make_session)
-    monkeypatch.setattr(onnxutil, "measure_latency", measure_latency)
-    monkeypatch.setattr(onnxutil, "compare_latency", compare_latency)
+    monkeypatch.setattr(ort_session, "make_session", make_session)
+    monkeypatch.setattr(timing, "measure_latency", measure_latency)
+    monkeypatch.setattr(timing, "compare_latency", compare_latency)
     return latencies
 
 
@@ -195,14 +196,14 @@ def test_each_mode_produces_a_runnable_model(tmp_path, small, config, expect_ops
     # Held-out digits: the distribution the activation ranges were calibrated on (uniform noise
     # saturates them and measures the calibration data, not the quantizer).
     x = datasets.load_split(DIGITS8, tmp_path, "val")[0][:16]
-    ref = onnxutil.run(onnxutil.make_session(small), x)[0]
+    ref = onnx_run.run(ort_session.make_session(small), {"input": x})
     # Level basic keeps Q/DQ unfused, so this checks the quantizer's scales and zero points
     # exactly, on any CPU. The fused int8 kernels (level all) are host-dependent: on x86 without
     # VNNI, VPMADDUBSW's 16-bit sums saturate (per-channel weights here: cosine 0.985).
-    q = onnxutil.run(onnxutil.make_session(out, level="basic"), x)[0]
-    assert onnxutil.compare_logits(q, ref)["cosine_min"] > 0.99
-    fused = onnxutil.run(onnxutil.make_session(out, level="all"), x)[0]
-    assert onnxutil.compare_logits(fused, ref)["top1_agreement"] >= 0.9
+    q = onnx_run.run(ort_session.make_session(out, level="basic"), {"input": x})
+    assert compare(ref, q).cosine_min > 0.99
+    fused = onnx_run.run(ort_session.make_session(out, level="all"), {"input": x})
+    assert compare(ref, fused).top1_agreement >= 0.9
     m = ctx.metrics
     assert m["speedup"] > 0 and m["latency_p50_ms"] > 0 and m["fp32_latency_p50_ms"] > 0
     assert m["accuracy"] is not None and m["accuracy_drop"] == pytest.approx(m["fp32_accuracy"] - m["accuracy"])
@@ -294,7 +295,7 @@ def test_auto_with_no_acceptable_candidate_raises_with_the_table_on_a_stand_in_c
     """Two stand-ins: the host is declared an x86 CPU without VNNI (`int8_may_saturate` patched to
     True, whatever this machine is), and the stand-in clock gives static int8 a 2.5x speedup, just
     short of the 2.6x asked for."""
-    monkeypatch.setattr(onnxutil, "int8_may_saturate", lambda host=None: True)
+    monkeypatch.setattr(host_info, "int8_may_saturate", lambda host=None: True)
     with pytest.raises(GateFailed, match="no quantization candidate") as err:
         run_quantize(tmp_path, small, mode="auto", candidates=["static-qdq", "dynamic-qint8"],
                      accept={"min_speedup": 2.6}, **FAST)
@@ -324,7 +325,7 @@ def test_shape_mismatch_between_data_and_model_is_explained(tmp_path, small):
 
 def test_models_with_onnxruntime_fused_ops_are_refused(tmp_path, small):
     fused = tmp_path / "fused.onnx"
-    onnxutil.make_session(small, level="extended", optimized_path=fused)
+    ort_session.make_session(small, level="extended", optimized_path=fused)
     with pytest.raises(InvalidInput, match="com.microsoft") as err:
         run_quantize(tmp_path, fused)
     assert "level: basic" in err.value.hint
@@ -350,11 +351,11 @@ def test_calibration_uses_an_npz_dataset(tmp_path, small):
 
 
 def test_a_fixed_batch_model_calibrates_and_measures(tmp_path):
-    fixed = onnxutil.save_model(cnn(batch=1), tmp_path / "fixed.onnx")
+    fixed = onnx_io.save_model(cnn(batch=1), tmp_path / "fixed.onnx")
     out, ctx = run_quantize(tmp_path, fixed, calibration={"samples": 5}, **FAST)
     assert "QuantizeLinear" in ops_of(out)
     assert ctx.metrics["accuracy"] is not None
-    assert onnxutil.fixed_batch(onnxutil.make_session(out)) == 1
+    assert onnx_run.fixed_batch(ort_session.make_session(out)) == 1
 
 
 @pytest.mark.parametrize("machine,flags,expect", [
@@ -364,15 +365,15 @@ def test_a_fixed_batch_model_calibrates_and_measures(tmp_path):
     ("aarch64", ["asimd", "asimddp"], False),
 ])
 def test_int8_saturation_risk_follows_the_cpu_flags(machine, flags, expect):
-    assert onnxutil.int8_may_saturate({"machine": machine, "flags": flags}) is expect
+    assert host_info.int8_may_saturate({"machine": machine, "flags": flags}) is expect
 
 
 def test_saturation_hint_names_the_avx2_preset_only_where_it_helps_on_stand_in_cpus(monkeypatch):
     """Stand-in: `int8_may_saturate` is patched to declare the host an x86 CPU without VNNI, then
     one where int8 does not saturate (the real CPU-flag rule is tested just above)."""
-    monkeypatch.setattr(onnxutil, "int8_may_saturate", lambda host=None: True)
+    monkeypatch.setattr(host_info, "int8_may_saturate", lambda host=None: True)
     assert "preset: x86-avx2" in saturation_hint(resolve(QuantizeConfig(mode="static")))
     assert saturation_hint(resolve(QuantizeConfig(preset="x86-avx2"))) == ""  # already 7-bit weights
     assert saturation_hint(resolve(QuantizeConfig(mode="dynamic", weight_type="QUInt8"))) == ""  # u8 x u8 kernels
-    monkeypatch.setattr(onnxutil, "int8_may_saturate", lambda host=None: False)
+    monkeypatch.setattr(host_info, "int8_may_saturate", lambda host=None: False)
     assert saturation_hint(resolve(QuantizeConfig(mode="static"))) == ""

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib import onnxutil
+from zoo_stages.lib import onnx_io, onnx_run, ort_session
 from zoo_stages.lib.vectors import (find_sets, read_tensors, read_test_vectors, vector_files,
                                     write_test_vectors)
 
@@ -18,15 +18,15 @@ def relu_model() -> onnx.ModelProto:
                               [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = onnxutil.MAX_IR_VERSION
+    model.ir_version = onnx_io.MAX_IR_VERSION
     return model
 
 
 def test_roundtrip_in_model_zoo_layout(tmp_path):
     model = relu_model()
-    sess = onnxutil.make_session(model)
+    sess = ort_session.make_session(model)
     x = np.random.default_rng(3).random((2, 3), dtype=np.float32) - 0.5
-    y = onnxutil.run(sess, x)[0]
+    y = onnx_run.run(sess, {"input": x})["logits"]
     set_dir = write_test_vectors(tmp_path / "test_data_set_0", {"input": x}, {"logits": y})
     assert sorted(p.name for p in set_dir.iterdir()) == ["input_0.pb", "output_0.pb"]
     proto = onnx.TensorProto()
@@ -34,7 +34,7 @@ def test_roundtrip_in_model_zoo_layout(tmp_path):
     assert proto.name == "input"
     inputs, outputs = read_test_vectors(set_dir)
     assert list(inputs) == ["input"] and list(outputs) == ["logits"]
-    np.testing.assert_array_equal(onnxutil.run(sess, inputs["input"])[0], outputs["logits"])
+    np.testing.assert_array_equal(onnx_run.run(sess, inputs)["logits"], outputs["logits"])
     with pytest.raises(InvalidInput, match="no input_0.pb"):
         read_test_vectors(tmp_path)
 

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import GateFailed, InvalidInput, RecipeError
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
-from zoo_stages.lib import onnxutil
+from zoo_stages.lib import onnx_io, onnx_run, ort_session
 from zoo_stages.lib.vectors import read_test_vectors
 from zoo_stages.lib.datasets import load_split
 from zoo_stages.verify import Verify, VerifyConfig, _build_name, metric_names
@@ -48,13 +48,13 @@ def trained(tmp_path_factory):
     xt, yt = load_split(DATA, base, "train")
     xv, yv = load_split(DATA, base, "val")
     clf = LogisticRegression(max_iter=2000).fit(xt.reshape(len(xt), -1), yt)
-    fp32 = onnxutil.save_model(gemm_model(clf.coef_, clf.intercept_), base / "fp32.onnx")
+    fp32 = onnx_io.save_model(gemm_model(clf.coef_, clf.intercept_), base / "fp32.onnx")
     int8 = base / "int8.onnx"
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
-    onnxutil.save_model(onnxutil.load_model(int8), int8)
-    fixed = onnxutil.save_model(gemm_model(clf.coef_, clf.intercept_, batch=1), base / "fixed.onnx")
+    onnx_io.save_model(onnx_io.load_model(int8), int8)
+    fixed = onnx_io.save_model(gemm_model(clf.coef_, clf.intercept_, batch=1), base / "fixed.onnx")
     return {"fp32": fp32, "int8": int8, "fixed": fixed, "sk_accuracy": clf.score(xv.reshape(len(xv), -1), yv),
             "x_val": xv, "y_val": yv}
 
@@ -107,8 +107,8 @@ def test_metrics_on_a_known_model(tmp_path, trained):
         (0.0, pytest.approx(1.0), 1.0, 0.0, 1.0)
     # the int8 build's numbers, recomputed independently from its raw outputs
     xv, yv = trained["x_val"], trained["y_val"]
-    q_out = onnxutil.run(onnxutil.make_session(trained["int8"]), xv)[0]
-    f_out = onnxutil.run(onnxutil.make_session(trained["fp32"]), xv)[0]
+    q_out = onnx_run.run(ort_session.make_session(trained["int8"]), {"image": xv})["scores"]
+    f_out = onnx_run.run(ort_session.make_session(trained["fp32"]), {"image": xv})["scores"]
     assert q["accuracy"] == pytest.approx(float((q_out.argmax(1) == yv).mean()))
     assert q["accuracy_drop"] == pytest.approx(ref["accuracy"] - q["accuracy"])
     assert q["top1_agreement"] == pytest.approx(float((q_out.argmax(1) == f_out.argmax(1)).mean()))
@@ -161,7 +161,7 @@ def test_vectors_follow_the_model_zoo_layout_and_reload_to_the_same_outputs(tmp_
             assert inputs["image"].shape == (1, 1, 8, 8)
             # inputs come from the held-out split
             assert any(np.array_equal(inputs["image"][0], x) for x in trained["x_val"])
-            rerun = onnxutil.run(onnxutil.make_session(path), inputs["image"])[0]
+            rerun = onnx_run.run(ort_session.make_session(path), inputs)["scores"]
             np.testing.assert_array_equal(rerun, outputs["scores"])
 
 
@@ -204,7 +204,7 @@ def test_a_fixed_batch_model_skips_other_throughput_sizes(tmp_path, trained):
 
 def test_a_build_with_nan_outputs_reports_null_and_fails_its_gates(tmp_path, trained):
     w = np.full((10, 64), np.inf, dtype=np.float32)
-    broken = onnxutil.save_model(gemm_model(w, np.zeros(10)), tmp_path / "broken.onnx")
+    broken = onnx_io.save_model(gemm_model(w, np.zeros(10)), tmp_path / "broken.onnx")
     inputs = Inputs([Upstream("optimize", "optimize", {"model": trained["fp32"]}, {}),
                      Upstream("bad", "quantize", {"model": broken}, {})])
     ctx = make_context(tmp_path)

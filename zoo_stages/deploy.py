@@ -54,7 +54,7 @@ from zoo.files import atomic_copy, atomic_write
 from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
 from zoo.registry.staging import file_ref
 from zoo.stage import Column, Effect, Inputs, KindConfig, ReportTable, StageContext, StageKind, Upstream
-from zoo_stages.lib.conversion_check import ConversionCheck
+from zoo_stages.lib.conversion_check import BATCH_SIZE, ConversionCheck
 from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
 from zoo_stages.lib.release_folder import check_complete
 from zoo_stages.lib.vectors import find_sets, read_tensors, vector_files, write_test_vectors
@@ -158,8 +158,10 @@ class Deploy(StageKind):
     name: ClassVar[str] = "deploy"
     # 2: provenance (stamped builds, zoo.lock, in-toto statement); 3: reads only the recipe fields it
     # declares (the recipe's `task:` when there is no model section), zoo.lock records their values;
-    # 4: publishing is an effect (context.effects), no longer a `published` metric
-    version: ClassVar[str] = "4"
+    # 4: publishing is an effect (context.effects), no longer a `published` metric; 5: one session builder
+    # (deterministic compute, a model onnxruntime cannot load is InvalidInput), fixed-batch tails padded,
+    # parity by output name with exact integer outputs and per-sample cosine (zoo_stages.lib.parity)
+    version: ClassVar[str] = "5"
     Config: ClassVar[type[KindConfig]] = DeployConfig
     tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
     # the dataset (card, conversion checks, its fingerprint) and the task the card names
@@ -468,7 +470,10 @@ class _Release:
                                   "optimization_level": result.optimization_level,
                                   "files": [result.model.name, result.operators_config.name]}
         parity, accuracy, feeds = self.check.parity(name, vname, source, shipped.model, atol=atol, rtol=rtol)
-        cv.require_parity(parity, f"build {name} ({spec.convert} conversion of {spec.source})")
+        parity.require(f"build {name} ({spec.convert} conversion of {spec.source}): outputs differ from the source "
+                       f"model beyond tolerance (max |diff| {parity.max_abs:.3g})",
+                       hint="raise `atol`/`rtol` for this build if the difference is acceptable, "
+                            "or keep the model in its source precision")
         if spec.convert == "ort" and shipped.conversion["optimization_style"] == "Runtime":
             shipped.conversion["runtime_optimizations_replay"] = self.check.replay_status(
                 name, source, shipped.model, feeds, atol=atol, rtol=rtol)
@@ -527,10 +532,10 @@ class _Release:
 
     def _vectors(self, name: str, spec: BuildSpec, vname: str | None, model_file: Path, bdir: Path) -> list[Path]:
         """Copy verify's vectors (unconverted, verified builds) or generate them by running the model."""
-        from zoo_stages.lib import convert as cv
+        from zoo_stages.lib import onnx_run, ort_session
         from zoo_stages.lib.model_info import session_ports
 
-        session = cv.open_session(model_file)
+        session = ort_session.make_session(model_file)
         ports, out_ports = session_ports(session)
         vdir = self.verify.vector_dir(vname) if (vname and spec.convert is None) else None
         written: list[Path] = []
@@ -545,16 +550,17 @@ class _Release:
             if written:
                 return written
         feeds, origin = self.check.inputs_for(name, vname, ports)
-        outputs = cv.run_batched(session, feeds)
+        feeds = onnx_run.prepare(session, feeds)
         set_dir = write_test_vectors(bdir / "test_data_set_0", {p.name: feeds[p.name] for p in ports},
-                                     {p.name: arr for p, arr in zip(out_ports, outputs)})
+                                     onnx_run.run(session, feeds, batch_size=BATCH_SIZE))
         written += vector_files(set_dir)
         self.ctx.log.info("deploy: %s test vectors generated from %s", name, origin)
         return written
 
     def _check_vector_set(self, name: str, vname: str, session: Any, ports: list, out_ports: list,
                           set_dir: Path) -> None:
-        from zoo_stages.lib import convert as cv
+        from zoo_stages.lib import onnx_run
+        from zoo_stages.lib import parity as paritylib
 
         inputs = read_tensors(set_dir, "input")
         expected = read_tensors(set_dir, "output")
@@ -562,14 +568,13 @@ class _Release:
             raise GateFailed(f"build {name}: verify's test vectors of {vname!r} have {len(inputs)} inputs and "
                              f"{len(expected)} outputs; the model has {len(ports)} and {len(out_ports)}",
                              hint=f"set builds.{name}.verified_as to the verify build that checked this model")
-        got = session.run(None, {p.name: a for p, a in zip(ports, inputs)})
+        got = onnx_run.run(session, {p.name: a for p, a in zip(ports, inputs)}, where="verify's test vectors")
         atol, rtol = VECTOR_CHECK_TOLERANCE
-        parity = cv.compare(expected, got, [p.name for p in out_ports], atol=atol, rtol=rtol)
-        if not parity.passed:
-            raise GateFailed(f"build {name}: the model from stage {self.config.builds[name].source!r} does not "
-                             f"reproduce verify's test vectors of {vname!r} ({set_dir.name})",
-                             table=parity.table(),
-                             hint=f"set builds.{name}.verified_as to the verify build that checked this model")
+        parity = paritylib.compare({p.name: a for p, a in zip(out_ports, expected)}, got,
+                                   tolerance=paritylib.Tolerance(atol=atol, rtol=rtol))
+        parity.require(f"build {name}: the model from stage {self.config.builds[name].source!r} does not "
+                       f"reproduce verify's test vectors of {vname!r} ({set_dir.name})",
+                       hint=f"set builds.{name}.verified_as to the verify build that checked this model")
 
     # -- manifest parts -----------------------------------------------------------------------
 

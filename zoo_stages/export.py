@@ -110,7 +110,9 @@ class ExportConfig(KindConfig):
 
 class Export(StageKind):
     name = "export"
-    version = "3"  # 2: provenance metadata_props; 3: inferred value_info no longer stored
+    # 2: provenance metadata_props; 3: inferred value_info no longer stored; 4: one session builder (deterministic
+    # compute) and parity module (per-output records, max_rel over ref != 0, integer outputs exact)
+    version = "4"
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime")
     # the network (as train builds it), the I/O names and the input shape; not the dataset itself
@@ -213,7 +215,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
         if blob is None:  # above 2 GB: one step after the other, from files
             _check(blob, proto, work / "check.onnx")
             _save(proto, target, blob)
-            got = _run_onnxruntime(target, in_name, x, config.dynamic_batch, context.threads)
+            got = _run_onnxruntime(target, in_name, x, context.threads)
             with torch.no_grad():
                 expected = _flatten_outputs(model(torch.from_numpy(x)))
         else:
@@ -223,14 +225,14 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
             with ThreadPoolExecutor(max_workers=3, thread_name_prefix="export") as pool:
                 checked = pool.submit(_check, blob, proto, work / "check.onnx")
                 saved = pool.submit(_save, proto, target, blob)
-                onnx_run = pool.submit(_run_onnxruntime, blob, in_name, x, config.dynamic_batch, context.threads)
+                onnx_run = pool.submit(_run_onnxruntime, blob, in_name, x, context.threads)
                 with torch.no_grad():
                     expected = _flatten_outputs(model(torch.from_numpy(x)))
                 checked.result()
                 saved.result()
                 got = onnx_run.result()
 
-    report = _parity(expected, got, _output_names(proto), config.parity)
+    report = _parity(expected, got, config.parity)
     context.metrics.update(_describe(proto, target))
     context.metrics.update({
         "source": label,
@@ -239,17 +241,15 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
         "input_shape": [None if config.dynamic_batch else 1, *shape],
         "dynamic_batch": config.dynamic_batch,
         "num_parameters": int(sum(p.numel() for p in model.parameters())),
-        "parity": report,
-        "max_abs": max(r["max_abs"] for r in report["outputs"].values()),
-        "max_rel": max(r["max_rel"] for r in report["outputs"].values()),
+        "parity": {**report.to_json(), "seed": config.parity.seed},
+        "max_abs": report.max_abs,
+        "max_rel": report.max_rel,
     })
     if label == "weights":
         context.metrics["weights"] = {"source": config.weights.location, "sha256": _sha256(weights)}
-    if not report["passed"]:
-        raise GateFailed(f"ONNX output differs from torch beyond atol={config.parity.atol} rtol={config.parity.rtol}",
-                         table=_parity_table(report),
-                         hint="a custom op may export incorrectly; try another opset or `exporter: dynamo`, "
-                              "or loosen parity.atol/rtol if the difference is expected")
+    report.require(f"ONNX output differs from torch beyond atol={config.parity.atol} rtol={config.parity.rtol}",
+                   hint="a custom op may export incorrectly; try another opset or `exporter: dynamo`, "
+                        "or loosen parity.atol/rtol if the difference is expected")
     context.log.info("exported %s (%s, opset %d): parity max_abs %.3g max_rel %.3g", target.name,
                      config.exporter, config.opset, context.metrics["max_abs"], context.metrics["max_rel"])
 
@@ -409,20 +409,13 @@ def _save(proto, target: Path, blob: bytes | None = None) -> None:
                         location=DATA_LOCATION, size_threshold=1024)
 
 
-def _run_onnxruntime(model: Path | bytes, in_name: str, x, dynamic_batch: bool, threads: int) -> list:
-    """The model's outputs on `x` in onnxruntime (`model`: the serialised model or its path)."""
-    import numpy as np
-    import onnxruntime as ort
+def _run_onnxruntime(model: Path | bytes, in_name: str, x, threads: int) -> dict:
+    """{output name: array} of the model on `x` in onnxruntime (`model`: the serialised model or
+    its path); a model with a fixed batch dimension is fed that many samples at a time."""
+    from zoo_stages.lib import onnx_run, ort_session
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = max(1, int(threads))
-    opts.inter_op_num_threads = 1
-    source = model if isinstance(model, bytes) else str(model)
-    session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
-    if dynamic_batch:
-        return session.run(None, {in_name: x})
-    runs = [session.run(None, {in_name: x[i:i + 1]}) for i in range(len(x))]
-    return [np.concatenate([r[k] for r in runs]) for k in range(len(runs[0]))]
+    session = ort_session.make_session(model, threads=threads, level="all")
+    return onnx_run.run(session, {in_name: x})
 
 
 def _flatten_outputs(out) -> list:
@@ -442,38 +435,15 @@ def _output_names(proto) -> list[str]:
     return [o.name for o in proto.graph.output]
 
 
-def _parity(expected: list, got: list, names: list[str], cfg: ParityConfig) -> dict[str, Any]:
-    """Max-abs and max-rel error per output, and whether every element is within tolerance."""
-    import numpy as np
+def _parity(expected: list, got: Mapping[str, Any], cfg: ParityConfig):
+    """The parity report of onnxruntime's outputs against torch's (matched by position: torch's
+    outputs have no names)."""
+    from zoo_stages.lib import parity
 
     if len(expected) != len(got):
         raise GateFailed(f"torch gives {len(expected)} outputs but the ONNX model gives {len(got)}")
-    outputs, passed = {}, True
-    for name, t, o in zip(names, expected, got):
-        t = np.asarray(t, dtype=np.float64)
-        o = np.asarray(o, dtype=np.float64)
-        if t.shape != o.shape:
-            raise GateFailed(f"output {name!r}: torch shape {t.shape} but ONNX shape {o.shape}")
-        diff = np.abs(o - t)
-        allowed = cfg.atol + cfg.rtol * np.abs(t)
-        bad = int((~(diff <= allowed)).sum())  # NaN counts as a violation
-        outputs[name] = {
-            "max_abs": float(diff.max()) if diff.size else 0.0,
-            "max_rel": float((diff / np.maximum(np.abs(t), 1e-12)).max()) if diff.size else 0.0,
-            "violations": bad,
-            "elements": int(diff.size),
-        }
-        passed = passed and bad == 0
-    return {"samples": cfg.samples, "atol": cfg.atol, "rtol": cfg.rtol, "seed": cfg.seed,
-            "passed": passed, "outputs": outputs}
-
-
-def _parity_table(report: dict) -> str:
-    rows = [f"{'output':<20} {'max_abs':>12} {'max_rel':>12} {'violations':>12}"]
-    for name, r in report["outputs"].items():
-        rows.append(f"{name:<20} {r['max_abs']:>12.4g} {r['max_rel']:>12.4g} {r['violations']:>5}/{r['elements']:<6}")
-    rows.append(f"(allowed: |onnx - torch| <= {report['atol']} + {report['rtol']} * |torch|, {report['samples']} samples)")
-    return "\n".join(rows)
+    return parity.compare(dict(zip(got, expected)), got, tolerance=parity.Tolerance(atol=cfg.atol, rtol=cfg.rtol),
+                          samples=cfg.samples)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,33 +480,23 @@ def _passthrough(config: ExportConfig, context: StageContext, target: Path, inpu
 
 
 def _smoke_run(path: Path, config: ExportConfig, threads: int) -> dict[str, Any]:
-    """Load the model in onnxruntime and run one seeded random input where the shapes are known."""
+    """Load the model in onnxruntime and run one seeded input where the shapes are known
+    (``input_shape`` gives the per-sample shape of inputs of that rank; floats uniform in [0, 1))."""
     import numpy as np
-    import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = max(1, int(threads))
+    from zoo_stages.lib import onnx_run, ort_session
+
+    session = ort_session.make_session(path, threads=threads, level="all")
+    shapes = {}
+    if config.input_shape:
+        shapes = {s.name: config.input_shape for s in onnx_run.input_specs(session)
+                  if s.shape and len(s.shape) == len(config.input_shape) + 1}
     try:
-        session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        raise InvalidInput(f"onnxruntime cannot load the ONNX model: {str(e).splitlines()[0]}",
-                           hint="the model may use operators or an opset this onnxruntime lacks") from None
-    feeds = {}
-    rng = np.random.default_rng(config.parity.seed)
-    for inp in session.get_inputs():
-        if inp.type != "tensor(float)":
-            return {"ran": False}
-        dims = [d if isinstance(d, int) else None for d in inp.shape]
-        if config.input_shape and len(dims) == len(config.input_shape) + 1:
-            dims = [dims[0], *config.input_shape]
-        if dims and dims[0] is None:
-            dims[0] = 1
-        if any(d is None for d in dims):
-            return {"ran": False}
-        feeds[inp.name] = rng.random(dims, dtype=np.float32)
-    outs = session.run(None, feeds)
-    finite = all(np.isfinite(np.asarray(o, dtype=np.float64)).all() for o in outs if np.asarray(o).dtype.kind == "f")
-    if not finite:
+        feeds = onnx_run.random_feeds(session, onnx_run.fixed_batch(session) or 1, config.parity.seed, shapes)
+    except InvalidInput:  # a dynamic dimension or an element type no input can be invented for
+        return {"ran": False}
+    outs = onnx_run.run(session, feeds)
+    if not all(np.isfinite(o.astype(np.float64)).all() for o in outs.values() if o.dtype.kind == "f"):
         raise GateFailed("the ONNX model gives non-finite outputs on a random input in [0, 1)")
     return {"ran": True}
 

@@ -5,7 +5,8 @@ optimizer at ``level`` (basic | extended | all) for ``execution_provider``, save
 ``SessionOptions.optimized_model_filepath``; (3) a parity check of the result against the input
 on ``parity.samples`` fixed random inputs, on 1 thread: the input unoptimized, the result in
 the optimizer's own session (which runs exactly the graph it saved, so no second 200 MB load);
-exceeding ``atol + rtol*|ref|`` anywhere raises GateFailed with a max-abs / max-rel table.
+exceeding ``atol + rtol*|ref|`` anywhere (integer outputs: any difference) raises GateFailed
+with the `zoo_stages.lib.parity` table.
 The provenance stamp and the pruned opset imports are then written into the saved file in
 place (`zoo_stages.lib.onnx_fields`), without re-serialising the graph.
 
@@ -28,7 +29,7 @@ from typing import Annotated, Literal, Mapping
 
 from pydantic import Field
 
-from zoo.errors import GateFailed, StageFailed
+from zoo.errors import StageFailed
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind
 from zoo_stages.lib import onnx_fields
 
@@ -57,7 +58,7 @@ class OptimizeConfig(KindConfig):
 
 class Optimize(StageKind):
     name = "optimize"
-    version = "2"  # 2: provenance metadata_props
+    version = "3"  # 2: provenance metadata_props; 3: one parity module (per-output records, exact integer outputs)
     Config = OptimizeConfig
     tools = ("onnx", "onnxruntime", "onnxsim", "onnxoptimizer", "numpy")
     outputs = ("model",)
@@ -67,13 +68,13 @@ class Optimize(StageKind):
     def run(self, inputs: Inputs, config: OptimizeConfig, context: StageContext) -> Mapping[str, Path]:
         import onnx
 
-        from zoo_stages.lib import onnxutil, provenance
+        from zoo_stages.lib import onnx_io, ort_session, provenance
 
         src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
         if config.simplify != "none":
-            original = onnxutil.load_model(src)
-            reference: Path | bytes = onnxutil.model_bytes(original)
-            source: Path | bytes = onnxutil.model_bytes(simplify(original, config.simplify))
+            original = onnx_io.load_model(src)
+            reference: Path | bytes = onnx_io.model_bytes(original)
+            source: Path | bytes = onnx_io.model_bytes(simplify(original, config.simplify))
         else:
             reference = source = Path(src)  # onnxruntime reads the file itself: nothing re-serialised
         nodes_before = len(onnx.load(str(src), load_external_data=False).graph.node)
@@ -82,39 +83,39 @@ class Optimize(StageKind):
         providers = (config.execution_provider,)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="optimize") as pool:
             # the reference session loads beside the optimizer (onnxruntime releases the GIL)
-            loading = pool.submit(onnxutil.make_session, reference, threads=1, level="disable", providers=providers)
+            loading = pool.submit(ort_session.make_session, reference, threads=1, level="disable", providers=providers)
             # A single-threaded session: constant folding then computes the same bits every time.
             # The session runs exactly the graph it saves, so it is also the parity candidate.
-            optimizer = onnxutil.make_session(source, threads=1, level=config.level, providers=providers,
-                                              optimized_path=out)
+            optimizer = ort_session.make_session(source, threads=1, level=config.level, providers=providers,
+                                                 optimized_path=out)
             ref_session = loading.result()
         parity = check_parity(ref_session, optimizer, config.parity, config.input_shape, providers=providers)
         del optimizer, ref_session
 
-        optimized = onnxutil.prune_opset_imports(onnx.load(str(out), load_external_data=False))
-        if optimized.ir_version > onnxutil.MAX_IR_VERSION:
-            onnx_fields.rewrite(out, ir_version=onnxutil.MAX_IR_VERSION)
-            optimized.ir_version = onnxutil.MAX_IR_VERSION
+        optimized = onnx_io.prune_opset_imports(onnx.load(str(out), load_external_data=False))
+        if optimized.ir_version > onnx_io.MAX_IR_VERSION:
+            onnx_fields.rewrite(out, ir_version=onnx_io.MAX_IR_VERSION)
+            optimized.ir_version = onnx_io.MAX_IR_VERSION
         # provenance and the pruned opset imports are written after the graph, in place
         provenance.stamp_file(out, provenance.artifact_props(
             self.name, context.key, context.recipe.license, provenance.input_digests(inputs),
             provenance.upstream_attribution(inputs)),
             opset_import=[(o.domain, o.version) for o in optimized.opset_import])
 
-        domains = onnxutil.custom_domains(optimized)
+        domains = onnx_io.custom_domains(optimized)
         context.metrics.update({
             "level": config.level,
             "execution_provider": config.execution_provider,
             "simplify": config.simplify,
             "nodes_before": nodes_before,
             "nodes_after": len(optimized.graph.node),
-            "ops_after": onnxutil.op_counts(optimized),
+            "ops_after": onnx_io.op_counts(optimized),
             "custom_domains": domains,
             # nchwc layouts depend on the optimizing host's vector width
             "host_specific": "com.microsoft.nchwc" in domains,
             "size_bytes": out.stat().st_size,
             "ir_version": optimized.ir_version,
-            "opset": onnxutil.opset_version(optimized),
+            "opset": onnx_io.opset_version(optimized),
             "parity": parity,
         })
         if domains:
@@ -128,9 +129,9 @@ def simplify(model, tool: str):
 
     Raises StageFailed when the simplifier errors or (onnxsim) its own check fails.
     """
-    from zoo_stages.lib import onnxutil
-
     import importlib.util
+
+    from zoo_stages.lib import onnx_io
 
     from zoo.errors import InvalidInput
 
@@ -161,7 +162,7 @@ def simplify(model, tool: str):
                               hint="set `simplify: onnxsim` or `simplify: none`") from None
     else:
         raise ValueError(f"unknown simplifier {tool!r}")
-    return onnxutil.fix_ir_version(result)
+    return onnx_io.fix_ir_version(result)
 
 
 def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[int] | None = None,
@@ -169,46 +170,33 @@ def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[i
     """Compare `candidate` with `reference` on fixed random inputs; GateFailed with a table if off.
 
     Each is a model (proto, path or bytes), run unoptimized on one thread, or an existing
-    session (the optimizer's own, which runs the graph it saved). Returns {output name:
-    {max_abs, max_rel, ok}} plus the tolerances and sample count.
+    session (the optimizer's own, which runs the graph it saved). The inputs are
+    ``parity.samples`` batches of `input_shape` (default: the model's shape, batch 1 unless
+    fixed). Returns `zoo_stages.lib.parity.ParityReport.to_json`
+    plus the seed and the largest absolute difference.
     """
-    import numpy as np
     import onnxruntime as ort
 
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib import onnx_run, ort_session
+    from zoo_stages.lib import parity as paritylib
 
     def session(model):
         if isinstance(model, ort.InferenceSession):
             return model
-        return onnxutil.make_session(model, threads=1, level="disable", providers=providers)
+        return ort_session.make_session(model, threads=1, level="disable", providers=providers)
 
     ref_sess = session(reference)
     cand_sess = session(candidate)
-    feeds = onnxutil.random_inputs(ref_sess, parity.samples, parity.seed, input_shape)
-    names = [o.name for o in ref_sess.get_outputs()]
-    ref_outs = [onnxutil.run(ref_sess, x) for x in feeds]
-    cand_outs = [onnxutil.run(cand_sess, x) for x in feeds]
-    per_output = {}
-    for k, name in enumerate(names):
-        a = np.stack([o[k] for o in cand_outs])
-        b = np.stack([o[k] for o in ref_outs])
-        per_output[name] = onnxutil.allclose_report(a, b, parity.atol, parity.rtol)
-    result = {"samples": parity.samples, "seed": parity.seed, "atol": parity.atol, "rtol": parity.rtol,
-              "outputs": per_output, "max_abs": max(r["max_abs"] for r in per_output.values())}
-    if not all(r["ok"] for r in per_output.values()):
-        raise GateFailed("the optimized model's outputs differ from its input's beyond tolerance",
-                         table=parity_table(per_output, parity.atol, parity.rtol),
-                         hint="use a lower `level`, `simplify: none`, or widen parity.atol/rtol if the drift is acceptable")
-    return result
-
-
-def parity_table(per_output: dict, atol: float, rtol: float) -> str:
-    """A text table: output, max_abs, max_rel, tolerances, PASS/FAIL."""
-    rows = [("output", "max_abs", "max_rel", "atol", "rtol", "result")]
-    for name, r in per_output.items():
-        rows.append((name, f"{r['max_abs']:.3e}", f"{r['max_rel']:.3e}", f"{atol:g}", f"{rtol:g}",
-                     "PASS" if r["ok"] else "FAIL" + (f" ({r['note']})" if r.get("note") else "")))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    shapes = None
+    batch = onnx_run.fixed_batch(ref_sess) or 1
+    if input_shape is not None:
+        name = onnx_run.single_input(ref_sess).name  # `input_shape` is one shape: single-input models only
+        shapes, batch = {name: input_shape[1:]}, input_shape[0]
+    feeds = onnx_run.random_feeds(ref_sess, parity.samples * batch, parity.seed, shapes)
+    # all samples in one run (a fixed batch dimension is fed its size at a time)
+    report = paritylib.compare(onnx_run.run(ref_sess, feeds), onnx_run.run(cand_sess, feeds),
+                               tolerance=paritylib.Tolerance(atol=parity.atol, rtol=parity.rtol),
+                               samples=parity.samples)
+    report.require("the optimized model's outputs differ from its input's beyond tolerance",
+                   hint="use a lower `level`, `simplify: none`, or widen parity.atol/rtol if the drift is acceptable")
+    return {**report.to_json(), "seed": parity.seed, "max_abs": report.max_abs}

@@ -208,18 +208,18 @@ class _Run:
     def go(self) -> Mapping[str, Path]:
         from zoo.files import hardlink_or_copy
         from zoo.pathsafety import external_data_files
-        from zoo_stages.lib import onnxutil
+        from zoo_stages.lib import onnx_io
 
         import onnx
 
         src = Path(self.src)
-        direct = onnxutil.loadable_as_is(src) and not external_data_files(src)
+        direct = onnx_io.loadable_as_is(src) and not external_data_files(src)
         # graph only: the weights are parsed here only if the model must be rewritten below
-        model = onnx.load(str(src), load_external_data=False) if direct else onnxutil.load_model(src)
+        model = onnx.load(str(src), load_external_data=False) if direct else onnx_io.load_model(src)
         # onnxruntime's own fused/layout ops (from optimize level extended/all) defeat its quantizer
-        domains = [d for d in onnxutil.custom_domains(model) if d.startswith("com.microsoft")]
+        domains = [d for d in onnx_io.custom_domains(model) if d.startswith("com.microsoft")]
         if domains:
-            ops = sorted(k for k in onnxutil.op_counts(model) if k.startswith("com.microsoft"))
+            ops = sorted(k for k in onnx_io.op_counts(model) if k.startswith("com.microsoft"))
             raise InvalidInput(f"the model to quantize uses onnxruntime-specific operators ({', '.join(ops)}), "
                                "which onnxruntime's quantizer cannot handle",
                                hint="optimize with `level: basic` the model that feeds quantize "
@@ -232,7 +232,7 @@ class _Run:
         if direct:
             hardlink_or_copy(src, self.fp32_path)
         else:
-            onnxutil.save_model(model, self.fp32_path)
+            onnx_io.save_model(model, self.fp32_path)
         needs_data = self.config.mode in ("static", "auto")
         if needs_data and not self.data:
             raise InvalidInput(f"quantize mode {self.config.mode!r} needs the recipe's `data:` section "
@@ -264,14 +264,14 @@ class _Run:
         if self._calib is None:
             import numpy as np
 
-            from zoo_stages.lib import onnxutil
+            from zoo_stages.lib import onnx_run, ort_session
             from zoo_stages.lib.datasets import load_split
 
-            session = onnxutil.make_session(self.fp32_path, threads=1, level="disable")
-            name, _ = onnxutil.single_input(session)
-            fixed = onnxutil.fixed_batch(session)
+            session = ort_session.make_session(self.fp32_path, threads=1, level="disable")
+            name = onnx_run.single_input(session).name
+            fixed = onnx_run.fixed_batch(session)
             x, _ = load_split(self.data, self.context.recipe.dir, "train")
-            onnxutil.check_input_shape(session, x.shape[1:], where="the training split")
+            onnx_run.prepare(session, {name: x[:1]}, where="the training split")  # the shapes fit
             wanted = self.config.calibration.samples
             n = min(wanted, len(x))
             if n < wanted:
@@ -338,13 +338,13 @@ class _Run:
         import onnx
 
         from zoo.pathsafety import external_data_files
-        from zoo_stages.lib import onnx_fields, onnxutil, provenance
+        from zoo_stages.lib import onnx_fields, onnx_io, provenance
 
         if external_data_files(raw):  # only above 2 GB: make one self-contained file
-            onnxutil.save_model(onnxutil.load_model(raw), raw)
-        model = onnxutil.prune_opset_imports(onnx.load(str(raw), load_external_data=False))
-        if model.ir_version > onnxutil.MAX_IR_VERSION:
-            onnx_fields.rewrite(raw, ir_version=onnxutil.MAX_IR_VERSION)
+            onnx_io.save_model(onnx_io.load_model(raw), raw)
+        model = onnx_io.prune_opset_imports(onnx.load(str(raw), load_external_data=False))
+        if model.ir_version > onnx_io.MAX_IR_VERSION:
+            onnx_fields.rewrite(raw, ir_version=onnx_io.MAX_IR_VERSION)
         provenance.stamp_file(raw, self.props, opset_import=[(o.domain, o.version) for o in model.opset_import])
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(raw), str(target))
@@ -355,11 +355,11 @@ class _Run:
     def measure(self, path: Path) -> dict[str, Any]:
         """p50/p90 latency at batch 1 and (when data is available) held-out accuracy of one model."""
 
-        from zoo_stages.lib import onnxutil
+        from zoo_stages.lib import timing as timinglib
 
         lat_cfg = self.config.latency
         row, timing, sample = self._prepare(path)
-        stats = onnxutil.measure_latency(timing, sample, warmup=lat_cfg.warmup, runs=lat_cfg.runs)
+        stats = timinglib.measure_latency(timing, sample, warmup=lat_cfg.warmup, runs=lat_cfg.runs)
         row["latency_p50_ms"], row["latency_p90_ms"] = stats["p50_ms"], stats["p90_ms"]
         row["latency_runs"] = stats["runs"]
         return row
@@ -367,12 +367,12 @@ class _Run:
     def measure_pair(self, fp32_prepared: tuple, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         """`measure` of the fp32 parent (`_prepare`d) and the quantized model, timed in interleaved
         rounds that stop early (latency.min_runs) once one is clearly faster."""
-        from zoo_stages.lib import onnxutil
+        from zoo_stages.lib import timing as timinglib
 
         lat_cfg = self.config.latency
         fp32, fp32_timing, sample = fp32_prepared
         row, timing, _ = self._prepare(path)
-        stats = onnxutil.compare_latency({"fp32": fp32_timing, "int8": timing}, sample, warmup=lat_cfg.warmup,
+        stats = timinglib.compare_latency({"fp32": fp32_timing, "int8": timing}, sample, warmup=lat_cfg.warmup,
                                          runs=lat_cfg.runs, min_runs=lat_cfg.min_runs)
         for target, key in ((fp32, "fp32"), (row, "int8")):
             target["latency_p50_ms"], target["latency_p90_ms"] = stats[key]["p50_ms"], stats[key]["p90_ms"]
@@ -380,22 +380,24 @@ class _Run:
         return fp32, row
 
     def _prepare(self, path: Path):
-        """(row with size and accuracy, a timing session, the batch-1 sample to time) for one model."""
-        import numpy as np
+        """(row with size and accuracy, a timing session, the batch-1 feeds to time) for one model."""
+        from zoo_stages.lib import classification, onnx_run, ort_session
+        from zoo_stages.lib import timing as timinglib
 
-        from zoo_stages.lib import onnxutil
-
-        timing = onnxutil.make_session(path, threads=self.config.latency.threads, level="all")
+        timing = ort_session.make_session(path, threads=self.config.latency.threads, level="all")
         row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size}
+        spec = onnx_run.single_input(timing)
+        batch = onnx_run.fixed_batch(timing) or 1
         if self.data:
             x, y = self._val_split()
-            onnxutil.check_input_shape(timing, x.shape[1:], where="the held-out split")
-            sample = onnxutil.batch_of(x, onnxutil.fixed_batch(timing) or 1)
-            evaluator = onnxutil.make_session(path, threads=1, level="all")
-            row["accuracy"] = onnxutil.accuracy(onnxutil.run_batched(evaluator, x), y)
-        else:
-            shape = [d if isinstance(d, int) and d > 0 else 1 for d in onnxutil.single_input(timing)[1]]
-            sample = np.random.default_rng(0).random(tuple(shape), dtype=np.float32)
+            feeds = onnx_run.prepare(timing, {spec.name: x}, where="the held-out split")
+            sample = timinglib.batch_of(feeds, batch)
+            evaluator = ort_session.make_session(path, threads=1, level="all")
+            scores = next(iter(onnx_run.run(evaluator, feeds, batch_size=32).values()))
+            row["accuracy"] = classification.accuracy(scores, y)
+        else:  # dynamic dimensions other than the batch become 1
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in spec.shape[1:]]
+            sample = onnx_run.random_feeds(timing, batch, seed=0, shapes={spec.name: shape})
             row["accuracy"] = None
         return row, timing, sample
 

@@ -15,8 +15,9 @@ Each named build comes from an upstream stage's `model` output::
           - cpu-int8.speedup >= 1.0
 
 Per build: ``onnx.checker``; accuracy on the held-out split and ``accuracy_drop`` against the
-reference; parity against the reference on the same images (``max_abs``, ``cosine``,
-``cosine_min``, ``top1_agreement``); latency p50/p90 at batch 1 after warm-up on
+reference; parity against the reference on the same images, every output matched by name
+(`zoo_stages.lib.parity`: ``max_abs`` over outputs, the lowest ``cosine`` and ``cosine_min``,
+``top1_agreement`` of the first (samples, classes) output); latency p50/p90 at batch 1 after warm-up on
 ``latency.threads`` threads; throughput (samples/s) at each of ``latency.batch_sizes``; file
 size; ``speedup`` = reference p50 / build p50. Test vectors go to
 ``vectors/<build>/test_data_set_<i>/input_0.pb … output_0.pb`` (ONNX Model Zoo layout), inputs
@@ -176,7 +177,7 @@ DATA_METRICS = ("accuracy", "accuracy_drop")
 
 class Verify(StageKind):
     name = "verify"
-    version = "1"
+    version = "2"  # 2: parity over every output, matched by name (zoo_stages.lib.parity)
     Config = VerifyConfig
     tools = ("onnx", "onnxruntime", "numpy")
     # the held-out split (every data field), and the model fields its notes compare with the build
@@ -194,7 +195,8 @@ class Verify(StageKind):
 
     def run(self, inputs: Inputs, config: VerifyConfig, context: StageContext) -> Mapping[str, Path]:
         from zoo.files import atomic_write_json
-        from zoo_stages.lib import onnxutil
+        from zoo_stages.lib import parity
+        from zoo_stages.lib.host_info import host_info
 
         build_stages = config.resolve_builds(inputs)
         gates = config.parsed_gates(build_stages)
@@ -215,13 +217,15 @@ class Verify(StageKind):
         model_spec = context.shared.get("model") or {}
 
         builds: dict[str, dict[str, Any]] = {}
-        ref_logits = None
+        ref_outputs = None
         for name in order:
-            metrics, logits = check_build(name, build_stages[name], paths[name], x, y, config,
-                                          vectors_dir / name, model_spec)
+            metrics, outputs = check_build(name, build_stages[name], paths[name], x, y, config,
+                                           vectors_dir / name, model_spec)
             if name == ref_name:
-                ref_logits = logits
-            metrics.update(onnxutil.compare_logits(logits, ref_logits))
+                ref_outputs = outputs
+            report = parity.compare(ref_outputs, outputs)
+            metrics.update({"max_abs": report.max_abs, "cosine": report.cosine, "cosine_min": report.cosine_min,
+                            "top1_agreement": report.top1_agreement})
             builds[name] = metrics
         ref = builds[ref_name]
         for name, m in builds.items():
@@ -253,7 +257,7 @@ class Verify(StageKind):
         out = atomic_write_json(context.output_path("report.json"), report, fsync=False)
         context.metrics.update({"reference": ref_name, "threads": config.latency.threads, "builds": builds,
                                 "gates": gate_rows, "passed": passed, "eval_data": eval_data,
-                                "host": onnxutil.host_info()})
+                                "host": host_info()})
         table = gatelib.format_table(results)
         context.log.info("verify gates:\n%s", table)
         if not passed:
@@ -282,7 +286,7 @@ def _evaluation_inputs(data, reference: Path, config: VerifyConfig, context: Sta
     Random inputs (uniform in [0, 1), seed 0) still give parity, latency and test vectors for
     recipes without a dataset (e.g. pretrained weights); accuracy is then not measured.
     """
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib import onnx_run, ort_session
 
     if data:
         from zoo_stages.lib.datasets import load_split
@@ -293,14 +297,13 @@ def _evaluation_inputs(data, reference: Path, config: VerifyConfig, context: Sta
         if len(x) == 0:
             raise InvalidInput("the held-out split is empty", hint="raise data.val_fraction or add data")
         return x, y, "held-out split"
-    session = onnxutil.make_session(reference, threads=1, level="disable")
-    _, shape = onnxutil.single_input(session)
-    count = config.eval_samples or 32
+    session = ort_session.make_session(reference, threads=1, level="disable")
+    spec = onnx_run.single_input(session)
     try:
-        x = onnxutil.random_inputs(session, 1, seed=0, shape=[count] + [int(d) for d in shape[1:]])[0]
-    except (TypeError, ValueError):
-        raise InvalidInput(f"the model input has dynamic dimensions {shape} and the recipe has no `data:` section, "
-                           "so verify cannot make inputs for it",
+        x = onnx_run.random_feeds(session, config.eval_samples or 32, seed=0)[spec.name]
+    except InvalidInput:
+        raise InvalidInput(f"the model input has dynamic dimensions {list(spec.shape)} and the recipe has no "
+                           "`data:` section, so verify cannot make inputs for it",
                            hint="add a `data:` section to the recipe") from None
     return x, None, "random uniform [0, 1), seed 0"
 
@@ -330,25 +333,27 @@ def _model_path(inputs: Inputs, build: str, stage_id: str) -> Path:
 
 def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig, vectors_dir: Path,
                 model_spec: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
-    """Everything verify measures on one build; returns (metrics, held-out logits)."""
+    """Everything verify measures on one build; returns (metrics, {output name: held-out outputs})."""
     import onnx
 
     from zoo.engine.hashing import hash_file_uncached
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib import classification, onnx_io, onnx_run, ort_session
+    from zoo_stages.lib import timing as timinglib
 
-    model = onnxutil.load_model(path)
+    model = onnx_io.load_model(path)
     try:
         onnx.checker.check_model(model, full_check=True)
         checker, checker_error = 1, None
     except Exception as e:  # ValidationError, InferenceError: both mean the checker refused it
         checker, checker_error = 0, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
-    blob = onnxutil.model_bytes(model)  # serialised once for both sessions
-    evaluator = onnxutil.make_session(blob, threads=1, level="all")
-    input_name, _ = onnxutil.single_input(evaluator)
-    onnxutil.check_input_shape(evaluator, x.shape[1:], where="the held-out split")
-    logits = onnxutil.run_batched(evaluator, x)
-    acc = onnxutil.accuracy(logits, y) if y is not None else None
+    blob = onnx_io.model_bytes(model)  # serialised once for both sessions
+    evaluator = ort_session.make_session(blob, threads=1, level="all")
+    input_name = onnx_run.single_input(evaluator).name
+    feeds = onnx_run.prepare(evaluator, {input_name: x}, where="the held-out split")
+    outputs = onnx_run.run(evaluator, feeds, batch_size=32)
+    logits = next(iter(outputs.values()))
+    acc = classification.accuracy(logits, y) if y is not None else None
 
     notes = []
     if model_spec.get("input_name") and model_spec["input_name"] != input_name:
@@ -358,11 +363,11 @@ def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig
         notes.append(f"model outputs {logits.shape[1]} classes, the recipe's model.num_classes is {n_classes}")
 
     lat = config.latency
-    timing = onnxutil.make_session(blob, threads=lat.threads, level="all")
-    fixed = onnxutil.fixed_batch(timing)
-    stats = onnxutil.measure_latency(timing, onnxutil.batch_of(x, fixed or 1), warmup=lat.warmup, runs=lat.runs)
-    throughput = onnxutil.measure_throughput(timing, x, lat.batch_sizes, warmup=min(lat.warmup, 2),
-                                             runs=lat.throughput_runs)
+    timing = ort_session.make_session(blob, threads=lat.threads, level="all")
+    fixed = onnx_run.fixed_batch(timing)
+    stats = timinglib.measure_latency(timing, timinglib.batch_of(feeds, fixed or 1), warmup=lat.warmup, runs=lat.runs)
+    throughput = timinglib.measure_throughput(timing, feeds, lat.batch_sizes, warmup=min(lat.warmup, 2),
+                                              runs=lat.throughput_runs)
     if fixed is not None and any(v is None for v in throughput.values()):
         notes.append(f"the model's batch dimension is fixed to {fixed}; other throughput batch sizes were skipped")
 
@@ -376,8 +381,8 @@ def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig
         "checker": checker,
         "checker_error": checker_error,
         "ir_version": model.ir_version,
-        "opset": onnxutil.opset_version(model),
-        "custom_domains": onnxutil.custom_domains(model),
+        "opset": onnx_io.opset_version(model),
+        "custom_domains": onnx_io.custom_domains(model),
         "accuracy": acc,
         "latency_p50_ms": stats["p50_ms"],
         "latency_p90_ms": stats["p90_ms"],
@@ -388,27 +393,24 @@ def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig
     }
     for bs, value in throughput.items():
         metrics[f"throughput_bs{bs}"] = value
-    return metrics, logits
+    return metrics, outputs
 
 
 def write_vectors(session, x, count: int, seed: int, dest: Path) -> list[Path]:
     """`count` test data sets under `dest` from held-out images at seeded indices; outputs from `session`."""
     import numpy as np
 
-    from zoo_stages.lib import onnxutil, vectors
+    from zoo_stages.lib import onnx_run, vectors
 
     if count == 0:
         return []
-    batch = onnxutil.fixed_batch(session) or 1
+    batch = onnx_run.fixed_batch(session) or 1
     rng = np.random.default_rng(seed)
     need = count * batch
     idx = rng.choice(len(x), size=need, replace=need > len(x))
-    input_name, _ = onnxutil.single_input(session)
-    output_names = [o.name for o in session.get_outputs()]
+    input_name = onnx_run.single_input(session).name
     sets = []
     for i in range(count):
-        sample = np.ascontiguousarray(x[idx[i * batch:(i + 1) * batch]], dtype=np.float32)
-        outputs = onnxutil.run(session, sample)
-        sets.append(vectors.write_test_vectors(dest / f"test_data_set_{i}", {input_name: sample},
-                                                dict(zip(output_names, outputs))))
+        sample = onnx_run.prepare(session, {input_name: x[idx[i * batch:(i + 1) * batch]]})
+        sets.append(vectors.write_test_vectors(dest / f"test_data_set_{i}", sample, onnx_run.run(session, sample)))
     return sets

@@ -6,8 +6,9 @@ Inputs, in order of preference:
 2. verify's test inputs (of the build's verified name, then the reference, then any build);
 3. fixed random values (seed 0), with a warning.
 
-A conversion (fp16, ORT format) passes when every output is within ``atol + rtol * |ref|`` of
-its source's on the CPU; accuracy is added when labels are known.
+A conversion (fp16, ORT format) passes when every float output is within ``atol + rtol * |ref|``
+of its source's on the CPU and every integer output is equal (`zoo_stages.lib.parity`);
+accuracy is added when labels are known.
 
 numpy and onnxruntime are imported inside methods so importing this module is cheap.
 """
@@ -21,6 +22,10 @@ from typing import Any, Mapping
 from zoo.errors import InvalidInput, StageFailed
 from zoo_stages.lib.verify_report import VerifyOutputs
 from zoo_stages.lib.vectors import find_sets, read_tensors
+
+
+# samples per onnxruntime run when a build is compared with its source
+BATCH_SIZE = 64
 
 
 class ConversionCheck:
@@ -65,12 +70,13 @@ class ConversionCheck:
         Returns (parity, accuracy figures, the inputs used)."""
         import numpy as np
 
-        from zoo_stages.lib import convert as cv
+        from zoo_stages.lib import classification, onnx_run, ort_session
+        from zoo_stages.lib import parity as paritylib
         from zoo_stages.lib.model_info import session_ports
 
-        src_sess = cv.open_session(source)
-        cand_sess = cv.open_session(candidate)
-        ports, out_ports = session_ports(src_sess)
+        src_sess = ort_session.make_session(source)
+        cand_sess = ort_session.make_session(candidate)
+        ports, _ = session_ports(src_sess)
         labels = None
         data = self.heldout()
         if data is not None and self._data_fits(ports, data[0]):
@@ -83,16 +89,18 @@ class ConversionCheck:
             origin = "held-out split"
         else:
             feeds, origin = self.inputs_for(name, vname, ports)
-        ref = cv.run_batched(src_sess, feeds)
-        got = cv.run_batched(cand_sess, feeds)
-        parity = cv.compare(ref, got, [p.name for p in out_ports], atol=atol, rtol=rtol)
+        ref = onnx_run.run(src_sess, feeds, batch_size=BATCH_SIZE)
+        got = onnx_run.run(cand_sess, feeds, batch_size=BATCH_SIZE)
+        parity = paritylib.compare(ref, got, tolerance=paritylib.Tolerance(atol=atol, rtol=rtol))
         self.log.info("deploy: %s parity on %s (%d samples): max |diff| %.3g", name, origin,
                       parity.samples, parity.max_abs)
         accuracy: dict[str, Any] = {}
-        if labels is not None and got and np.ndim(got[0]) == 2 and "classification" in (self.task or "classification"):
-            y = np.asarray(labels)[: len(got[0])]
-            acc = float(np.mean(np.argmax(got[0], axis=1) == y))
-            src_acc = float(np.mean(np.argmax(ref[0], axis=1) == y))
+        scores, ref_scores = next(iter(got.values()), None), next(iter(ref.values()), None)
+        if (labels is not None and scores is not None and np.ndim(scores) == 2
+                and "classification" in (self.task or "classification")):
+            y = np.asarray(labels)[: len(scores)]
+            acc = classification.accuracy(scores, y)
+            src_acc = classification.accuracy(ref_scores, y)
             accuracy = {"accuracy": acc, "accuracy_drop_vs_source": src_acc - acc,
                         "accuracy_samples": int(len(y))}
             ref_acc = self.verify.reference_accuracy()
@@ -108,19 +116,19 @@ class ConversionCheck:
         is opt-in on the device and some onnxruntime versions cannot replay some records, so the
         outcome is recorded (and shown on the card) rather than failing the release.
         """
-        from zoo_stages.lib import convert as cv
+        from zoo_stages.lib import onnx_run, ort_session
+        from zoo_stages.lib import parity as paritylib
 
         try:
-            session = cv.open_session(candidate, runtime_optimizations=True)
-            got = cv.run_batched(session, feeds)
-        except (StageFailed, InvalidInput, RuntimeError) as e:
+            session = ort_session.make_session(candidate, runtime_optimizations=True)
+            got = onnx_run.run(session, feeds, batch_size=BATCH_SIZE)
+        except (StageFailed, InvalidInput) as e:  # the load (InvalidInput) or the run (StageFailed) failed
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             self.log.warning("deploy: %s: onnxruntime cannot replay the saved runtime optimizations: %s",
                              name, first)
             return f"fails: {first}"
-        ref = cv.run_batched(cv.open_session(source), feeds)
-        names = [o.name for o in session.get_outputs()]
-        parity = cv.compare(ref, got, names, atol=atol, rtol=rtol)
+        ref = onnx_run.run(ort_session.make_session(source), feeds, batch_size=BATCH_SIZE)
+        parity = paritylib.compare(ref, got, tolerance=paritylib.Tolerance(atol=atol, rtol=rtol))
         return "ok" if parity.passed else f"outputs differ: max |diff| {parity.max_abs:.3g}"
 
     def inputs_for(self, name: str, vname: str | None, ports: list) -> tuple[dict[str, Any], str]:

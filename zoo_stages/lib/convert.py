@@ -1,4 +1,4 @@
-"""Device conversions of an ONNX model (float16, ORT format) and the checks that they still agree.
+"""Device conversions of an ONNX model: float16 and the ORT format.
 
 - `to_fp16`: onnxruntime's own float16 converter, keeping float32 inputs/outputs so callers feed
   the same arrays as before (Cast nodes are inserted at the graph's edges);
@@ -6,11 +6,12 @@
   side files never land next to the source; we keep the ``.ort`` model and its
   ``required_operators`` config (what a minimal onnxruntime build for a phone needs), with the
   absolute paths the tool writes into that config's comments replaced by the file name;
-- `run_batched` / `open_session`: run a model on the CPU with a fixed thread count, so outputs
-  are the same bytes on every run;
-- `compare`: element-wise parity (|got - ref| <= atol + rtol * |ref|) with figures and a table.
+- `canonical_ort_bytes`: the ORT flatbuffer re-serialised in a fixed order, so equal models give
+  equal bytes.
 
-Heavy imports (onnx, onnxruntime, numpy) happen inside functions.
+Converted builds are opened with `zoo_stages.lib.ort_session`, run with `zoo_stages.lib.onnx_run`
+and compared with their source by `zoo_stages.lib.parity` (`zoo_stages.lib.conversion_check`).
+Heavy imports (onnx, onnxruntime, flatbuffers) happen inside functions.
 """
 
 from __future__ import annotations
@@ -18,19 +19,14 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from zoo.errors import GateFailed, InvalidInput, StageFailed
-
-if TYPE_CHECKING:
-    import numpy as np
-    import onnxruntime
+from zoo.errors import InvalidInput, StageFailed
 
 log = logging.getLogger("zoo.stage.convert")
 
@@ -53,7 +49,7 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
 
     from zoo_stages.lib.model_info import detect_precision
     from zoo.files import atomic_write
-    from zoo_stages.lib.onnxutil import MAX_IR_VERSION, load_model
+    from zoo_stages.lib.onnx_io import MAX_IR_VERSION, load_model
 
     model = load_model(Path(src))  # with external data; refuses sidecar paths outside its folder
     precision = detect_precision(model)
@@ -410,183 +406,3 @@ def canonical_ort_bytes(data: bytes) -> bytes:
     root = copy_table(_ORT_ROOT_TABLE, int.from_bytes(buf[0:4], "little"))
     builder.Finish(root, file_identifier=_ORT_FILE_IDENTIFIER)
     return bytes(builder.Output())
-
-
-# ---------------------------------------------------------------------------------------------
-# running models
-
-
-def open_session(path: Path, *, threads: int = 1, runtime_optimizations: bool = False) -> "onnxruntime.InferenceSession":
-    """A CPU InferenceSession with fixed threading (sequential, `threads` intra-op threads).
-
-    Works for .onnx and .ort files alike. `runtime_optimizations` replays the optimizations an
-    ORT model converted with the "Runtime" style saved (only for models we produced ourselves).
-    """
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = max(1, int(threads))
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.log_severity_level = 3
-    if runtime_optimizations:
-        opts.add_session_config_entry("session.enable_saved_runtime_optimizations", "1")
-    try:
-        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        raise StageFailed(f"onnxruntime cannot load {path}: {e}",
-                          hint="the file may be corrupt or use operators this onnxruntime lacks") from e
-
-
-def run_batched(session: Any, feeds: Mapping[str, "np.ndarray"], *, batch_size: int = 64) -> list["np.ndarray"]:
-    """Run `session` on `feeds` (every array has the samples along axis 0) and concatenate outputs.
-
-    A model whose first input has a fixed batch dimension is fed exactly that many samples at
-    a time; trailing samples that do not fill a batch are dropped (callers see it in the
-    returned arrays' length).
-    """
-    import numpy as np
-
-    names = [i.name for i in session.get_inputs()]
-    missing = [n for n in names if n not in feeds]
-    if missing:
-        raise InvalidInput(f"no values for model input(s) {', '.join(missing)}",
-                           hint=f"the model expects inputs {', '.join(names)}")
-    n = min(int(np.asarray(feeds[name]).shape[0]) for name in names) if names else 0
-    first = session.get_inputs()[0].shape if names else []
-    fixed = first[0] if first and isinstance(first[0], int) and first[0] > 0 else None
-    step = fixed or max(1, batch_size)
-    stop = n - step + 1 if fixed else n  # a fixed batch is never fed a short tail
-    chunks: list[list[np.ndarray]] = []
-    for start in range(0, max(stop, 0), step):
-        batch = {name: np.ascontiguousarray(feeds[name][start:start + step]) for name in names}
-        chunks.append(session.run(None, batch))
-    if not chunks:
-        raise InvalidInput(f"not enough samples to run the model ({n} given, batch of {step} needed)",
-                           hint="provide more held-out samples or test inputs")
-    return [np.concatenate([c[i] for c in chunks], axis=0) if np.ndim(chunks[0][i]) > 0 else chunks[0][i]
-            for i in range(len(chunks[0]))]
-
-
-# ---------------------------------------------------------------------------------------------
-# parity
-
-
-@dataclass(frozen=True)
-class OutputParity:
-    """How one output of a candidate model compares with the reference."""
-
-    name: str
-    shape: tuple[int, ...]
-    max_abs: float
-    mean_abs: float
-    cosine: float
-    violations: int  # elements outside atol + rtol * |ref|
-    worst_excess: float  # max of |got - ref| - (atol + rtol * |ref|); > 0 means failed
-    top1_agreement: float | None = None  # for (N, classes) outputs
-    shape_mismatch: bool = False
-
-
-@dataclass(frozen=True)
-class Parity:
-    """The element-wise comparison of all outputs of a candidate model with its reference."""
-
-    atol: float
-    rtol: float
-    samples: int
-    outputs: list[OutputParity] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return all(o.violations == 0 and not o.shape_mismatch for o in self.outputs)
-
-    @property
-    def max_abs(self) -> float:
-        return max((o.max_abs for o in self.outputs), default=0.0)
-
-    @property
-    def cosine(self) -> float:
-        return min((o.cosine for o in self.outputs), default=1.0)
-
-    @property
-    def top1_agreement(self) -> float | None:
-        values = [o.top1_agreement for o in self.outputs if o.top1_agreement is not None]
-        return values[0] if values else None
-
-    def metrics(self, prefix: str = "parity_") -> dict[str, float | int]:
-        """Flat figures for a manifest: max_abs, mean_abs, cosine, top1 agreement, tolerances, samples."""
-        out: dict[str, float | int] = {
-            f"{prefix}max_abs": _finite(self.max_abs),
-            f"{prefix}mean_abs": _finite(max((o.mean_abs for o in self.outputs), default=0.0)),
-            f"{prefix}cosine": _finite(self.cosine),
-            f"{prefix}atol": self.atol,
-            f"{prefix}rtol": self.rtol,
-            f"{prefix}samples": self.samples,
-        }
-        if self.top1_agreement is not None:
-            out[f"{prefix}top1_agreement"] = self.top1_agreement
-        return out
-
-    def table(self) -> str:
-        """A fixed-width text table, one row per output."""
-        rows = [("output", "shape", "max_abs", "mean_abs", "cosine", "top1", "violations", "worst excess")]
-        for o in self.outputs:
-            rows.append((o.name, "mismatch" if o.shape_mismatch else "x".join(map(str, o.shape)),
-                         f"{o.max_abs:.3g}", f"{o.mean_abs:.3g}", f"{o.cosine:.6f}",
-                         "-" if o.top1_agreement is None else f"{o.top1_agreement:.4f}",
-                         str(o.violations), f"{o.worst_excess:.3g}"))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        lines.append(f"tolerance: |got - ref| <= {self.atol:g} + {self.rtol:g} * |ref|, on {self.samples} samples")
-        return "\n".join(lines)
-
-
-def _finite(x: float) -> float:
-    return float(x) if math.isfinite(x) else float("inf")
-
-
-def compare(reference: Sequence["np.ndarray"], candidate: Sequence["np.ndarray"], names: Sequence[str], *,
-            atol: float, rtol: float) -> Parity:
-    """Element-wise parity of `candidate` outputs against `reference` outputs (same order)."""
-    import numpy as np
-
-    outputs = []
-    samples = int(np.shape(reference[0])[0]) if reference and np.ndim(reference[0]) > 0 else 1
-    for name, ref, got in zip(names, reference, candidate):
-        ref = np.asarray(ref)
-        got = np.asarray(got)
-        if ref.shape != got.shape:
-            outputs.append(OutputParity(name=name, shape=tuple(ref.shape), max_abs=float("inf"), mean_abs=float("inf"),
-                                        cosine=0.0, violations=int(ref.size), worst_excess=float("inf"),
-                                        shape_mismatch=True))
-            continue
-        r = ref.astype(np.float64).ravel()
-        g = got.astype(np.float64).ravel()
-        diff = np.abs(g - r)
-        # NaN anywhere in the difference counts as a violation (NaN comparisons are False)
-        diff = np.where(np.isnan(diff), np.inf, diff)
-        allowed = atol + rtol * np.abs(r)
-        excess = diff - allowed
-        denom = float(np.linalg.norm(r) * np.linalg.norm(g))
-        cosine = float(np.dot(r, g) / denom) if denom > 0 else (1.0 if not np.any(diff) else 0.0)
-        top1 = None
-        if ref.ndim == 2 and ref.shape[1] > 1 and np.issubdtype(ref.dtype, np.floating):
-            top1 = float(np.mean(np.argmax(ref, axis=1) == np.argmax(got, axis=1)))
-        outputs.append(OutputParity(
-            name=name, shape=tuple(int(d) for d in ref.shape),
-            max_abs=float(diff.max()) if diff.size else 0.0,
-            mean_abs=float(diff.mean()) if diff.size else 0.0,
-            cosine=cosine, violations=int(np.count_nonzero(excess > 0)),
-            worst_excess=float(excess.max()) if excess.size else 0.0, top1_agreement=top1))
-    return Parity(atol=float(atol), rtol=float(rtol), samples=samples, outputs=outputs)
-
-
-def require_parity(parity: Parity, what: str) -> None:
-    """Raise GateFailed (with the parity table) unless every output is within tolerance."""
-    if not parity.passed:
-        raise GateFailed(f"{what}: outputs differ from the source model beyond tolerance "
-                         f"(max |diff| {parity.max_abs:.3g})",
-                         table=parity.table(),
-                         hint="raise `atol`/`rtol` for this build if the difference is acceptable, "
-                              "or keep the model in its source precision")

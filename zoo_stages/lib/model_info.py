@@ -23,13 +23,6 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx
 
-# onnxruntime spells element types "tensor(float)"; the manifest uses numpy names
-_ORT_TYPES = {
-    "float": "float32", "double": "float64", "float16": "float16", "bfloat16": "bfloat16",
-    "int8": "int8", "uint8": "uint8", "int16": "int16", "uint16": "uint16", "int32": "int32",
-    "uint32": "uint32", "int64": "int64", "uint64": "uint64", "bool": "bool", "string": "string",
-}
-
 # operators that only appear in quantized graphs (QDQ, integer and fused quantized kernels)
 _QUANT_OPS = {
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
@@ -125,21 +118,16 @@ def tensor_dtype_name(elem_type: int) -> str:
 
 def session_ports(path_or_session: Any) -> tuple[list[Port], list[Port]]:
     """Ports as onnxruntime sees them (works for .ort files, which onnx cannot read)."""
+    from zoo_stages.lib import onnx_run, ort_session
+
     sess = path_or_session
     if isinstance(path_or_session, (str, Path)):
-        import onnxruntime as ort
+        sess = ort_session.make_session(path_or_session, threads=1, level="disable")
 
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        sess = ort.InferenceSession(str(path_or_session), sess_options=opts, providers=["CPUExecutionProvider"])
+    def convert(spec: onnx_run.TensorSpec) -> Port:
+        return Port(name=spec.name, dtype=spec.dtype, shape=list(spec.shape or []))
 
-    def convert(arg: Any) -> Port:
-        t = arg.type
-        inner = t[len("tensor("):-1] if t.startswith("tensor(") else t
-        shape = [d if isinstance(d, (int, str)) or d is None else str(d) for d in (arg.shape or [])]
-        return Port(name=arg.name, dtype=_ORT_TYPES.get(inner, inner), shape=shape)
-
-    return [convert(a) for a in sess.get_inputs()], [convert(a) for a in sess.get_outputs()]
+    return [convert(s) for s in onnx_run.input_specs(sess)], [convert(s) for s in onnx_run.output_specs(sess)]
 
 
 def detect_precision(model: "onnx.ModelProto") -> str:

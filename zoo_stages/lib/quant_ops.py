@@ -26,9 +26,9 @@ def linear_nodes(path: Path, named: Path) -> tuple[Path, list[str]]:
               if n.op_type == "Gemm" or (n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in weights)]
     if all(n.name for n in linear):
         return path, [n.name for n in linear]
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib import onnx_io
 
-    model = onnxutil.load_model(path)
+    model = onnx_io.load_model(path)
     taken = {n.name for n in model.graph.node if n.name}
     for i, node in enumerate(model.graph.node):
         if not node.name:
@@ -37,7 +37,7 @@ def linear_nodes(path: Path, named: Path) -> tuple[Path, list[str]]:
                 name += "_"
             node.name = name
             taken.add(name)
-    onnxutil.save_model(model, named)
+    onnx_io.save_model(model, named)
     return linear_nodes(named, named)
 
 

@@ -87,9 +87,9 @@ def resolve(config: QuantizeConfig, name: str | None = None) -> Settings:
 def saturation_hint(settings: Settings) -> str:
     """A sentence to append to an accuracy complaint when this host's int8 kernels may saturate
     full-range int8 weights (x86 without VNNI), else ''."""
-    from zoo_stages.lib import onnxutil
+    from zoo_stages.lib import host_info
 
-    if settings.weight_type != "QInt8" or settings.reduce_range or not onnxutil.int8_may_saturate():
+    if settings.weight_type != "QInt8" or settings.reduce_range or not host_info.int8_may_saturate():
         return ""
     return ("; this CPU has no VNNI, so onnxruntime's int8 kernels can saturate full-range int8 weights: "
             "try `preset: x86-avx2` (reduce_range) and compare")

@@ -1,0 +1,168 @@
+"""ONNX models in and out of memory: safe loading, deterministic saving, the IR version cap, and
+the opsets and operator domains a graph uses.
+
+- loading with safety: external-data locations must stay inside the model's folder
+  (`zoo.pathsafety.external_data_files`), and the IR version is lowered to what the installed
+  onnxruntime reads (`MAX_IR_VERSION`);
+- saving atomically (`zoo.files.atomic_write`) with deterministic protobuf bytes, after
+  `prune_opset_imports` drops the domains no node uses;
+- what a graph uses: its default opset, custom operator domains, operator counts.
+
+Sessions are built by `zoo_stages.lib.ort_session`, run by `zoo_stages.lib.onnx_run`.
+onnx is imported inside functions so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zoo.errors import InvalidInput
+
+if TYPE_CHECKING:
+    import onnx
+
+# onnx 1.23 stamps IR version 14; onnxruntime 1.31 loads at most 13.
+MAX_IR_VERSION = 13
+
+# protobuf cannot serialise a message above 2 GiB; such models need external data.
+_PROTOBUF_LIMIT = (1 << 31) - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# load / save
+
+
+def loadable_as_is(path: Path) -> bool:
+    """Whether onnxruntime can load the file at `path` directly: its IR version is at most
+    `MAX_IR_VERSION`. Its external data must be files in its folder (UnsafePath, InvalidInput).
+
+    Only the top-level fields and the tensors' external-data records are read, never the
+    weights, so this costs microseconds where `load_model` parses the whole file.
+    """
+    from zoo.pathsafety import external_data_files
+    from zoo_stages.lib import onnx_fields
+
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInput(f"ONNX model {path} does not exist", hint="check the upstream stage's `model` output")
+    header = onnx_fields.read_header(path)
+    external_data_files(path)
+    return header.ir_version is not None and header.ir_version <= MAX_IR_VERSION
+
+
+def fix_ir_version(model: "onnx.ModelProto") -> "onnx.ModelProto":
+    """Lower the model's IR version to `MAX_IR_VERSION` (in place) so onnxruntime can load it."""
+    if model.ir_version > MAX_IR_VERSION:
+        model.ir_version = MAX_IR_VERSION
+    return model
+
+
+def load_model(path: Path) -> "onnx.ModelProto":
+    """Load an ONNX model fully into memory, checking external data paths and fixing the IR version.
+
+    Raises InvalidInput for a missing or unparsable file and UnsafePath for external data
+    that would escape the model's folder.
+    """
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model
+
+    from zoo.pathsafety import external_data_files
+
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidInput(f"ONNX model {path} does not exist", hint="check the upstream stage's `model` output")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # protobuf raises DecodeError, onnx raises its own; all mean "not a model"
+        raise InvalidInput(f"{path} is not a readable ONNX model: {e}") from None
+    if external_data_files(path):
+        load_external_data_for_model(model, str(path.parent))
+    return fix_ir_version(model)
+
+
+def model_bytes(model: "onnx.ModelProto") -> bytes:
+    """Deterministic serialisation of a model (IR version fixed), refusing models above 2 GiB."""
+    fix_ir_version(model)
+    try:
+        return model.SerializeToString(deterministic=True)
+    except Exception:  # protobuf raises ValueError/EncodeError depending on its backend
+        size = model.ByteSize()  # only computed on failure: it costs as much as serialising
+        if size > _PROTOBUF_LIMIT:
+            raise InvalidInput(f"the model is {size / 2**30:.1f} GiB, above protobuf's 2 GiB limit",
+                               hint="models this large need ONNX external data, which this stage does not write") from None
+        raise
+
+
+def save_model(model: "onnx.ModelProto", path: Path) -> Path:
+    """Atomically save `model` as one self-contained .onnx file (IR version ≤ MAX_IR_VERSION)."""
+    from zoo.files import atomic_write
+
+    return atomic_write(Path(path), model_bytes(model), fsync=False)  # the cache fsyncs outputs it commits
+
+
+def as_model(model: "onnx.ModelProto | Path | str | bytes") -> "onnx.ModelProto":
+    """A ModelProto from a proto, a path (loaded safely) or serialised bytes."""
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        return fix_ir_version(onnx.load_from_string(bytes(model)))
+    return load_model(Path(model))
+
+
+def _graph_domains(graph) -> set[str]:
+    found = set()
+    for node in graph.node:
+        found.add(node.domain)
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                found |= _graph_domains(attr.g)
+            for g in attr.graphs:
+                found |= _graph_domains(g)
+    return found
+
+
+def prune_opset_imports(model: "onnx.ModelProto") -> "onnx.ModelProto":
+    """Drop opset imports no node uses and sort the rest (in place).
+
+    onnxruntime's optimizer and quantizer declare every domain they know (training, aten,
+    nchwc...); keeping only the used ones makes the file smaller, stable and honest about
+    which runtimes can load it. The default domain is always kept.
+    """
+    used = _graph_domains(model.graph)
+    for function in model.functions:
+        used.add(function.domain)
+        for node in function.node:
+            used.add(node.domain)
+    used = {"" if d == "ai.onnx" else d for d in used} | {""}
+    keep = sorted({(op.domain, op.version) for op in model.opset_import
+                   if ("" if op.domain == "ai.onnx" else op.domain) in used})
+    del model.opset_import[:]
+    for domain, version in keep:
+        entry = model.opset_import.add()
+        entry.domain, entry.version = domain, version
+    return model
+
+
+def opset_version(model: "onnx.ModelProto") -> int | None:
+    """The model's default-domain opset version."""
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            return int(op.version)
+    return None
+
+
+def custom_domains(model: "onnx.ModelProto") -> list[str]:
+    """Operator domains other than the standard ONNX one used by the graph's nodes (e.g. com.microsoft)."""
+    return sorted({n.domain for n in model.graph.node if n.domain not in ("", "ai.onnx")})
+
+
+def op_counts(model: "onnx.ModelProto") -> dict[str, int]:
+    """Number of nodes per operator type (domain-qualified for non-standard domains)."""
+    counts: dict[str, int] = {}
+    for n in model.graph.node:
+        name = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
