@@ -11,6 +11,7 @@ import pytest
 
 from zoo.errors import InvalidInput
 from zoo_stages.lib import datasets
+from data_helpers import xy
 
 DIGITS = {"source": "digits", "image_size": 8, "channels": 1}
 
@@ -23,8 +24,8 @@ def fresh_cache():
 
 
 def test_digits_split_shapes_types_and_range(tmp_path):
-    x, y = datasets.load_split(DIGITS, tmp_path, "train")
-    xv, yv = datasets.load_split(DIGITS, tmp_path, "val")
+    x, y = xy(datasets.load_split(DIGITS, tmp_path, "train"))
+    xv, yv = xy(datasets.load_split(DIGITS, tmp_path, "val"))
     assert x.shape == (1437, 1, 8, 8) and xv.shape == (360, 1, 8, 8)
     assert x.dtype == np.float32 and y.dtype == np.int64
     assert 0.0 <= x.min() and x.max() == 1.0  # digits 0..16 divided by 16
@@ -35,8 +36,8 @@ def test_split_is_disjoint_complete_and_stratified(tmp_path):
     from sklearn.datasets import load_digits
 
     full = load_digits()
-    x, y = datasets.load_split(DIGITS, tmp_path, "train")
-    xv, yv = datasets.load_split(DIGITS, tmp_path, "val")
+    x, y = xy(datasets.load_split(DIGITS, tmp_path, "train"))
+    xv, yv = xy(datasets.load_split(DIGITS, tmp_path, "val"))
     # every original image lands in exactly one split, with its own label
     seen = {}
     for images, labels in ((x, y), (xv, yv)):
@@ -55,10 +56,10 @@ def test_split_is_disjoint_complete_and_stratified(tmp_path):
 
 def test_split_is_fixed_by_seed_and_recorded(tmp_path):
     info = datasets.split_info(DIGITS, tmp_path)
-    x1, y1 = datasets.load_split(DIGITS, tmp_path, "val")
+    x1, y1 = xy(datasets.load_split(DIGITS, tmp_path, "val"))
     datasets.clear_cache()
     assert datasets.split_info(DIGITS, tmp_path) == info
-    x2, y2 = datasets.load_split(DIGITS, tmp_path, "val")
+    x2, y2 = xy(datasets.load_split(DIGITS, tmp_path, "val"))
     assert np.array_equal(x1, x2) and np.array_equal(y1, y2)
     other = datasets.split_info({**DIGITS, "split_seed": 1}, tmp_path)
     assert other["val_indices_sha256"] != info["val_indices_sha256"]
@@ -78,15 +79,15 @@ def test_split_uses_a_known_order():
 
 def test_limit_and_val_fraction(tmp_path):
     spec = {**DIGITS, "limit": 100, "val_fraction": 0.25}
-    x, y = datasets.load_split(spec, tmp_path, "train")
-    xv, yv = datasets.load_split(spec, tmp_path, "val")
+    x, y = xy(datasets.load_split(spec, tmp_path, "train"))
+    xv, yv = xy(datasets.load_split(spec, tmp_path, "val"))
     assert len(y) == 75 and len(yv) == 25
     with pytest.raises(InvalidInput, match="too few"):
         datasets.load_split({**DIGITS, "limit": 1}, tmp_path, "train")
 
 
 def test_resize_and_channels(tmp_path):
-    x, _ = datasets.load_split({**DIGITS, "image_size": 16, "channels": 3}, tmp_path, "train")
+    x, _ = xy(datasets.load_split({**DIGITS, "image_size": 16, "channels": 3}, tmp_path, "train"))
     assert x.shape == (1437, 3, 16, 16)
     assert np.array_equal(x[:, 0], x[:, 1]) and np.array_equal(x[:, 0], x[:, 2])
     # half-pixel bilinear with clamped edges
@@ -105,8 +106,8 @@ def test_resize_matches_torch_bilinear():
 
 
 def test_results_are_cached_and_read_only(tmp_path):
-    x1, y1 = datasets.load_split(DIGITS, tmp_path, "train")
-    x2, _ = datasets.load_split(dict(DIGITS), tmp_path, "train")
+    x1, y1 = xy(datasets.load_split(DIGITS, tmp_path, "train"))
+    x2, _ = xy(datasets.load_split(dict(DIGITS), tmp_path, "train"))
     assert x1 is x2
     with pytest.raises(ValueError):
         x1[0, 0, 0, 0] = 5.0
@@ -118,8 +119,8 @@ def test_npz_source(tmp_path):
     y = np.arange(40) % 4
     np.savez(tmp_path / "d.npz", x=x, y=y)
     spec = {"source": "npz", "path": "d.npz", "image_size": 6, "channels": 1, "val_fraction": 0.25}
-    xt, yt = datasets.load_split(spec, tmp_path, "train")
-    xv, yv = datasets.load_split(spec, tmp_path, "val")
+    xt, yt = xy(datasets.load_split(spec, tmp_path, "train"))
+    xv, yv = xy(datasets.load_split(spec, tmp_path, "val"))
     assert xt.shape == (30, 1, 6, 6) and len(yv) == 10
     assert np.bincount(yv).tolist() == [3, 3, 2, 2]  # 10 held out shared by largest remainder
     # values are the uint8 pixels divided by 255
@@ -132,9 +133,9 @@ def test_npz_source(tmp_path):
 def test_npz_changes_on_disk_are_seen(tmp_path):
     spec = {"source": "npz", "path": "d.npz", "image_size": 4, "val_fraction": 0.5}
     np.savez(tmp_path / "d.npz", x=np.zeros((4, 4, 4), np.float32), y=np.array([0, 1, 0, 1]))
-    assert datasets.load_split(spec, tmp_path, "train")[0].max() == 0.0
+    assert xy(datasets.load_split(spec, tmp_path, "train"))[0].max() == 0.0
     np.savez(tmp_path / "d.npz", x=np.ones((6, 4, 4), np.float32), y=np.array([0, 1, 0, 1, 0, 1]))
-    assert datasets.load_split(spec, tmp_path, "train")[0].max() == 1.0
+    assert xy(datasets.load_split(spec, tmp_path, "train"))[0].max() == 1.0
 
 
 def test_npz_errors_name_the_field(tmp_path):
@@ -172,8 +173,8 @@ def test_folder_source_with_netpbm_images(tmp_path):
         (root / cls / "notes.txt").write_text("ignored")
     _write_ppm(root / "a_cat" / "rgb.ppm", np.tile(np.array([255, 0, 0], np.uint8), (5, 5, 1)))
     spec = {"source": "folder", "path": "imgs", "image_size": 4, "channels": 1, "val_fraction": 0.3}
-    x, y = datasets.load_split(spec, tmp_path, "train")
-    xv, yv = datasets.load_split(spec, tmp_path, "val")
+    x, y = xy(datasets.load_split(spec, tmp_path, "train"))
+    xv, yv = xy(datasets.load_split(spec, tmp_path, "val"))
     assert x.shape[1:] == (1, 4, 4) and len(y) + len(yv) == 7
     allx, ally = np.concatenate([x, xv]), np.concatenate([y, yv])
     # classes are the sorted folder names; pixel values survive (constant images)
@@ -197,7 +198,7 @@ def _png_folder(tmp_path) -> dict:
 
 
 def test_folder_of_pngs(tmp_path):
-    x, _ = datasets.load_split(_png_folder(tmp_path), tmp_path, "train")  # Pillow is a core dependency
+    x, _ = xy(datasets.load_split(_png_folder(tmp_path), tmp_path, "train"))  # Pillow is a core dependency
     assert x.shape == (2, 3, 2, 2) and np.allclose(x, 1.0)
 
 

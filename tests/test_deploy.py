@@ -21,6 +21,7 @@ from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages.deploy import Deploy
 from zoo_stages.lib.datasets import load_split
 from zoo_stages.lib.modelcard import parse_front_matter
+from data_helpers import xy
 
 DATA = {"source": "digits", "path": None, "image_size": 8, "channels": 1, "val_fraction": 0.2,
         "split_seed": 0, "limit": None}
@@ -110,8 +111,8 @@ def upstream(tmp_path_factory) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = tmp_path_factory.mktemp("upstream")
-    x_train, y_train = load_split(DATA, root, "train")
-    x_val, y_val = load_split(DATA, root, "val")
+    x_train, y_train = xy(load_split(DATA, root, "train"))
+    x_val, y_val = xy(load_split(DATA, root, "val"))
     fp32 = _classifier(root / "optimize" / "model.onnx", _fit_classifier(np.asarray(x_train), np.asarray(y_train)))
     int8 = root / "quantize" / "model.onnx"
     int8.parent.mkdir()

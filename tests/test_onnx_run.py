@@ -135,3 +135,24 @@ def test_random_feeds_refuse_dynamic_dims_unless_given_a_shape():
         onnx_run.random_feeds(session, 1, seed=0, hint="add a data section")
     assert err.value.hint == "add a data section"
     assert onnx_run.random_feeds(session, 2, seed=0, shapes={"input": [1, 4, 4]})["input"].shape == (2, 1, 4, 4)
+
+
+def test_bind_takes_each_input_by_name_and_leaves_extra_features_out(multi):
+    feeds = multi_io_feeds(4)
+    bound = onnx_run.bind(multi, {**feeds, "unused": np.zeros(4)})
+    assert list(bound) == ["ids", "types", "mask"]
+    assert all(bound[k] is feeds[k] for k in bound)
+
+
+def test_bind_feeds_a_single_input_model_the_only_feature_whatever_its_name():
+    session = ort_session.make_session(linear_model())
+    x = np.zeros((2, 16), np.float32)
+    bound = onnx_run.bind(session, {"image": x})
+    assert list(bound) == ["input"] and bound["input"] is x
+
+
+def test_bind_names_the_inputs_the_data_lacks(multi):
+    feeds = multi_io_feeds(4)
+    with pytest.raises(InvalidInput, match="the held-out split has no values for model input\\(s\\) mask") as e:
+        onnx_run.bind(multi, {"ids": feeds["ids"], "types": feeds["types"]}, where="the held-out split")
+    assert "ids, types, mask" in e.value.hint

@@ -17,6 +17,7 @@ from zoo_stages.lib import datasets, host_info, onnx_io, onnx_run, ort_session, 
 from zoo_stages.lib.parity import compare
 from zoo_stages.lib.quant_settings import CANDIDATES, resolve, saturation_hint
 from zoo_stages.quantize import Quantize, QuantizeConfig
+from data_helpers import xy
 
 DIGITS8 = {"source": "digits", "image_size": 8, "channels": 1, "limit": 300}
 DIGITS32 = {"source": "digits", "image_size": 32, "channels": 1, "limit": 300}
@@ -195,7 +196,7 @@ def test_each_mode_produces_a_runnable_model(tmp_path, small, config, expect_ops
     onnx.checker.check_model(model)
     # Held-out digits: the distribution the activation ranges were calibrated on (uniform noise
     # saturates them and measures the calibration data, not the quantizer).
-    x = datasets.load_split(DIGITS8, tmp_path, "val")[0][:16]
+    x = xy(datasets.load_split(DIGITS8, tmp_path, "val"))[0][:16]
     ref = onnx_run.run(ort_session.make_session(small), {"input": x})
     # Level basic keeps Q/DQ unfused, so this checks the quantizer's scales and zero points
     # exactly, on any CPU. The fused int8 kernels (level all) are host-dependent: on x86 without

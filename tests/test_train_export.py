@@ -22,6 +22,7 @@ from zoo.errors import GateFailed, InvalidInput  # noqa: E402
 from zoo.stage import Inputs, KeyContext, RecipeInfo, StageContext, Upstream  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
 from zoo_stages.lib import archs, datasets  # noqa: E402
+from data_helpers import xy  # noqa: E402
 from zoo_stages.train import Train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +83,7 @@ def test_train_metrics_and_accuracy(trained):
     state = load_file(str(ckpt))
     model = archs.lenet5(10, 1)
     model.load_state_dict(state)
-    x, y = datasets.load_split(DATA, tmp, "val")
+    x, y = xy(datasets.load_split(DATA, tmp, "val"))
     with torch.no_grad():
         acc = (model.eval()(torch.from_numpy(np.array(x))).argmax(1).numpy() == y).mean()
     assert abs(acc - metrics["val_accuracy"]) < 1e-6
@@ -167,7 +168,7 @@ def test_export_is_deterministic_checked_and_runs(trained):
     assert model.graph.input[0].name == "input" and model.graph.output[0].name == "logits"
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     # the ONNX model classifies the real held-out digits exactly like the checkpoint does
-    x, y = datasets.load_split(DATA, tmp, "val")
+    x, y = xy(datasets.load_split(DATA, tmp, "val"))
     logits = ort.InferenceSession(str(paths[0]), providers=["CPUExecutionProvider"]).run(None, {"input": np.array(x)})[0]
     from safetensors.torch import load_file
 

@@ -18,6 +18,7 @@ from zoo_stages.lib import onnx_io, onnx_run, ort_session
 from zoo_stages.lib.vectors import read_test_vectors
 from zoo_stages.lib.datasets import load_split
 from zoo_stages.verify import Verify, VerifyConfig, _build_name, metric_names
+from data_helpers import xy
 
 DATA = {"source": "digits", "image_size": 8, "channels": 1}
 
@@ -45,8 +46,8 @@ def trained(tmp_path_factory):
     from sklearn.linear_model import LogisticRegression
 
     base = tmp_path_factory.mktemp("verify-models")
-    xt, yt = load_split(DATA, base, "train")
-    xv, yv = load_split(DATA, base, "val")
+    xt, yt = xy(load_split(DATA, base, "train"))
+    xv, yv = xy(load_split(DATA, base, "val"))
     clf = LogisticRegression(max_iter=2000).fit(xt.reshape(len(xt), -1), yt)
     fp32 = onnx_io.save_model(gemm_model(clf.coef_, clf.intercept_), base / "fp32.onnx")
     int8 = base / "int8.onnx"

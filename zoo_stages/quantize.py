@@ -247,7 +247,8 @@ class _Run:
         if self._val is None:
             from zoo_stages.lib.datasets import load_split
 
-            x, y = load_split(self.data, self.context.recipe.dir, "val")
+            split = load_split(self.data, self.context.recipe.dir, "val")
+            x, y = split.single("quantize"), split.labels
             if self.config.eval_samples is not None:
                 x, y = x[:self.config.eval_samples], y[:self.config.eval_samples]
             if len(x) == 0:
@@ -270,7 +271,7 @@ class _Run:
             session = ort_session.make_session(self.fp32_path, threads=1, level="disable")
             name = onnx_run.single_input(session).name
             fixed = onnx_run.fixed_batch(session)
-            x, _ = load_split(self.data, self.context.recipe.dir, "train")
+            x = load_split(self.data, self.context.recipe.dir, "train").single("quantize")
             onnx_run.prepare(session, {name: x[:1]}, where="the training split")  # the shapes fit
             wanted = self.config.calibration.samples
             n = min(wanted, len(x))

@@ -99,8 +99,10 @@ class Train(StageKind):
         if not data:
             raise InvalidInput("the train stage needs the recipe's `data:` section",
                                hint="add e.g. `data: {source: digits, image_size: 8}`")
-        x_train, y_train = datasets.load_split(data, context.recipe.dir, "train")
-        x_val, y_val = datasets.load_split(data, context.recipe.dir, "val")
+        train_split = datasets.load_split(data, context.recipe.dir, "train")
+        val_split = datasets.load_split(data, context.recipe.dir, "val")
+        x_train, y_train = train_split.single("train"), train_split.labels
+        x_val, y_val = val_split.single("train"), val_split.labels
         info = datasets.split_info(data, context.recipe.dir)
         num_classes = int(model_section.get("num_classes", 10))
         if info["num_classes"] > num_classes:

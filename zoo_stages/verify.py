@@ -291,7 +291,8 @@ def _evaluation_inputs(data, reference: Path, config: VerifyConfig, context: Sta
     if data:
         from zoo_stages.lib.datasets import load_split
 
-        x, y = load_split(data, context.recipe.dir, "val")
+        split = load_split(data, context.recipe.dir, "val")
+        x, y = split.single("verify"), split.labels
         if config.eval_samples is not None:
             x, y = x[:config.eval_samples], y[:config.eval_samples]
         if len(x) == 0:

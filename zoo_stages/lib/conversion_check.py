@@ -50,7 +50,8 @@ class ConversionCheck:
             if self.data_spec:
                 from zoo_stages.lib.datasets import load_split
 
-                x, y = load_split(dict(self.data_spec), self.recipe_dir, "val")
+                split = load_split(dict(self.data_spec), self.recipe_dir, "val")
+                x, y = split.single("deploy"), split.labels
                 self._heldout = (x, y)
         return self._heldout  # type: ignore[return-value]
 

@@ -12,7 +12,10 @@ Sources (the recipe's ``data:`` section, see `zoo.engine.recipe.DataSpec`):
   need Pillow. Hidden files and files with other extensions are ignored;
 - ``npz``: a numpy archive with arrays ``x`` (N,H,W or N,C,H,W) and ``y`` (N integer labels).
 
-What you get (`load_split`): ``x`` float32 NCHW in [0, 1] and ``y`` int64 class indices.
+What you get (`load_split`): a `Split` of named feature arrays (samples along axis 0) and
+labels. The image sources give one feature, ``image`` (float32 NCHW in [0, 1]), and ``labels``
+(int64 class indices); stages bind features to a model's inputs by name
+(`zoo_stages.lib.onnx_run.bind`: a single feature feeds a single-input model whatever its name).
 Normalisation is a plain rescale to [0, 1] and nothing else (no mean/std): digits are divided
 by 16, 8-bit images by 255, 16-bit images by 65535; float ``npz`` arrays must already lie in
 [0, 1]. Images are resized to ``image_size`` x ``image_size`` with a numpy bilinear resize
@@ -38,9 +41,10 @@ import hashlib
 import json
 import math
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from zoo.errors import InvalidInput
 
@@ -54,20 +58,55 @@ IMAGE_SUFFIXES = PILLOW_SUFFIXES + NETPBM_SUFFIXES
 _DEFAULTS = {"path": None, "image_size": 8, "channels": 1, "val_fraction": 0.2, "split_seed": 0, "limit": None}
 
 
+IMAGE_FEATURE = "image"  # the one feature of the image sources
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split of the recipe's dataset: named feature arrays and their labels.
+
+    Every feature array holds the samples along axis 0, in the same order as ``labels``
+    (None for data without labels). The arrays are read-only (cached): copy before modifying.
+    """
+
+    features: Mapping[str, "np.ndarray"]
+    labels: "np.ndarray | None"
+
+    def __len__(self) -> int:
+        first = next(iter(self.features.values()), None)
+        return 0 if first is None else int(first.shape[0])
+
+    def take(self, indices: Any) -> "Split":
+        """The samples at `indices` (an index array or a slice), in that order."""
+        return Split({k: v[indices] for k, v in self.features.items()},
+                     None if self.labels is None else self.labels[indices])
+
+    def head(self, n: int | None) -> "Split":
+        """The first `n` samples (all of them when `n` is None)."""
+        return self if n is None else self.take(slice(0, n))
+
+    def single(self, where: str) -> "np.ndarray":
+        """The only feature array; InvalidInput naming `where` when the data has several."""
+        if len(self.features) != 1:
+            raise InvalidInput(f"{where} takes one input array, but the data has {len(self.features)} "
+                               f"({', '.join(self.features)})")
+        return next(iter(self.features.values()))
+
+
 # ---------------------------------------------------------------------------------------------
 # public API
 
 
-def load_split(data: dict, recipe_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Images and labels of one split ("train" or "val") of the recipe's dataset.
+def load_split(data: dict, recipe_dir: Path, split: str) -> Split:
+    """One split ("train" or "val") of the recipe's dataset (see the module docstring).
 
-    Returns ``x`` float32 NCHW in [0, 1] (plain rescale, see the module docstring) and ``y``
-    int64 class indices; both read-only and cached, so repeated calls are cheap.
+    The arrays are read-only and cached, so repeated calls are cheap.
     """
     if split not in ("train", "val"):
         raise InvalidInput(f"unknown dataset split {split!r}", hint="use 'train' or 'val'")
     spec = _spec(data)
-    return _split_arrays(_cache_key(spec, Path(recipe_dir)), split)
+    x, y = _split_arrays(_cache_key(spec, Path(recipe_dir)), split)
+    return Split({IMAGE_FEATURE: x}, y)
 
 
 def split_info(data: dict, recipe_dir: Path) -> dict:

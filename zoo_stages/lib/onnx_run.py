@@ -14,6 +14,7 @@ model's output order, batches concatenated along axis 0.
   batch padded with copies of its last sample (their outputs are dropped);
 - `random_feeds`: seeded inputs for models without data (floats uniform in [0, 1), integers 0
   or 1, booleans True: values any index, id or mask input accepts);
+- `bind`: a dataset's named features as the feeds of a model's inputs;
 - `single_input`: for kinds that still handle single-input models only.
 
 numpy is imported inside functions so importing this module is cheap.
@@ -81,6 +82,25 @@ def single_input(session: Any) -> TensorSpec:
         names = ", ".join(s.name for s in specs)
         raise InvalidInput(f"the model has {len(specs)} inputs ({names}); this stage handles single-input models only")
     return specs[0]
+
+
+def bind(session: Any, features: Mapping[str, Any], *, where: str = "the data") -> dict[str, Any]:
+    """The feeds for the session's inputs from a dataset's named `features`.
+
+    Each input takes the feature of its own name; a model with one input takes the only
+    feature whatever its name (an image dataset's ``image`` feeds a model input ``input``).
+    Features the model does not take are left out. InvalidInput names an input without data.
+    """
+    specs = input_specs(session)
+    if len(specs) == 1 and len(features) == 1:
+        return {specs[0].name: next(iter(features.values()))}
+    missing = [s.name for s in specs if s.name not in features]
+    if missing:
+        raise InvalidInput(f"{where} has no values for model input(s) {', '.join(missing)} "
+                           f"(it has: {', '.join(features) or 'nothing'})",
+                           hint="name the data's arrays or columns after the model's inputs "
+                                f"({', '.join(s.name for s in specs)})")
+    return {s.name: features[s.name] for s in specs}
 
 
 def fixed_batch(session: Any) -> int | None:
