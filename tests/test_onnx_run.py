@@ -156,3 +156,13 @@ def test_bind_names_the_inputs_the_data_lacks(multi):
     with pytest.raises(InvalidInput, match="the held-out split has no values for model input\\(s\\) mask") as e:
         onnx_run.bind(multi, {"ids": feeds["ids"], "types": feeds["types"]}, where="the held-out split")
     assert "ids, types, mask" in e.value.hint
+
+
+def test_declared_shapes_fill_dynamic_dims_and_refuse_inputs_the_model_lacks(multi):
+    declared = {"ids": {"shape": ["batch", "sequence"], "dtype": "int64"}, "mask": {"shape": ["batch", 5]}}
+    assert onnx_run.declared_shapes(multi, declared, sequence=7) == {"ids": [7], "mask": [5]}
+    assert onnx_run.declared_shapes(multi, None) == {}
+    with pytest.raises(InvalidInput, match="'pixels', which the model does not take"):
+        onnx_run.declared_shapes(multi, {"pixels": {"shape": ["batch", 3]}})
+    with pytest.raises(InvalidInput, match="model.inputs.ids.shape has 3 dimensions"):
+        onnx_run.declared_shapes(multi, {"ids": {"shape": ["batch", 2, 2]}})

@@ -47,6 +47,26 @@ class DataSpec(_Strict):
     limit: int | None = Field(None, ge=1, description="use at most this many samples (after shuffling)")
 
 
+class InputSpec(_Strict):
+    """One model input as the recipe declares it: what export gives torch, and what overrides the
+    model's own dynamic dimensions where a stage must invent inputs (no `data:`) or time them."""
+
+    shape: list[int | str] = Field(
+        min_length=0, description="dimensions with the batch first: numbers, or names for dynamic ones "
+                                  "(e.g. [batch, 128] or [batch, sequence])")
+    dtype: Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"] = "float32"
+
+    @field_validator("shape")
+    @classmethod
+    def _dims(cls, v):
+        for d in v:
+            if isinstance(d, int) and d < 1:
+                raise ValueError(f"dimension {d} must be at least 1 (or a name for a dynamic dimension)")
+            if isinstance(d, str) and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", d):
+                raise ValueError(f"dimension name {d!r} must be an identifier, like batch or sequence")
+        return v
+
+
 class ModelSpec(_Strict):
     """The model's architecture and I/O names, shared by train, export and verify."""
 
@@ -56,6 +76,9 @@ class ModelSpec(_Strict):
     input_name: str = "input"
     output_name: str = "logits"
     task: str = "image-classification"
+    inputs: dict[str, InputSpec] | None = Field(
+        None, description="the model's inputs by name, in order: {name: {shape, dtype}}; overrides the shapes and "
+                          "types the model declares (default: what the model or the data says)")
 
 
 class StageSpec(_Strict):

@@ -14,6 +14,7 @@ model's output order, batches concatenated along axis 0.
   batch padded with copies of its last sample (their outputs are dropped);
 - `random_feeds`: seeded inputs for models without data (floats uniform in [0, 1), integers 0
   or 1, booleans True: values any index, id or mask input accepts);
+- `declared_shapes`: per-sample shapes from the recipe's ``model.inputs``, for `random_feeds`;
 - `bind`: a dataset's named features as the feeds of a model's inputs;
 - `single_input`: for kinds that still handle single-input models only.
 
@@ -82,6 +83,33 @@ def single_input(session: Any) -> TensorSpec:
         names = ", ".join(s.name for s in specs)
         raise InvalidInput(f"the model has {len(specs)} inputs ({names}); this stage handles single-input models only")
     return specs[0]
+
+
+def declared_shapes(session: Any, declared: Mapping[str, Mapping[str, Any]] | None, *,
+                    sequence: int = 1) -> dict[str, list[int]]:
+    """Per-sample shapes (batch axis dropped) of the inputs the recipe declares in ``model.inputs``.
+
+    A named (dynamic) dimension other than the batch becomes `sequence` (at least 1), so a
+    declared ``[batch, sequence]`` gives ``[sequence]``. InvalidInput when the recipe names an
+    input the model does not have, or declares a rank the model contradicts.
+    """
+    if not declared:
+        return {}
+    specs = {s.name: s for s in input_specs(session)}
+    unknown = [n for n in declared if n not in specs]
+    if unknown:
+        raise InvalidInput(f"model.inputs names {', '.join(map(repr, unknown))}, which the model does not take",
+                           hint=f"the model's inputs are {', '.join(specs)}")
+    shapes: dict[str, list[int]] = {}
+    for name, entry in declared.items():
+        dims = list(entry.get("shape") or [])
+        model_shape = specs[name].shape
+        if model_shape and len(model_shape) != len(dims):
+            raise InvalidInput(f"model.inputs.{name}.shape has {len(dims)} dimensions, the model's input has "
+                               f"{len(model_shape)} ({_dims(model_shape)})",
+                               hint="declare one dimension per model dimension, the batch first")
+        shapes[name] = [d if isinstance(d, int) else max(1, int(sequence)) for d in dims[1:]]
+    return shapes
 
 
 def bind(session: Any, features: Mapping[str, Any], *, where: str = "the data") -> dict[str, Any]:
