@@ -44,12 +44,12 @@ def conv_classifier(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
-def make_context(tmp_path: Path, name: str = "run") -> StageContext:
+def make_context(tmp_path: Path, name: str = "run", shared: dict | None = None) -> StageContext:
     base = tmp_path / name
     recipe = RecipeInfo(name="t", version="0.1.0", description="", license="", path=tmp_path / "recipe.yaml", digest="")
     (base / "out").mkdir(parents=True)
     return StageContext(stage_id="optimize", out_dir=base / "out", work_dir=base / "work", recipe=recipe,
-                        shared={}, matrix={})
+                        shared=shared if shared is not None else {"model": None}, matrix={})
 
 
 def upstream(path: Path, stage_id: str = "export") -> Inputs:
@@ -66,8 +66,8 @@ def model_path(tmp_path) -> Path:
     return onnx_io.save_model(conv_classifier(), tmp_path / "input.onnx")
 
 
-def run_optimize(tmp_path, model_path, name="run", **config):
-    ctx = make_context(tmp_path, name)
+def run_optimize(tmp_path, model_path, name="run", shared=None, **config):
+    ctx = make_context(tmp_path, name, shared)
     out = Optimize().run(upstream(model_path), OptimizeConfig(**config), ctx)
     return out["model"], ctx
 
@@ -192,13 +192,29 @@ def test_unavailable_execution_provider_is_a_clear_error(tmp_path, model_path):
         run_optimize(tmp_path, model_path, execution_provider="CUDAExecutionProvider")
 
 
-def test_dynamic_spatial_dims_need_an_input_shape(tmp_path):
+def test_dynamic_spatial_dims_need_input_shapes_or_declared_inputs(tmp_path):
     model = conv_classifier()
     dims = model.graph.input[0].type.tensor_type.shape.dim
     dims[2].dim_param, dims[3].dim_param = "H", "W"
     path = onnx_io.save_model(model, tmp_path / "dyn.onnx")
     with pytest.raises(InvalidInput, match="dynamic dimensions") as err:
         run_optimize(tmp_path, path)
-    assert "input_shape" in err.value.hint
-    _, ctx = run_optimize(tmp_path, path, name="shaped", input_shape=[2, 1, 8, 8])
-    assert ctx.metrics["parity"]["outputs"]["logits"]["passed"]
+    assert "input_shapes" in err.value.hint and "model.inputs" in err.value.hint
+    _, ctx = run_optimize(tmp_path, path, name="shaped", input_shapes={"input": [2, 1, 8, 8]})
+    assert ctx.metrics["parity"]["outputs"]["logits"]["passed"] and ctx.metrics["parity"]["samples"] == 8
+    # the recipe's model.inputs: named dims take parity.dynamic_size (8 here, what the Gemm needs)
+    declared = {"input": {"shape": ["batch", 1, "H", "W"], "dtype": "float32"}}
+    _, ctx = run_optimize(tmp_path, path, name="declared", shared={"model": {"inputs": declared}})
+    assert ctx.metrics["parity"]["passed"]
+    with pytest.raises(Exception, match="Gemm|onnxruntime failed"):  # 4x4 images do not fit the classifier
+        run_optimize(tmp_path, path, name="small", shared={"model": {"inputs": declared}},
+                     parity={"dynamic_size": 4})
+    with pytest.raises(InvalidInput, match="'image'"):
+        run_optimize(tmp_path, path, name="unknown", input_shapes={"image": [1, 1, 8, 8]})
+
+
+def test_input_shapes_need_one_batch_size():
+    with pytest.raises(pydantic.ValidationError, match="same batch size"):
+        OptimizeConfig(input_shapes={"a": [1, 4], "b": [2, 4]})
+    with pytest.raises(pydantic.ValidationError):
+        OptimizeConfig(input_shapes={"a": [0, 4]})
