@@ -79,12 +79,12 @@ _TYPE_ALIASES = {"qint8": "QInt8", "int8": "QInt8", "s8": "QInt8", "quint8": "QU
 
 
 class CalibrationConfig(KindConfig):
-    """Which training images calibrate the activation ranges, and how."""
+    """Which training samples calibrate the activation ranges, and how."""
 
-    samples: int = Field(64, ge=1, le=100_000, description="number of train-split images (fixed seeded sample)")
+    samples: int = Field(64, ge=1, le=100_000, description="number of train-split samples (fixed seeded sample)")
     method: Literal["minmax", "entropy", "percentile"] = "minmax"
     seed: int = Field(0, description="seed of the calibration sample")
-    batch_size: int = Field(8, ge=1, le=1024, description="images per calibration batch (models with a dynamic batch)")
+    batch_size: int = Field(8, ge=1, le=1024, description="samples per calibration batch (models with a dynamic batch)")
     percentile: float = Field(99.999, gt=0, le=100, description="kept percentile for method: percentile")
 
 
@@ -251,9 +251,9 @@ class _Run:
                                hint="use `mode: dynamic` (it quantizes fused transformer graphs), or feed quantize "
                                     "a model optimized without `transformer:` at `level: basic`")
         # The quantizer reads the upstream file through a hard link in the work folder (it writes
-        # temp files next to its input: never into the cache); external data files are linked
-        # beside it under their own names. A model whose IR version needs fixing is copied and
-        # its header rewritten (the weights, inline or external, are never re-serialised).
+        # temp files next to its input: never into the cache); external data files are copied
+        # beside it under their own names (onnx refuses hard-linked external data). A model whose
+        # IR version needs fixing is copied and its header rewritten (no weight is re-serialised).
         self.fp32_path = self.work / "fp32.onnx"
         self.fp32_path.unlink(missing_ok=True)
         if loadable:
@@ -265,7 +265,7 @@ class _Run:
             target = self.work / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.unlink(missing_ok=True)
-            hardlink_or_copy(src.parent / rel, target)
+            shutil.copyfile(src.parent / rel, target)
         self.external = bool(data_files)
         needs_data = self.config.mode in ("static", "auto")
         if needs_data and not self.data:
