@@ -10,11 +10,12 @@ import pydantic
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_models import multi_io_model
+from onnx_models import multi_io_feeds, multi_io_model
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages import optimize as optimize_mod
 from zoo_stages.lib import onnx_io, onnx_run, ort_session
+from zoo_stages.lib.parity import Tolerance, compare
 from zoo_stages.optimize import Optimize, OptimizeConfig, check_parity
 
 
@@ -44,12 +45,12 @@ def conv_classifier(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
-def make_context(tmp_path: Path, name: str = "run") -> StageContext:
+def make_context(tmp_path: Path, name: str = "run", shared: dict | None = None) -> StageContext:
     base = tmp_path / name
     recipe = RecipeInfo(name="t", version="0.1.0", description="", license="", path=tmp_path / "recipe.yaml", digest="")
     (base / "out").mkdir(parents=True)
     return StageContext(stage_id="optimize", out_dir=base / "out", work_dir=base / "work", recipe=recipe,
-                        shared={}, matrix={})
+                        shared=shared if shared is not None else {"model": None}, matrix={})
 
 
 def upstream(path: Path, stage_id: str = "export") -> Inputs:
@@ -66,8 +67,8 @@ def model_path(tmp_path) -> Path:
     return onnx_io.save_model(conv_classifier(), tmp_path / "input.onnx")
 
 
-def run_optimize(tmp_path, model_path, name="run", **config):
-    ctx = make_context(tmp_path, name)
+def run_optimize(tmp_path, model_path, name="run", shared=None, **config):
+    ctx = make_context(tmp_path, name, shared)
     out = Optimize().run(upstream(model_path), OptimizeConfig(**config), ctx)
     return out["model"], ctx
 
@@ -192,13 +193,102 @@ def test_unavailable_execution_provider_is_a_clear_error(tmp_path, model_path):
         run_optimize(tmp_path, model_path, execution_provider="CUDAExecutionProvider")
 
 
-def test_dynamic_spatial_dims_need_an_input_shape(tmp_path):
+def test_dynamic_spatial_dims_need_input_shapes_or_declared_inputs(tmp_path):
     model = conv_classifier()
     dims = model.graph.input[0].type.tensor_type.shape.dim
     dims[2].dim_param, dims[3].dim_param = "H", "W"
     path = onnx_io.save_model(model, tmp_path / "dyn.onnx")
     with pytest.raises(InvalidInput, match="dynamic dimensions") as err:
         run_optimize(tmp_path, path)
-    assert "input_shape" in err.value.hint
-    _, ctx = run_optimize(tmp_path, path, name="shaped", input_shape=[2, 1, 8, 8])
-    assert ctx.metrics["parity"]["outputs"]["logits"]["passed"]
+    assert "input_shapes" in err.value.hint and "model.inputs" in err.value.hint
+    _, ctx = run_optimize(tmp_path, path, name="shaped", input_shapes={"input": [2, 1, 8, 8]})
+    assert ctx.metrics["parity"]["outputs"]["logits"]["passed"] and ctx.metrics["parity"]["samples"] == 8
+    # the recipe's model.inputs: named dims take parity.dynamic_size (8 here, what the Gemm needs)
+    declared = {"input": {"shape": ["batch", 1, "H", "W"], "dtype": "float32"}}
+    _, ctx = run_optimize(tmp_path, path, name="declared", shared={"model": {"inputs": declared}})
+    assert ctx.metrics["parity"]["passed"]
+    with pytest.raises(Exception, match="Gemm|onnxruntime failed"):  # 4x4 images do not fit the classifier
+        run_optimize(tmp_path, path, name="small", shared={"model": {"inputs": declared}},
+                     parity={"dynamic_size": 4})
+    with pytest.raises(InvalidInput, match="'image'"):
+        run_optimize(tmp_path, path, name="unknown", input_shapes={"image": [1, 1, 8, 8]})
+
+
+def test_input_shapes_need_one_batch_size():
+    with pytest.raises(pydantic.ValidationError, match="same batch size"):
+        OptimizeConfig(input_shapes={"a": [1, 4], "b": [2, 4]})
+    with pytest.raises(pydantic.ValidationError):
+        OptimizeConfig(input_shapes={"a": [0, 4]})
+
+
+def test_a_multi_input_model_with_integer_and_bool_inputs_is_optimized_and_parity_checked(tmp_path):
+    path = onnx_io.save_model(multi_io_model(), tmp_path / "multi.onnx")
+    out, ctx = run_optimize(tmp_path, path, level="extended")
+    parity = ctx.metrics["parity"]
+    assert parity["passed"] and set(parity["outputs"]) == {"probs", "scores16", "label", "total"}
+    feeds = multi_io_feeds(5)
+    ref = onnx_run.run(ort_session.make_session(path, level="disable"), feeds)
+    got = onnx_run.run(ort_session.make_session(out), feeds)
+    assert compare(ref, got, tolerance=Tolerance(atol=1e-5, rtol=1e-4)).passed
+
+
+# -- transformer fusions (a tiny Hugging Face BERT) ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    pytest.importorskip("transformers")
+    from bert_models import export_tiny_bert
+
+    return export_tiny_bert(tmp_path_factory.mktemp("bert") / "bert.onnx")
+
+
+@pytest.mark.torch
+def test_the_transformer_optimizer_fuses_attention_keeps_parity_and_is_deterministic(tmp_path, tiny_bert):
+    from bert_models import INPUTS, token_features
+
+    shared = {"model": {"inputs": INPUTS}}
+    out, ctx = run_optimize(tmp_path, tiny_bert, name="a", shared=shared, transformer={"model_type": "bert"})
+    m = ctx.metrics
+    assert m["fused"]["Attention"] == 2 and m["fused"]["SkipLayerNormalization"] > 0
+    assert m["transformer"]["num_heads_used"] == 2 and m["transformer"]["hidden_size_used"] == 64  # detected
+    assert "com.microsoft" in m["custom_domains"] and m["ops_after"]["com.microsoft.Attention"] == 2
+    # parity fed both int64 inputs, random 0/1 masks included (the raw mask keeps their meaning)
+    assert m["parity"]["passed"] and m["parity"]["outputs"]["logits"]["max_abs"] <= 1e-4
+    assert onnx.load(str(out)).ir_version <= onnx_io.MAX_IR_VERSION
+    feeds = token_features(6)
+    ref = onnx_run.run(ort_session.make_session(tiny_bert, level="disable"), feeds)
+    assert compare(ref, onnx_run.run(ort_session.make_session(out), feeds),
+                   tolerance=Tolerance(atol=1e-4, rtol=1e-3)).passed
+    again, _ = run_optimize(tmp_path, tiny_bert, name="b", shared=shared, transformer={"model_type": "bert"})
+    assert again.read_bytes() == out.read_bytes()
+
+
+@pytest.mark.torch
+def test_transformer_parity_inputs_from_input_shapes_and_tolerances(tmp_path, tiny_bert):
+    shapes = {"input_ids": [2, 12], "attention_mask": [2, 12]}
+    _, ctx = run_optimize(tmp_path, tiny_bert, input_shapes=shapes, transformer={"num_heads": 2, "hidden_size": 64},
+                          parity={"samples": 2, "atol": 1e-3, "rtol": 0})
+    assert ctx.metrics["fused"]["Attention"] == 2
+    assert ctx.metrics["parity"]["outputs"]["logits"]["shape"] == [4, 3]
+    assert ctx.metrics["parity"]["outputs"]["logits"]["atol"] == 1e-3
+    with pytest.raises(InvalidInput, match="dynamic dimensions"):  # no shapes for the sequence axis
+        run_optimize(tmp_path, tiny_bert, name="unshaped", transformer={})
+    with pytest.raises(InvalidInput, match="model_type"):
+        run_optimize(tmp_path, tiny_bert, name="bad", input_shapes=shapes, transformer={"model_type": "nosuch"})
+
+
+@pytest.mark.torch
+def test_attention_shape_is_read_from_the_graph(tiny_bert):
+    from zoo_stages.lib.transformer_fusion import attention_shape
+
+    assert attention_shape(onnx.load(str(tiny_bert))) == (2, 64)
+    assert attention_shape(conv_classifier()) == (0, 0)  # no attention: onnxruntime is left to decide
+
+
+def test_transformer_config_validation():
+    assert OptimizeConfig(transformer={}).transformer.opt_level == 1
+    with pytest.raises(pydantic.ValidationError):
+        OptimizeConfig(transformer={"opt_level": 3})
+    with pytest.raises(pydantic.ValidationError):
+        OptimizeConfig(transformer={"num_heads": -1})

@@ -260,3 +260,29 @@ def test_the_limits_must_be_named():
     with pytest.raises(TypeError):
         select_candidate(rows, 0.01, 1.0, 0.0)  # type: ignore[misc]
     assert select_candidate(rows=rows, max_accuracy_drop=0.01, min_speedup=1.0) == "c"
+
+
+# -- where accuracy does not apply: the outputs' cosine to fp32 -----------------------------------
+
+
+@pytest.mark.parametrize("limit", [0.99, 0.5, 1.0])
+def test_a_cosine_equal_to_the_minimum_passes_and_one_step_below_fails(limit):
+    def judged(cosine):
+        r = row(drop=None, cosine=cosine)
+        select_candidate([r], max_accuracy_drop=0.01, min_speedup=1.0, min_cosine=limit)
+        return r
+
+    assert judged(limit)["passed"] is True
+    under = judged(below(limit))
+    assert under["passed"] is False and under["reasons"] == [f"cosine to fp32 {below(limit):.4f} < {limit:g}"]
+
+
+def test_the_cosine_is_only_read_where_accuracy_does_not_apply():
+    # a measured accuracy drop decides, whatever the cosine
+    r = row(drop=0.0, cosine=0.1)
+    assert select_candidate([r], max_accuracy_drop=0.01, min_speedup=1.0, min_cosine=0.99) == "c"
+    # without a minimum, or without a cosine, an unmeasured accuracy still fails
+    for r in (row(drop=None, cosine=1.0), row(drop=None)):
+        assert select_candidate([r], max_accuracy_drop=0.01, min_speedup=1.0,
+                                min_cosine=None if "cosine" in r else 0.9) is None
+        assert r["reasons"] == ["accuracy not measured"]

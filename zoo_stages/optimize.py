@@ -1,12 +1,18 @@
 """The `optimize` kind: offline graph optimization with onnxruntime, optionally after a simplifier.
 
-Steps: (1) optional simplification with onnxsim or onnxoptimizer; (2) onnxruntime's offline
-optimizer at ``level`` (basic | extended | all) for ``execution_provider``, saved with
-``SessionOptions.optimized_model_filepath``; (3) a parity check of the result against the input
-on ``parity.samples`` fixed random inputs, on 1 thread: the input unoptimized, the result in
-the optimizer's own session (which runs exactly the graph it saved, so no second 200 MB load);
-exceeding ``atol + rtol*|ref|`` anywhere (integer outputs: any difference) raises GateFailed
-with the `zoo_stages.lib.parity` table.
+Steps: (1) optional simplification with onnxsim or onnxoptimizer; (2) optionally onnxruntime's
+transformer optimizer (``transformer: {model_type: bert, ...}``: attention, LayerNorm and GELU
+fusions into ``com.microsoft`` Attention, SkipLayerNormalization, BiasGelu...; see
+`zoo_stages.lib.transformer_fusion`), whose fused operator counts go in ``metrics["fused"]``;
+(3) onnxruntime's offline optimizer at ``level`` (basic | extended | all) for
+``execution_provider``, saved with ``SessionOptions.optimized_model_filepath``; (4) a parity
+check of the result against the input on ``parity.samples`` fixed random samples fed to every
+named input, on 1 thread: the input unoptimized, the result in the optimizer's own session
+(which runs exactly the graph it saved, so no second 200 MB load); exceeding
+``atol + rtol*|ref|`` anywhere (integer outputs: any difference) raises GateFailed with the
+`zoo_stages.lib.parity` table. The parity inputs' shapes come from the model's fixed dims, the
+recipe's ``model.inputs`` (named dynamic dims become ``parity.dynamic_size``) and, over both,
+``input_shapes: {input: [batch, ...]}``.
 The provenance stamp and the pruned opset imports are then written into the saved file in
 place (`zoo_stages.lib.onnx_fields`), without re-serialising the graph.
 
@@ -27,9 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Literal, Mapping
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from zoo.errors import StageFailed
+from zoo.errors import InvalidInput, StageFailed
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind
 from zoo_stages.lib import onnx_fields
 
@@ -41,6 +47,19 @@ class ParityConfig(KindConfig):
     seed: int = Field(0, description="seed of the random inputs (uniform in [0, 1))")
     atol: float = Field(1e-4, ge=0, description="absolute tolerance")
     rtol: float = Field(1e-3, ge=0, description="relative tolerance")
+    dynamic_size: int = Field(8, ge=1, le=100_000, description="size of the named dynamic dimensions (sequence, "
+                                                              "H, W) of the recipe's model.inputs in the inputs")
+
+
+class TransformerConfig(KindConfig):
+    """onnxruntime's transformer optimizer (``onnxruntime.transformers.optimizer.optimize_model``)."""
+
+    model_type: str = Field("bert", pattern=r"^[a-z0-9_]+$",
+                            description="onnxruntime's model type: bert, bart, gpt2, t5, vit, clip, ...")
+    num_heads: int = Field(0, ge=0, description="attention heads; 0 = detect from the graph")
+    hidden_size: int = Field(0, ge=0, description="hidden size; 0 = detect from the graph")
+    opt_level: Literal[0, 1, 2, 99] = Field(
+        1, description="onnxruntime optimization before the fusions: 0 none, 1 basic, 2 extended, 99 all")
 
 
 class OptimizeConfig(KindConfig):
@@ -49,18 +68,34 @@ class OptimizeConfig(KindConfig):
     execution_provider: str = Field("CPUExecutionProvider", description="the provider the model is optimized for")
     simplify: Literal["none", "onnxsim", "onnxoptimizer"] = Field(
         "none", description="run a simplifier before onnxruntime's optimizer")
+    transformer: TransformerConfig | None = Field(
+        None, description="run onnxruntime's transformer optimizer (attention/LayerNorm/GELU fusions) first")
     parity: ParityConfig = Field(default_factory=ParityConfig)
-    input_shape: list[Annotated[int, Field(ge=1)]] | None = Field(
-        None, min_length=1, description="shape of the parity inputs (e.g. [1, 3, 224, 224]) when the model input "
-                                        "has dynamic dims other than batch")
+    input_shapes: dict[str, list[Annotated[int, Field(ge=1)]]] | None = Field(
+        None, description="shapes of the parity inputs by input name, batch first (e.g. {input: [1, 3, 224, 224]}), "
+                          "for inputs with dynamic dims other than the batch")
     model_from: str | None = Field(None, description="upstream stage id whose `model` to optimize (default: the only one)")
+
+    @field_validator("input_shapes")
+    @classmethod
+    def _one_batch(cls, v):
+        if v:
+            if any(not shape for shape in v.values()):
+                raise ValueError("input_shapes: each shape needs at least the batch dimension")
+            batches = {shape[0] for shape in v.values()}
+            if len(batches) > 1:
+                raise ValueError(f"input_shapes: every input needs the same batch size (got {sorted(batches)})")
+        return v
 
 
 class Optimize(StageKind):
     name = "optimize"
-    version = "3"  # 2: provenance metadata_props; 3: one parity module (per-output records, exact integer outputs)
+    # 2: provenance metadata_props; 3: one parity module (per-output records, exact integer outputs);
+    # 4: every named input fed (input_shapes, model.inputs), transformer fusions
+    version = "4"
     Config = OptimizeConfig
     tools = ("onnx", "onnxruntime", "onnxsim", "onnxoptimizer", "numpy")
+    shared = ("model.inputs",)
     outputs = ("model",)
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "onnxruntime offline graph optimization (+ onnxsim/onnxoptimizer), parity-checked"
@@ -71,12 +106,21 @@ class Optimize(StageKind):
         from zoo_stages.lib import onnx_io, ort_session, provenance
 
         src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
-        if config.simplify != "none":
+        fused: dict[str, int] | None = None
+        heads: tuple[int, int] | None = None
+        reference: Path | bytes = Path(src)  # onnxruntime reads the file itself: nothing re-serialised
+        source: Path | bytes = Path(src)
+        if config.simplify != "none" or config.transformer is not None:
             original = onnx_io.load_model(src)
-            reference: Path | bytes = onnx_io.model_bytes(original)
-            source: Path | bytes = onnx_io.model_bytes(simplify(original, config.simplify))
-        else:
-            reference = source = Path(src)  # onnxruntime reads the file itself: nothing re-serialised
+            reference = onnx_io.model_bytes(original)
+            model = simplify(original, config.simplify) if config.simplify != "none" else original
+            if config.transformer is not None:
+                from zoo_stages.lib import transformer_fusion
+
+                t = config.transformer
+                model, fused, heads = transformer_fusion.fuse(model, model_type=t.model_type, num_heads=t.num_heads,
+                                                              hidden_size=t.hidden_size, opt_level=t.opt_level)
+            source = onnx_io.model_bytes(model)
         nodes_before = len(onnx.load(str(src), load_external_data=False).graph.node)
 
         out = context.output_path("model.onnx")
@@ -89,7 +133,9 @@ class Optimize(StageKind):
             optimizer = ort_session.make_session(source, threads=1, level=config.level, providers=providers,
                                                  optimized_path=out)
             ref_session = loading.result()
-        parity = check_parity(ref_session, optimizer, config.parity, config.input_shape, providers=providers)
+        model_section = context.shared.get("model") or {}
+        parity = check_parity(ref_session, optimizer, config.parity, config.input_shapes, providers=providers,
+                              declared=model_section.get("inputs"))
         del optimizer, ref_session
 
         optimized = onnx_io.prune_opset_imports(onnx.load(str(out), load_external_data=False))
@@ -118,6 +164,13 @@ class Optimize(StageKind):
             "opset": onnx_io.opset_version(optimized),
             "parity": parity,
         })
+        if config.transformer is not None:
+            context.metrics["transformer"] = {**config.transformer.model_dump(), "num_heads_used": heads[0],
+                                              "hidden_size_used": heads[1]}
+            context.metrics["fused"] = fused
+            if not fused.get("Attention") and not fused.get("MultiHeadAttention"):
+                context.log.warning("the transformer optimizer fused no attention (fused: %s); exports with "
+                                    "`transformers`' eager attention fuse, sdpa ones may not", fused or "nothing")
         if domains:
             context.log.info("optimized model uses onnxruntime-only operator domains %s (level %s)",
                              ", ".join(domains), config.level)
@@ -132,8 +185,6 @@ def simplify(model, tool: str):
     import importlib.util
 
     from zoo_stages.lib import onnx_io
-
-    from zoo.errors import InvalidInput
 
     if tool in ("onnxsim", "onnxoptimizer") and importlib.util.find_spec(tool) is None:
         raise InvalidInput(f"`simplify: {tool}` needs the {tool} package, which is not installed",
@@ -165,15 +216,18 @@ def simplify(model, tool: str):
     return onnx_io.fix_ir_version(result)
 
 
-def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[int] | None = None,
-                 providers: tuple[str, ...] = ("CPUExecutionProvider",)) -> dict:
+def check_parity(reference, candidate, parity: ParityConfig, input_shapes: Mapping[str, list[int]] | None = None,
+                 providers: tuple[str, ...] = ("CPUExecutionProvider",),
+                 declared: Mapping[str, Mapping] | None = None) -> dict:
     """Compare `candidate` with `reference` on fixed random inputs; GateFailed with a table if off.
 
     Each is a model (proto, path or bytes), run unoptimized on one thread, or an existing
-    session (the optimizer's own, which runs the graph it saved). The inputs are
-    ``parity.samples`` batches of `input_shape` (default: the model's shape, batch 1 unless
-    fixed). Returns `zoo_stages.lib.parity.ParityReport.to_json`
-    plus the seed and the largest absolute difference.
+    session (the optimizer's own, which runs the graph it saved). Every input is fed
+    ``parity.samples`` batches: per-sample shapes from the model's fixed dims, the recipe's
+    ``model.inputs`` (`declared`; named dims become ``parity.dynamic_size``) and `input_shapes`
+    (``{input: [batch, ...]}``, over both; its batch is the batch size, default 1 unless the model
+    fixes it). Returns `zoo_stages.lib.parity.ParityReport.to_json` plus the seed and the largest
+    absolute difference.
     """
     import onnxruntime as ort
 
@@ -187,12 +241,19 @@ def check_parity(reference, candidate, parity: ParityConfig, input_shape: list[i
 
     ref_sess = session(reference)
     cand_sess = session(candidate)
-    shapes = None
+    shapes = onnx_run.declared_shapes(ref_sess, declared, sequence=parity.dynamic_size)
     batch = onnx_run.fixed_batch(ref_sess) or 1
-    if input_shape is not None:
-        name = onnx_run.single_input(ref_sess).name  # `input_shape` is one shape: single-input models only
-        shapes, batch = {name: input_shape[1:]}, input_shape[0]
-    feeds = onnx_run.random_feeds(ref_sess, parity.samples * batch, parity.seed, shapes)
+    if input_shapes:
+        known = {s.name for s in onnx_run.input_specs(ref_sess)}
+        unknown = sorted(set(input_shapes) - known)
+        if unknown:
+            raise InvalidInput(f"input_shapes names {', '.join(map(repr, unknown))}, which the model does not take",
+                               hint=f"the model's inputs are {', '.join(sorted(known))}")
+        shapes.update({name: list(shape[1:]) for name, shape in input_shapes.items()})
+        batch = next(iter(input_shapes.values()))[0]
+    feeds = onnx_run.random_feeds(ref_sess, parity.samples * batch, parity.seed, shapes,
+                                  hint="set `input_shapes: {NAME: [1, ...]}` in the optimize config, or declare "
+                                       "the recipe's `model.inputs`")
     # all samples in one run (a fixed batch dimension is fed its size at a time)
     report = paritylib.compare(onnx_run.run(ref_sess, feeds), onnx_run.run(cand_sess, feeds),
                                tolerance=paritylib.Tolerance(atol=parity.atol, rtol=parity.rtol),

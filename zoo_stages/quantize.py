@@ -3,16 +3,26 @@
 Modes:
 
 - ``dynamic``: weights to int8 offline, activations quantized at run time to uint8
-  (DynamicQuantizeLinear + ConvInteger/MatMulInteger). No data needed. On CNNs this is often
-  *slower* than fp32 on x86 (measured here: AlexNet-224 fp32 14.8 ms vs dynamic 35 ms), so the
-  speedup against the fp32 parent is always measured and a slower build is flagged.
-- ``static``: activations calibrated on ``calibration.samples`` images of the recipe's train
-  split (a fixed, seeded sample, so the bytes are reproducible), in ``format: qdq`` (default)
-  or ``qoperator``, optionally ``per_channel`` and ``reduce_range``.
-- ``auto``: builds the candidates below, measures each (p50 latency on batch 1, accuracy on the
+  (DynamicQuantizeLinear + ConvInteger/MatMulInteger). No data needed. The transformer choice:
+  it quantizes MatMul/Gemm/Attention weights, also in graphs fused by optimize's
+  ``transformer:`` (``com.microsoft`` Attention, EmbedLayerNormalization...). On CNNs this is
+  often *slower* than fp32 on x86 (measured here: AlexNet-224 fp32 14.8 ms vs dynamic 35 ms),
+  so the speedup against the fp32 parent is always measured and a slower build is flagged.
+- ``static``: activations calibrated on ``calibration.samples`` samples of the recipe's train
+  split (a fixed, seeded sample, so the bytes are reproducible; every named input is fed, bound
+  to the data's features by `zoo_stages.lib.onnx_run.bind`), in ``format: qdq`` (default) or
+  ``qoperator``, optionally ``per_channel`` and ``reduce_range``.
+- ``auto``: builds the candidates below, measures each (p50 latency on batch 1, quality on the
   held-out split against the fp32 input) and keeps the fastest one that passes
-  ``accept: {max_accuracy_drop, min_speedup}``; the table goes to ``candidates.json`` and
-  ``metrics["candidates"]``. None passing raises GateFailed with the table.
+  ``accept: {max_accuracy_drop, min_cosine, min_speedup}``; the table goes to
+  ``candidates.json`` and ``metrics["candidates"]``. None passing raises GateFailed with the table.
+
+Quality follows the recipe's ``task:``. Classification with labelled data: accuracy of the
+scores output (drop against fp32). Every task: `zoo_stages.lib.parity` of the int8 outputs
+against the fp32 ones on the same inputs (``metrics["parity"]``: max-abs, lowest mean cosine,
+top-1 agreement); where accuracy does not apply (regression, generic, no labels), auto judges
+a candidate by that cosine (``accept.min_cosine``). Without ``data:`` the inputs are seeded
+random feeds (shapes from the model, the recipe's ``model.inputs`` and ``latency.dynamic_size``).
 
 Data types (onnxruntime's "Data type selection" guidance): S8S8 (int8 activations and weights)
 in QDQ format is onnxruntime's default and first choice; S8S8 in QOperator format is slow on
@@ -32,8 +42,13 @@ Explicit ``activation_type``/``weight_type``/``reduce_range`` override a preset.
 
 ``preprocess`` runs onnxruntime's ``quant_pre_process`` (symbolic shape inference, basic graph
 optimization, ONNX shape inference), which the QDQ quantizer needs for good coverage; default
-on for static quantization. The input must use standard ONNX ops only: a model optimized at
-level extended/all (``com.microsoft`` fused ops) is refused with a hint.
+on for static quantization. Static quantization needs standard ONNX ops only: a model with
+onnxruntime's ``com.microsoft`` fused ops (optimize's ``transformer:`` or level extended/all) is
+refused with a hint (auto skips its static candidates); dynamic quantization takes them.
+
+External data: a model whose weights lie in files beside it (torch's dynamo exporter, models
+above 2 GB) is quantized with onnxruntime's ``use_external_data_format``; the output is one
+self-contained file (the int8 weights are a quarter of the size; above 2 GB it is refused).
 
 The model's ``metadata_props`` carry the provenance stamp (`zoo_stages.lib.provenance`).
 
@@ -64,12 +79,12 @@ _TYPE_ALIASES = {"qint8": "QInt8", "int8": "QInt8", "s8": "QInt8", "quint8": "QU
 
 
 class CalibrationConfig(KindConfig):
-    """Which training images calibrate the activation ranges, and how."""
+    """Which training samples calibrate the activation ranges, and how."""
 
-    samples: int = Field(64, ge=1, le=100_000, description="number of train-split images (fixed seeded sample)")
+    samples: int = Field(64, ge=1, le=100_000, description="number of train-split samples (fixed seeded sample)")
     method: Literal["minmax", "entropy", "percentile"] = "minmax"
     seed: int = Field(0, description="seed of the calibration sample")
-    batch_size: int = Field(8, ge=1, le=1024, description="images per calibration batch (models with a dynamic batch)")
+    batch_size: int = Field(8, ge=1, le=1024, description="samples per calibration batch (models with a dynamic batch)")
     percentile: float = Field(99.999, gt=0, le=100, description="kept percentile for method: percentile")
 
 
@@ -77,6 +92,8 @@ class AcceptConfig(KindConfig):
     """What a candidate must achieve to be picked in auto mode (also flagged in other modes)."""
 
     max_accuracy_drop: float = Field(0.01, ge=0, le=1, description="fp32 accuracy minus quantized accuracy")
+    min_cosine: float = Field(0.99, ge=-1, le=1, description="where accuracy does not apply (regression, generic, "
+                                                             "no labels): lowest mean cosine of the outputs to fp32's")
     min_speedup: float = Field(1.0, ge=0, description="fp32 p50 / quantized p50; below 1.0 means slower than fp32")
     tie_tolerance: float = Field(0.05, ge=0, le=1, description="p50 within this share of the fastest counts as a tie")
 
@@ -91,6 +108,8 @@ class LatencyConfig(KindConfig):
                                          "quantized and fp32 models are clearly apart (null: always `runs`); "
                                          "auto mode always times `runs`")
     threads: int = Field(1, ge=1, le=1024)
+    dynamic_size: int = Field(1, ge=1, le=100_000, description="without data: size of dynamic dimensions other "
+                                                               "than the batch (e.g. the sequence) in the timed inputs")
 
 
 class QuantizeConfig(KindConfig):
@@ -112,7 +131,8 @@ class QuantizeConfig(KindConfig):
     accept: AcceptConfig = Field(default_factory=AcceptConfig)
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
     candidates: list[str] | None = Field(None, description=f"auto only: subset of {', '.join(CANDIDATES)}")
-    eval_samples: int | None = Field(None, ge=1, description="use at most this many held-out images for accuracy")
+    eval_samples: int | None = Field(None, ge=1, description="use at most this many held-out samples for accuracy "
+                                                              "and parity")
     op_types: list[str] | None = Field(None, description="only quantize these op types (default: all supported)")
     model_from: str | None = Field(None, description="upstream stage id whose `model` to quantize (default: the only one)")
 
@@ -164,10 +184,11 @@ class QuantizeConfig(KindConfig):
 
 class Quantize(StageKind):
     name = "quantize"
-    version = "2"  # 2: provenance metadata_props
+    # 2: provenance metadata_props; 3: every named input fed, task-aware quality, transformer and external-data models
+    version = "3"
     Config = QuantizeConfig
     tools = ("onnx", "onnxruntime", "numpy")
-    shared = ("data",)
+    shared = ("data", "task", "model.inputs")
     outputs = ("model",)
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
@@ -192,6 +213,8 @@ class _Run:
         self.work = Path(context.work_dir) / "quantize"
         self.work.mkdir(parents=True, exist_ok=True)
         self.data = context.shared.get("data")
+        self.task = _task_kind(context.shared.get("task") or "image-classification")  # the recipe's default
+        self.declared = (context.shared.get("model") or {}).get("inputs")
         self.src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
         from zoo_stages.lib import provenance
 
@@ -202,65 +225,73 @@ class _Run:
         self._preprocessed: Path | None = None
         self._val: tuple | None = None
         self._calib: tuple | None = None
+        self._fp32_outputs: dict | None = None
+        self.custom_ops: list[str] = []
+        self.external = False
 
     # -- inputs --------------------------------------------------------------------------------
 
     def go(self) -> Mapping[str, Path]:
-        from zoo.files import hardlink_or_copy
-        from zoo.pathsafety import external_data_files
-        from zoo_stages.lib import onnx_io
-
         import onnx
 
+        from zoo.files import hardlink_or_copy
+        from zoo.pathsafety import external_data_files
+        from zoo_stages.lib import onnx_fields, onnx_io
+
         src = Path(self.src)
-        direct = onnx_io.loadable_as_is(src) and not external_data_files(src)
-        # graph only: the weights are parsed here only if the model must be rewritten below
-        model = onnx.load(str(src), load_external_data=False) if direct else onnx_io.load_model(src)
-        # onnxruntime's own fused/layout ops (from optimize level extended/all) defeat its quantizer
-        domains = [d for d in onnx_io.custom_domains(model) if d.startswith("com.microsoft")]
-        if domains:
-            ops = sorted(k for k in onnx_io.op_counts(model) if k.startswith("com.microsoft"))
-            raise InvalidInput(f"the model to quantize uses onnxruntime-specific operators ({', '.join(ops)}), "
-                               "which onnxruntime's quantizer cannot handle",
-                               hint="optimize with `level: basic` the model that feeds quantize "
-                                    "(extended/all add fused com.microsoft ops)")
+        loadable = onnx_io.loadable_as_is(src)  # also checks that external data stays beside the model
+        data_files = external_data_files(src)
+        # graph only: the weights are never parsed here
+        model = onnx.load(str(src), load_external_data=False)
+        # onnxruntime's own fused/layout ops (optimize's transformer fusions, level extended/all)
+        self.custom_ops = sorted(k for k in onnx_io.op_counts(model) if k.startswith("com.microsoft"))
+        if self.custom_ops and self.config.mode == "static":
+            raise InvalidInput(f"static quantization cannot handle onnxruntime-specific operators "
+                               f"({', '.join(self.custom_ops)})",
+                               hint="use `mode: dynamic` (it quantizes fused transformer graphs), or feed quantize "
+                                    "a model optimized without `transformer:` at `level: basic`")
         # The quantizer reads the upstream file through a hard link in the work folder (it writes
-        # temp files next to its input: never into the cache). A model whose IR version or
-        # external data needs fixing is first written out as a self-contained copy instead.
+        # temp files next to its input: never into the cache); external data files are copied
+        # beside it under their own names (onnx refuses hard-linked external data). A model whose
+        # IR version needs fixing is copied and its header rewritten (no weight is re-serialised).
         self.fp32_path = self.work / "fp32.onnx"
         self.fp32_path.unlink(missing_ok=True)
-        if direct:
+        if loadable:
             hardlink_or_copy(src, self.fp32_path)
         else:
-            onnx_io.save_model(model, self.fp32_path)
+            shutil.copyfile(src, self.fp32_path)
+            onnx_fields.rewrite(self.fp32_path, ir_version=onnx_io.MAX_IR_VERSION)
+        for rel in data_files:
+            target = self.work / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)
+            shutil.copyfile(src.parent / rel, target)
+        self.external = bool(data_files)
         needs_data = self.config.mode in ("static", "auto")
         if needs_data and not self.data:
             raise InvalidInput(f"quantize mode {self.config.mode!r} needs the recipe's `data:` section "
-                               "(calibration images and a held-out split)",
+                               "(calibration samples and a held-out split)",
                                hint="add a `data:` section, or use `mode: dynamic`")
         if self.config.mode == "auto":
             return self._auto()
         return self._single()
 
     def _val_split(self):
-        """Held-out images and labels (limited by eval_samples), loaded once."""
+        """The held-out split (at most eval_samples), loaded once; InvalidInput when empty."""
         if self._val is None:
             from zoo_stages.lib.datasets import load_split
 
-            split = load_split(self.data, self.context.recipe.dir, "val")
-            x, y = split.single("quantize"), split.labels
-            if self.config.eval_samples is not None:
-                x, y = x[:self.config.eval_samples], y[:self.config.eval_samples]
-            if len(x) == 0:
+            split = load_split(self.data, self.context.recipe.dir, "val").head(self.config.eval_samples)
+            if len(split) == 0:
                 raise InvalidInput("the held-out split is empty", hint="raise data.val_fraction or add data")
-            self._val = (x, y)
+            self._val = split
         return self._val
 
-    def _calibration(self) -> tuple[str, Any, int, bool]:
-        """(input name, images, batch size, fixed batch?) for calibration, computed once per run.
+    def _calibration(self) -> tuple[dict[str, Any], int, bool]:
+        """(feeds of every input, batch size, fixed batch?) for calibration, computed once per run.
 
-        The images are a seeded sample of the train split, sorted by index, so the same recipe
-        always calibrates on the same images in the same order.
+        The samples are a seeded sample of the train split, sorted by index, so the same recipe
+        always calibrates on the same samples in the same order.
         """
         if self._calib is None:
             import numpy as np
@@ -269,17 +300,16 @@ class _Run:
             from zoo_stages.lib.datasets import load_split
 
             session = ort_session.make_session(self.fp32_path, threads=1, level="disable")
-            name = onnx_run.single_input(session).name
             fixed = onnx_run.fixed_batch(session)
-            x = load_split(self.data, self.context.recipe.dir, "train").single("quantize")
-            onnx_run.prepare(session, {name: x[:1]}, where="the training split")  # the shapes fit
+            split = load_split(self.data, self.context.recipe.dir, "train")
             wanted = self.config.calibration.samples
-            n = min(wanted, len(x))
+            n = min(wanted, len(split))
             if n < wanted:
-                self.flags.append(f"calibration uses all {n} training images (fewer than calibration.samples={wanted})")
-            idx = np.sort(np.random.default_rng(self.config.calibration.seed).choice(len(x), size=n, replace=False))
-            images = np.ascontiguousarray(x[idx], dtype=np.float32)
-            self._calib = (name, images, fixed or self.config.calibration.batch_size, fixed is not None)
+                self.flags.append(f"calibration uses all {n} training samples (fewer than calibration.samples={wanted})")
+            idx = np.sort(np.random.default_rng(self.config.calibration.seed).choice(len(split), size=n, replace=False))
+            feeds = onnx_run.bind(session, split.take(idx).features, where="the training split")
+            feeds = onnx_run.prepare(session, feeds, where="the training split")  # checked and cast once
+            self._calib = (feeds, fixed or self.config.calibration.batch_size, fixed is not None)
         return self._calib
 
     # -- quantization --------------------------------------------------------------------------
@@ -293,7 +323,7 @@ class _Run:
 
             target = self.work / "preprocessed.onnx"
             try:
-                quant_pre_process(str(self.fp32_path), str(target))
+                quant_pre_process(str(self.fp32_path), str(target), save_as_external_data=self.external)
                 self._preprocessed = target
             except Exception as e:  # symbolic shape inference raises bare Exception/TypeError on odd graphs
                 if settings.preprocess_explicit:
@@ -308,19 +338,26 @@ class _Run:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 
+        if settings.mode == "static" and self.custom_ops:  # auto's static candidates (static mode is refused earlier)
+            raise ValueError(f"static quantization cannot handle onnxruntime-specific operators "
+                             f"({', '.join(self.custom_ops)})")
         src = self._source_for(settings)
         raw = self.work / f"{settings.name}.raw.onnx"
         common = dict(per_channel=settings.per_channel, reduce_range=settings.reduce_range,
                       weight_type=getattr(QuantType, settings.weight_type),
-                      op_types_to_quantize=list(self.config.op_types) if self.config.op_types else None)
+                      op_types_to_quantize=list(self.config.op_types) if self.config.op_types else None,
+                      use_external_data_format=self.external)
         if settings.mode == "dynamic":
-            quantize_dynamic(str(src), str(raw), **common)
+            import onnx
+
+            # shape inference cannot type the outputs of com.microsoft fused ops: they are float
+            quantize_dynamic(str(src), str(raw), extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT}, **common)
         else:
-            input_name, images, batch_size, fixed = self._calibration()
+            feeds, batch_size, fixed = self._calibration()
             method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                       "percentile": CalibrationMethod.Percentile}[settings.calibration]
             extra = {"CalibPercentile": self.config.calibration.percentile} if settings.calibration == "percentile" else {}
-            reader = quant_ops.calibration_reader(input_name, images, batch_size, fixed=fixed)
+            reader = quant_ops.calibration_reader(feeds, batch_size, fixed=fixed)
             linear = []
             if settings.linear == "blockwise":
                 src, linear = quant_ops.linear_nodes(src, self.work / "named.onnx")
@@ -354,8 +391,7 @@ class _Run:
     # -- measurement ---------------------------------------------------------------------------
 
     def measure(self, path: Path) -> dict[str, Any]:
-        """p50/p90 latency at batch 1 and (when data is available) held-out accuracy of one model."""
-
+        """p50/p90 latency at batch 1, and the quality (task-aware, see the module docstring) of one model."""
         from zoo_stages.lib import timing as timinglib
 
         lat_cfg = self.config.latency
@@ -380,26 +416,50 @@ class _Run:
             target["latency_runs"] = stats[key]["runs"]
         return fp32, row
 
+    def _eval_feeds(self, session) -> tuple[dict[str, Any], Any]:
+        """(feeds of every input, labels or None) the models are evaluated on: the held-out split
+        bound to the model's inputs, or without data seeded random feeds."""
+        from zoo_stages.lib import onnx_run
+
+        if self.data:
+            split = self._val_split()
+            feeds = onnx_run.bind(session, split.features, where="the held-out split")
+            return onnx_run.prepare(session, feeds, where="the held-out split"), split.labels
+        size = self.config.latency.dynamic_size
+        shapes = onnx_run.declared_shapes(session, self.declared, sequence=size)
+        for spec in onnx_run.input_specs(session):  # undeclared dynamic dims other than the batch
+            if spec.name not in shapes and spec.shape:
+                shapes[spec.name] = [d if isinstance(d, int) and d > 0 else size for d in spec.shape[1:]]
+        samples = onnx_run.fixed_batch(session) or _RANDOM_SAMPLES
+        return onnx_run.random_feeds(session, samples, seed=0, shapes=shapes), None
+
     def _prepare(self, path: Path):
-        """(row with size and accuracy, a timing session, the batch-1 feeds to time) for one model."""
-        from zoo_stages.lib import classification, onnx_run, ort_session
+        """(row with size and quality, a timing session, the batch-1 feeds to time) for one model.
+
+        The first model prepared is the fp32 parent: its outputs are kept, and every later
+        model's outputs are compared with them (`zoo_stages.lib.parity`).
+        """
+        from zoo_stages.lib import onnx_run, ort_session
+        from zoo_stages.lib import parity as paritylib
         from zoo_stages.lib import timing as timinglib
 
         timing = ort_session.make_session(path, threads=self.config.latency.threads, level="all")
         row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size}
-        spec = onnx_run.single_input(timing)
-        batch = onnx_run.fixed_batch(timing) or 1
-        if self.data:
-            x, y = self._val_split()
-            feeds = onnx_run.prepare(timing, {spec.name: x}, where="the held-out split")
-            sample = timinglib.batch_of(feeds, batch)
-            evaluator = ort_session.make_session(path, threads=1, level="all")
-            scores = next(iter(onnx_run.run(evaluator, feeds, batch_size=32).values()))
-            row["accuracy"] = classification.accuracy(scores, y)
-        else:  # dynamic dimensions other than the batch become 1
-            shape = [d if isinstance(d, int) and d > 0 else 1 for d in spec.shape[1:]]
-            sample = onnx_run.random_feeds(timing, batch, seed=0, shapes={spec.name: shape})
-            row["accuracy"] = None
+        feeds, labels = self._eval_feeds(timing)
+        sample = timinglib.batch_of(feeds, onnx_run.fixed_batch(timing) or 1)
+        evaluator = ort_session.make_session(path, threads=1, level="all")
+        outputs = onnx_run.run(evaluator, feeds, batch_size=32, where="the held-out split" if self.data else "the inputs")
+        row["accuracy"] = None
+        if self.task == "classification" and labels is not None:
+            row["accuracy"] = _accuracy(onnx_run.output_specs(evaluator), outputs, labels)
+        if self._fp32_outputs is None:
+            self._fp32_outputs = outputs
+        else:
+            report = paritylib.compare(self._fp32_outputs, outputs)
+            row["parity"] = {"max_abs": _finite(report.max_abs), "cosine": _finite(report.cosine),
+                             "cosine_min": _finite(report.cosine_min), "top1_agreement": report.top1_agreement,
+                             "samples": report.samples}
+            row["cosine"] = row["parity"]["cosine"]
         return row, timing, sample
 
     def _compare(self, row: dict[str, Any], fp32: dict[str, Any]) -> dict[str, Any]:
@@ -425,6 +485,9 @@ class _Run:
         if row["accuracy_drop"] is not None and row["accuracy_drop"] > accept.max_accuracy_drop:
             self.flags.append(f"accuracy drop {row['accuracy_drop']:.4f} exceeds accept.max_accuracy_drop "
                               f"{accept.max_accuracy_drop:g}" + saturation_hint(settings))
+        elif row["accuracy_drop"] is None and row.get("cosine") is not None and row["cosine"] < accept.min_cosine:
+            self.flags.append(f"the outputs' cosine to fp32's is {row['cosine']:.4f}, below accept.min_cosine "
+                              f"{accept.min_cosine:g}" + saturation_hint(settings))
         self._record(settings, row, fp32)
         for flag in self.flags:
             self.context.log.warning("quantize: %s", flag)
@@ -452,7 +515,7 @@ class _Run:
             rows.append(row)
         accept = self.config.accept
         chosen = select_candidate(rows, max_accuracy_drop=accept.max_accuracy_drop, min_speedup=accept.min_speedup,
-                                  tie_tolerance=accept.tie_tolerance)
+                                  tie_tolerance=accept.tie_tolerance, min_cosine=accept.min_cosine)
         table = candidates_table(rows, chosen)
         record = {"fp32": fp32, "candidates": rows, "chosen": chosen,
                   "accept": self.config.accept.model_dump(), "latency": self.config.latency.model_dump()}
@@ -467,7 +530,8 @@ class _Run:
         if chosen is None:
             self.context.metrics["flags"] = self.flags
             raise GateFailed("no quantization candidate met accept: "
-                             f"max_accuracy_drop {accept.max_accuracy_drop:g}, min_speedup {accept.min_speedup:g}",
+                             f"max_accuracy_drop {accept.max_accuracy_drop:g} (or min_cosine {accept.min_cosine:g} "
+                             f"where accuracy does not apply), min_speedup {accept.min_speedup:g}",
                              table=table,
                              hint="relax `accept:`, calibrate on more samples, or keep the fp32 model"
                                   # the hint suggests the x86-avx2 types: pointless when auto tried them
@@ -492,6 +556,8 @@ class _Run:
             "accuracy": row.get("accuracy"),
             "fp32_accuracy": fp32.get("accuracy"),
             "accuracy_drop": row.get("accuracy_drop"),
+            "task": self.task,
+            "parity": row.get("parity"),
             "latency_p50_ms": row.get("latency_p50_ms"),
             "fp32_latency_p50_ms": fp32.get("latency_p50_ms"),
             "speedup": row.get("speedup"),
@@ -501,3 +567,34 @@ class _Run:
             "flags": list(self.flags),
         })
 
+
+
+_RANDOM_SAMPLES = 8  # random inputs the models are compared on when there is no data
+
+
+def _task_kind(task: str | None) -> str:
+    """classification, regression or generic, from the recipe's ``task:`` (``text-classification``...)."""
+    name = (task or "").lower()
+    for kind in ("classification", "regression"):
+        if name == kind or name.endswith("-" + kind):
+            return kind
+    return "generic"
+
+
+def _accuracy(specs, outputs: Mapping[str, Any], labels) -> float | None:
+    """Top-1 accuracy of the scores output: the first float (samples, classes) output; None without one."""
+    import numpy as np
+
+    from zoo_stages.lib import classification
+
+    for spec in specs:
+        scores = outputs[spec.name]
+        if np.issubdtype(scores.dtype, np.floating) and scores.ndim == 2 and scores.shape[0] == len(labels):
+            return classification.accuracy(scores, labels)
+    return None
+
+
+def _finite(x: float) -> float | None:
+    import math
+
+    return float(x) if math.isfinite(x) else None

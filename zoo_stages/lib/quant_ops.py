@@ -2,7 +2,7 @@
 
 - naming the fully connected layers (the quantizer excludes nodes by name);
 - quantizing them blockwise to MatMulNBits (``linear: blockwise``);
-- the calibration data reader over a fixed, seeded sample.
+- the calibration data reader over a fixed, seeded sample of every named input.
 
 onnx, onnxruntime and numpy are imported inside functions so importing this module is cheap.
 """
@@ -77,19 +77,28 @@ def blockwise_linear(path: Path, block_size: int) -> None:
     onnx.save_model(result, str(path))
 
 
-def calibration_reader(input_name: str, images, batch_size: int, fixed: bool):
-    """A CalibrationDataReader over `images` in fixed-order batches (the last one padded if `fixed`)."""
+def calibration_reader(feeds, batch_size: int, fixed: bool):
+    """A CalibrationDataReader over `feeds` (``{input name: array}``, prepared: every input of the
+    model, samples along axis 0) in fixed-order batches (the last one padded if `fixed`)."""
     import numpy as np
     from onnxruntime.quantization import CalibrationDataReader
+
+    count = max((len(v) for v in feeds.values() if np.ndim(v) > 0), default=1)
 
     class ArrayReader(CalibrationDataReader):
         def __init__(self):
             self.batches = []
-            for start in range(0, len(images), batch_size):
-                chunk = images[start:start + batch_size]
-                if fixed and len(chunk) < batch_size:
-                    chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - len(chunk), axis=0)])
-                self.batches.append({input_name: np.ascontiguousarray(chunk, dtype=np.float32)})
+            for start in range(0, count, batch_size):
+                batch = {}
+                for name, values in feeds.items():
+                    if np.ndim(values) == 0:  # a rank-0 input is a constant, fed whole to every batch
+                        batch[name] = values
+                        continue
+                    chunk = values[start:start + batch_size]
+                    if fixed and len(chunk) < batch_size:
+                        chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - len(chunk), axis=0)])
+                    batch[name] = np.ascontiguousarray(chunk)
+                self.batches.append(batch)
             self.pos = 0
 
         def get_next(self):

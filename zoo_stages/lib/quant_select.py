@@ -6,11 +6,13 @@ from typing import Any
 
 
 def select_candidate(rows: list[dict[str, Any]], *, max_accuracy_drop: float, min_speedup: float,
-                     tie_tolerance: float = 0.0) -> str | None:
+                     tie_tolerance: float = 0.0, min_cosine: float | None = None) -> str | None:
     """Mark each candidate row passed/failed and return the name of the one to keep (or None).
 
     A row has ``name``, ``accuracy_drop``, ``speedup``, ``latency_p50_ms`` and optionally
-    ``error``. A row passes when it built, its accuracy drop is at most `max_accuracy_drop`,
+    ``error`` and ``cosine`` (its outputs' lowest mean cosine to the fp32 parent's). A row
+    passes when it built, its accuracy drop is at most `max_accuracy_drop` (where accuracy does
+    not apply, drop None: its cosine is at least `min_cosine`, when that is given),
     its speedup is at least `min_speedup`, and it is not slower than the fp32 parent
     (speedup < 1 is flagged ``slower_than_fp32`` and never picked). Among passing rows the
     fastest wins; rows within `tie_tolerance` (a share) of the fastest p50 are tied, and the
@@ -25,7 +27,11 @@ def select_candidate(rows: list[dict[str, Any]], *, max_accuracy_drop: float, mi
         if row.get("error"):
             reasons.append(f"failed to build: {row['error']}")
         else:
-            if drop is None:
+            cosine = row.get("cosine")
+            if drop is None and min_cosine is not None and cosine is not None:
+                if cosine < min_cosine:
+                    reasons.append(f"cosine to fp32 {cosine:.4f} < {min_cosine:g}")
+            elif drop is None:
                 reasons.append("accuracy not measured")
             elif drop > max_accuracy_drop:
                 reasons.append(f"accuracy drop {drop:.4f} > {max_accuracy_drop:g}")
