@@ -260,6 +260,26 @@ def test_bert_export_has_dynamic_batch_and_sequence_and_fuses_attention(bert_tra
     assert fused.get_fused_operator_statistics()["Attention"] == BERT["num_layers"]
 
 
+def test_export_takes_names_shapes_and_types_from_model_inputs(bert_trained):
+    tmp, data, ckpt, _ = bert_trained
+    declared = {"ids": {"shape": ["batch", "tokens"], "dtype": "int64"},
+                "mask": {"shape": ["batch", "tokens"], "dtype": "int64"}}
+    path, exported = _export(tmp, "named", ckpt, {**BERT, "inputs": declared}, data)
+    assert exported["parity"]["passed"] is True
+    dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in onnx.load(str(path)).graph.input}
+    assert dims == {"ids": ["batch", "tokens"], "mask": ["batch", "tokens"]}
+    # fixed dimensions stay fixed, and give an mlp its width without reading the data
+    mlp_ckpt = tmp / "mlp.safetensors"
+    from safetensors.torch import save_file
+
+    save_file(archs.mlp(30, (8,), 2).state_dict(), str(mlp_ckpt))
+    fixed = {**MLP, "hidden": [8], "inputs": {"x": {"shape": [4, 30], "dtype": "float32"}}}
+    path, exported = _export(tmp, "fixed", mlp_ckpt, fixed, None)
+    (inp,) = onnx.load(str(path)).graph.input
+    assert inp.name == "x" and [d.dim_value for d in inp.type.tensor_type.shape.dim] == [4, 30]
+    assert exported["parity"]["passed"] is True
+
+
 def test_bert_without_transformers_names_the_extra_with_a_stand_in_missing_package(monkeypatch):
     """Stand-in: transformers is hidden from the import system (sys.modules entry None)."""
     monkeypatch.setitem(sys.modules, "transformers", None)

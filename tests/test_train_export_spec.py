@@ -52,6 +52,9 @@ def test_declared_model_inputs_rename_the_arch_inputs_in_order():
                 "mask": {"shape": ["batch", "sequence"], "dtype": "int64"}}
     assert archs.model_inputs({**BERT, "inputs": declared}) == [archs.ModelInput("ids", "token_ids", "int32"),
                                                                archs.ModelInput("mask", "mask", "int64")]
+    with pytest.raises(InvalidInput, match="model.inputs.ids is float32") as err:
+        archs.model_inputs({**BERT, "inputs": {**declared, "ids": {"shape": ["batch", "sequence"], "dtype": "float32"}}})
+    assert err.value.hint == "set `model.inputs.ids.dtype: int64`"
     with pytest.raises(InvalidInput, match="declares 1 input.*takes 2"):
         archs.model_inputs({**BERT, "inputs": {"ids": declared["ids"]}})
     # a user model may take several inputs: the declaration is trusted

@@ -437,6 +437,8 @@ def _run_exporter(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: 
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.simplefilter("ignore", category=FutureWarning)
         warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+        # transformers' position lookups: the indices are never negative
+        warnings.filterwarnings("ignore", message="Exporting aten::index operator", category=UserWarning)
         if config.exporter == "dynamo":
             try:
                 import onnxscript  # noqa: F401

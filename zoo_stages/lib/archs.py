@@ -101,8 +101,13 @@ def model_inputs(model_section: Mapping[str, Any]) -> list[ModelInput]:
         raise InvalidInput(f"model.inputs declares {len(declared)} input(s) but arch {model_section.get('arch')} "
                            f"takes {len(own)} ({', '.join(i.name for i in own)})",
                            hint="declare one entry per model input, in forward() order")
-    return [ModelInput(name, mine.holds, spec.get("dtype") or mine.dtype)
-            for (name, spec), mine in zip(declared.items(), own)]
+    out = [ModelInput(name, mine.holds, spec.get("dtype") or mine.dtype)
+           for (name, spec), mine in zip(declared.items(), own)]
+    for inp in out:
+        if inp.holds in ("token_ids", "mask") and not inp.dtype.startswith("int"):
+            raise InvalidInput(f"model.inputs.{inp.name} is {inp.dtype}, but arch {model_section.get('arch')} takes "
+                               "integer token ids and masks there", hint=f"set `model.inputs.{inp.name}.dtype: int64`")
+    return out
 
 
 def image_settings(data: Mapping[str, Any] | None) -> tuple[int, tuple[int, int], Literal["NCHW", "NHWC"]]:
