@@ -242,17 +242,22 @@ stages:
 OTHER = {
     "model.arch": None, "model.entry": "net.py:build", "model.num_classes": 11, "model.input_name": "image",
     "model.output_name": "scores", "model.task": "object-detection",
-    "model.inputs": {"input": InputSpec(shape=["batch", 1, 8, 8], dtype="float32")},
+    "model.inputs": {"image": InputSpec(shape=["batch", 1, 8, 8])},
+    "model.hidden": [16], "model.dropout": 0.2, "model.hidden_size": 64, "model.num_layers": 3,
+    "model.num_heads": 4, "model.intermediate_size": 128, "model.max_length": 64, "model.vocab_size": 500,
     "data.source": "npz", "data.path": "other.npz", "data.image_size": 16, "data.channels": 3,
     "data.val_fraction": 0.3, "data.split_seed": 1, "data.limit": 100,
     "task": "object-detection",
 }
 
+# the model: fields that shape the network, read by train and export
+_BUILD = {"model.arch", "model.entry", "model.num_classes", "model.hidden", "model.dropout", "model.hidden_size",
+          "model.num_layers", "model.num_heads", "model.intermediate_size", "model.max_length", "model.vocab_size"}
+
 # what each kind reads (the case: model.task is card metadata, it must not retrain)
 EXPECTED = {
-    "train": {"data.*", "model.arch", "model.entry", "model.num_classes"},
-    "export": {"data.image_size", "data.channels", "model.arch", "model.entry", "model.num_classes",
-               "model.input_name", "model.output_name"},
+    "train": {"data.*", "task", *_BUILD, "model.input_name", "model.inputs"},
+    "export": {"data.*", "task", *_BUILD, "model.input_name", "model.output_name", "model.inputs"},
     "optimize": {"model.inputs"},
     "quantize": {"data.*", "task", "model.inputs"},
     "verify": {"data.*", "model.input_name", "model.num_classes"},

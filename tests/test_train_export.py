@@ -181,7 +181,7 @@ def test_export_is_deterministic_checked_and_runs(trained):
     metrics = ctx.metrics
     assert metrics["exporter"] == "torchscript" and metrics["source"] == "checkpoint"
     assert metrics["parity"]["passed"] is True and metrics["max_abs"] < 1e-4
-    assert metrics["input_shape"] == [None, 1, 8, 8]
+    assert metrics["input_shapes"] == {"input": ["batch", 1, 8, 8]}
 
 
 def test_export_fixed_batch_and_shape_override(trained, tmp_path):

@@ -7,16 +7,28 @@ Weights come from exactly one of:
 - ``onnx: {url|path, sha256}``: an existing ONNX model, checked and passed through unchanged
   (torch is not needed; the graph and weights are kept, only provenance metadata is added).
 
-The model is built from the recipe's ``model:`` section, exported with the TorchScript
-exporter (``exporter: dynamo`` needs onnxscript), then: IR version capped at 13 (what
-onnxruntime loads), doc strings and node metadata stripped (they may hold source paths),
-``onnx.checker.check_model(full_check=True)``, which includes strict type and shape inference.
-External data is used only above protobuf's 2 GB limit.
+The model is built from the recipe's ``model:`` section (`zoo_stages.lib.archs`; the data
+decides image channels, an mlp's width and, without ``model.vocab_size``, bert's vocabulary) and
+exported with the TorchScript exporter (``exporter: dynamo`` needs onnxscript; opset 17 and
+constant folding by default, which gives BERT graphs that onnxruntime's transformer optimizer
+fuses into Attention nodes), then: IR version capped at 13 (what onnxruntime loads), doc strings
+and node metadata stripped (they may hold source paths), ``onnx.checker.check_model(full_check=True)``,
+which includes strict type and shape inference. External data is used only above protobuf's 2 GB limit.
 
-Parity gate: onnxruntime and torch run the same ``parity.samples`` seeded random inputs in
-[0, 1); any element with ``|onnx - torch| > atol + rtol * |torch|`` fails the stage with a
-table of max-abs and max-rel errors per output. Exporting the same weights twice gives the
-same bytes.
+Inputs: the architecture's, by name and in forward() order (`archs.model_inputs`: ``input`` for
+images, ``features`` for mlp, ``input_ids`` and ``attention_mask`` for bert), with the names,
+shapes and types of the recipe's ``model.inputs`` where it declares them (named dimensions
+become dynamic axes). Otherwise the batch axis is dynamic (``batch``, unless ``dynamic_batch:
+false``) and the rest comes from ``input_shape`` or the data: images [C, H, W] (or [H, W, C] for
+an NHWC layout) from ``data.image`` or the older ``data.channels``/``data.image_size``, a table's
+feature width, and for bert int64 [batch, sequence] with a dynamic ``sequence`` (the example
+input is ``model.max_length`` long).
+
+Parity gate: onnxruntime and torch run the same ``parity.samples`` seeded random inputs on every
+input (floats uniform in [0, 1), token ids uniform below the vocabulary size, attention masks of
+ones, other integers 0 or 1); any output element with ``|onnx - torch| > atol + rtol * |torch|``
+fails the stage with a table of max-abs and max-rel errors per output (`zoo_stages.lib.parity`).
+Exporting the same weights twice gives the same bytes.
 
 Provenance: the model's ``metadata_props`` record zoo's version, the stage key, the digests of
 the checkpoint or source file, the recipe's license and the source's attribution (see
@@ -29,6 +41,7 @@ import re
 import shutil
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -37,6 +50,7 @@ from pydantic import Field, field_validator, model_validator
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.lib import checkpoints
+from zoo_stages.lib.archs import BUILD_FIELDS
 
 MAX_IR_VERSION = 13  # onnxruntime 1.31 loads at most IR 13; onnx 1.23 stamps 14
 PROTOBUF_LIMIT = 2 * 1024**3 - 1024 * 1024  # stay clear of protobuf's 2 GB message limit
@@ -93,8 +107,8 @@ class ExportConfig(KindConfig):
     exporter: Literal["torchscript", "dynamo"] = "torchscript"
     dynamic_batch: bool = Field(True, description="make the batch axis symbolic ('batch')")
     input_shape: list[int] | None = Field(
-        None, min_length=1, description="input shape without the batch axis, e.g. [3, 224, 224]; "
-                                        "default [data.channels, data.image_size, data.image_size]")
+        None, min_length=1, description="a single input's shape without the batch axis, e.g. [3, 224, 224] or, for "
+                                        "mlp, [30]; default: the data's (image channels and size, the table's width)")
     parity: ParityConfig = ParityConfig()
     weights: SourceRef | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint")
     onnx: SourceRef | None = Field(None, description="an existing ONNX model to check and pass through")
@@ -111,13 +125,15 @@ class ExportConfig(KindConfig):
 class Export(StageKind):
     name = "export"
     # 2: provenance metadata_props; 3: inferred value_info no longer stored; 4: one session builder (deterministic
-    # compute) and parity module (per-output records, max_rel over ref != 0, integer outputs exact)
-    version = "4"
+    # compute) and parity module (per-output records, max_rel over ref != 0, integer outputs exact); 5: named
+    # inputs (the arch's, or model.inputs; mlp and bert), data.image settings, regression outputs
+    version = "5"
     Config = ExportConfig
-    tools = ("torch", "onnx", "onnxruntime")
-    # the network (as train builds it), the I/O names and the input shape; not the dataset itself
-    shared = ("data.image_size", "data.channels", "model.arch", "model.entry", "model.num_classes",
-              "model.input_name", "model.output_name")
+    tools = ("torch", "onnx", "onnxruntime", "transformers")
+    # the network (as train builds it: the data decides image channels, a table's width, a vocabulary),
+    # the task (1 output for regression) and the I/O names and shapes; not model.task (card metadata)
+    shared = ("data", "task", *(f"model.{f}" for f in BUILD_FIELDS), "model.input_name", "model.output_name",
+              "model.inputs")
     outputs = ("model",)
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "export to ONNX (checked, shape-inferred, parity-gated against torch)"
@@ -129,6 +145,10 @@ class Export(StageKind):
         model = ctx.shared.get("model") or {}
         if model.get("entry") and config.onnx is None:
             deps.append(archs.entry_file(model["entry"], ctx.recipe.dir, "model.entry"))
+        if config.onnx is None and ctx.shared.get("data") and _reads_data_files(model, config):
+            from zoo_stages.lib import datasets
+
+            deps.extend(datasets.data_dependencies(dict(ctx.shared["data"]), ctx.recipe.dir))
         for field, ref in (("weights", config.weights), ("onnx", config.onnx)):
             if ref is not None and ref.path:
                 p = ctx.resolve(ref.path)
@@ -161,6 +181,17 @@ class Export(StageKind):
         return {"model": target}
 
 
+def _reads_data_files(model: Mapping[str, Any], config: ExportConfig) -> bool:
+    """Whether building the model reads the data's files: an mlp's width (without an input
+    shape) or a bert's vocabulary (without model.vocab_size); images need only the settings."""
+    from zoo_stages.lib import archs
+
+    kind = archs.modality(model)
+    if kind == "table":
+        return not config.input_shape and not model.get("inputs")
+    return kind == "text" and not model.get("vocab_size")
+
+
 def _provenance(inputs: Inputs, context: StageContext, ref: SourceRef | None, field: str,
                 source: Path | None) -> dict[str, str]:
     """The metadata_props of the exported model: key, input digests, license and attribution."""
@@ -184,24 +215,47 @@ def _provenance(inputs: Inputs, context: StageContext, ref: SourceRef | None, fi
 # torch -> ONNX
 
 
+@dataclass(frozen=True)
+class _Port:
+    """One input of the exported graph: name, what it holds (`archs.ModelInput.holds`), element type,
+    its dimensions (batch first; ints fixed, names dynamic) and the sizes of the example input."""
+
+    name: str
+    holds: str
+    dtype: str
+    dims: tuple[int | str, ...]
+    example: tuple[int, ...]
+
+    @property
+    def dynamic_axes(self) -> dict[int, str]:
+        return {j: d for j, d in enumerate(self.dims) if isinstance(d, str)}
+
+
 def _export_torch(weights: Path, label: str, config: ExportConfig, context: StageContext, target: Path,
                   props: Mapping[str, str]) -> None:
     import numpy as np
     import torch
 
-    model_section = context.shared.get("model") or {}
-    shape = _input_shape(config, context)
-    in_name = model_section.get("input_name") or "input"
+    from zoo_stages.lib import archs, tasks
+
+    model_section = dict(context.shared.get("model") or {})
+    ports = _ports(config, context, model_section)
     out_name = model_section.get("output_name") or "logits"
+    data = context.shared.get("data") or {}
+    sizes = archs.data_sizes(model_section, data, context.recipe.dir,
+                             regression=tasks.kind_of(context.shared.get("task") or "") == "regression",
+                             width=int(np.prod(ports[0].example[1:])))
+    if archs.modality(model_section) == "image":  # the channels of the shape exported (input_shape may differ)
+        sizes["in_channels"] = ports[0].example[-1 if sizes["layout"] == "NHWC" else 1]
+    vocab = int(model_section.get("vocab_size") or sizes.get("vocab_size") or 2)
     with _torch_threads(context.threads):
-        model = checkpoints.build_with_weights(model_section, context.recipe.dir, shape[0], weights, label)
+        model = checkpoints.build_with_weights(model_section, context.recipe.dir, weights, label, **sizes)
         work = context.work_dir / "export"
         if work.exists():
             shutil.rmtree(work)
         work.mkdir(parents=True)
-        # batch 2 for a dynamic axis: the dynamo exporter specialises sizes 0 and 1
-        dummy = torch.zeros((2 if config.dynamic_batch else 1, *shape), dtype=torch.float32)
-        proto, blob = _run_exporter(model, dummy, work / "raw.onnx", in_name, out_name, config)
+        dummy = tuple(torch.from_numpy(a) for a in _example_inputs(ports, None, vocab, seed=0).values())
+        proto, blob = _run_exporter(model, dummy, work / "raw.onnx", ports, out_name, config)
         if blob is not None and not _needs_normalising(proto):
             # the exporter's own bytes, with the provenance entries written after the graph:
             # 233 MB are not serialised again (the parsed proto is kept for the metrics)
@@ -210,14 +264,14 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
             proto = _normalise(proto)
             _stamp(proto, props)
             blob = _serialise(proto)
-        rng = np.random.default_rng(config.parity.seed)
-        x = rng.random((config.parity.samples, *shape), dtype=np.float32)
+        feeds = _example_inputs(ports, config.parity.samples, vocab, seed=config.parity.seed)
+        torch_feeds = [torch.from_numpy(a) for a in feeds.values()]
         if blob is None:  # above 2 GB: one step after the other, from files
             _check(blob, proto, work / "check.onnx")
             _save(proto, target, blob)
-            got = _run_onnxruntime(target, in_name, x, context.threads)
+            got = _run_onnxruntime(target, feeds, context.threads)
             with torch.no_grad():
-                expected = _flatten_outputs(model(torch.from_numpy(x)))
+                expected = _flatten_outputs(model(*torch_feeds))
         else:
             # The checker, the write, onnxruntime's parity run and torch's all release the GIL:
             # run them side by side (1.2 s instead of 2.6 s for AlexNet-224 on 2 cores). The
@@ -225,9 +279,9 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
             with ThreadPoolExecutor(max_workers=3, thread_name_prefix="export") as pool:
                 checked = pool.submit(_check, blob, proto, work / "check.onnx")
                 saved = pool.submit(_save, proto, target, blob)
-                onnx_run = pool.submit(_run_onnxruntime, blob, in_name, x, context.threads)
+                onnx_run = pool.submit(_run_onnxruntime, blob, feeds, context.threads)
                 with torch.no_grad():
-                    expected = _flatten_outputs(model(torch.from_numpy(x)))
+                    expected = _flatten_outputs(model(*torch_feeds))
                 checked.result()
                 saved.result()
                 got = onnx_run.result()
@@ -238,7 +292,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
         "source": label,
         "exporter": config.exporter,
         "opset": config.opset,
-        "input_shape": [None if config.dynamic_batch else 1, *shape],
+        "input_shapes": {p.name: [d if isinstance(d, str) else int(d) for d in p.dims] for p in ports},
         "dynamic_batch": config.dynamic_batch,
         "num_parameters": int(sum(p.numel() for p in model.parameters())),
         "parity": {**report.to_json(), "seed": config.parity.seed},
@@ -254,15 +308,97 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
                      config.exporter, config.opset, context.metrics["max_abs"], context.metrics["max_rel"])
 
 
-def _input_shape(config: ExportConfig, context: StageContext) -> list[int]:
-    if config.input_shape:
-        return list(config.input_shape)
+def _ports(config: ExportConfig, context: StageContext, model_section: dict) -> list[_Port]:
+    """The exported graph's inputs: the architecture's (`archs.model_inputs`), with dimensions from
+    the recipe's ``model.inputs`` where declared (named dimensions are dynamic), else batch
+    (dynamic unless ``dynamic_batch: false``) + the per-sample shape: ``input_shape``, else the
+    data's (images: channels and size in its layout; tables: the feature width; text:
+    ``[sequence]``, dynamic, ``model.max_length`` long in the example)."""
+    from zoo_stages.lib import archs
+
+    declared = model_section.get("inputs") or {}
+    batch: int | str = "batch" if config.dynamic_batch else 1
+    ports = []
+    for inp in archs.model_inputs(model_section):
+        per_sample = _per_sample_shape(inp, config, context, model_section)
+        if inp.name in declared:
+            dims = tuple(declared[inp.name]["shape"])
+        elif inp.holds in ("token_ids", "mask"):
+            dims = (batch, "sequence")
+        else:
+            dims = (batch, *per_sample())
+        example = []
+        for j, d in enumerate(dims):
+            if isinstance(d, int):
+                example.append(d)
+            elif j == 0:
+                example.append(2)  # batch 2 for a dynamic axis: the dynamo exporter specialises sizes 0 and 1
+            else:
+                known = per_sample()
+                if len(known) != len(dims) - 1:
+                    raise InvalidInput(f"model.inputs.{inp.name}.shape: export cannot tell a size for the example "
+                                       f"input's dynamic dimension {d!r}",
+                                       hint="give the dimension as a number, or set `input_shape:` in the export config")
+                example.append(int(known[j - 1]))
+        ports.append(_Port(inp.name, inp.holds, inp.dtype, dims, tuple(example)))
+    return ports
+
+
+def _per_sample_shape(inp, config: ExportConfig, context: StageContext, model_section: dict):
+    """A function giving the per-sample shape that ``input_shape``, the declared ``model.inputs``
+    or the data imply for input `inp`, computed on first use (a table's width reads the data)."""
+    from zoo_stages.lib import archs
+
     data = context.shared.get("data") or {}
-    if not data:
-        raise InvalidInput("export cannot tell the input shape: no `input_shape` and no recipe `data:` section",
-                           hint="set `input_shape: [3, 224, 224]` in the export config")
-    size = int(data.get("image_size", 8))
-    return [int(data.get("channels", 1)), size, size]
+
+    def shape() -> list[int]:
+        if config.input_shape:
+            return list(config.input_shape)
+        declared = (model_section.get("inputs") or {}).get(inp.name)
+        if declared and all(isinstance(d, int) for d in declared["shape"][1:]):
+            return list(declared["shape"][1:])
+        if inp.holds in ("token_ids", "mask"):
+            return [int(model_section["max_length"])]
+        if not data:
+            raise InvalidInput("export cannot tell the input shape: no `input_shape` and no recipe `data:` section",
+                               hint="set `input_shape: [3, 224, 224]` in the export config")
+        if inp.holds == "image":
+            channels, (h, w), layout = archs.image_settings(data)
+            return [h, w, channels] if layout == "NHWC" else [channels, h, w]
+        return list(_data_feature(inp.name, data, context).shape[1:])
+
+    return shape
+
+
+def _data_feature(name: str, data: Mapping[str, Any], context: StageContext):
+    """The train split's feature that feeds input `name` (for its shape)."""
+    from zoo_stages.lib import datasets, onnx_run
+
+    split = datasets.load_split(dict(data), context.recipe.dir, "train")
+    return onnx_run.bind_names([name], split.features, where="the train split")[name]
+
+
+def _example_inputs(ports: list[_Port], samples: int | None, vocab_size: int, seed: int) -> dict[str, Any]:
+    """Seeded inputs for every port, in order: `samples` samples (None: the example batch) of the
+    example shape. As `onnx_run.random_feeds`: floats uniform in [0, 1), masks all ones, booleans
+    True, other integers 0 or 1, except token ids: uniform below the vocabulary size."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for port in ports:
+        shape = (port.example[0] if samples is None else samples, *port.example[1:])
+        dtype = np.dtype(port.dtype)
+        if port.holds == "token_ids":
+            value = rng.integers(0, vocab_size, shape)
+        elif port.holds == "mask" or dtype == np.bool_:
+            value = np.ones(shape)
+        elif dtype.kind in "iu":
+            value = rng.integers(0, 2, shape)
+        else:
+            value = rng.random(shape, dtype=np.float64 if dtype == np.float64 else np.float32)
+        feeds[port.name] = np.ascontiguousarray(value.astype(dtype, copy=False))
+    return feeds
 
 
 class _Capture:
@@ -283,7 +419,7 @@ class _Capture:
         return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
 
 
-def _run_exporter(model, dummy, raw: Path, in_name: str, out_name: str, config: ExportConfig):
+def _run_exporter(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: str, config: ExportConfig):
     """(ModelProto, its serialised bytes or None). The TorchScript exporter writes to memory
     unless the weights approach protobuf's 2 GB limit; then (and with dynamo) it writes `raw`,
     which is loaded (the bytes are then None)."""
@@ -292,30 +428,38 @@ def _run_exporter(model, dummy, raw: Path, in_name: str, out_name: str, config: 
 
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     in_memory = config.exporter == "torchscript" and weight_bytes < PROTOBUF_LIMIT // 2
+    names = [p.name for p in ports]
+    batch_dim = ports[0].dims[0] if ports and ports[0].dims else 1
 
     with warnings.catch_warnings():
-        # we choose the TorchScript exporter on purpose, and its tracer warns about the
-        # static spatial sizes the adaptive pool reads (only the batch axis is dynamic)
+        # we choose the TorchScript exporter on purpose, and its tracer warns about the static
+        # sizes the adaptive pool and transformers' attention read (dynamic axes are declared)
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.simplefilter("ignore", category=FutureWarning)
         warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+        # transformers' position lookups: the indices are never negative
+        warnings.filterwarnings("ignore", message="Exporting aten::index operator", category=UserWarning)
         if config.exporter == "dynamo":
             try:
                 import onnxscript  # noqa: F401
             except ImportError:
                 raise InvalidInput("exporter: dynamo needs the onnxscript package, which is not installed",
                                    hint="pip install onnxscript, or use `exporter: torchscript`") from None
-            dynamic = ({0: torch.export.Dim("batch")},) if config.dynamic_batch else None
-            torch.onnx.export(model, (dummy,), str(raw), dynamo=True, external_data=False,
-                              input_names=[in_name], output_names=[out_name], opset_version=config.opset,
-                              dynamic_shapes=dynamic, optimize=True, verbose=False)
+            dims: dict[str, Any] = {}  # one Dim per name: inputs sharing a dimension name share its size
+            dynamic = tuple({j: dims.setdefault(d, torch.export.Dim(d)) for j, d in p.dynamic_axes.items()} or None
+                            for p in ports)
+            torch.onnx.export(model, dummy, str(raw), dynamo=True, external_data=False,
+                              input_names=names, output_names=[out_name], opset_version=config.opset,
+                              dynamic_shapes=dynamic if any(dynamic) else None, optimize=True, verbose=False)
         else:
-            dynamic_axes = {in_name: {0: "batch"}, out_name: {0: "batch"}} if config.dynamic_batch else None
+            dynamic_axes = {p.name: p.dynamic_axes for p in ports if p.dynamic_axes}
+            if isinstance(batch_dim, str):
+                dynamic_axes[out_name] = {0: batch_dim}
             buffer = _Capture()
             try:
-                torch.onnx.export(model, (dummy,), buffer if in_memory else str(raw), dynamo=False, input_names=[in_name],
+                torch.onnx.export(model, dummy, buffer if in_memory else str(raw), dynamo=False, input_names=names,
                                   output_names=[out_name], opset_version=config.opset,
-                                  dynamic_axes=dynamic_axes, do_constant_folding=True)
+                                  dynamic_axes=dynamic_axes or None, do_constant_folding=True)
             except (torch.onnx.errors.UnsupportedOperatorError, torch.onnx.errors.SymbolicValueError) as e:
                 raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
                                    hint="raise `opset`, or try `exporter: dynamo`") from None
@@ -409,13 +553,13 @@ def _save(proto, target: Path, blob: bytes | None = None) -> None:
                         location=DATA_LOCATION, size_threshold=1024)
 
 
-def _run_onnxruntime(model: Path | bytes, in_name: str, x, threads: int) -> dict:
-    """{output name: array} of the model on `x` in onnxruntime (`model`: the serialised model or
+def _run_onnxruntime(model: Path | bytes, feeds: Mapping[str, Any], threads: int) -> dict:
+    """{output name: array} of the model on `feeds` in onnxruntime (`model`: the serialised model or
     its path); a model with a fixed batch dimension is fed that many samples at a time."""
     from zoo_stages.lib import onnx_run, ort_session
 
     session = ort_session.make_session(model, threads=threads, level="all")
-    return onnx_run.run(session, {in_name: x})
+    return onnx_run.run(session, feeds)
 
 
 def _flatten_outputs(out) -> list:
@@ -469,7 +613,7 @@ def _passthrough(config: ExportConfig, context: StageContext, target: Path, inpu
     blob = _serialise(proto)
     _check(blob, proto, context.work_dir / "export" / "check.onnx")
     _save(proto, target, blob)
-    smoke = _smoke_run(target, config, context.threads)
+    smoke = _smoke_run(target, config, context.threads, (context.shared.get("model") or {}).get("inputs"))
     context.metrics.update(_describe(proto, target))
     context.metrics.update({
         "source": "onnx",
@@ -479,9 +623,10 @@ def _passthrough(config: ExportConfig, context: StageContext, target: Path, inpu
     })
 
 
-def _smoke_run(path: Path, config: ExportConfig, threads: int) -> dict[str, Any]:
-    """Load the model in onnxruntime and run one seeded input where the shapes are known
-    (``input_shape`` gives the per-sample shape of inputs of that rank; floats uniform in [0, 1))."""
+def _smoke_run(path: Path, config: ExportConfig, threads: int, declared: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Load the model in onnxruntime and run one seeded input on every input where the shapes are
+    known (the model's fixed dimensions; ``input_shape`` gives the per-sample shape of inputs of
+    that rank, the recipe's ``model.inputs`` those it declares; `onnx_run.random_feeds` values)."""
     import numpy as np
 
     from zoo_stages.lib import onnx_run, ort_session
@@ -491,6 +636,7 @@ def _smoke_run(path: Path, config: ExportConfig, threads: int) -> dict[str, Any]
     if config.input_shape:
         shapes = {s.name: config.input_shape for s in onnx_run.input_specs(session)
                   if s.shape and len(s.shape) == len(config.input_shape) + 1}
+    shapes.update(onnx_run.declared_shapes(session, declared))
     try:
         feeds = onnx_run.random_feeds(session, onnx_run.fixed_batch(session) or 1, config.parity.seed, shapes)
     except InvalidInput:  # a dynamic dimension or an element type no input can be invented for

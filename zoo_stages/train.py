@@ -6,17 +6,27 @@ torch runs with deterministic algorithms on ``config.threads`` (default: ``conte
 threads, and batches come from a seeded permutation (no DataLoader workers). Float sums are
 split differently on different thread counts, so pin ``threads`` for bit-identical rebuilds.
 
-Metrics: ``train_loss`` / ``train_accuracy`` (averaged over the last epoch's batches, in
-training mode), ``val_loss`` / ``val_accuracy`` (held-out split, evaluation mode), ``epochs``,
+The data's named features feed the model's inputs by name, in the order the architecture
+declares them (`zoo_stages.lib.archs.model_inputs`: ``input`` for images, ``features`` for mlp,
+``input_ids`` and ``attention_mask`` for bert; a single feature feeds a single input whatever
+its name). Float features are given as float32, integer ones as int64.
+
+The loss follows the recipe's ``task:`` (`zoo_stages.lib.tasks.kind_of`): cross-entropy on the
+logits for classification (int64 class labels), mean squared error between the 1-wide output
+and the float labels for regression. Metrics: ``train_loss`` (averaged over the last epoch's
+batches, in training mode) and ``val_loss`` (held-out split, evaluation mode); for
+classification ``train_accuracy`` / ``val_accuracy``, for regression ``val_mae``; ``epochs``,
 ``samples``, ``seconds``, ``history`` (one entry per epoch) and ``split`` (`split_info`).
 
 Custom training: ``config.entry: path/to/file.py:function`` replaces the built-in loop. The
-function is called as ``function(model, (x_train, y_train), (x_val, y_val), config, context)``
-where the arrays are read-only numpy arrays (x float32 NCHW in [0, 1], y int64), ``config`` is
-this stage's config as a plain dict and ``context`` the `StageContext` (``context.threads``,
-``context.work_dir``, ``context.metrics`` for extra metrics, ``context.log``). Seeds are set
-before the call. It returns the trained ``torch.nn.Module`` (or None when it trained `model`
-in place); zoo then evaluates it and writes the checkpoint as usual.
+function is called as ``function(model, train, val, config, context)`` where ``train`` and
+``val`` are the data's splits (`TrainingSplit`: ``.features``, a mapping of read-only numpy
+arrays by name, samples along axis 0, and ``.labels``; a single-feature split also unpacks as
+``x, y = train``, as before), ``config`` is this stage's config as a plain dict and ``context``
+the `StageContext` (``context.threads``, ``context.work_dir``, ``context.metrics`` for extra
+metrics, ``context.log``). Seeds are set before the call. It returns the trained
+``torch.nn.Module`` (or None when it trained `model` in place); zoo then evaluates it (with the
+task's loss) and writes the checkpoint as usual.
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ from pydantic import Field, model_validator
 from zoo.errors import InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.lib import checkpoints
+from zoo_stages.lib.archs import BUILD_FIELDS
+from zoo_stages.lib.datasets import Split
 
 
 class OptimizerConfig(KindConfig):
@@ -65,14 +77,25 @@ class TrainConfig(KindConfig):
         return self
 
 
+class TrainingSplit(Split):
+    """A split as a custom training function gets it: `Split` (named features, labels), and
+    for single-feature data also ``x, y = split`` (the arrays), as entry functions always had."""
+
+    def __iter__(self):
+        yield self.single("unpacking the split as (x, y)")
+        yield self.labels
+
+
 class Train(StageKind):
     name = "train"
-    version = "1"
+    # 2: named features in the arch's input order, mlp and bert, loss by task, entry functions get Splits
+    version = "2"
     Config = TrainConfig
-    tools = ("torch", "numpy", "scikit-learn", "safetensors")
-    # the dataset (every field: the loader reads them all) and what builds the network; not
-    # model.task or the I/O names (metadata for export and deploy), so editing those does not retrain
-    shared = ("data", "model.arch", "model.entry", "model.num_classes")
+    tools = ("torch", "numpy", "scikit-learn", "safetensors", "transformers")
+    # the dataset (every field: the loader reads them all), the task (the loss) and what builds the
+    # network; not model.task or the output name (metadata for export and deploy), so editing those
+    # does not retrain
+    shared = ("data", "task", *(f"model.{f}" for f in BUILD_FIELDS), "model.input_name", "model.inputs")
     outputs = ("checkpoint",)
     summary = "train the model on the recipe's dataset (deterministic; safetensors checkpoint)"
 
@@ -90,61 +113,104 @@ class Train(StageKind):
         return deps
 
     def run(self, inputs: Inputs, config: TrainConfig, context: StageContext) -> Mapping[str, Path]:
+        import numpy as np
         import torch
 
-        from zoo_stages.lib import archs, datasets
+        from zoo_stages.lib import archs, datasets, onnx_run, tasks
 
         data = dict(context.shared.get("data") or {})
-        model_section = context.shared.get("model") or {}
+        model_section = dict(context.shared.get("model") or {})
         if not data:
             raise InvalidInput("the train stage needs the recipe's `data:` section",
                                hint="add e.g. `data: {source: digits, image_size: 8}`")
+        task = context.shared.get("task") or "image-classification"
+        kind = tasks.kind_of(task)
+        if kind == "generic" and not config.entry:
+            raise InvalidInput(f"the built-in training loop fits classification and regression models, not task {task!r}",
+                               hint="set the recipe's `task:` (e.g. classification, regression), or train with "
+                                    "`config.entry: file.py:function`")
         train_split = datasets.load_split(data, context.recipe.dir, "train")
         val_split = datasets.load_split(data, context.recipe.dir, "val")
-        x_train, y_train = train_split.single("train"), train_split.labels
-        x_val, y_val = val_split.single("train"), val_split.labels
+        if train_split.labels is None and not config.entry:
+            raise InvalidInput("the data has no labels, which the built-in training loop needs",
+                               hint="give the data labels (a label column or array), or train with `config.entry`")
+        names = [i.name for i in archs.model_inputs(model_section)]
+        x_train = _as_model_inputs(onnx_run.bind_names(names, train_split.features, where="the train split"))
+        x_val = _as_model_inputs(onnx_run.bind_names(names, val_split.features, where="the held-out split"))
         info = datasets.split_info(data, context.recipe.dir)
-        num_classes = int(model_section.get("num_classes", 10))
-        if info["num_classes"] > num_classes:
-            raise InvalidInput(f"the dataset has {info['num_classes']} classes but model.num_classes is {num_classes}",
-                               hint=f"set `model.num_classes: {info['num_classes']}`")
+        if kind == "classification":
+            _check_classes(model_section, train_split, val_split)
+        first = next(iter(x_train.values()))
+        width = int(np.prod(first.shape[1:])) if first.ndim > 1 else 1
+        sizes = archs.data_sizes(model_section, data, context.recipe.dir, regression=kind == "regression",
+                                 width=width)
 
         threads = config.threads or context.threads
         with _deterministic(config.seed, threads):
-            model = archs.build_model(model_section, context.recipe.dir, in_channels=int(data.get("channels", 1)))
+            model = archs.build_model(model_section, context.recipe.dir, **sizes)
             started = time.perf_counter()
             if config.entry:
                 fn = archs.load_function(config.entry, context.recipe.dir, "config.entry")
-                returned = fn(model, (x_train, y_train), (x_val, y_val), config.model_dump(mode="json"), context)
+                returned = fn(model, TrainingSplit(train_split.features, train_split.labels),
+                              TrainingSplit(val_split.features, val_split.labels), config.model_dump(mode="json"),
+                              context)
                 if returned is not None:
                     if not isinstance(returned, torch.nn.Module):
                         raise InvalidInput(f"config.entry {config.entry!r} returned {type(returned).__name__}",
                                            hint="return the trained torch.nn.Module, or None after training `model` in place")
                     model = returned
                 history: list[dict[str, Any]] = []
-                train_loss, train_acc = _evaluate(model, x_train, y_train, config.batch_size)
+                train_figures = _evaluate(model, x_train, train_split.labels, kind, config.batch_size)
             else:
-                history = _fit(model, x_train, y_train, config, context)
-                train_loss, train_acc = history[-1]["train_loss"], history[-1]["train_accuracy"]
-            val_loss, val_acc = _evaluate(model, x_val, y_val, max(config.batch_size, 256))
+                history = _fit(model, x_train, train_split.labels, kind, config, context)
+                train_figures = {k.removeprefix("train_"): v for k, v in history[-1].items() if k != "epoch"}
+            val_figures = _evaluate(model, x_val, val_split.labels, kind, max(config.batch_size, 256))
             seconds = time.perf_counter() - started
 
         path = checkpoints.save_checkpoint(model, context.output_path("model.safetensors"))
+        # train_loss (and train_accuracy), val_loss and val_accuracy or val_mae
+        figures = {f"train_{k}": v for k, v in train_figures.items() if k in ("loss", "accuracy")}
+        figures.update({f"val_{k}": v for k, v in val_figures.items()})
         context.metrics.update({
-            "train_loss": round(train_loss, 6),
-            "train_accuracy": round(train_acc, 6),
-            "val_loss": round(val_loss, 6),
-            "val_accuracy": round(val_acc, 6),
+            **{k: round(v, 6) for k, v in figures.items()},
             "epochs": config.epochs,
-            "samples": int(len(y_train)),
+            "samples": len(train_split),
             "num_parameters": int(sum(p.numel() for p in model.parameters())),
             "seconds": round(seconds, 3),
             "threads": int(threads),
             "history": history,
             "split": info,
         })
-        context.log.info("trained: val_accuracy %.4f val_loss %.4f in %.1fs", val_acc, val_loss, seconds)
+        shown = " ".join(f"{k} {v:.4f}" for k, v in figures.items() if k.startswith("val_"))
+        context.log.info("trained: %s in %.1fs", shown, seconds)
         return {"checkpoint": path}
+
+
+def _as_model_inputs(features: Mapping[str, Any]) -> dict[str, Any]:
+    """The bound features as torch takes them: floats as float32, integers and booleans as int64
+    (token ids, masks); read-only cached arrays are copied once here."""
+    import numpy as np
+
+    out = {}
+    for name, array in features.items():
+        a = np.asarray(array)
+        out[name] = np.array(a, dtype=np.float32 if a.dtype.kind == "f" else np.int64)
+    return out
+
+
+def _check_classes(model_section: Mapping[str, Any], *splits: Split) -> None:
+    """The labels must be class indices below model.num_classes."""
+    num_classes = int(model_section.get("num_classes") or 10)
+    labels = [s.labels for s in splits if s.labels is not None and len(s.labels)]
+    if not labels:
+        return
+    if any(lab.dtype.kind not in "iu" for lab in labels):
+        raise InvalidInput(f"a classification task needs integer class labels, the data has {labels[0].dtype} labels",
+                           hint="for float targets set the recipe's `task: regression`")
+    seen = max(int(lab.max()) for lab in labels) + 1
+    if seen > num_classes:
+        raise InvalidInput(f"the dataset has {seen} classes but model.num_classes is {num_classes}",
+                           hint=f"set `model.num_classes: {seen}`")
 
 
 class _deterministic:
@@ -177,13 +243,13 @@ class _deterministic:
         return False
 
 
-def _fit(model, x_np, y_np, config: TrainConfig, context: StageContext) -> list[dict[str, Any]]:
-    """The built-in loop: cross-entropy, seeded batch order, optional cosine schedule."""
-    import numpy as np
+def _fit(model, x_np: Mapping[str, Any], y_np, kind: str, config: TrainConfig,
+         context: StageContext) -> list[dict[str, Any]]:
+    """The built-in loop: the task's loss, seeded batch order, optional cosine schedule."""
     import torch
 
-    x = torch.from_numpy(np.array(x_np, dtype=np.float32))  # a writable copy of the cached arrays
-    y = torch.from_numpy(np.array(y_np, dtype=np.int64))
+    xs = {name: torch.from_numpy(a) for name, a in x_np.items()}
+    y = _labels(y_np, kind)
     n = len(y)
     opt = _optimizer(model, config.optimizer)
     steps_per_epoch = (n + config.batch_size - 1) // config.batch_size
@@ -192,7 +258,6 @@ def _fit(model, x_np, y_np, config: TrainConfig, context: StageContext) -> list[
     if config.schedule == "cosine":
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
     order = torch.Generator().manual_seed(config.seed)
-    loss_fn = torch.nn.CrossEntropyLoss()
     history = []
     for epoch in range(config.epochs):
         model.train()
@@ -200,10 +265,10 @@ def _fit(model, x_np, y_np, config: TrainConfig, context: StageContext) -> list[
         loss_sum, correct = 0.0, 0
         for start in range(0, n, config.batch_size):
             idx = perm[start:start + config.batch_size]
-            xb, yb = x[idx], y[idx]
+            yb = y[idx]
             opt.zero_grad(set_to_none=True)
-            logits = model(xb)
-            loss = loss_fn(logits, yb)
+            out = model(*(x[idx] for x in xs.values()))
+            loss = _loss(out, yb, kind)
             if not torch.isfinite(loss):
                 raise InvalidInput(f"training diverged at epoch {epoch + 1} (loss {loss.item()})",
                                    hint="lower optimizer.lr")
@@ -212,12 +277,41 @@ def _fit(model, x_np, y_np, config: TrainConfig, context: StageContext) -> list[
             if sched is not None:
                 sched.step()
             loss_sum += loss.item() * len(idx)
-            correct += int((logits.argmax(1) == yb).sum())
-        entry = {"epoch": epoch + 1, "train_loss": round(loss_sum / n, 6), "train_accuracy": round(correct / n, 6)}
+            if kind == "classification":
+                correct += int((out.argmax(1) == yb).sum())
+        entry: dict[str, Any] = {"epoch": epoch + 1, "train_loss": round(loss_sum / n, 6)}
+        if kind == "classification":
+            entry["train_accuracy"] = round(correct / n, 6)
         history.append(entry)
-        context.log.info("epoch %d/%d: loss %.4f accuracy %.4f", epoch + 1, config.epochs,
-                         entry["train_loss"], entry["train_accuracy"])
+        context.log.info("epoch %d/%d: %s", epoch + 1, config.epochs,
+                         " ".join(f"{k} {v:.4f}" for k, v in entry.items() if k != "epoch"))
     return history
+
+
+def _labels(y_np, kind: str):
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.array(y_np, dtype=np.int64 if kind == "classification" else np.float32))
+
+
+def _loss(out, y, kind: str, reduction: str = "mean"):
+    """Cross-entropy on the logits (classification) or MSE of the 1-wide output (regression)."""
+    import torch
+
+    if kind == "classification":
+        return torch.nn.functional.cross_entropy(out, y, reduction=reduction)
+    pred = _regression_output(out)
+    return torch.nn.functional.mse_loss(pred, y, reduction=reduction)
+
+
+def _regression_output(out):
+    """The (N,) predictions of a regression model's (N,) or (N, 1) output."""
+    pred = out.reshape(out.shape[0], -1)
+    if pred.shape[1] != 1:
+        raise InvalidInput(f"a regression task needs one output value per sample, the model gives {pred.shape[1]}",
+                           hint="regression models built by zoo have a 1-wide output; a model.entry must return one")
+    return pred[:, 0]
 
 
 def _optimizer(model, cfg: OptimizerConfig):
@@ -235,21 +329,28 @@ def _optimizer(model, cfg: OptimizerConfig):
         return cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def _evaluate(model, x_np, y_np, batch_size: int) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy in evaluation mode."""
-    import numpy as np
+def _evaluate(model, x_np: Mapping[str, Any], y_np, kind: str, batch_size: int) -> dict[str, float]:
+    """In evaluation mode: mean loss, and accuracy (classification) or mean absolute error (regression)."""
     import torch
 
     model.eval()
-    n = len(y_np)
-    if n == 0:
-        return float("nan"), float("nan")
-    loss_sum, correct = 0.0, 0
+    n = 0 if y_np is None else len(y_np)
+    if n == 0 or kind == "generic":
+        return {"loss": float("nan")}
+    y = _labels(y_np, kind)
+    loss_sum, correct, abs_sum = 0.0, 0, 0.0
     with torch.no_grad():
         for start in range(0, n, batch_size):
-            xb = torch.from_numpy(np.array(x_np[start:start + batch_size], dtype=np.float32))
-            yb = torch.from_numpy(np.array(y_np[start:start + batch_size], dtype=np.int64))
-            logits = model(xb)
-            loss_sum += torch.nn.functional.cross_entropy(logits, yb, reduction="sum").item()
-            correct += int((logits.argmax(1) == yb).sum())
-    return loss_sum / n, correct / n
+            out = model(*(torch.from_numpy(x[start:start + batch_size]) for x in x_np.values()))
+            yb = y[start:start + batch_size]
+            loss_sum += _loss(out, yb, kind, reduction="sum").item()
+            if kind == "classification":
+                correct += int((out.argmax(1) == yb).sum())
+            else:
+                abs_sum += float((_regression_output(out) - yb).abs().sum())
+    figures = {"loss": loss_sum / n}
+    if kind == "classification":
+        figures["accuracy"] = correct / n
+    else:
+        figures["mae"] = abs_sum / n
+    return figures

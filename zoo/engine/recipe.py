@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from zoo.engine import kind_loader
 from zoo.errors import RecipeError, UnknownKind
@@ -67,18 +67,66 @@ class InputSpec(_Strict):
         return v
 
 
+# the fields only some built-in architectures read, and which: anything else is refused, so a
+# misplaced field (`hidden` on a bert) is an error at its YAML line instead of silently ignored
+ARCH_FIELDS: dict[str, tuple[str, ...]] = {
+    "hidden": ("mlp",),
+    "dropout": ("mlp", "bert", "alexnet"),
+    "hidden_size": ("bert",),
+    "num_layers": ("bert",),
+    "num_heads": ("bert",),
+    "intermediate_size": ("bert",),
+    "max_length": ("bert",),
+    "vocab_size": ("bert",),
+}
+BERT_REQUIRED = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_length")
+
+
 class ModelSpec(_Strict):
     """The model's architecture and I/O names, shared by train, export and verify."""
 
-    arch: str | None = Field(None, description="built-in architecture: alexnet, lenet5")
+    arch: str | None = Field(None, description="built-in architecture: alexnet, lenet5 (images), mlp (tables), "
+                                               "bert (token ids)")
     entry: str | None = Field(None, description="custom model: 'path/to/file.py:function' returning a torch.nn.Module")
-    num_classes: int = Field(10, ge=1)
-    input_name: str = "input"
+    num_classes: int = Field(10, ge=1, description="output width of a classifier (regression tasks give 1 value)")
+    input_name: str | None = Field(None, description="the input's name in a single-input export (default: the arch's: "
+                                                     "input for images, features for mlp)")
     output_name: str = "logits"
     task: str = "image-classification"
     inputs: dict[str, InputSpec] | None = Field(
         None, description="the model's inputs by name, in order: {name: {shape, dtype}}; overrides the shapes and "
                           "types the model declares (default: what the model or the data says)")
+    hidden: list[int] | None = Field(None, min_length=1, description="mlp: hidden layer widths (default [64, 32])")
+    dropout: float | None = Field(None, ge=0, lt=1, description="mlp, bert, alexnet: dropout probability while "
+                                                                "training (default 0, 0.1, 0.5)")
+    hidden_size: int | None = Field(None, ge=1, le=65536, description="bert: width of the encoder")
+    num_layers: int | None = Field(None, ge=1, le=128, description="bert: encoder layers")
+    num_heads: int | None = Field(None, ge=1, le=1024, description="bert: attention heads (divide hidden_size)")
+    intermediate_size: int | None = Field(None, ge=1, le=262144, description="bert: feed-forward width")
+    max_length: int | None = Field(None, ge=1, le=65536, description="bert: longest sequence (position embeddings)")
+    vocab_size: int | None = Field(None, ge=2, description="bert: token vocabulary (default: the data's tokenizer's)")
+
+    @field_validator("hidden")
+    @classmethod
+    def _widths(cls, v):
+        if v is not None and any(w < 1 for w in v):
+            raise ValueError("hidden layer widths must be at least 1")
+        return v
+
+    @model_validator(mode="after")
+    def _fields_fit_the_arch(self):
+        for name, archs in ARCH_FIELDS.items():
+            if getattr(self, name) is not None and self.arch not in archs:
+                what = f"arch: {self.arch}" if self.arch else "a model without `arch`"
+                raise ValueError(f"`{name}` applies to arch {' or '.join(archs)} only, not to {what}")
+        if self.arch == "bert":
+            missing = [f for f in BERT_REQUIRED if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"arch: bert needs {', '.join(missing)} (e.g. hidden_size: 128, num_layers: 2, "
+                                 "num_heads: 2, intermediate_size: 512, max_length: 128)")
+            if self.hidden_size % self.num_heads:
+                raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
+        return self
 
 
 class StageSpec(_Strict):

@@ -1,4 +1,4 @@
-"""Model architectures in plain torch.nn, and the loader for user-defined models.
+"""Model architectures in plain torch.nn (and Hugging Face BERT), and the loader for user models.
 
 The recipe's ``model:`` section names either a built-in ``arch`` or a user ``entry``:
 
@@ -9,17 +9,34 @@ The recipe's ``model:`` section names either a built-in ``arch`` or a user ``ent
   pool spreads to 6x6, 224x224 gives 6x6 as in the paper.
 - ``arch: lenet5``: LeNet-5 (conv 6@5x5, pool, conv 16@5x5, pool, 120, 84, classes) with
   "same" padding on both convolutions and an adaptive average pool to 5x5 before the
-  classifier, so it accepts any input of at least 4x4 (8x8 digits, 28x28 MNIST, 32x32...).
+  classifier, so it accepts any input of at least 4x4, square or not (8x8 digits, 28x28
+  MNIST, 8x6...).
+- ``arch: mlp``: a multi-layer perceptron for tabular float features: ``hidden`` widths
+  (default [64, 32]) with ReLU and ``dropout`` (default 0) between them; ``in_features`` is
+  the data's feature width. Output: ``num_classes`` logits, or 1 value for a regression task.
+- ``arch: bert``: Hugging Face ``transformers``' ``BertForSequenceClassification`` built from a
+  ``BertConfig`` of the section's ``hidden_size, num_layers, num_heads, intermediate_size,
+  max_length`` (position embeddings) and ``vocab_size`` (default: the data's tokenizer's);
+  ``forward(input_ids, attention_mask)`` returns the logits tensor, and the state-dict keys are
+  Hugging Face's own (``bert.embeddings...``, ``classifier.weight``), so fine-tuned Hugging Face
+  checkpoints load key for key. Attention is transformers' ``eager`` implementation: its
+  exported graph is one onnxruntime's transformer optimizer fuses into Attention nodes
+  (the default ``sdpa`` one exports to a graph it does not). Needs the text extra.
 - ``entry: path/to/file.py:function``: the file (relative to the recipe) is imported and
-  ``function(num_classes=<model.num_classes>, in_channels=<data.channels>)`` is called; it
-  must return a ``torch.nn.Module`` that maps float32 NCHW images in [0, 1] to logits of
-  shape (N, num_classes). The file's content enters the cache key of every stage using it.
+  ``function(num_classes=<model.num_classes>, in_channels=<image channels>)`` is called; it
+  must return a ``torch.nn.Module`` that maps float32 images in [0, 1] (NCHW, or NHWC when the
+  data's layout says so) to logits of shape (N, num_classes). The file's content enters the
+  cache key of every stage using it.
+
+Each architecture declares its inputs (`model_inputs`): the names the exported graph takes
+(``model.inputs`` in the recipe renames and retypes them, in order) and what they hold, so train
+feeds the data's features by name and export invents example inputs of the right kind.
 
 Fresh built-in models use He-normal initialisation (torchvision uses torch's defaults): the
 layout and state-dict keys are unchanged, but training from scratch starts learning at once.
 
-torch is imported only when a model is built: the classes are created on first use, so
-importing this module (to list dependencies for a cache key) stays cheap.
+torch (and transformers) are imported only when a model is built: the classes are created on
+first use, so importing this module (to list dependencies for a cache key) stays cheap.
 """
 
 from __future__ import annotations
@@ -28,32 +45,132 @@ import difflib
 import hashlib
 import importlib.util
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Mapping
 
 from zoo.errors import InvalidInput
 
-ARCHS = ("alexnet", "lenet5")
+ARCHS = ("alexnet", "lenet5", "mlp", "bert")
+IMAGE_ARCHS = ("alexnet", "lenet5")
+MLP_HIDDEN = (64, 32)
+TEXT_EXTRA = "pip install 'zoo-onnx[text]'"
+# the model: fields that shape the network (train and export build the same one from them)
+BUILD_FIELDS = ("arch", "entry", "num_classes", "hidden", "dropout", "hidden_size", "num_layers", "num_heads",
+                "intermediate_size", "max_length", "vocab_size")
 
 
-def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3) -> Any:
+@dataclass(frozen=True)
+class ModelInput:
+    """One input of an architecture: its name in the exported graph, what it holds, its type.
+
+    `holds`: ``image`` (float images), ``table`` (float feature rows), ``token_ids`` (int64 ids
+    below the vocabulary size), ``mask`` (int64 attention mask, 1 = attend), or ``any`` (an entry
+    model's declared input: floats in [0, 1), integers 0 or 1, booleans True).
+    """
+
+    name: str
+    holds: Literal["image", "table", "token_ids", "mask", "any"]
+    dtype: str = "float32"
+
+
+def modality(model_section: Mapping[str, Any]) -> Literal["image", "table", "text"]:
+    """What the architecture reads: images (alexnet, lenet5, entry models), tables (mlp), text (bert)."""
+    arch = model_section.get("arch")
+    return "text" if arch == "bert" else "table" if arch == "mlp" else "image"
+
+
+def model_inputs(model_section: Mapping[str, Any]) -> list[ModelInput]:
+    """The model's inputs in forward() order: the architecture's own, renamed and retyped in
+    order by the recipe's ``model.inputs`` when it declares them (``model.input_name`` renames a
+    single input)."""
+    kind = modality(model_section)
+    if kind == "text":
+        own = [ModelInput("input_ids", "token_ids", "int64"), ModelInput("attention_mask", "mask", "int64")]
+    else:
+        default = "features" if kind == "table" else "input"
+        own = [ModelInput(model_section.get("input_name") or default, kind)]
+    declared = model_section.get("inputs") or {}
+    if not declared:
+        return own
+    if len(declared) != len(own):
+        if model_section.get("entry"):  # a user model may take anything: trust the declaration
+            return [ModelInput(name, "any", spec.get("dtype") or "float32") for name, spec in declared.items()]
+        raise InvalidInput(f"model.inputs declares {len(declared)} input(s) but arch {model_section.get('arch')} "
+                           f"takes {len(own)} ({', '.join(i.name for i in own)})",
+                           hint="declare one entry per model input, in forward() order")
+    out = [ModelInput(name, mine.holds, spec.get("dtype") or mine.dtype)
+           for (name, spec), mine in zip(declared.items(), own)]
+    for inp in out:
+        if inp.holds in ("token_ids", "mask") and not inp.dtype.startswith("int"):
+            raise InvalidInput(f"model.inputs.{inp.name} is {inp.dtype}, but arch {model_section.get('arch')} takes "
+                               "integer token ids and masks there", hint=f"set `model.inputs.{inp.name}.dtype: int64`")
+    return out
+
+
+def image_settings(data: Mapping[str, Any] | None) -> tuple[int, tuple[int, int], Literal["NCHW", "NHWC"]]:
+    """(channels, (height, width), layout) of the data's images: ``data.image: {size, channels,
+    layout}`` where given, else the older ``data.channels`` and square ``data.image_size``."""
+    data = data or {}
+    image = data.get("image") or {}
+    channels = int(image.get("channels") or data.get("channels") or 1)
+    size = image.get("size")
+    if size is None:
+        side = int(data.get("image_size") or 8)
+        h, w = side, side
+    elif isinstance(size, int):
+        h, w = size, size
+    else:
+        h, w = (int(s) for s in size)
+    layout = str(image.get("layout") or "NCHW").upper()
+    return channels, (h, w), "NHWC" if layout == "NHWC" else "NCHW"
+
+
+def data_sizes(model_section: Mapping[str, Any], data: Mapping[str, Any] | None, recipe_dir: Path, *,
+               regression: bool = False, width: int | None = None) -> dict[str, Any]:
+    """The `build_model` keywords the data decides, so train and export build the same network:
+    image channels and layout (`image_settings`), the table's `width` (read by the caller from
+    the data or an input shape), the vocabulary size (``model.vocab_size``, else the data's
+    tokenizer's), and 1 output for a regression task."""
+    kind = modality(model_section)
+    sizes: dict[str, Any] = {"outputs": 1 if regression else None}
+    if kind == "image":
+        channels, _, layout = image_settings(data)
+        sizes.update(in_channels=channels, layout=layout)
+    elif kind == "table":
+        sizes["in_features"] = width
+    elif not model_section.get("vocab_size"):
+        if not data:
+            raise InvalidInput("arch: bert needs a vocabulary size and the recipe has no `data:` to take it from",
+                               hint="set `model.vocab_size`")
+        from zoo_stages.lib import datasets
+
+        sizes["vocab_size"] = int(datasets.vocab_size(dict(data), Path(recipe_dir)))
+    return sizes
+
+
+def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, layout: str = "NCHW",
+                in_features: int | None = None, vocab_size: int | None = None, outputs: int | None = None) -> Any:
     """The torch.nn.Module described by the recipe's ``model:`` section (random weights).
 
-    `in_channels` is the number of image channels (the recipe's ``data.channels``, or the
-    export's input shape); `num_classes` comes from the section itself.
+    What the data says goes in the keywords: `in_channels` and `layout` of images (the data's
+    image settings, or the export's input shape), `in_features` for mlp (the table's width),
+    `vocab_size` for bert when the section has none (the tokenizer's); `outputs` is the output
+    width (default ``model.num_classes``; 1 for a regression task).
     """
     if not isinstance(model_section, dict) or not model_section:
         raise InvalidInput("this stage needs the recipe's `model:` section",
                            hint="add e.g. `model: {arch: lenet5, num_classes: 10}` to the recipe")
     arch, entry = model_section.get("arch"), model_section.get("entry")
-    num_classes = int(model_section.get("num_classes", 10))
+    width = int(outputs or model_section.get("num_classes") or 10)
+    channels_last = str(layout).upper() == "NHWC"
     if arch and entry:
         raise InvalidInput("model.arch and model.entry are both set", hint="keep only one of them")
     if entry:
         fn = load_function(entry, Path(recipe_dir), field="model.entry")
-        model = fn(num_classes=num_classes, in_channels=in_channels)
+        model = fn(num_classes=width, in_channels=in_channels)
         import torch
 
         if not isinstance(model, torch.nn.Module):
@@ -63,23 +180,82 @@ def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3) 
     if not arch:
         raise InvalidInput("the model: section has neither `arch` nor `entry`",
                            hint=f"set `model.arch` to one of {', '.join(ARCHS)}, or `model.entry: file.py:function`")
+    dropout = model_section.get("dropout")
     if arch == "alexnet":
-        return alexnet(num_classes=num_classes, in_channels=in_channels)
+        return alexnet(num_classes=width, in_channels=in_channels, dropout=0.5 if dropout is None else dropout,
+                       channels_last=channels_last)
     if arch == "lenet5":
-        return lenet5(num_classes=num_classes, in_channels=in_channels)
+        return lenet5(num_classes=width, in_channels=in_channels, channels_last=channels_last)
+    if arch == "mlp":
+        if not in_features:
+            raise InvalidInput("arch: mlp needs the width of the data's features",
+                               hint="give the table in `data:`, or `input_shape: [WIDTH]` in the export config")
+        return mlp(in_features, tuple(model_section.get("hidden") or MLP_HIDDEN), width, dropout or 0.0)
+    if arch == "bert":
+        vocab = model_section.get("vocab_size") or vocab_size
+        if not vocab:
+            raise InvalidInput("arch: bert needs a vocabulary size", hint="set `model.vocab_size`, or give text data "
+                                                                          "with a tokenizer in `data:`")
+        return bert(model_section, num_labels=width, vocab_size=int(vocab))
     close = difflib.get_close_matches(str(arch), ARCHS, n=1)
     raise InvalidInput(f"unknown model.arch {arch!r}" + (f" — did you mean {close[0]!r}?" if close else ""),
                        hint=f"built-in architectures: {', '.join(ARCHS)}; or use `model.entry: file.py:function`")
 
 
-def alexnet(num_classes: int = 1000, in_channels: int = 3, dropout: float = 0.5) -> Any:
-    """AlexNet with torchvision's exact module layout and state-dict keys."""
-    return _classes().AlexNet(num_classes=num_classes, in_channels=in_channels, dropout=dropout)
+def alexnet(num_classes: int = 1000, in_channels: int = 3, dropout: float = 0.5, channels_last: bool = False) -> Any:
+    """AlexNet with torchvision's exact module layout and state-dict keys (NHWC input when `channels_last`)."""
+    return _classes().AlexNet(num_classes=num_classes, in_channels=in_channels, dropout=dropout,
+                              channels_last=channels_last)
 
 
-def lenet5(num_classes: int = 10, in_channels: int = 1) -> Any:
-    """LeNet-5 with same-padded convolutions and an adaptive 5x5 pool (any input >= 4x4)."""
-    return _classes().LeNet5(num_classes=num_classes, in_channels=in_channels)
+def lenet5(num_classes: int = 10, in_channels: int = 1, channels_last: bool = False) -> Any:
+    """LeNet-5 with same-padded convolutions and an adaptive 5x5 pool (any input >= 4x4, square or not)."""
+    return _classes().LeNet5(num_classes=num_classes, in_channels=in_channels, channels_last=channels_last)
+
+
+def mlp(in_features: int, hidden: tuple[int, ...] = MLP_HIDDEN, outputs: int = 2, dropout: float = 0.0) -> Any:
+    """Linear layers of widths `hidden` with ReLU (and dropout) between them, then `outputs` values."""
+    return _classes().MLP(in_features=in_features, hidden=tuple(hidden), outputs=outputs, dropout=dropout)
+
+
+def bert(model_section: Mapping[str, Any], num_labels: int, vocab_size: int) -> Any:
+    """BertForSequenceClassification from the section's sizes, called as model(input_ids, attention_mask) -> logits."""
+    transformers = _transformers()
+    dropout = model_section.get("dropout")
+    dropout = 0.1 if dropout is None else float(dropout)  # BertConfig's own default
+    config = transformers.BertConfig(
+        vocab_size=int(vocab_size), hidden_size=int(model_section["hidden_size"]),
+        num_hidden_layers=int(model_section["num_layers"]), num_attention_heads=int(model_section["num_heads"]),
+        intermediate_size=int(model_section["intermediate_size"]),
+        max_position_embeddings=int(model_section["max_length"]), num_labels=int(num_labels),
+        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+        # eager attention exports to MatMul/Softmax chains onnxruntime fuses into Attention; sdpa does not
+        attn_implementation="eager")
+    return _bert_class()(config)
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise InvalidInput("arch: bert needs the transformers package, which is not installed",
+                           hint=TEXT_EXTRA) from None
+    return transformers
+
+
+@lru_cache(maxsize=1)
+def _bert_class() -> type:
+    """BertForSequenceClassification whose forward takes (input_ids, attention_mask) and returns
+    the logits tensor: what train calls and export traces (the subclass keeps Hugging Face's
+    state-dict keys)."""
+    transformers = _transformers()
+
+    class BertClassifier(transformers.BertForSequenceClassification):
+        def forward(self, input_ids, attention_mask):
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).logits
+
+    BertClassifier.__module__ = __name__
+    return BertClassifier
 
 
 def parse_entry(entry: str, field: str) -> tuple[str, str]:
@@ -128,7 +304,7 @@ def load_function(entry: str, recipe_dir: Path, field: str) -> Callable[..., Any
 
 def __getattr__(name: str) -> Any:
     # `archs.AlexNet` etc. work like ordinary module attributes, created on first access
-    if name in ("AlexNet", "LeNet5", "AdaptiveAvgPool2d"):
+    if name in ("AlexNet", "LeNet5", "MLP", "AdaptiveAvgPool2d"):
         return getattr(_classes(), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -193,8 +369,10 @@ def _classes() -> SimpleNamespace:
     class AlexNet(nn.Module):
         """torchvision.models.AlexNet, layer for layer (state dicts are interchangeable); He init."""
 
-        def __init__(self, num_classes: int = 1000, in_channels: int = 3, dropout: float = 0.5):
+        def __init__(self, num_classes: int = 1000, in_channels: int = 3, dropout: float = 0.5,
+                     channels_last: bool = False):
             super().__init__()
+            self.channels_last = channels_last  # NHWC input: permuted to NCHW first (not in the state dict)
             self.features = nn.Sequential(
                 nn.Conv2d(in_channels, 64, kernel_size=11, stride=4, padding=2),
                 nn.ReLU(inplace=True),
@@ -223,6 +401,8 @@ def _classes() -> SimpleNamespace:
             he_init(self, self.classifier[6])
 
         def forward(self, x):
+            if self.channels_last:
+                x = x.permute(0, 3, 1, 2)
             x = self.features(x)
             x = self.avgpool(x)
             x = torch.flatten(x, 1)
@@ -231,8 +411,9 @@ def _classes() -> SimpleNamespace:
     class LeNet5(nn.Module):
         """LeNet-5 (LeCun et al., 1998) with ReLU, max pooling and same-padded convolutions."""
 
-        def __init__(self, num_classes: int = 10, in_channels: int = 1):
+        def __init__(self, num_classes: int = 10, in_channels: int = 1, channels_last: bool = False):
             super().__init__()
+            self.channels_last = channels_last  # NHWC input: permuted to NCHW first (not in the state dict)
             self.features = nn.Sequential(
                 nn.Conv2d(in_channels, 6, kernel_size=5, padding=2),
                 nn.ReLU(inplace=True),
@@ -252,13 +433,34 @@ def _classes() -> SimpleNamespace:
             he_init(self, self.classifier[4])
 
         def forward(self, x):
+            if self.channels_last:
+                x = x.permute(0, 3, 1, 2)
             x = self.features(x)
             x = self.avgpool(x)
             x = torch.flatten(x, 1)
             return self.classifier(x)
 
-    for cls in (AdaptiveAvgPool2d, AlexNet, LeNet5):
+    class MLP(nn.Module):
+        """Linear -> ReLU (-> Dropout) per hidden width, then a Linear to the outputs; He init."""
+
+        def __init__(self, in_features: int, hidden: tuple[int, ...], outputs: int, dropout: float = 0.0):
+            super().__init__()
+            layers: list[nn.Module] = []
+            width = in_features
+            for h in hidden:
+                layers += [nn.Linear(width, h), nn.ReLU(inplace=True)]
+                if dropout:
+                    layers.append(nn.Dropout(p=dropout))
+                width = h
+            layers.append(nn.Linear(width, outputs))
+            self.layers = nn.Sequential(*layers)
+            he_init(self, layers[-1])
+
+        def forward(self, x):
+            return self.layers(torch.flatten(x, 1))
+
+    for cls in (AdaptiveAvgPool2d, AlexNet, LeNet5, MLP):
         # resolvable as zoo_stages.lib.archs.<Name> (module __getattr__), e.g. for pickling
         cls.__module__ = __name__
         cls.__qualname__ = cls.__name__
-    return SimpleNamespace(AdaptiveAvgPool2d=AdaptiveAvgPool2d, AlexNet=AlexNet, LeNet5=LeNet5)
+    return SimpleNamespace(AdaptiveAvgPool2d=AdaptiveAvgPool2d, AlexNet=AlexNet, LeNet5=LeNet5, MLP=MLP)

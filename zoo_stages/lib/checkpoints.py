@@ -27,8 +27,9 @@ def save_checkpoint(model, target: Path) -> Path:
     return target
 
 
-def build_with_weights(model_section: dict, recipe_dir: Path, in_channels: int, weights: Path, label: str):
-    """The recipe's model with `weights` loaded, in eval mode.
+def build_with_weights(model_section: dict, recipe_dir: Path, weights: Path, label: str, **sizes):
+    """The recipe's model with `weights` loaded, in eval mode (`sizes`: `archs.build_model`'s
+    keywords, what the data decides).
 
     The module is first built on torch's meta device: its random initialisation (0.4-0.7 s for
     AlexNet's 61M parameters) would be overwritten anyway, so the loaded tensors are assigned
@@ -40,10 +41,10 @@ def build_with_weights(model_section: dict, recipe_dir: Path, in_channels: int, 
     from zoo_stages.lib import archs
 
     with torch.device("meta"):
-        model = archs.build_model(model_section, recipe_dir, in_channels=in_channels)
+        model = archs.build_model(model_section, recipe_dir, **sizes)
     load_weights(model, weights, label, assign=True)
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
-        model = archs.build_model(model_section, recipe_dir, in_channels=in_channels)
+        model = archs.build_model(model_section, recipe_dir, **sizes)
         load_weights(model, weights, label)
     return model.eval()
 
@@ -98,5 +99,6 @@ def load_weights(model, path: Path, label: str, *, assign: bool = False) -> None
             parts.append(f"unexpected {', '.join(unexpected[:5])}" + (" ..." if len(unexpected) > 5 else ""))
         parts.extend(mismatched[:5])
         raise InvalidInput(f"the {label} do not fit the model: {'; '.join(parts)}",
-                           hint="check model.arch / model.num_classes / data.channels (or input_shape) against the weights")
+                           hint="check model.arch / model.num_classes / the model's sizes / data.channels (or input_shape) "
+                                "against the weights")
     model.load_state_dict(state, strict=True, assign=assign)

@@ -15,7 +15,8 @@ model's output order, batches concatenated along axis 0.
 - `random_feeds`: seeded inputs for models without data (floats uniform in [0, 1), integers 0
   or 1, booleans True: values any index, id or mask input accepts);
 - `declared_shapes`: per-sample shapes from the recipe's ``model.inputs``, for `random_feeds`;
-- `bind`: a dataset's named features as the feeds of a model's inputs;
+- `bind` / `bind_names`: a dataset's named features as the feeds of a model's inputs (a session's,
+  or a torch model's by input names);
 - `single_input`: for kinds that still handle single-input models only.
 
 numpy is imported inside functions so importing this module is cheap.
@@ -113,22 +114,27 @@ def declared_shapes(session: Any, declared: Mapping[str, Mapping[str, Any]] | No
 
 
 def bind(session: Any, features: Mapping[str, Any], *, where: str = "the data") -> dict[str, Any]:
-    """The feeds for the session's inputs from a dataset's named `features`.
+    """The feeds for the session's inputs from a dataset's named `features` (`bind_names`)."""
+    return bind_names([s.name for s in input_specs(session)], features, where=where)
+
+
+def bind_names(inputs: Sequence[str], features: Mapping[str, Any], *, where: str = "the data") -> dict[str, Any]:
+    """{input name: feature} for a model whose inputs are `inputs`, in that order.
 
     Each input takes the feature of its own name; a model with one input takes the only
     feature whatever its name (an image dataset's ``image`` feeds a model input ``input``).
     Features the model does not take are left out. InvalidInput names an input without data.
+    Also what train uses to feed a torch model the data's features.
     """
-    specs = input_specs(session)
-    if len(specs) == 1 and len(features) == 1:
-        return {specs[0].name: next(iter(features.values()))}
-    missing = [s.name for s in specs if s.name not in features]
+    if len(inputs) == 1 and len(features) == 1:
+        return {inputs[0]: next(iter(features.values()))}
+    missing = [name for name in inputs if name not in features]
     if missing:
         raise InvalidInput(f"{where} has no values for model input(s) {', '.join(missing)} "
                            f"(it has: {', '.join(features) or 'nothing'})",
                            hint="name the data's arrays or columns after the model's inputs "
-                                f"({', '.join(s.name for s in specs)})")
-    return {s.name: features[s.name] for s in specs}
+                                f"({', '.join(inputs)})")
+    return {name: features[name] for name in inputs}
 
 
 def fixed_batch(session: Any) -> int | None:
