@@ -65,8 +65,8 @@ def make_context(tmp_path: Path, name: str = "run") -> StageContext:
     (base / "out").mkdir(parents=True)
     recipe = RecipeInfo(name="t", version="0.1.0", description="", license="", path=tmp_path / "recipe.yaml", digest="")
     return StageContext(stage_id="verify", out_dir=base / "out", work_dir=base / "work", recipe=recipe,
-                        shared={"data": DATA, "model": {"input_name": "image", "output_name": "scores",
-                                                        "num_classes": 10}}, matrix={})
+                        shared={"data": DATA, "task": "image-classification",
+                                "model": {"num_classes": 10, "inputs": None}}, matrix={})
 
 
 def inputs_for(trained) -> Inputs:
@@ -225,18 +225,18 @@ def test_a_build_naming_a_stage_outside_needs_is_refused(tmp_path, trained):
 
 def test_without_data_verify_measures_parity_on_random_inputs(tmp_path, trained):
     ctx = make_context(tmp_path)
-    ctx.shared = {"data": None, "model": None}
+    ctx.shared = {"data": None, "model": None, "task": "image-classification"}
     out = Verify().run(inputs_for(trained), config(eval_samples=16, gates=["cpu-int8.top1_agreement >= 0.5"]), ctx)
     report = json.loads(out["report"].read_text())
     assert report["eval_data"].startswith("random") and report["eval_samples"] == 16
     q = report["builds"]["cpu-int8"]
-    assert q["accuracy"] is None and q["accuracy_drop"] is None
+    assert "accuracy" not in q and "accuracy_drop" not in q and "macro_f1" not in q
     assert q["top1_agreement"] >= 0.5 and q["cosine"] > 0.9
     inputs, _ = read_test_vectors(out["vectors"] / "cpu-int8" / "test_data_set_0")
     assert 0 <= inputs["image"].min() and inputs["image"].max() < 1
     # accuracy cannot be gated without labelled data: refused before anything runs
     ctx2 = make_context(tmp_path, "b")
-    ctx2.shared = {"data": None, "model": None}
+    ctx2.shared = {"data": None, "model": None, "task": "image-classification"}
     with pytest.raises(InvalidInput, match="needs labelled data"):
         Verify().run(inputs_for(trained), config(gates=["cpu-int8.accuracy_drop <= 0.1"]), ctx2)
 
