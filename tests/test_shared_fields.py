@@ -18,7 +18,7 @@ from zoo.engine import keys, kind_loader, lockfile, planner
 from zoo.engine.cache import Cache
 from zoo.errors import RecipeError
 from zoo.engine.executors import ProcessExecutor
-from zoo.engine.recipe import load
+from zoo.engine.recipe import InputSpec, load
 
 READER = """\
 schema_version: 1
@@ -242,6 +242,7 @@ stages:
 OTHER = {
     "model.arch": None, "model.entry": "net.py:build", "model.num_classes": 11, "model.input_name": "image",
     "model.output_name": "scores", "model.task": "object-detection",
+    "model.inputs": {"input": InputSpec(shape=["batch", 1, 8, 8], dtype="float32")},
     "data.source": "npz", "data.path": "other.npz", "data.image_size": 16, "data.channels": 3,
     "data.val_fraction": 0.3, "data.split_seed": 1, "data.limit": 100,
     "task": "object-detection",
@@ -254,7 +255,7 @@ EXPECTED = {
                "model.input_name", "model.output_name"},
     "optimize": set(),
     "quantize": {"data.*"},
-    "verify": {"data.*", "model.input_name", "model.num_classes"},
+    "verify": {"data.*", "task", "model.inputs", "model.num_classes"},
     "deploy": {"data.*", "model.task", "task"},
 }
 

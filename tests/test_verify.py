@@ -126,6 +126,10 @@ def test_metrics_on_a_known_model(tmp_path, trained):
                                                     "cpu-fp32.checker == 1", "cpu-int8.checker == 1"]
     assert all(g["passed"] for g in report["gates"])
     assert ctx.metrics["builds"]["cpu-int8"]["accuracy"] == q["accuracy"] and ctx.metrics["passed"] is True
+    assert report["task_kind"] == "classification" and report["metric_outputs"] == {"scores": "scores"}
+    assert ref["top5_accuracy"] >= ref["accuracy"] and 0 < ref["macro_f1"] <= 1 and q["macro_f1_drop"] is not None
+    v = read_back(out, ctx)
+    assert v.headline_metrics() == ["accuracy", "accuracy_drop"] and v.reference_accuracy() == ref["accuracy"]
 
 
 def test_gates_and_the_run_report_read_the_stage_metrics(tmp_path, trained):
@@ -346,6 +350,16 @@ def verify_models(tmp_path, models, *, task, split=None, monkeypatch=None, model
     return json.loads(out["report"].read_text()), out, ctx
 
 
+def read_back(out, ctx):
+    """verify's outputs as deploy reads them."""
+    import logging
+
+    from zoo_stages.lib.verify_report import read_verify_outputs
+
+    return read_verify_outputs(Inputs([Upstream("verify", "verify", dict(out), ctx.metrics)]),
+                               logging.getLogger("test"))
+
+
 @pytest.fixture(scope="module")
 def digits_flat():
     """Digits as (samples, 64) float features: two logistic regressions with different strengths
@@ -477,8 +491,8 @@ def test_regression_metrics_increases_and_gates(tmp_path, monkeypatch, diabetes)
     models = {"good": regression_model(good.coef_, good.intercept_),
               "poor": regression_model(poor.coef_, poor.intercept_)}
     gates = ["good.r2 >= 0.3", "poor.mae_increase <= 100", "poor.rmse_increase >= 0", "poor.r2_drop >= 0"]
-    report, _, _ = verify_models(tmp_path, models, task="tabular-regression", split=Split({"features": x}, y),
-                                 monkeypatch=monkeypatch, gates=gates)
+    report, out, ctx = verify_models(tmp_path, models, task="tabular-regression", split=Split({"features": x}, y),
+                                     monkeypatch=monkeypatch, gates=gates)
     assert report["task_kind"] == "regression" and report["metric_outputs"] == {"scores": "prediction"}
     assert report["task_metrics"] == ["mae", "rmse", "r2"]
     g, p = report["builds"]["good"], report["builds"]["poor"]
@@ -491,6 +505,12 @@ def test_regression_metrics_increases_and_gates(tmp_path, monkeypatch, diabetes)
     assert p["mae_increase"] == pytest.approx(p["mae"] - g["mae"]) and p["mae_increase"] > 0
     assert p["r2_drop"] == pytest.approx(g["r2"] - p["r2"]) and g["mae_increase"] == 0.0
     assert report["passed"] is True
+    # deploy and the card read the task's headline metrics, not accuracy by name
+    v = read_back(out, ctx)
+    assert (v.task, v.task_kind, v.metric_outputs) == ("tabular-regression", "regression", {"scores": "prediction"})
+    assert v.headline_metrics() == ["mae", "mae_increase"]
+    assert v.reference_metric("mae") == g["mae"] and v.reference_accuracy() is None
+    assert v.verified_metrics("poor")["mae_increase"] == p["mae_increase"]
     # a regression gate that fails, and a classification gate that does not apply
     with pytest.raises(GateFailed, match="poor.mae_increase <= 0"):
         verify_models(tmp_path, models, task="tabular-regression", split=Split({"features": x}, y),
@@ -509,12 +529,16 @@ def test_a_detector_never_gets_an_accuracy(tmp_path, task):
 
     models = {"fp32": detector_model(seed=0), "other": detector_model(seed=1)}
     ctx_data = dict(DATA)
-    report, _, ctx = verify_models(tmp_path, models, task=task, data=ctx_data)
+    report, out, ctx = verify_models(tmp_path, models, task=task, data=ctx_data)
     assert report["eval_data"] == "held-out split" and report["task"] == task
     assert report["metric_outputs"] == {} and report["task_metrics"] == []
     for m in list(report["builds"].values()) + list(ctx.metrics["builds"].values()):
         assert not any(k.startswith(("accuracy", "top5", "macro_f1", "top1")) for k in m), m
         assert "exact_match" not in m and 0 < m["cosine"] <= 1
+    v = read_back(out, ctx)
+    assert v.reference_accuracy() is None and "accuracy" not in v.verified_metrics("other")
+    if task == "object-detection":
+        assert v.headline_metrics() == []
     with pytest.raises(InvalidInput, match="'accuracy'") as err:
         verify_models(tmp_path, models, task=task, data=ctx_data, name="gated", gates=["other.accuracy >= 0.5"])
     assert "max_abs" in err.value.hint and "accuracy" not in err.value.hint

@@ -92,12 +92,22 @@ SCORES_PARITY: dict[str, str] = {
     "top1_agreement": "share of samples whose top-1 class (on the classifier's scores output) equals the reference's",
 }
 
-# Every metric a gate may name, whatever the task (a gate on one that does not apply to the model
-# is refused at run time, once the model and the data are known).
-METRICS: dict[str, str] = {**MEASUREMENTS, **FLOAT_PARITY, **EXACT_PARITY, **SCORES_PARITY}
-for _kind in tasks.METRICS:
-    METRICS.update(tasks.METRICS[_kind])
-    METRICS.update(tasks.comparison_names(_kind))
+
+
+def _all_metrics() -> dict[str, str]:
+    """Every metric a gate may name, whatever the task, with when it applies (a gate on one that
+    does not apply to the model is refused at run time, once the model and the data are known)."""
+    out = {**MEASUREMENTS}
+    out.update({k: f"(models with float outputs) {v}" for k, v in FLOAT_PARITY.items()})
+    out.update({k: f"(models with integer, boolean or string outputs) {v}" for k, v in EXACT_PARITY.items()})
+    out.update({k: f"(classification) {v}" for k, v in SCORES_PARITY.items()})
+    for kind, names in tasks.METRICS.items():
+        out.update({k: f"({kind}, labelled data) {v}" for k, v in names.items()})
+        out.update({k: f"({kind}, labelled data) {v}" for k, v in tasks.comparison_names(kind).items()})
+    return out
+
+
+METRICS: dict[str, str] = _all_metrics()
 
 
 def metric_names(batch_sizes: list[int]) -> list[str]:
