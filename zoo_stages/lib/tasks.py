@@ -207,7 +207,9 @@ def classification_metrics(labels: "np.ndarray", *, scores: "np.ndarray | None" 
         _check_rows(scores, labels, "scores")
         if len(labels) and int(labels.max()) >= scores.shape[1]:
             raise InvalidInput(f"the dataset has label {int(labels.max())} but the model outputs {scores.shape[1]} "
-                               "classes", hint="check model.num_classes against the dataset")
+                               "classes", hint="check model.num_classes against the dataset; if that output is "
+                                               "not class scores, set the recipe's `task:` (e.g. feature-extraction) "
+                                               "or verify's `output:`")
     if predicted is not None:
         predicted = np.asarray(predicted).astype(np.int64).reshape(-1)
         _check_rows(predicted, labels, "label output")
