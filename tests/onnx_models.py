@@ -112,3 +112,74 @@ def reshape_model() -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 13
     return model
+
+
+def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 13
+    return model
+
+
+def regression_model(w: np.ndarray, b: float, batch="N") -> onnx.ModelProto:
+    """A linear regressor: "features" (batch, F) float -> "prediction" (batch, 1) = features @ w + b."""
+    w = np.asarray(w, dtype=np.float32).reshape(1, -1)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["features", "W", "B"], ["prediction"], transB=1)],
+        "regressor",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, [batch, w.shape[1]])],
+        [helper.make_tensor_value_info("prediction", TensorProto.FLOAT, [batch, 1])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.array([b], dtype=np.float32), "B")],
+    )
+    return _model(graph)
+
+
+def sklearn_classifier_model(w: np.ndarray, b: np.ndarray, label_w: np.ndarray, label_b: np.ndarray) -> onnx.ModelProto:
+    """Shaped like a scikit-learn classifier converted to ONNX: "features" (batch, F) float ->
+    "label" (batch,) int64 and "probabilities" (batch, C) float. The label is the argmax of
+    ``features @ label_w.T + label_b``, the probabilities the softmax of ``features @ w.T + b``,
+    so with different weights the two can disagree (as a converted model's decision rule can)."""
+    classes, features = w.shape
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["features", "W", "B"], ["scores"], transB=1),
+         helper.make_node("Softmax", ["scores"], ["probabilities"], axis=1),
+         helper.make_node("Gemm", ["features", "LW", "LB"], ["decision"], transB=1),
+         helper.make_node("ArgMax", ["decision"], ["label"], axis=1, keepdims=0)],
+        "sklearn_like",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", classes])],
+        [numpy_helper.from_array(np.asarray(w, np.float32), "W"), numpy_helper.from_array(np.asarray(b, np.float32), "B"),
+         numpy_helper.from_array(np.asarray(label_w, np.float32), "LW"),
+         numpy_helper.from_array(np.asarray(label_b, np.float32), "LB")],
+    )
+    return _model(graph)
+
+
+def detector_model(channels: int = 1, side: int = 8, seed: int = 0) -> onnx.ModelProto:
+    """Shaped like a dense detector / segmenter: "image" (N, channels, side, side) -> "heatmap"
+    (N, 1, side, side), a 3x3 convolution and a sigmoid. No class scores anywhere."""
+    w = np.random.default_rng(seed).normal(0, 1, (1, channels, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["image", "W"], ["conv"], pads=[1, 1, 1, 1]),
+         helper.make_node("Sigmoid", ["conv"], ["heatmap"])],
+        "detector",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", channels, side, side])],
+        [helper.make_tensor_value_info("heatmap", TensorProto.FLOAT, ["N", 1, side, side])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    return _model(graph)
+
+
+def sequence_model(vocab: int = 8, dim: int = 4, seed: int = 0) -> onnx.ModelProto:
+    """An encoder-shaped model with a dynamic sequence axis: "ids" (batch, sequence) int64 ->
+    "embedding" (batch, dim), the mean of the ids' embedding rows."""
+    table = np.random.default_rng(seed).normal(0, 1, (vocab, dim)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["E", "ids"], ["rows"]),
+         helper.make_node("ReduceMean", ["rows"], ["embedding"], axes=[1], keepdims=0)],
+        "encoder",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", dim])],
+        [numpy_helper.from_array(table, "E")],
+    )
+    return _model(graph)

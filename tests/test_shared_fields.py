@@ -260,7 +260,7 @@ EXPECTED = {
     "export": {"data.*", "task", *_BUILD, "model.input_name", "model.output_name", "model.inputs"},
     "optimize": {"model.inputs"},
     "quantize": {"data.*", "task", "model.inputs"},
-    "verify": {"data.*", "model.input_name", "model.num_classes"},
+    "verify": {"data.*", "task", "model.inputs", "model.num_classes"},
     "deploy": {"data.*", "model.task", "task"},
 }
 

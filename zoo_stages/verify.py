@@ -14,26 +14,36 @@ Each named build comes from an upstream stage's `model` output::
           - cpu-int8.accuracy_drop <= 0.01
           - cpu-int8.speedup >= 1.0
 
-Per build: ``onnx.checker``; accuracy on the held-out split and ``accuracy_drop`` against the
-reference; parity against the reference on the same images, every output matched by name
-(`zoo_stages.lib.parity`: ``max_abs`` over outputs, the lowest ``cosine`` and ``cosine_min``,
-``top1_agreement`` of the first (samples, classes) output); latency p50/p90 at batch 1 after warm-up on
-``latency.threads`` threads; throughput (samples/s) at each of ``latency.batch_sizes``; file
-size; ``speedup`` = reference p50 / build p50. Test vectors go to
-``vectors/<build>/test_data_set_<i>/input_0.pb … output_0.pb`` (ONNX Model Zoo layout), inputs
-taken from the held-out split at seeded indices and outputs computed by that build.
+Every build is fed all its named inputs: the recipe's held-out split (`datasets.load_split`,
+features bound to the inputs by name with `onnx_run.bind`), or, without a ``data:`` section,
+seeded random inputs whose dynamic dimensions come from the recipe's ``model.inputs``.
+
+Per build: ``onnx.checker``; its ports (name, dtype, shape of every input and output); the
+metrics of the recipe's `task:` (`zoo_stages.lib.tasks`: classification accuracy, top5_accuracy,
+macro_f1; regression mae, rmse, r2; none for a generic task or without labels) and their change
+against the reference (``accuracy_drop``, ``mae_increase``: positive is worse); parity against the
+reference, every output matched by name (`zoo_stages.lib.parity`): ``max_abs``, ``max_rel``, the
+lowest mean ``cosine`` and ``cosine_min`` over float outputs, ``exact_match`` (the lowest share
+of equal elements over integer, boolean and string outputs, which are never compared by
+distance), ``top1_agreement`` on a classifier's scores output, and a record per output under
+``parity``; latency p50/p90 after warm-up on ``latency.threads`` threads; throughput (samples/s)
+at each of ``latency.batch_sizes``; file size; ``speedup`` = reference p50 / build p50. Test
+vectors go to ``vectors/<build>/test_data_set_<i>/input_0.pb, input_1.pb, … output_0.pb, …``
+(ONNX Model Zoo layout, every input and every output), inputs taken at seeded indices of the
+evaluation inputs and outputs computed by that build.
+
+verify only reports a metric that applies to the model: gates may name any of them, and a gate
+on one that does not apply (accuracy of a generic task or without labels, top5_accuracy with 5
+classes or fewer, max_abs of a model without float outputs) is refused before anything is
+measured, with the list of the metrics that apply.
 
 Without ``builds:``, every upstream stage with a `model` output is a build named after its stage
 id (``quantize[cpu-int8]`` -> ``quantize-cpu-int8``); the reference defaults to the first build.
-Without a recipe ``data:`` section (e.g. pretrained weights), verify evaluates on seeded random
-inputs (uniform in [0, 1)): parity, latency and vectors are measured, accuracy is not, and
-gates on accuracy are refused up front.
 
-Outputs: ``report`` (report.json: builds, gates, reference, threads, host) and ``vectors``.
-Accuracy, parity and the vectors are computed single-threaded and are deterministic; the
-latency/throughput numbers in report.json are measurements and differ from run to run, so
-report.json is not byte-identical across runs. A failed gate raises GateFailed (after the
-report is written) with a table of every gate. Every build also has an implicit gate
+Outputs: ``report`` (report.json: task, metrics output, builds, gates, reference, threads) and
+``vectors``. Everything in report.json is deterministic: timings (latency, throughput, speedup)
+differ from run to run and are kept in the stage metrics only. A failed gate raises GateFailed
+(after the report is written) with a table of every gate. Every build also has an implicit gate
 ``<build>.checker == 1`` (the ONNX checker accepted it).
 """
 
@@ -41,8 +51,9 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Mapping, Sequence
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
@@ -50,17 +61,15 @@ from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import (Column, Effect, GateOutcome, Inputs, KeyContext, KindConfig, ReportTable, StageContext,
                        StageKind)
 from zoo_stages.lib import gates as gatelib
+from zoo_stages.lib import tasks
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BUILD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
-# Metric name -> meaning; throughput_bs<N> exists for every N in latency.batch_sizes.
-METRICS: dict[str, str] = {
-    "accuracy": "top-1 accuracy on the held-out split",
-    "accuracy_drop": "reference accuracy minus this build's accuracy",
-    "max_abs": "largest |output - reference output| on the held-out split",
-    "cosine": "mean per-sample cosine similarity of outputs with the reference",
-    "cosine_min": "smallest per-sample cosine similarity with the reference",
-    "top1_agreement": "share of held-out samples whose top-1 class equals the reference's",
+# Metrics every model gets (name -> meaning); throughput_bs<N> exists for every N in latency.batch_sizes.
+MEASUREMENTS: dict[str, str] = {
     "latency_p50_ms": "median batch-1 latency in ms",
     "latency_p90_ms": "90th percentile batch-1 latency in ms",
     "speedup": "reference p50 / this build's p50",
@@ -69,10 +78,40 @@ METRICS: dict[str, str] = {
     "size_ratio": "model file size / reference file size",
     "checker": "1 when onnx.checker accepts the model, else 0",
 }
+# Parity with the reference, per kind of output.
+FLOAT_PARITY: dict[str, str] = {
+    "max_abs": "largest |output - reference output| over the float outputs",
+    "max_rel": "largest |output - reference| / |reference| over the float outputs (where reference != 0)",
+    "cosine": "lowest mean per-sample cosine similarity with the reference over the float outputs",
+    "cosine_min": "smallest per-sample cosine similarity with the reference over the float outputs",
+}
+EXACT_PARITY: dict[str, str] = {
+    "exact_match": "lowest share of elements equal to the reference's over the integer, boolean and string outputs",
+}
+SCORES_PARITY: dict[str, str] = {
+    "top1_agreement": "share of samples whose top-1 class (on the classifier's scores output) equals the reference's",
+}
+
+
+
+def _all_metrics() -> dict[str, str]:
+    """Every metric a gate may name, whatever the task, with when it applies (a gate on one that
+    does not apply to the model is refused at run time, once the model and the data are known)."""
+    out = {**MEASUREMENTS}
+    out.update({k: f"(models with float outputs) {v}" for k, v in FLOAT_PARITY.items()})
+    out.update({k: f"(models with integer, boolean or string outputs) {v}" for k, v in EXACT_PARITY.items()})
+    out.update({k: f"(classification) {v}" for k, v in SCORES_PARITY.items()})
+    for kind, names in tasks.METRICS.items():
+        out.update({k: f"({kind}, labelled data) {v}" for k, v in names.items()})
+        out.update({k: f"({kind}, labelled data) {v}" for k, v in tasks.comparison_names(kind).items()})
+    return out
+
+
+METRICS: dict[str, str] = _all_metrics()
 
 
 def metric_names(batch_sizes: list[int]) -> list[str]:
-    """Every metric a gate may name, given the configured throughput batch sizes."""
+    """Every metric a gate may name (for some task), given the configured throughput batch sizes."""
     return sorted(list(METRICS) + [f"throughput_bs{b}" for b in batch_sizes])
 
 
@@ -108,7 +147,7 @@ class VectorsConfig(KindConfig):
     """How many reference test vectors to save per build."""
 
     count: int = Field(1, ge=0, le=1000, description="test data sets per build (0: none)")
-    seed: int = Field(0, description="seed choosing the held-out images (or random inputs) used as inputs")
+    seed: int = Field(0, description="seed choosing the held-out samples (or random inputs) used as inputs")
 
 
 class VerifyConfig(KindConfig):
@@ -121,8 +160,11 @@ class VerifyConfig(KindConfig):
     gates: list[Annotated[str, AfterValidator(_check_gate)]] = Field(
         default_factory=list, description="'<build>.<metric> <op> <number>' conditions, e.g. 'cpu-int8.speedup >= 1'")
     eval_samples: int | None = Field(
-        None, ge=1, description="use at most this many held-out images (without a `data:` section: this many "
+        None, ge=1, description="use at most this many held-out samples (without a `data:` section: this many "
                                 "seeded random inputs, default 32)")
+    output: str | None = Field(
+        None, description="the model output the task's metrics read (default: the first that fits: a float "
+                          "(samples, classes) output for classification, (samples,) or (samples, 1) for regression)")
 
     @field_validator("builds")
     @classmethod
@@ -171,19 +213,63 @@ def _build_name(stage_id: str) -> str:
 # timings: measurements that differ from run to run, kept out of the report artifact
 MEASURED = re.compile(r"^(latency|throughput|speedup)")
 
-# metrics that need labelled data; without a `data:` section they are not measured
-DATA_METRICS = ("accuracy", "accuracy_drop")
+
+@dataclass
+class Evaluation:
+    """What every build is fed and scored against: named inputs (samples along axis 0) and labels."""
+
+    features: dict[str, "np.ndarray"]
+    labels: "np.ndarray | None"
+    description: str
+
+    def __len__(self) -> int:
+        first = next(iter(self.features.values()), None)
+        return 0 if first is None else int(first.shape[0])
+
+
+@dataclass
+class Opened:
+    """One build loaded and run on the evaluation inputs."""
+
+    model: Any  # onnx.ModelProto
+    blob: bytes
+    session: Any  # the single-threaded, deterministic session
+    feeds: dict[str, "np.ndarray"]
+    outputs: dict[str, "np.ndarray"]
+
+
+@dataclass
+class Targets:
+    """What verify measures for this model: the task, the outputs its metrics read, the metrics that apply."""
+
+    task: str
+    kind: str
+    scores: str | None  # the (samples, classes) or regression output
+    label: str | None  # a classifier's integer label output
+    task_metrics: list[str]  # tasks.evaluate's metrics that apply
+    parity_metrics: list[str]  # parity metrics that apply
+    valid: list[str]  # every metric verify reports for this model
+    reasons: dict[str, str]  # metric that does not apply -> why
+
+    def outputs_json(self) -> dict[str, str]:
+        """Which outputs the task metrics read ({} when none)."""
+        out = {"scores": self.scores, "label": self.label}
+        return {k: v for k, v in out.items() if v is not None}
 
 
 class Verify(StageKind):
     name = "verify"
-    version = "2"  # 2: parity over every output, matched by name (zoo_stages.lib.parity)
+    # 2: parity over every output, matched by name (zoo_stages.lib.parity)
+    # 3: every named input fed (data bound by name, or random with model.inputs); task metrics
+    #    (zoo_stages.lib.tasks); parity per output kind (exact_match for integer outputs); ports recorded
+    version = "3"
     Config = VerifyConfig
     tools = ("onnx", "onnxruntime", "numpy")
-    # the held-out split (every data field), and the model fields its notes compare with the build
-    shared = ("data", "model.input_name", "model.num_classes")
+    # the held-out split (every data field), the task choosing the metrics, the declared inputs
+    # (sizes of dynamic dimensions for random inputs), and the class count its notes compare with
+    shared = ("data", "task", "model.inputs", "model.num_classes")
     outputs = ("report", "vectors")
-    summary = "checks each build (checker, parity, accuracy, latency, throughput), saves test vectors, applies gates"
+    summary = "checks each build (checker, task metrics, parity, latency, throughput), saves test vectors, applies gates"
 
     def dependencies(self, config: VerifyConfig, ctx: KeyContext) -> list[Path]:
         data = ctx.shared.get("data")
@@ -202,35 +288,31 @@ class Verify(StageKind):
         gates = config.parsed_gates(build_stages)
         paths = {name: _model_path(inputs, name, stage) for name, stage in build_stages.items()}
         ref_name = config.reference or next(iter(build_stages))
-        data = context.shared.get("data")
-        x, y, eval_data = _evaluation_inputs(data, paths[ref_name], config, context)
-        if y is None:
-            needing = [g.text for g in gates if g.metric in DATA_METRICS]
-            if needing:
-                raise InvalidInput(f"gate {needing[0]!r} needs labelled data, but the recipe has no `data:` section",
-                                   hint="add a `data:` section, or gate on parity metrics (top1_agreement, cosine)")
+        model_spec = context.shared.get("model") or {}
+        task = context.shared.get("task") or "generic"
+        evaluation = _evaluation(context.shared.get("data"), paths[ref_name], config, context,
+                                 model_spec.get("inputs"))
 
-        # reference first: every other build is compared with its outputs
+        # the reference first: its outputs decide what applies, and every build is compared with them
+        ref_opened = open_build(paths[ref_name], evaluation)
+        targets = choose_targets(task, ref_opened, evaluation, config)
+        _refuse_inapplicable(gates, targets, config)
+
         order = [ref_name] + [b for b in build_stages if b != ref_name]
         vectors_dir = context.output_path("vectors")
         vectors_dir.mkdir(parents=True, exist_ok=True)
-        model_spec = context.shared.get("model") or {}
-
         builds: dict[str, dict[str, Any]] = {}
-        ref_outputs = None
         for name in order:
-            metrics, outputs = check_build(name, build_stages[name], paths[name], x, y, config,
-                                           vectors_dir / name, model_spec)
-            if name == ref_name:
-                ref_outputs = outputs
-            report = parity.compare(ref_outputs, outputs)
-            metrics.update({"max_abs": report.max_abs, "cosine": report.cosine, "cosine_min": report.cosine_min,
-                            "top1_agreement": report.top1_agreement})
+            opened = ref_opened if name == ref_name else open_build(paths[name], evaluation)
+            metrics = check_build(name, build_stages[name], paths[name], opened, evaluation, targets, config,
+                                  vectors_dir / name, model_spec)
+            report = parity.compare(ref_opened.outputs, opened.outputs)
+            metrics.update(parity_metrics(report, targets))
             builds[name] = metrics
         ref = builds[ref_name]
         for name, m in builds.items():
-            m["accuracy_drop"] = (ref["accuracy"] - m["accuracy"]
-                                  if ref["accuracy"] is not None and m["accuracy"] is not None else None)
+            for metric in targets.task_metrics:
+                m[tasks.comparison_name(metric)] = tasks.compare(metric, ref.get(metric), m.get(metric))
             m["speedup"] = ref["latency_p50_ms"] / m["latency_p50_ms"] if m["latency_p50_ms"] > 0 else None
             m["size_ratio"] = m["size_bytes"] / ref["size_bytes"] if ref["size_bytes"] else None
         # recipe order in the report; NaN/inf (a broken build) become null, which fails any gate on them
@@ -243,11 +325,15 @@ class Verify(StageKind):
         # report.json is an artifact and must be bit-reproducible: timings (which differ on every
         # run) are left out of it and kept as metrics only (cache entry, lockfile, published manifest)
         report = {
+            "task": targets.task,
+            "task_kind": targets.kind,
+            "metric_outputs": targets.outputs_json(),
+            "task_metrics": targets.task_metrics,
             "reference": ref_name,
             "threads": config.latency.threads,
             "latency": config.latency.model_dump(),
-            "eval_data": eval_data,
-            "eval_samples": int(len(x)),
+            "eval_data": evaluation.description,
+            "eval_samples": len(evaluation),
             "builds": {name: {k: v for k, v in m.items() if not MEASURED.match(k)} for name, m in builds.items()},
             "gates": [{k: v for k, v in g.items() if k not in ("value", "passed")} if MEASURED.match(str(g.get("metric", "")))
                       else g for g in gate_rows],
@@ -255,9 +341,9 @@ class Verify(StageKind):
             "passed": passed,
         }
         out = atomic_write_json(context.output_path("report.json"), report, fsync=False)
-        context.metrics.update({"reference": ref_name, "threads": config.latency.threads, "builds": builds,
-                                "gates": gate_rows, "passed": passed, "eval_data": eval_data,
-                                "host": host_info()})
+        context.metrics.update({"task": targets.task, "task_kind": targets.kind, "reference": ref_name,
+                                "threads": config.latency.threads, "builds": builds, "gates": gate_rows,
+                                "passed": passed, "eval_data": evaluation.description, "host": host_info()})
         table = gatelib.format_table(results)
         context.log.info("verify gates:\n%s", table)
         if not passed:
@@ -280,33 +366,118 @@ class Verify(StageKind):
         return [ReportTable(f"gates ({stage_id})", columns, rows, show_header=False)]
 
 
-def _evaluation_inputs(data, reference: Path, config: VerifyConfig, context: StageContext):
-    """(x, y or None, description): the held-out split, or seeded random inputs when there is no data.
+RANDOM_INPUTS = "random inputs (floats uniform in [0, 1), integers 0 or 1, booleans True), seed 0"
 
-    Random inputs (uniform in [0, 1), seed 0) still give parity, latency and test vectors for
-    recipes without a dataset (e.g. pretrained weights); accuracy is then not measured.
+
+def _evaluation(data, reference: Path, config: VerifyConfig, context: StageContext,
+                declared: Mapping[str, Any] | None) -> Evaluation:
+    """The held-out split, or seeded random inputs for every input of the reference without data.
+
+    Random inputs still give parity, latency and test vectors for recipes without a dataset
+    (e.g. pretrained weights); the task's metrics then do not apply. A dynamic dimension other
+    than the batch needs its size from the recipe's ``model.inputs``.
     """
     from zoo_stages.lib import onnx_run, ort_session
 
     if data:
         from zoo_stages.lib.datasets import load_split
 
-        split = load_split(data, context.recipe.dir, "val")
-        x, y = split.single("verify"), split.labels
-        if config.eval_samples is not None:
-            x, y = x[:config.eval_samples], y[:config.eval_samples]
-        if len(x) == 0:
+        split = load_split(data, context.recipe.dir, "val").head(config.eval_samples)
+        if len(split) == 0:
             raise InvalidInput("the held-out split is empty", hint="raise data.val_fraction or add data")
-        return x, y, "held-out split"
+        return Evaluation(dict(split.features), split.labels, "held-out split")
     session = ort_session.make_session(reference, threads=1, level="disable")
-    spec = onnx_run.single_input(session)
+    shapes = onnx_run.declared_shapes(session, declared)
+    example = ", ".join(f"{s.name}: {{shape: [batch, ...], dtype: {s.dtype}}}" for s in onnx_run.input_specs(session))
     try:
-        x = onnx_run.random_feeds(session, config.eval_samples or 32, seed=0)[spec.name]
-    except InvalidInput:
-        raise InvalidInput(f"the model input has dynamic dimensions {list(spec.shape)} and the recipe has no "
-                           "`data:` section, so verify cannot make inputs for it",
-                           hint="add a `data:` section to the recipe") from None
-    return x, None, "random uniform [0, 1), seed 0"
+        feeds = onnx_run.random_feeds(session, config.eval_samples or 32, seed=0, shapes=shapes)
+    except InvalidInput as e:
+        raise InvalidInput(f"{e.message}: without a `data:` section verify invents every input, so each dynamic "
+                           "dimension but the batch needs a size from the recipe's `model.inputs`",
+                           hint=f"declare the inputs with fixed sizes (model.inputs: {{{example}}}), "
+                                "or add a `data:` section") from None
+    return Evaluation(feeds, None, RANDOM_INPUTS)
+
+
+def open_build(path: Path, evaluation: Evaluation) -> Opened:
+    """Load a build, bind the evaluation inputs to its inputs by name and run it single-threaded."""
+    from zoo_stages.lib import onnx_io, onnx_run, ort_session
+
+    model = onnx_io.load_model(path)
+    blob = onnx_io.model_bytes(model)  # serialised once for both sessions
+    session = ort_session.make_session(blob, threads=1, level="all")
+    feeds = onnx_run.prepare(session, onnx_run.bind(session, evaluation.features, where=evaluation.description),
+                             where=evaluation.description)
+    outputs = onnx_run.run(session, feeds, batch_size=32, where=evaluation.description)
+    return Opened(model=model, blob=blob, session=session, feeds=feeds, outputs=outputs)
+
+
+def choose_targets(task: str, ref: Opened, evaluation: Evaluation, config: VerifyConfig) -> Targets:
+    """The outputs the task's metrics read and every metric that applies, from the reference build."""
+    import numpy as np
+
+    from zoo_stages.lib import onnx_run, parity
+
+    kind = tasks.kind_of(task)
+    specs = onnx_run.output_specs(ref.session)
+    scores = tasks.scores_output(specs, config.output, kind)
+    label = tasks.label_output(specs) if kind == "classification" else None
+    classes = None
+    if scores is not None and kind == "classification":
+        classes = int(np.asarray(ref.outputs[scores]).shape[1])
+    labelled = evaluation.labels is not None
+    task_metrics = tasks.applicable(kind, labelled=labelled, scores=scores, label=label, classes=classes)
+
+    exact = [n for n, a in ref.outputs.items() if parity.is_exact(np.asarray(a).dtype)]
+    floats = [n for n in ref.outputs if n not in exact]
+    parity_metrics = (list(FLOAT_PARITY) if floats else []) + (list(EXACT_PARITY) if exact else [])
+    if kind == "classification" and scores is not None:
+        parity_metrics += list(SCORES_PARITY)
+
+    reasons: dict[str, str] = {}
+    ports = ", ".join(f"{s.name} {s.dtype} {list(s.shape or [])}" for s in specs)
+    for name in FLOAT_PARITY:
+        reasons[name] = f"it compares float outputs and the model has none (its outputs: {ports})"
+    for name in EXACT_PARITY:
+        reasons[name] = f"it compares integer, boolean or string outputs and the model has none (its outputs: {ports})"
+    reasons["top1_agreement"] = ("it compares a classifier's scores output, and "
+                                 + (f"task {task!r} is {kind}" if kind != "classification"
+                                    else f"the model has none (its outputs: {ports})"))
+    for other, names in tasks.METRICS.items():
+        for metric in list(names) + list(tasks.comparison_names(other)):
+            reasons[metric] = _task_metric_reason(metric, other, task, kind, labelled, scores or label, classes, ports)
+    valid = list(MEASUREMENTS) + parity_metrics + task_metrics + [tasks.comparison_name(m) for m in task_metrics]
+    return Targets(task=task, kind=kind, scores=scores, label=label, task_metrics=task_metrics,
+                   parity_metrics=parity_metrics, valid=valid,
+                   reasons={k: v for k, v in reasons.items() if k not in valid})
+
+
+def _task_metric_reason(metric: str, family: str, task: str, kind: str, labelled: bool, readable: str | None,
+                        classes: int | None, ports: str) -> str:
+    """Why a task metric of `family` does not apply to this model (when it does not)."""
+    if family != kind:
+        return f"it is a {family} metric and task {task!r} is {kind}" + (
+            " (a generic task has parity metrics only)" if kind == "generic" else "")
+    if not labelled:
+        return "it needs labelled data, but the recipe has no `data:` section (or its data has no labels)"
+    if readable is None:
+        want = ("a float (samples, classes) scores output or an integer (samples,) label output"
+                if kind == "classification" else "a float (samples,) or (samples, 1) output")
+        return f"it needs {want}, and the model has none (its outputs: {ports})"
+    if metric.startswith("top5"):
+        return (f"it needs more than {tasks.TOP_K} classes; the model's scores have {classes}" if classes
+                else "it needs a float (samples, classes) scores output; the model has an integer label output only")
+    return "it does not apply to this model"
+
+
+def _refuse_inapplicable(gates: Sequence[gatelib.Gate], targets: Targets, config: VerifyConfig) -> None:
+    """InvalidInput naming the first gate on a metric verify does not report for this model."""
+    valid = sorted(targets.valid + [f"throughput_bs{b}" for b in config.latency.batch_sizes])
+    for gate in gates:
+        if gate.metric not in valid:
+            why = targets.reasons.get(gate.metric, "it does not apply to this model")
+            raise InvalidInput(f"gate {gate.text!r}: verify does not report {gate.metric!r} for this model: {why}",
+                               hint=f"metrics that apply: {', '.join(valid)}")
 
 
 def _json_safe(obj: Any) -> Any:
@@ -332,47 +503,44 @@ def _model_path(inputs: Inputs, build: str, stage_id: str) -> Path:
     return Path(up.outputs["model"])
 
 
-def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig, vectors_dir: Path,
-                model_spec: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
-    """Everything verify measures on one build; returns (metrics, {output name: held-out outputs})."""
+def ports(specs: Sequence[Any]) -> list[dict[str, Any]]:
+    """Ports as JSON: name, numpy-style dtype and shape (ints, names of dynamic dims, null)."""
+    return [{"name": s.name, "dtype": s.dtype, "shape": None if s.shape is None else list(s.shape)} for s in specs]
+
+
+def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation: Evaluation, targets: Targets,
+                config: VerifyConfig, vectors_dir: Path, model_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything verify measures on one build but its comparisons with the reference."""
     import onnx
 
     from zoo.engine.hashing import hash_file_uncached
-    from zoo_stages.lib import classification, onnx_io, onnx_run, ort_session
+    from zoo_stages.lib import onnx_io, onnx_run, ort_session
     from zoo_stages.lib import timing as timinglib
 
-    model = onnx_io.load_model(path)
     try:
-        onnx.checker.check_model(model, full_check=True)
+        onnx.checker.check_model(opened.model, full_check=True)
         checker, checker_error = 1, None
     except Exception as e:  # ValidationError, InferenceError: both mean the checker refused it
         checker, checker_error = 0, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
-    blob = onnx_io.model_bytes(model)  # serialised once for both sessions
-    evaluator = ort_session.make_session(blob, threads=1, level="all")
-    input_name = onnx_run.single_input(evaluator).name
-    feeds = onnx_run.prepare(evaluator, {input_name: x}, where="the held-out split")
-    outputs = onnx_run.run(evaluator, feeds, batch_size=32)
-    logits = next(iter(outputs.values()))
-    acc = classification.accuracy(logits, y) if y is not None else None
-
-    notes = []
-    if model_spec.get("input_name") and model_spec["input_name"] != input_name:
-        notes.append(f"model input is {input_name!r}, the recipe's model.input_name is {model_spec['input_name']!r}")
+    notes: list[str] = []
+    values = build_task_metrics(opened.outputs, evaluation, targets, notes)
     n_classes = model_spec.get("num_classes")
-    if n_classes and logits.ndim == 2 and logits.shape[1] != n_classes:
-        notes.append(f"model outputs {logits.shape[1]} classes, the recipe's model.num_classes is {n_classes}")
+    scores = opened.outputs.get(targets.scores) if targets.kind == "classification" and targets.scores else None
+    if n_classes and scores is not None and scores.ndim == 2 and scores.shape[1] != n_classes:
+        notes.append(f"model outputs {scores.shape[1]} classes, the recipe's model.num_classes is {n_classes}")
 
     lat = config.latency
-    timing = ort_session.make_session(blob, threads=lat.threads, level="all")
+    timing = ort_session.make_session(opened.blob, threads=lat.threads, level="all")
     fixed = onnx_run.fixed_batch(timing)
-    stats = timinglib.measure_latency(timing, timinglib.batch_of(feeds, fixed or 1), warmup=lat.warmup, runs=lat.runs)
-    throughput = timinglib.measure_throughput(timing, feeds, lat.batch_sizes, warmup=min(lat.warmup, 2),
+    stats = timinglib.measure_latency(timing, timinglib.batch_of(opened.feeds, fixed or 1), warmup=lat.warmup,
+                                      runs=lat.runs)
+    throughput = timinglib.measure_throughput(timing, opened.feeds, lat.batch_sizes, warmup=min(lat.warmup, 2),
                                               runs=lat.throughput_runs)
     if fixed is not None and any(v is None for v in throughput.values()):
         notes.append(f"the model's batch dimension is fixed to {fixed}; other throughput batch sizes were skipped")
 
-    vector_sets = write_vectors(evaluator, x, config.vectors.count, config.vectors.seed, vectors_dir)
+    vector_sets = write_vectors(opened.session, opened.feeds, config.vectors.count, config.vectors.seed, vectors_dir)
     size = Path(path).stat().st_size
     metrics: dict[str, Any] = {
         "stage": stage_id,
@@ -381,10 +549,12 @@ def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig
         "size_mb": size / 2**20,
         "checker": checker,
         "checker_error": checker_error,
-        "ir_version": model.ir_version,
-        "opset": onnx_io.opset_version(model),
-        "custom_domains": onnx_io.custom_domains(model),
-        "accuracy": acc,
+        "ir_version": opened.model.ir_version,
+        "opset": onnx_io.opset_version(opened.model),
+        "custom_domains": onnx_io.custom_domains(opened.model),
+        "inputs": ports(onnx_run.input_specs(opened.session)),
+        "outputs": ports(onnx_run.output_specs(opened.session)),
+        **values,
         "latency_p50_ms": stats["p50_ms"],
         "latency_p90_ms": stats["p90_ms"],
         "latency_mean_ms": stats["mean_ms"],
@@ -394,11 +564,49 @@ def check_build(name: str, stage_id: str, path: Path, x, y, config: VerifyConfig
     }
     for bs, value in throughput.items():
         metrics[f"throughput_bs{bs}"] = value
-    return metrics, outputs
+    return metrics
 
 
-def write_vectors(session, x, count: int, seed: int, dest: Path) -> list[Path]:
-    """`count` test data sets under `dest` from held-out images at seeded indices; outputs from `session`."""
+def build_task_metrics(outputs: Mapping[str, "np.ndarray"], evaluation: Evaluation, targets: Targets,
+                       notes: list[str]) -> dict[str, float | None]:
+    """The task metrics that apply, from one build's outputs; None (failing any gate) for those a
+    build cannot give because it lacks an output the reference has."""
+    if not targets.task_metrics:
+        return {}
+    missing = [n for n in (targets.scores, targets.label) if n is not None and n not in outputs]
+    if missing:
+        notes.append(f"the build has no output {', '.join(map(repr, missing))}, which the task metrics read")
+        return {m: None for m in targets.task_metrics}
+    values = tasks.evaluate(targets.kind, outputs, evaluation.labels, targets.scores, label_output=targets.label)
+    return {m: values.get(m) for m in targets.task_metrics}
+
+
+def parity_metrics(report: Any, targets: Targets) -> dict[str, Any]:
+    """The parity figures that apply to the model (by output kind), and one record per output."""
+    out: dict[str, Any] = {}
+    if "max_abs" in targets.parity_metrics:
+        out.update(max_abs=report.max_abs, max_rel=report.max_rel, cosine=report.cosine,
+                   cosine_min=report.cosine_min)
+    if "exact_match" in targets.parity_metrics:
+        out["exact_match"] = min(1.0 - o.mismatch_fraction for o in report.outputs if o.exact)
+    if "top1_agreement" in targets.parity_metrics:
+        scores = next((o for o in report.outputs if o.name == targets.scores), None)
+        out["top1_agreement"] = scores.top1_agreement if scores is not None and scores.note is None else None
+    out["parity"] = {o.name: _parity_record(o) for o in report.outputs}
+    return out
+
+
+def _parity_record(o: Any) -> dict[str, Any]:
+    """One output's parity as the report keeps it: exact outputs never get distances."""
+    record = o.to_json()
+    if o.exact:
+        record["exact_match"] = 1.0 - o.mismatch_fraction
+    return record
+
+
+def write_vectors(session: Any, feeds: Mapping[str, "np.ndarray"], count: int, seed: int, dest: Path) -> list[Path]:
+    """`count` test data sets under `dest`, every input from `feeds` at seeded sample indices and
+    every output computed by `session` (a fixed-batch model gets that many samples per set)."""
     import numpy as np
 
     from zoo_stages.lib import onnx_run, vectors
@@ -406,12 +614,13 @@ def write_vectors(session, x, count: int, seed: int, dest: Path) -> list[Path]:
     if count == 0:
         return []
     batch = onnx_run.fixed_batch(session) or 1
+    n = onnx_run.sample_count(feeds)
     rng = np.random.default_rng(seed)
     need = count * batch
-    idx = rng.choice(len(x), size=need, replace=need > len(x))
-    input_name = onnx_run.single_input(session).name
+    idx = rng.choice(n, size=need, replace=need > n)
     sets = []
     for i in range(count):
-        sample = onnx_run.prepare(session, {input_name: x[idx[i * batch:(i + 1) * batch]]})
+        rows = idx[i * batch:(i + 1) * batch]
+        sample = onnx_run.prepare(session, {k: (v[rows] if v.ndim > 0 else v) for k, v in feeds.items()})
         sets.append(vectors.write_test_vectors(dest / f"test_data_set_{i}", sample, onnx_run.run(session, sample)))
     return sets

@@ -11,7 +11,8 @@
   precision), `convert` (fp16, ORT format), `provenance` (stamps, in-toto statement); the
   wire-level walker, the external-data check and file writes are zoo's shared infrastructure
   (`zoo.onnxwire`, `zoo.pathsafety`, `zoo.files`);
-- classifiers: `classification` (top-1 accuracy);
+- tasks: `tasks` (the recipe's task kinds, the output their metrics read, classification and
+  regression metrics), `classification` (top-1 accuracy of scores, for deploy's conversion check);
 - quantize: `quant_settings` (presets, candidates), `quant_select` (auto's choice),
   `quant_ops` (blockwise linear layers, calibration reader);
 - verify and deploy: `gates`, `vectors` (ONNX Model Zoo test vectors), `verify_report`,

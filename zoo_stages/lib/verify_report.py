@@ -1,8 +1,11 @@
 """verify's outputs as deploy reads them: its report, its measured metrics and its test vectors.
 
-verify writes ``report.json`` (builds, reference, gates, threads, eval_samples) and a
-``vectors/<build>/test_data_set_N`` folder per build; its stage metrics hold the same builds with
-their timings. deploy takes every part as optional (a recipe may deploy without verify), so
+verify writes ``report.json`` (task, task kind, the outputs its metrics read, builds, reference,
+gates, threads, eval_samples) and a ``vectors/<build>/test_data_set_N`` folder per build; its stage
+metrics hold the same builds with their timings. A build reports only the task metrics that apply
+to it (accuracy for a classifier with labelled data, mae for a regressor, none for a generic
+model), so readers ask for the task's headline metrics (`headline_metrics`) rather than for
+``accuracy`` by name. deploy takes every part as optional (a recipe may deploy without verify), so
 everything here tolerates a missing or older report and says clearly when one cannot be read.
 """
 
@@ -18,6 +21,7 @@ from typing import Any, Mapping
 
 from zoo.errors import InvalidInput
 from zoo.stage import Inputs
+from zoo_stages.lib import tasks
 from zoo_stages.lib.vectors import find_sets
 
 # numeric entries of verify's report that describe the model rather than measure it
@@ -59,6 +63,9 @@ class VerifyOutputs:
     vectors: Path | None = None
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # verify's metrics, timings included
     measured_gates: list[Any] | None = None
+    task: str | None = None  # the recipe's task as verify read it
+    task_kind: str | None = None  # classification, regression, generic (None: an older report)
+    metric_outputs: dict[str, str] = field(default_factory=dict)  # {"scores": ..., "label": ...}
 
     def entry(self, name: str) -> dict[str, Any] | None:
         """verify's report entry of build `name`, if it checked one."""
@@ -81,11 +88,24 @@ class VerifyOutputs:
         """Build `name`'s timing metrics as measured on this host (latency, throughput, speedup)."""
         return {k: v for k, v in report_metrics(self.measured.get(name) or {}).items() if MEASURED.match(k)}
 
-    def reference_accuracy(self) -> float | None:
-        """The accuracy verify measured for its reference build, if any."""
+    def reference_metric(self, metric: str) -> float | None:
+        """The value of `metric` verify measured for its reference build, if it reported one."""
         entry = self.entry(self.reference) if self.reference else None
-        value = report_metrics(entry or {}).get("accuracy")
+        value = report_metrics(entry or {}).get(metric)
         return float(value) if isinstance(value, (int, float)) else None
+
+    def reference_accuracy(self) -> float | None:
+        """The accuracy verify measured for its reference build, if any (classifiers only)."""
+        return self.reference_metric("accuracy")
+
+    def headline_metrics(self) -> list[str]:
+        """The task's primary metric and its change against the reference, for a card's table:
+        ``[accuracy, accuracy_drop]`` (classification), ``[mae, mae_increase]`` (regression), []
+        for a generic task. A report without a task kind (older verify) is read as classification."""
+        primary = tasks.primary_metric(self.task_kind or "classification")
+        if primary is None:
+            return []
+        return [primary[0], tasks.comparison_name(primary[0])]
 
     def summary(self, measured: bool = False) -> dict[str, Any]:
         """What the manifest and card say about verification: stage, reference, gates, threads.
@@ -150,6 +170,12 @@ def read_verify_outputs(inputs: Inputs, log: logging.Logger | logging.LoggerAdap
     gates = report.get("gates")
     v.gates = gates if isinstance(gates, list) else None
     v.threads = report.get("threads") if isinstance(report.get("threads"), int) else None
+    v.task = report.get("task") if isinstance(report.get("task"), str) else None
+    kind = report.get("task_kind")
+    v.task_kind = kind if kind in tasks.METRICS else None
+    outputs = report.get("metric_outputs")
+    v.metric_outputs = ({str(k): str(o) for k, o in outputs.items() if isinstance(o, str)}
+                        if isinstance(outputs, dict) else {})
     samples = report.get("eval_samples")
     v.eval_samples = samples if isinstance(samples, int) and not isinstance(samples, bool) and samples > 0 else None
     return v
