@@ -55,9 +55,13 @@ _PRIMARY: dict[str, str] = {"classification": "accuracy", "regression": "mae"}
 
 
 def kind_of(task: str) -> Kind:
-    """The metric family of a recipe's `task:` (InvalidInput for a malformed or misspelt one)."""
+    """The metric family of a recipe's `task:` (InvalidInput for a malformed or misspelt one).
+
+    An empty task (a stage run outside a recipe) is generic: no metric is claimed for it."""
     from zoo.engine.recipe import task_kind
 
+    if not task:
+        return "generic"
     try:
         return task_kind(task)  # type: ignore[return-value]
     except ValueError as e:
