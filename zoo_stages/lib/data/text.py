@@ -3,8 +3,8 @@
 The tokenizer is a ``tokenizer.json`` beside the recipe (``data.tokenizer.path``) or trained
 on the train split's texts (``data.tokenizer.train``: a BERT-style WordPiece with the special
 tokens [PAD] [UNK] [CLS] [SEP] [MASK], ids 0..4, and the template ``[CLS] text [SEP]``).
-Training runs single-threaded over the texts in the split's order, so its JSON is the same
-bytes in every run and process. Either way the tokenizer is set to pad (right, with its pad
+Its vocabulary is learnt by `learn_wordpiece_vocab` (ties broken by text, not hash order),
+so its JSON is the same bytes in every run and process. Either way the tokenizer is set to pad (right, with its pad
 token) and truncate (right) to ``max_length``; that configured JSON is what the model ships
 with (`datasets.tokenizer_json`), so ``Tokenizer.from_str(json).encode_batch(texts)`` gives
 the model's ``input_ids`` and ``attention_mask`` (int64 [N, max_length]), and optionally
@@ -13,12 +13,11 @@ the model's ``input_ids`` and ``attention_mask`` (int64 [N, max_length]), and op
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
+from collections import Counter, defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from zoo.errors import InvalidInput
 
@@ -38,38 +37,94 @@ def _tokenizers() -> Any:
     return tokenizers
 
 
-@contextlib.contextmanager
-def _single_threaded() -> Iterator[None]:
-    """tokenizers' parallel training may merge equal-count pieces in another order: one thread."""
-    before = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = before
-
-
 def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool, min_frequency: int) -> Any:
-    """A BERT-style WordPiece tokenizer trained on `texts` (deterministic)."""
-    tk = _tokenizers()
-    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+    """A BERT-style WordPiece tokenizer whose vocabulary is learnt from `texts` (deterministic).
 
-    tokenizer = tk.Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, clean_text=True,
-                                                      handle_chinese_chars=True, strip_accents=None)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    The vocabulary is learnt here, not by `tokenizers`' WordPieceTrainer: that trainer breaks
+    ties between equally frequent pairs in hash-map order, which differs between processes (two
+    runs gave two vocabularies). `learn_wordpiece_vocab` is the same BPE-style algorithm with
+    ties broken by the pair's text.
+    """
+    tk = _tokenizers()
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+
+    normalizer = normalizers.BertNormalizer(lowercase=lowercase, clean_text=True, handle_chinese_chars=True,
+                                            strip_accents=None)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    words: Counter[str] = Counter()
+    for t in texts:
+        words.update(w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(t)))
+    vocab = learn_wordpiece_vocab(words, vocab_size, min_frequency)
+    tokenizer = tk.Tokenizer(models.WordPiece(vocab={tok: i for i, tok in enumerate(vocab)}, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizer
     tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=list(SPECIAL_TOKENS), show_progress=False)
-    with _single_threaded():
-        tokenizer.train_from_iterator(list(texts), trainer=trainer)
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
     return tokenizer
+
+
+def learn_wordpiece_vocab(words: Mapping[str, int], vocab_size: int, min_frequency: int) -> list[str]:
+    """WordPiece vocabulary (BPE merges with the ``##`` continuation prefix) from word counts.
+
+    The special tokens come first (ids 0..4), then every character (``c`` at a word's start,
+    ``##c`` inside it) in sorted order, then merged pieces in the order learnt: each step merges
+    the most frequent adjacent pair (ties: the smaller (left, right) text), while it occurs at
+    least `min_frequency` times, until the vocabulary has `vocab_size` entries.
+    """
+    import heapq
+
+    seqs = [[w[0]] + ["##" + c for c in w[1:]] for w in sorted(words)]
+    counts = [words[w] for w in sorted(words)]
+    vocab = list(SPECIAL_TOKENS) + sorted({s for seq in seqs for s in seq} - set(SPECIAL_TOKENS))
+    known = set(vocab)
+    pairs: dict[tuple[str, str], int] = defaultdict(int)
+    where: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for i, seq in enumerate(seqs):
+        for pair in zip(seq, seq[1:]):
+            pairs[pair] += counts[i]
+            where[pair].add(i)
+    heap = [(-n, pair) for pair, n in pairs.items()]
+    heapq.heapify(heap)
+    while len(vocab) < vocab_size and heap:
+        neg, pair = heapq.heappop(heap)
+        if pairs.get(pair, 0) != -neg:  # stale entry: the count changed since it was pushed
+            continue
+        if -neg < min_frequency:
+            break
+        merged = pair[0] + pair[1].removeprefix("##")
+        if merged not in known:
+            known.add(merged)
+            vocab.append(merged)
+        touched: set[tuple[str, str]] = set()
+        for i in sorted(where.pop(pair, ())):
+            seq = seqs[i]
+            for p in zip(seq, seq[1:]):
+                pairs[p] -= counts[i]
+                touched.add(p)
+            out, j = [], 0
+            while j < len(seq):
+                if j + 1 < len(seq) and (seq[j], seq[j + 1]) == pair:
+                    out.append(merged)
+                    j += 2
+                else:
+                    out.append(seq[j])
+                    j += 1
+            seqs[i] = out
+            for p in zip(out, out[1:]):
+                pairs[p] += counts[i]
+                where[p].add(i)
+                touched.add(p)
+        pairs.pop(pair, None)
+        for p in sorted(touched - {pair}):
+            if pairs[p] > 0:
+                heapq.heappush(heap, (-pairs[p], p))
+            else:
+                pairs.pop(p, None)
+                where.pop(p, None)
+    return vocab
 
 
 def load_tokenizer(path: Path, given: str) -> Any:
