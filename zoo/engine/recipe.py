@@ -124,6 +124,12 @@ class DataSpec(_Strict):
         description="digits: scikit-learn's bundled 8x8 digits; folder: one subfolder per class; npz: named arrays "
                     "(x, y for images); csv / parquet / jsonl: a table of numbers, or of texts with `text:`")
     path: str | None = Field(None, description="folder or file, relative to the recipe (every source but digits)")
+    text: str | None = Field(None, description="csv / parquet / jsonl: the column of texts to tokenize")
+    tokenizer: TokenizerSpec | None = Field(None, description="text: {path: tokenizer.json} or {train: {model, "
+                                                              "vocab_size, lowercase}}")
+    max_length: int | None = Field(None, ge=2, le=65536, description=f"text: tokens per sample, padded and "
+                                                                     f"truncated (default {DEFAULT_MAX_LENGTH})")
+    token_type_ids: bool | None = Field(None, description="text: also give the `token_type_ids` feature (zeros)")
     image: ImageSpec | None = Field(None, description="image transforms: {size: [H, W], channels, scale, mean, std, "
                                                       "layout} (digits, folder, npz)")
     image_size: int | None = Field(None, ge=1, le=8192, description="old spelling of image.size: [N, N]")
@@ -139,12 +145,6 @@ class DataSpec(_Strict):
                                                 "are classes, float labels regression values")
     normalize: Literal["standard"] | None = Field(None, description="tables: standard = subtract the mean, divide "
                                                                     "by the std, both from the train split")
-    text: str | None = Field(None, description="csv / parquet / jsonl: the column of texts to tokenize")
-    tokenizer: TokenizerSpec | None = Field(None, description="text: {path: tokenizer.json} or {train: {model, "
-                                                              "vocab_size, lowercase}}")
-    max_length: int | None = Field(None, ge=2, le=65536, description=f"text: tokens per sample, padded and "
-                                                                     f"truncated (default {DEFAULT_MAX_LENGTH})")
-    token_type_ids: bool | None = Field(None, description="text: also give the `token_type_ids` feature (zeros)")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, fixed by split_seed")
     split_seed: int = Field(0, description="seed of the train/held-out split (recorded)")
     limit: int | None = Field(None, ge=1, description="use at most this many samples (after shuffling)")
@@ -169,26 +169,37 @@ class DataSpec(_Strict):
                 raise ValueError(f"inputs.{name}: for tables, give a list of columns")
         return v
 
+    @field_validator("image_size", "channels")
+    @classmethod
+    def _not_both(cls, v, info):
+        if v is not None and info.data.get("image") is not None:
+            raise ValueError(f"give data.image (size, channels, ...) or the old data.{info.field_name}, not both")
+        return v
+
+    @field_validator(*_TEXT_ONLY)
+    @classmethod
+    def _text_only(cls, v, info):
+        if v is not None and "text" in info.data and info.data.get("text") is None:
+            raise ValueError(f"data.{info.field_name} applies to text data only (give data.text: COLUMN)")
+        return v
+
+    @field_validator(*_NUMERIC_ONLY)
+    @classmethod
+    def _numeric_only(cls, v, info):
+        if v is not None and info.data.get("text") is not None:
+            raise ValueError(f"data.{info.field_name} is for tables of numbers; with data.text the features are "
+                             "the token ids")
+        if v is not None and info.field_name in ("input", "columns") and info.data.get("inputs") is not None:
+            raise ValueError(f"give data.inputs (several features) or data.{info.field_name} (one), not both")
+        return v
+
     @model_validator(mode="after")
-    def _consistent(self):
-        if self.image is not None and (self.image_size is not None or self.channels is not None):
-            raise ValueError("give data.image (size, channels, ...) or the old data.image_size / data.channels, "
-                             "not both")
+    def _defaults(self):
         if self.text is not None:
-            wrong = [f for f in _NUMERIC_ONLY if getattr(self, f) is not None]
-            if wrong:
-                raise ValueError(f"data.{wrong[0]} is for tables of numbers; with data.text the features are the "
-                                 "token ids")
             if self.tokenizer is None:
                 raise ValueError("data.text needs data.tokenizer: {path: tokenizer.json} or {train: {vocab_size: ...}}")
             if self.max_length is None:
                 self.max_length = DEFAULT_MAX_LENGTH
-        else:
-            wrong = [f for f in _TEXT_ONLY if getattr(self, f) is not None]
-            if wrong:
-                raise ValueError(f"data.{wrong[0]} applies to text data only (give data.text: COLUMN)")
-        if self.inputs is not None and (self.columns is not None or self.input is not None):
-            raise ValueError("give data.inputs (several features) or data.columns / data.input (one), not both")
         if "label" not in self.model_fields_set and self.source in _DEFAULT_LABEL:
             self.label = _DEFAULT_LABEL[self.source]
         return self
