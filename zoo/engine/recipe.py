@@ -38,7 +38,6 @@ IMAGE_SOURCES = ("digits", "folder", "npz")
 TABLE_SOURCES = ("csv", "parquet", "jsonl")
 # which sources each optional `data:` field applies to (giving it for another source is an error)
 _DATA_FIELD_SOURCES: dict[str, tuple[str, ...]] = {
-    "path": ("folder", "npz") + TABLE_SOURCES,
     "image": IMAGE_SOURCES, "image_size": IMAGE_SOURCES, "channels": IMAGE_SOURCES,
     "inputs": ("npz",) + TABLE_SOURCES, "input": TABLE_SOURCES, "columns": TABLE_SOURCES,
     "normalize": TABLE_SOURCES, "label": ("npz",) + TABLE_SOURCES,
@@ -123,7 +122,8 @@ class DataSpec(_Strict):
     source: Literal["digits", "folder", "npz", "csv", "parquet", "jsonl"] = Field(
         description="digits: scikit-learn's bundled 8x8 digits; folder: one subfolder per class; npz: named arrays "
                     "(x, y for images); csv / parquet / jsonl: a table of numbers, or of texts with `text:`")
-    path: str | None = Field(None, description="folder or file, relative to the recipe (every source but digits)")
+    path: str | None = Field(None, description="folder or file, relative to the recipe (every source but digits, which "
+                                                 "ignores it)")
     text: str | None = Field(None, description="csv / parquet / jsonl: the column of texts to tokenize")
     tokenizer: TokenizerSpec | None = Field(None, description="text: {path: tokenizer.json} or {train: {model, "
                                                               "vocab_size, lowercase}}")
@@ -404,7 +404,7 @@ def _check_data(data: DataSpec | None, file: Path, located: Located) -> None:
         raise located.error(("data",), f"data.path is required when data.source is {data.source!r}",
                             hint="set `data.path:` to the folder or file, relative to the recipe")
     want_dir = data.source == "folder"
-    if data.path:
+    if data.source != "digits":  # digits ignores data.path
         _check_data_file(data.path, want_dir, ("data", "path"), file, located,
                          f"data.source: {data.source} needs a {'folder' if want_dir else 'file'} at this path, "
                          "relative to the recipe (" + _SOURCE_FILES[data.source] + ")")

@@ -173,9 +173,18 @@ def preprocessing(data: dict, recipe_dir: Path) -> dict:
 
 
 def data_dependencies(data: dict, recipe_dir: Path) -> list[Path]:
-    """Files or folders whose content must enter cache keys (the data, the tokenizer; [] for digits)."""
-    spec = _spec(data)
-    return [p for _, p in _files(spec, Path(recipe_dir))]
+    """Files or folders whose content must enter cache keys (the data, the tokenizer; [] for digits).
+
+    Only the file fields are read: the section was validated when the recipe loaded, and keys
+    need nothing else (the rest of the section enters them as it is).
+    """
+    if not isinstance(data, dict) or not data.get("source"):
+        raise InvalidInput("this stage needs the recipe's `data:` section",
+                           hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
+    if data["source"] != "digits" and not data.get("path"):
+        raise InvalidInput(f"data.path is required when data.source is {data['source']!r}",
+                           hint="set `data.path:` to the folder or file, relative to the recipe")
+    return [p for _, p in _files(data, Path(recipe_dir))]
 
 
 def class_names(data: dict, recipe_dir: Path) -> list[str]:
