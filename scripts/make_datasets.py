@@ -83,7 +83,8 @@ scikit-learn {sklearn.__version__}'s bundled `load_breast_cancer()`: the Breast 
 (Diagnostic) data set (W. N. Street, W. H. Wolberg, O. L. Mangasarian, UCI Machine Learning
 Repository, CC BY 4.0). 569 rows; 30 float columns named as scikit-learn names them
 (`mean radius` ... `worst fractal dimension`), written with `{FLOAT_FORMAT}` (every stored value
-exactly), and the label column `target` holding the class name: `malignant` or `benign`.
+exactly), and the label column `target` holding the class name: `malignant` or `benign` (zoo
+numbers classes by sorted name: benign 0, malignant 1; scikit-learn's own `target` is the reverse).
 Recipe: `data: {{source: csv, path: data/breast-cancer.csv, label: target, normalize: standard}}`.
 
 ## languages.csv
