@@ -11,6 +11,7 @@ import pytest
 
 from zoo.errors import InvalidInput
 from zoo_stages.lib import datasets
+from zoo_stages.lib.data.split import shuffle_order
 from data_helpers import xy
 
 DIGITS = {"source": "digits", "image_size": 8, "channels": 1}
@@ -70,7 +71,7 @@ def test_split_is_fixed_by_seed_and_recorded(tmp_path):
 
 def test_split_uses_a_known_order():
     # the documented sha256 shuffle: pins the split for every machine and numpy version
-    order = datasets._shuffle_order(5, 0)
+    order = shuffle_order(5, 0)
     import hashlib
 
     keys = {i: hashlib.sha256(f"0:{i}".encode()).digest() for i in range(5)}

@@ -247,6 +247,10 @@ OTHER = {
     "model.num_heads": 4, "model.intermediate_size": 128, "model.max_length": 64, "model.vocab_size": 500,
     "data.source": "npz", "data.path": "other.npz", "data.image_size": 16, "data.channels": 3,
     "data.val_fraction": 0.3, "data.split_seed": 1, "data.limit": 100,
+    # key computation reads only the data's files: these need not suit the digits source
+    "data.text": "t", "data.tokenizer": {"train": {"vocab_size": 100}}, "data.max_length": 16,
+    "data.token_type_ids": True, "data.image": {"size": [8, 6]}, "data.inputs": {"a": ["x"]}, "data.input": "x",
+    "data.columns": ["x"], "data.label": "z", "data.normalize": "standard",
     "task": "object-detection",
 }
 

@@ -34,17 +34,175 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class DataSpec(_Strict):
-    """The recipe's dataset, shared by train (fit), quantize (calibration) and verify (accuracy)."""
+IMAGE_SOURCES = ("digits", "folder", "npz")
+TABLE_SOURCES = ("csv", "parquet", "jsonl")
+# which sources each optional `data:` field applies to (giving it for another source is an error)
+_DATA_FIELD_SOURCES: dict[str, tuple[str, ...]] = {
+    "image": IMAGE_SOURCES, "image_size": IMAGE_SOURCES, "channels": IMAGE_SOURCES,
+    "inputs": ("npz",) + TABLE_SOURCES, "input": TABLE_SOURCES, "columns": TABLE_SOURCES,
+    "normalize": TABLE_SOURCES, "label": ("npz",) + TABLE_SOURCES,
+    "text": TABLE_SOURCES, "tokenizer": TABLE_SOURCES, "max_length": TABLE_SOURCES,
+    "token_type_ids": TABLE_SOURCES,
+}
+_TEXT_ONLY = ("tokenizer", "max_length", "token_type_ids")  # need `text:`
+_NUMERIC_ONLY = ("inputs", "input", "columns", "normalize")  # tables of numbers, not with `text:`
+_DEFAULT_LABEL = {"npz": "y", "csv": "label", "parquet": "label", "jsonl": "label"}
+DEFAULT_MAX_LENGTH = 128
 
-    source: Literal["digits", "folder", "npz"] = Field(
-        description="digits: scikit-learn's bundled 8x8 digits; folder: one subfolder per class; npz: arrays x, y")
-    path: str | None = Field(None, description="folder or .npz file, relative to the recipe (folder and npz only)")
-    image_size: int = Field(8, ge=1, le=4096, description="images are resized to image_size x image_size")
-    channels: int = Field(1, ge=1, le=4, description="grey images are replicated to this many channels")
+
+class ImageSpec(_Strict):
+    """How image samples become model inputs: resize, channels, scale, mean/std, layout (in that order)."""
+
+    size: list[int] | None = Field(None, min_length=2, max_length=2,
+                                   description="[height, width] to resize to (bilinear); default: the images' own "
+                                               "size (images of different sizes then need it)")
+    channels: int | None = Field(None, ge=1, le=4, description="1 (grey), 3 (RGB) or 4 (RGBA); grey is replicated, "
+                                                               "colour becomes luma for 1; default: the images' own")
+    scale: float | None = Field(None, gt=0, description="multiply pixel values by this; default by type: uint8 "
+                                                        "1/255, uint16 1/65535, digits 1/16, float 1 (must then lie "
+                                                        "in [0, 1])")
+    mean: list[float] | None = Field(None, min_length=1, description="subtracted per channel after scaling "
+                                                                     "(one value, or one per channel)")
+    std: list[float] | None = Field(None, min_length=1, description="divided per channel after the mean "
+                                                                    "(one value, or one per channel)")
+    layout: Literal["NCHW", "NHWC"] = Field("NCHW", description="axis order of the `image` feature")
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v):
+        if v is not None and any(d < 1 or d > 8192 for d in v):
+            raise ValueError("size is [height, width], each 1..8192")
+        return v
+
+    @field_validator("std")
+    @classmethod
+    def _std(cls, v):
+        if v is not None and any(s <= 0 for s in v):
+            raise ValueError("std values must be positive")
+        return v
+
+    @model_validator(mode="after")
+    def _per_channel(self):
+        for name in ("mean", "std"):
+            values = getattr(self, name)
+            if values is not None and self.channels is not None and len(values) not in (1, self.channels):
+                raise ValueError(f"{name} has {len(values)} values; give 1 or one per channel ({self.channels})")
+        return self
+
+
+class TokenizerTrainSpec(_Strict):
+    """A tokenizer trained deterministically on the train split's texts."""
+
+    model: Literal["wordpiece"] = Field("wordpiece", description="wordpiece: BERT-style ([PAD] [UNK] [CLS] [SEP] [MASK])")
+    vocab_size: int = Field(2000, ge=16, le=1_000_000)
+    lowercase: bool = True
+    min_frequency: int = Field(2, ge=1, description="rarer pieces are not learnt")
+
+
+class TokenizerSpec(_Strict):
+    """Where the text tokenizer comes from: a Hugging Face tokenizer.json, or trained from the data."""
+
+    path: str | None = Field(None, description="a Hugging Face `tokenizers` tokenizer.json, relative to the recipe")
+    train: TokenizerTrainSpec | None = Field(None, description="train one on the train split's texts instead")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.path is None) == (self.train is None):
+            raise ValueError("give exactly one of tokenizer.path and tokenizer.train")
+        return self
+
+
+class DataSpec(_Strict):
+    """The recipe's dataset, shared by train (fit), quantize (calibration) and verify (accuracy).
+
+    One model for every source; a field given for a source it does not apply to is an error
+    naming the sources it applies to (checked per field, so the error points at its line).
+    """
+
+    source: Literal["digits", "folder", "npz", "csv", "parquet", "jsonl"] = Field(
+        description="digits: scikit-learn's bundled 8x8 digits; folder: one subfolder per class; npz: named arrays "
+                    "(x, y for images); csv / parquet / jsonl: a table of numbers, or of texts with `text:`")
+    path: str | None = Field(None, description="folder or file, relative to the recipe (every source but digits, which "
+                                                 "ignores it)")
+    text: str | None = Field(None, description="csv / parquet / jsonl: the column of texts to tokenize")
+    tokenizer: TokenizerSpec | None = Field(None, description="text: {path: tokenizer.json} or {train: {model, "
+                                                              "vocab_size, lowercase}}")
+    max_length: int | None = Field(None, ge=2, le=65536, description=f"text: tokens per sample, padded and "
+                                                                     f"truncated (default {DEFAULT_MAX_LENGTH})")
+    token_type_ids: bool | None = Field(None, description="text: also give the `token_type_ids` feature (zeros)")
+    image: ImageSpec | None = Field(None, description="image transforms: {size: [H, W], channels, scale, mean, std, "
+                                                      "layout} (digits, folder, npz)")
+    image_size: int | None = Field(None, ge=1, le=8192, description="old spelling of image.size: [N, N]")
+    channels: int | None = Field(None, ge=1, le=4, description="old spelling of image.channels")
+    inputs: dict[str, str | list[str]] | None = Field(
+        None, description="npz: {model input: array name}; tables: {model input: [columns...]} (several float "
+                          "features); default: npz arrays by their own names (x becomes `image`), tables one feature")
+    input: str | None = Field(None, description="tables: name of the one float32 feature (default `features`)")
+    columns: list[str] | None = Field(None, min_length=1, description="tables: the feature columns, in order "
+                                                                      "(default: every column but the label)")
+    label: str | None = Field(None, description="the label array (npz, default `y`) or column (tables, default "
+                                                "`label`); null for data without labels. Integer or string labels "
+                                                "are classes, float labels regression values")
+    normalize: Literal["standard"] | None = Field(None, description="tables: standard = subtract the mean, divide "
+                                                                    "by the std, both from the train split")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, fixed by split_seed")
     split_seed: int = Field(0, description="seed of the train/held-out split (recorded)")
     limit: int | None = Field(None, ge=1, description="use at most this many samples (after shuffling)")
+
+    @field_validator(*_DATA_FIELD_SOURCES)
+    @classmethod
+    def _applies(cls, v, info):
+        source = info.data.get("source")
+        allowed = _DATA_FIELD_SOURCES[info.field_name]
+        if v is not None and source is not None and source not in allowed:
+            raise ValueError(f"`{info.field_name}` does not apply to source {source} (only to {', '.join(allowed)})")
+        return v
+
+    @field_validator("inputs")
+    @classmethod
+    def _inputs(cls, v, info):
+        source = info.data.get("source")
+        for name, value in (v or {}).items():
+            if source == "npz" and not isinstance(value, str):
+                raise ValueError(f"inputs.{name}: for npz, give the array's name (a string)")
+            if source in TABLE_SOURCES and (not isinstance(value, list) or not value):
+                raise ValueError(f"inputs.{name}: for tables, give a list of columns")
+        return v
+
+    @field_validator("image_size", "channels")
+    @classmethod
+    def _not_both(cls, v, info):
+        if v is not None and info.data.get("image") is not None:
+            raise ValueError(f"give data.image (size, channels, ...) or the old data.{info.field_name}, not both")
+        return v
+
+    @field_validator(*_TEXT_ONLY)
+    @classmethod
+    def _text_only(cls, v, info):
+        if v is not None and "text" in info.data and info.data.get("text") is None:
+            raise ValueError(f"data.{info.field_name} applies to text data only (give data.text: COLUMN)")
+        return v
+
+    @field_validator(*_NUMERIC_ONLY)
+    @classmethod
+    def _numeric_only(cls, v, info):
+        if v is not None and info.data.get("text") is not None:
+            raise ValueError(f"data.{info.field_name} is for tables of numbers; with data.text the features are "
+                             "the token ids")
+        if v is not None and info.field_name in ("input", "columns") and info.data.get("inputs") is not None:
+            raise ValueError(f"give data.inputs (several features) or data.{info.field_name} (one), not both")
+        return v
+
+    @model_validator(mode="after")
+    def _defaults(self):
+        if self.text is not None:
+            if self.tokenizer is None:
+                raise ValueError("data.text needs data.tokenizer: {path: tokenizer.json} or {train: {vocab_size: ...}}")
+            if self.max_length is None:
+                self.max_length = DEFAULT_MAX_LENGTH
+        if "label" not in self.model_fields_set and self.source in _DEFAULT_LABEL:
+            self.label = _DEFAULT_LABEL[self.source]
+        return self
 
 
 class InputSpec(_Strict):
@@ -327,27 +485,41 @@ def _check_matrix_sizes(spec: RecipeSpec, located: Located) -> None:
 
 
 def _check_data(data: DataSpec | None, file: Path, located: Located) -> None:
-    """`data.path` must name an existing file (npz) or folder (folder), relative to the recipe."""
-    if data is None or data.source == "digits":
+    """`data.path` must name an existing file or folder (folder), `data.tokenizer.path` a file, relative
+    to the recipe."""
+    if data is None:
         return
-    if not data.path:
+    if data.source != "digits" and not data.path:
         raise located.error(("data",), f"data.path is required when data.source is {data.source!r}",
-                            hint="set `data.path:` to the folder or .npz file, relative to the recipe")
-    p = Path(data.path)
+                            hint="set `data.path:` to the folder or file, relative to the recipe")
+    want_dir = data.source == "folder"
+    if data.source != "digits":  # digits ignores data.path
+        _check_data_file(data.path, want_dir, ("data", "path"), file, located,
+                         f"data.source: {data.source} needs a {'folder' if want_dir else 'file'} at this path, "
+                         "relative to the recipe (" + _SOURCE_FILES[data.source] + ")")
+    if data.tokenizer is not None and data.tokenizer.path:
+        _check_data_file(data.tokenizer.path, False, ("data", "tokenizer", "path"), file, located,
+                         "a Hugging Face tokenizer.json, relative to the recipe")
+
+
+_SOURCE_FILES = {"folder": "one subfolder per class", "npz": "a .npz file with one array per input and the labels",
+                 "csv": "a CSV file with a header row", "parquet": "a Parquet file",
+                 "jsonl": "a file of JSON objects, one per line"}
+
+
+def _check_data_file(given: str, want_dir: bool, where: tuple, file: Path, located: Located, hint: str) -> None:
+    p = Path(given)
     try:
         p = p.expanduser()
     except RuntimeError:  # "~someone" with no such user: checked as written, so it is reported missing
         pass
     if not p.is_absolute():
         p = file.resolve().parent / p
-    want_dir = data.source == "folder"
     if want_dir and p.is_dir() or not want_dir and p.is_file():
         return
     what = "folder" if want_dir else "file"
     state = f"is not a {what}" if p.exists() else "does not exist"
-    raise located.error(("data", "path"), f"data.path {data.path!r} {state} ({p})",
-                        hint=f"data.source: {data.source} needs a {what} at this path, relative to the recipe "
-                             "(" + ("one subfolder per class" if want_dir else "a .npz file with arrays `x` and `y`") + ")")
+    raise located.error(where, f"{dotted(where)} {given!r} {state} ({p})", hint=hint)
 
 
 def _refuse_non_finite(value: Any, located: Located, path: tuple) -> None:
