@@ -81,10 +81,10 @@ class VerifyOutputs:
         """Build `name`'s timing metrics as measured on this host (latency, throughput, speedup)."""
         return {k: v for k, v in report_metrics(self.measured.get(name) or {}).items() if MEASURED.match(k)}
 
-    def reference_accuracy(self) -> float | None:
-        """The accuracy verify measured for its reference build, if any."""
+    def reference_metric(self, metric: str) -> float | None:
+        """The value of `metric` (accuracy, mae...) verify measured for its reference build, if any."""
         entry = self.entry(self.reference) if self.reference else None
-        value = report_metrics(entry or {}).get("accuracy")
+        value = report_metrics(entry or {}).get(metric)
         return float(value) if isinstance(value, (int, float)) else None
 
     def summary(self, measured: bool = False) -> dict[str, Any]:
