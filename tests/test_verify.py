@@ -129,7 +129,7 @@ def test_metrics_on_a_known_model(tmp_path, trained):
     assert report["task_kind"] == "classification" and report["metric_outputs"] == {"scores": "scores"}
     assert ref["top5_accuracy"] >= ref["accuracy"] and 0 < ref["macro_f1"] <= 1 and q["macro_f1_drop"] is not None
     v = read_back(out, ctx)
-    assert v.headline_metrics() == ["accuracy", "accuracy_drop"] and v.reference_accuracy() == ref["accuracy"]
+    assert v.headline_metrics() == ["accuracy", "accuracy_drop"] and v.reference_metric("accuracy") == ref["accuracy"]
 
 
 def test_gates_and_the_run_report_read_the_stage_metrics(tmp_path, trained):
@@ -509,7 +509,7 @@ def test_regression_metrics_increases_and_gates(tmp_path, monkeypatch, diabetes)
     v = read_back(out, ctx)
     assert (v.task, v.task_kind, v.metric_outputs) == ("tabular-regression", "regression", {"scores": "prediction"})
     assert v.headline_metrics() == ["mae", "mae_increase"]
-    assert v.reference_metric("mae") == g["mae"] and v.reference_accuracy() is None
+    assert v.reference_metric("mae") == g["mae"] and v.reference_metric("accuracy") is None
     assert v.verified_metrics("poor")["mae_increase"] == p["mae_increase"]
     # a regression gate that fails, and a classification gate that does not apply
     with pytest.raises(GateFailed, match="poor.mae_increase <= 0"):
@@ -536,7 +536,7 @@ def test_a_detector_never_gets_an_accuracy(tmp_path, task):
         assert not any(k.startswith(("accuracy", "top5", "macro_f1", "top1")) for k in m), m
         assert "exact_match" not in m and 0 < m["cosine"] <= 1
     v = read_back(out, ctx)
-    assert v.reference_accuracy() is None and "accuracy" not in v.verified_metrics("other")
+    assert v.reference_metric("accuracy") is None and "accuracy" not in v.verified_metrics("other")
     if task == "object-detection":
         assert v.headline_metrics() == []
     with pytest.raises(InvalidInput, match="'accuracy'") as err:

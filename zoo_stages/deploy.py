@@ -61,6 +61,7 @@ from zoo_stages.lib.vectors import find_sets, read_tensors, vector_files, write_
 from zoo_stages.lib.verify_report import VerifyOutputs, read_verify_outputs
 
 CARD_FILE = "README.md"
+TOKENIZER_FILE = "tokenizer.json"  # a text model's tokenizer (Hugging Face `tokenizers` JSON), beside the card
 PUBLISHED = "published"  # the effect of publishing the release to the local zoo (zoo.stage.Effect.kind)
 # flatbuffers writes the canonical .ort bytes (see convert.canonical_ort_bytes), so its version matters too
 LINEAGE_TOOLS = ("flatbuffers", "onnx", "onnxruntime", "torch", "zoo-onnx")
@@ -160,8 +161,10 @@ class Deploy(StageKind):
     # declares (the recipe's `task:` when there is no model section), zoo.lock records their values;
     # 4: publishing is an effect (context.effects), no longer a `published` metric; 5: one session builder
     # (deterministic compute, a model onnxruntime cannot load is InvalidInput), fixed-batch tails padded,
-    # parity by output name with exact integer outputs and per-sample cosine (zoo_stages.lib.parity)
-    version: ClassVar[str] = "5"
+    # parity by output name with exact integer outputs and per-sample cosine (zoo_stages.lib.parity);
+    # 6: any model: held-out data bound to every input by name, the task's metrics (zoo_stages.lib.tasks),
+    # the manifest's `preprocessing:` and a text model's tokenizer.json
+    version: ClassVar[str] = "6"
     Config: ClassVar[type[KindConfig]] = DeployConfig
     tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
     # the dataset (card, conversion checks, its fingerprint) and the task the card names
@@ -315,13 +318,15 @@ class _Release:
         if verification:
             extra["deploy"]["verification"] = verification
         lineage = self._lineage()
+        preprocessing, data_files = self._preprocessing()
         files, stmt = self._provenance_files(builds, lineage)
+        files = data_files + files
         extra["provenance"] = {"statement": STATEMENT_FILE, "lock": LOCK_FILE,
                                "license": stmt["predicate"]["buildDefinition"]["internalParameters"]["license"],
                                "attribution": self._all_attribution()}
         manifest = Manifest(
             name=recipe.name, version=recipe.version, description=recipe.description, license=recipe.license,
-            task=self.task,
+            task=self.task, preprocessing=preprocessing,
             builds=builds, lineage=lineage, files=files, extra=extra,
         )
         from zoo_stages.lib.modelcard import render_card
@@ -339,6 +344,21 @@ class _Release:
         # written last: a release folder with a manifest is a finished one
         atomic_write(self.release / MANIFEST_FILE, manifest.model_dump_json(indent=2).encode("utf-8"), fsync=False)
         return manifest
+
+    def _preprocessing(self) -> tuple[dict[str, Any], list[FileRef]]:
+        """The data transforms a user must apply (the manifest's `preprocessing:`), and the files they
+        need: the tokenizer of a text model, written into the release as tokenizer.json."""
+        if not self.data_spec:
+            return {}, []
+        from zoo_stages.lib import datasets
+
+        record = datasets.preprocessing(self.data_spec, self.ctx.recipe.dir)
+        if not self.data_spec.get("text"):  # only text data has a tokenizer
+            return record, []
+        tokenizer = datasets.tokenizer_json(self.data_spec, self.ctx.recipe.dir)
+        path = self.release / TOKENIZER_FILE
+        atomic_write(path, tokenizer.encode("utf-8"), fsync=False)
+        return record, [file_ref(self.release, path)]
 
     def _provenance_files(self, builds: dict[str, Build], lineage: Lineage) -> tuple[list[FileRef], dict[str, Any]]:
         """Write zoo.lock and the in-toto statement into the release; their FileRefs and the statement."""
@@ -549,7 +569,7 @@ class _Release:
                     self._check_vector_set(name, vname, session, ports, out_ports, set_dir)
             if written:
                 return written
-        feeds, origin = self.check.inputs_for(name, vname, ports)
+        feeds, origin = self.check.inputs_for(name, vname, session)
         feeds = onnx_run.prepare(session, feeds)
         set_dir = write_test_vectors(bdir / "test_data_set_0", {p.name: feeds[p.name] for p in ports},
                                      onnx_run.run(session, feeds, batch_size=BATCH_SIZE))

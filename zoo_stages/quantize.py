@@ -69,7 +69,7 @@ from pydantic import Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, StageFailed
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
-from zoo_stages.lib import quant_ops
+from zoo_stages.lib import quant_ops, tasks
 from zoo_stages.lib.quant_select import candidates_table, select_candidate
 from zoo_stages.lib.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
 
@@ -213,7 +213,7 @@ class _Run:
         self.work = Path(context.work_dir) / "quantize"
         self.work.mkdir(parents=True, exist_ok=True)
         self.data = context.shared.get("data")
-        self.task = _task_kind(context.shared.get("task") or "image-classification")  # the recipe's default
+        self.task = tasks.kind_of(context.shared.get("task") or "image-classification")  # the recipe's default
         self.declared = (context.shared.get("model") or {}).get("inputs")
         self.src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
         from zoo_stages.lib import provenance
@@ -572,26 +572,12 @@ class _Run:
 _RANDOM_SAMPLES = 8  # random inputs the models are compared on when there is no data
 
 
-def _task_kind(task: str | None) -> str:
-    """classification, regression or generic, from the recipe's ``task:`` (``text-classification``...)."""
-    name = (task or "").lower()
-    for kind in ("classification", "regression"):
-        if name == kind or name.endswith("-" + kind):
-            return kind
-    return "generic"
-
-
 def _accuracy(specs, outputs: Mapping[str, Any], labels) -> float | None:
-    """Top-1 accuracy of the scores output: the first float (samples, classes) output; None without one."""
-    import numpy as np
-
-    from zoo_stages.lib import classification
-
-    for spec in specs:
-        scores = outputs[spec.name]
-        if np.issubdtype(scores.dtype, np.floating) and scores.ndim == 2 and scores.shape[0] == len(labels):
-            return classification.accuracy(scores, labels)
-    return None
+    """Accuracy of a classifier's outputs (`zoo_stages.lib.tasks`: its label output exactly, else
+    the argmax of its scores output); None when no output can be read as a classifier's."""
+    metrics = tasks.evaluate("classification", outputs, labels, tasks.scores_output(specs),
+                             label_output=tasks.label_output(specs))
+    return metrics.get("accuracy")
 
 
 def _finite(x: float) -> float | None:

@@ -86,6 +86,10 @@ class Manifest(_Strict):
     lineage: Lineage = Field(default_factory=Lineage)
     card: FileRef | None = Field(None, description="model card (README.md)")
     files: list[FileRef] = Field(default_factory=list, description="version-level files: lockfile, provenance...")
+    preprocessing: dict[str, Any] = Field(
+        default_factory=dict, description="what to do to an input before feeding the model (the recipe's data "
+                                          "transforms: image size, layout, scale, mean/std; table columns and "
+                                          "normalisation; tokenizer and max length); empty when unknown")
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def all_files(self) -> list[FileRef]:

@@ -1,14 +1,14 @@
 """What deploy runs a build on, and how a converted build is checked against its source.
 
 Inputs, in order of preference:
-1. the recipe's held-out split (when the model takes one float32 tensor of its shape): parity
-   and accuracy on the very samples verify evaluated, so the figures are comparable;
+1. the recipe's held-out split, bound to the model's inputs by name (`onnx_run.bind`): parity
+   and the task's metrics on the very samples verify evaluated, so the figures are comparable;
 2. verify's test inputs (of the build's verified name, then the reference, then any build);
 3. fixed random values (seed 0), with a warning.
 
 A conversion (fp16, ORT format) passes when every float output is within ``atol + rtol * |ref|``
 of its source's on the CPU and every integer output is equal (`zoo_stages.lib.parity`);
-accuracy is added when labels are known.
+the task's metrics (`zoo_stages.lib.tasks`) are added when labels are known.
 
 numpy and onnxruntime are imported inside methods so importing this module is cheap.
 """
@@ -43,71 +43,75 @@ class ConversionCheck:
         self.log = log
         self._heldout: tuple[Any, Any] | None | bool = False  # False: not loaded yet
 
-    def heldout(self) -> tuple[Any, Any] | None:
-        """The recipe's held-out split (x, y), or None without a data section (loaded once)."""
+    def heldout(self) -> Any:
+        """The recipe's held-out `Split`, or None without a data section (loaded once)."""
         if self._heldout is False:
             self._heldout = None
             if self.data_spec:
                 from zoo_stages.lib.datasets import load_split
 
-                split = load_split(dict(self.data_spec), self.recipe_dir, "val")
-                x, y = split.single("deploy"), split.labels
-                self._heldout = (x, y)
+                self._heldout = load_split(dict(self.data_spec), self.recipe_dir, "val")
         return self._heldout  # type: ignore[return-value]
 
-    @staticmethod
-    def _data_fits(ports: list, x: Any) -> bool:
-        if len(ports) != 1 or ports[0].dtype != "float32":
-            return False
-        shape = ports[0].shape
-        if len(shape) != x.ndim:
-            return False
-        return all(not isinstance(d, int) or d == s for d, s in zip(shape[1:], x.shape[1:]))
+    def _heldout_feeds(self, session: Any, samples: int) -> tuple[dict[str, Any], Any] | None:
+        """(feeds, labels) of the first `samples` held-out samples bound to the session's inputs,
+        or None when there is no data or it does not fit the model (another input source is used)."""
+        from zoo_stages.lib import onnx_run
+
+        split = self.heldout()
+        if split is None:
+            return None
+        split = split.head(min(len(split), samples))
+        try:
+            feeds = onnx_run.prepare(session, onnx_run.bind(session, split.features), where="the held-out split")
+        except InvalidInput:  # e.g. a build whose inputs differ from the data's: fall back to vectors
+            return None
+        return feeds, split.labels
 
     def parity(self, name: str, vname: str | None, source: Path, candidate: Path, *, atol: float,
                rtol: float) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        """Compare `candidate` with `source` on the CPU; also accuracy when labels are known.
+        """Compare `candidate` with `source` on the CPU; also the task's metrics when labels are known.
 
-        Returns (parity, accuracy figures, the inputs used)."""
-        import numpy as np
-
-        from zoo_stages.lib import classification, onnx_run, ort_session
+        Returns (parity, metric figures, the inputs used)."""
+        from zoo_stages.lib import onnx_run, ort_session, tasks
         from zoo_stages.lib import parity as paritylib
-        from zoo_stages.lib.model_info import session_ports
 
         src_sess = ort_session.make_session(source)
         cand_sess = ort_session.make_session(candidate)
-        ports, _ = session_ports(src_sess)
-        labels = None
-        data = self.heldout()
-        if data is not None and self._data_fits(ports, data[0]):
-            x, labels = data
-            # by default the very samples verify evaluated, so accuracies are comparable
-            wanted = self.parity_samples or self.verify.eval_samples or len(x)
-            n = min(len(x), wanted)
-            feeds = {ports[0].name: np.ascontiguousarray(x[:n])}
-            labels = labels[:n]
-            origin = "held-out split"
+        # by default the very samples verify evaluated, so the figures are comparable
+        split = self.heldout()
+        wanted = self.parity_samples or self.verify.eval_samples or (len(split) if split is not None else 0)
+        bound = self._heldout_feeds(src_sess, wanted) if split is not None else None
+        if bound is not None:
+            (feeds, labels), origin = bound, "held-out split"
         else:
-            feeds, origin = self.inputs_for(name, vname, ports)
+            (feeds, origin), labels = self.inputs_for(name, vname, src_sess), None
         ref = onnx_run.run(src_sess, feeds, batch_size=BATCH_SIZE)
         got = onnx_run.run(cand_sess, feeds, batch_size=BATCH_SIZE)
         parity = paritylib.compare(ref, got, tolerance=paritylib.Tolerance(atol=atol, rtol=rtol))
         self.log.info("deploy: %s parity on %s (%d samples): max |diff| %.3g", name, origin,
                       parity.samples, parity.max_abs)
-        accuracy: dict[str, Any] = {}
-        scores, ref_scores = next(iter(got.values()), None), next(iter(ref.values()), None)
-        if (labels is not None and scores is not None and np.ndim(scores) == 2
-                and "classification" in (self.task or "classification")):
-            y = np.asarray(labels)[: len(scores)]
-            acc = classification.accuracy(scores, y)
-            src_acc = classification.accuracy(ref_scores, y)
-            accuracy = {"accuracy": acc, "accuracy_drop_vs_source": src_acc - acc,
-                        "accuracy_samples": int(len(y))}
-            ref_acc = self.verify.reference_accuracy()
-            if ref_acc is not None and len(y) == self.verify.eval_samples:
-                accuracy["accuracy_drop"] = ref_acc - acc
-        return parity, accuracy, feeds
+        figures: dict[str, Any] = {}
+        kind = tasks.kind_of(self.task or "generic")
+        primary = tasks.primary_metric(kind)
+        if labels is not None and primary is not None:
+            specs = onnx_run.output_specs(cand_sess)
+            preferred = self.verify.metric_outputs.get("scores")
+            output = tasks.scores_output(specs, preferred if preferred in {o.name for o in specs} else None, kind=kind)
+            label = tasks.label_output(specs) if kind == "classification" else None
+            mine = tasks.evaluate(kind, got, labels, output, label_output=label)
+            theirs = tasks.evaluate(kind, ref, labels, output, label_output=label)
+            metric = primary[0]
+            if metric in mine and metric in theirs:
+                figures = dict(mine)
+                figures[f"{tasks.comparison_name(metric)}_vs_source"] = tasks.compare(metric, theirs[metric],
+                                                                                      mine[metric])
+                figures[f"{metric}_samples"] = int(len(labels))
+                if len(labels) == self.verify.eval_samples:
+                    change = tasks.compare(metric, self.verify.reference_metric(metric), mine[metric])
+                    if change is not None:
+                        figures[tasks.comparison_name(metric)] = change
+        return parity, figures, feeds
 
     def replay_status(self, name: str, source: Path, candidate: Path, feeds: dict[str, Any], *, atol: float,
                       rtol: float) -> str:
@@ -132,14 +136,15 @@ class ConversionCheck:
         parity = paritylib.compare(ref, got, tolerance=paritylib.Tolerance(atol=atol, rtol=rtol))
         return "ok" if parity.passed else f"outputs differ: max |diff| {parity.max_abs:.3g}"
 
-    def inputs_for(self, name: str, vname: str | None, ports: list) -> tuple[dict[str, Any], str]:
+    def inputs_for(self, name: str, vname: str | None, session: Any) -> tuple[dict[str, Any], str]:
         """Inputs to feed a model without verified vectors, and where they come from: verify's test
         inputs (of `vname`, then the reference build, then any build), else held-out samples, else
         fixed random values."""
         import numpy as np
 
-        from zoo_stages.lib.model_info import numpy_dtype
+        from zoo_stages.lib.model_info import numpy_dtype, session_ports
 
+        ports, _ = session_ports(session)
         verify = self.verify
         candidates = [vname, verify.reference, *sorted(verify.builds or {})]
         if verify.vectors is not None and verify.vectors.is_dir():
@@ -152,10 +157,9 @@ class ConversionCheck:
             if len(arrays) == len(ports) and all(
                     a.dtype == numpy_dtype(p.dtype) and a.ndim == len(p.shape) for a, p in zip(arrays, ports)):
                 return {p.name: a for p, a in zip(ports, arrays)}, f"verify's test inputs of {cand}"
-        data = self.heldout()
-        if data is not None and self._data_fits(ports, data[0]):
-            n = min(len(data[0]), self.vector_samples)
-            return {ports[0].name: np.ascontiguousarray(data[0][:n])}, "held-out split"
+        bound = self._heldout_feeds(session, self.vector_samples)
+        if bound is not None:
+            return bound[0], "held-out split"
         rng = np.random.default_rng(0)
         feeds = {}
         for p in ports:

@@ -14,17 +14,18 @@ from zoo.registry.manifest import Build, Manifest
 
 FRONT_MATTER_DELIMITER = "---"
 
-# metrics shown in the builds table, in this order, when any build has them
-_TABLE_METRICS = (("accuracy", "Accuracy"), ("accuracy_drop", "Accuracy drop"),
-                  ("latency_p50_ms", "p50 latency (ms)"))
+# metrics shown in the builds table, in this order, when any build has them: only those that
+# apply to the task are ever recorded (no accuracy for a regression or a label-less model)
+_TABLE_METRICS = (("accuracy", "Accuracy"), ("accuracy_drop", "Accuracy drop"), ("macro_f1", "Macro-F1"),
+                  ("mae", "MAE"), ("rmse", "RMSE"), ("r2", "R²"), ("latency_p50_ms", "p50 latency (ms)"))
 
 DEFAULT_INTENDED_USE = (
-    "Research and evaluation of the task above on inputs that resemble the training data "
-    "(same preprocessing, same kind of images). Check the metrics of the build you deploy on "
-    "your own data before relying on its predictions."
+    "Research and evaluation of the task above on inputs that resemble the training data, "
+    "prepared as the Preprocessing section says. Check the metrics of the build you deploy on "
+    "your own data before relying on its outputs."
 )
 DEFAULT_LIMITATIONS = (
-    "Accuracy figures come from the held-out split of the recipe's dataset; other data may "
+    "Quality figures come from the held-out split of the recipe's dataset; other data may "
     "give different results. Latency figures were measured on the build machine's CPU."
 )
 
@@ -52,6 +53,7 @@ def render_card(manifest: Manifest, *, dataset: Mapping[str, Any] | None = None,
     parts.append("")
     parts += _builds_section(manifest)
     parts += _ports_section(manifest)
+    parts += _preprocessing_section(manifest)
     parts += _metrics_section(manifest)
     if verification:
         parts += _verification_section(verification)
@@ -86,6 +88,8 @@ def front_matter(manifest: Manifest, *, dataset: Mapping[str, Any] | None = None
             "tools": dict(sorted(manifest.lineage.tools.items())),
         },
     }
+    if manifest.preprocessing:
+        fm["preprocessing"] = manifest.preprocessing
     if manifest.lineage.sources:
         fm["lineage"]["sources"] = dict(sorted(manifest.lineage.sources.items()))
     if dataset:
@@ -194,6 +198,26 @@ def _ports_section(m: Manifest) -> list[str]:
                 for role, ports in (("input", b.inputs), ("output", b.outputs)) for p in ports]
         out += _table(["Role", "Name", "Type", "Shape"], rows)
     return out
+
+
+def _preprocessing_section(m: Manifest) -> list[str]:
+    """What a user must do to an input before feeding the model, from the manifest's record."""
+    if not m.preprocessing:
+        return []
+    import json
+
+    record = {k: v for k, v in m.preprocessing.items() if k != "schema_version"}
+    out = ["## Preprocessing", "",
+           "Apply these steps to every input (the recipe's data transforms; training, calibration and "
+           "verification used exactly these):", ""]
+    for key in sorted(record):
+        value = record[key]
+        shown = json.dumps(value, sort_keys=True, ensure_ascii=False) if isinstance(value, (dict, list)) else _fmt(value)
+        out.append(f"- **{key}:** `{shown}`" if isinstance(value, (dict, list)) else f"- **{key}:** {shown}")
+    files = [f.path for f in m.files if f.path.endswith("tokenizer.json")]
+    if files:
+        out += ["", f"The tokenizer ships with the version: `{files[0]}` (Hugging Face `tokenizers` format)."]
+    return out + [""]
 
 
 def _metrics_section(m: Manifest) -> list[str]:

@@ -207,7 +207,9 @@ def classification_metrics(labels: "np.ndarray", *, scores: "np.ndarray | None" 
 
     labels = np.asarray(labels).astype(np.int64).reshape(-1)
     if scores is not None:
-        scores = np.asarray(scores).reshape(len(scores), -1)
+        scores = np.asarray(scores)
+        if scores.ndim != 2:  # (samples,) or (samples, classes, 1...): one row per sample
+            scores = scores.reshape(len(scores), -1)
         _check_rows(scores, labels, "scores")
         if len(labels) and int(labels.max()) >= scores.shape[1]:
             raise InvalidInput(f"the dataset has label {int(labels.max())} but the model outputs {scores.shape[1]} "

@@ -94,10 +94,6 @@ class VerifyOutputs:
         value = report_metrics(entry or {}).get(metric)
         return float(value) if isinstance(value, (int, float)) else None
 
-    def reference_accuracy(self) -> float | None:
-        """The accuracy verify measured for its reference build, if any (classifiers only)."""
-        return self.reference_metric("accuracy")
-
     def headline_metrics(self) -> list[str]:
         """The task's primary metric and its change against the reference, for a card's table:
         ``[accuracy, accuracy_drop]`` (classification), ``[mae, mae_increase]`` (regression), []

@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.classification."""
+"""Edge cases of the classification accuracy in zoo_stages.lib.tasks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib.classification import accuracy
+from zoo_stages.lib import tasks
+
+
+def accuracy(scores, labels):
+    return tasks.classification_metrics(labels, scores=scores)["accuracy"]
 
 
 def test_accuracy_on_known_values_and_labels_beyond_the_classes():
