@@ -26,8 +26,8 @@ and against Hugging Face Optimum's int8 model of the same fp32 export (prints fi
    warm-up first, then round-robin (one run of each model in turn), p50/p90. Accuracy of each
    (and of torch) on the held-out split at batch 1, and the drop against the fp32 export.
 
-Goals printed as PASS/FAIL: zoo int8 >= 2.5x faster than zoo fp32; zoo int8 p50 <= Optimum's;
-accuracy drop <= 1 pt.
+Goals printed as PASS/FAIL: zoo int8 >= 2.5x faster than fp32 (the faster of the fp32 export and
+zoo's fp32 build); zoo int8 p50 <= Optimum's; accuracy drop <= 1 pt (against the fp32 export).
 
     .venv/bin/python bench/bench_transformer.py [--quick] [--runs 300] [--steps 400]
                                                 [--optimum-venv DIR] [--skip-optimum] [--keep]
@@ -139,7 +139,10 @@ def train_bert(ids, mask, labels, *, vocab_size: int, num_labels: int, steps: in
 
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
-    config = BertConfig(vocab_size=vocab_size, max_position_embeddings=512, num_labels=num_labels, **BERT_MINI)
+    # eager attention: its export is the graph onnxruntime's attention fusion matches (the sdpa
+    # export of transformers 5 keeps a mask subgraph that only LayerNorm/GELU fusions survive)
+    config = BertConfig(vocab_size=vocab_size, max_position_embeddings=512, num_labels=num_labels,
+                        attn_implementation="eager", **BERT_MINI)
     model = BertForSequenceClassification(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps, pct_start=0.1)
@@ -512,7 +515,8 @@ def main() -> None:
         print(f"timing {len(models)} models: {args.warmup} warm-up + {runs} round-robin runs each, 1 thread, "
               f"batch 1, sequence {SEQ_LEN} (load {load_average()}) …", flush=True)
         lat = time_round_robin(models, samples, runs=runs, warmup=args.warmup)
-        fp32_ref = "zoo fp32 (optimize)" if "zoo fp32 (optimize)" in models else "fp32 export"
+        # int8 is measured against the FASTEST fp32 model, so a slow fp32 build cannot flatter it
+        fp32_ref = min((n for n in ("fp32 export", "zoo fp32 (optimize)") if n in lat), key=lambda n: lat[n]["p50"])
         rows = []
         for name, path in models.items():
             speedup = lat[fp32_ref]["p50"] / lat[name]["p50"]
@@ -520,7 +524,7 @@ def main() -> None:
             rows.append([name, f"{lat[name]['p50']:.3f}", f"{lat[name]['p90']:.3f}", f"{speedup:.2f}x",
                          f"{acc[name]:.4f}", f"{drop:+.2f}", f"{Path(path).stat().st_size / 1e6:.1f}"])
         print()
-        print(f"bert-mini, sequence {SEQ_LEN}, batch 1, 1 thread ({runs} runs each; speed-up against {fp32_ref}; "
+        print(f"bert-mini, sequence {SEQ_LEN}, batch 1, 1 thread ({runs} runs each; speed-up against the faster fp32, {fp32_ref}; "
               f"accuracy on {len(vl)} held-out texts, torch {torch_acc:.4f}; drop against the fp32 export):")
         print(table(["model", "p50 ms", "p90 ms", "speed-up", "accuracy", "drop pt", "MB"], rows))
         print(f"versions: onnxruntime {onnxruntime.__version__}, torch {torch.__version__}, transformers "
@@ -531,7 +535,8 @@ def main() -> None:
         zoo_int8 = "zoo int8 (quantize dynamic)"
         if zoo_int8 in lat:
             speedup = lat[fp32_ref]["p50"] / lat[zoo_int8]["p50"]
-            print(goal(speedup >= SPEEDUP_GOAL, f"zoo int8 >= {SPEEDUP_GOAL}x faster than zoo fp32: {speedup:.2f}x"))
+            print(goal(speedup >= SPEEDUP_GOAL, f"zoo int8 >= {SPEEDUP_GOAL}x faster than fp32 (the faster of the "
+                                                 f"export and zoo's fp32 build, here {fp32_ref}): {speedup:.2f}x"))
             ratio = lat[zoo_int8]["p50"] / lat[peer_label]["p50"]
             print(goal(ratio <= 1.0, f"zoo int8 p50 <= {peer_label}: {lat[zoo_int8]['p50']:.3f} ms vs "
                                      f"{lat[peer_label]['p50']:.3f} ms ({ratio:.2f}x)"))
