@@ -423,6 +423,16 @@ def op_summary(path: Path) -> str:
     return ", ".join(f"{op} {n}" for op, n in top)
 
 
+def cpu_id() -> str:
+    """`cpu family F model M` from /proc/cpuinfo (VMs often report only "AMD EPYC" as the name)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()[:12]
+        fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in lines if ":" in line)}
+        return f"cpu family {fields['cpu family']} model {fields['model']}"
+    except (OSError, KeyError):
+        return "cpu family unknown"
+
+
 def goal(ok: bool | None, text: str) -> str:
     return f"{'PASS' if ok else 'FAIL' if ok is not None else 'N/A '}  {text}"
 
@@ -449,7 +459,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="zoo-bench-transformer-"))
     print(f"bench_transformer: {time.strftime('%Y-%m-%d %H:%M')}, load average {load_average()}, work dir {work}")
-    print(host_line(), flush=True)
+    print(host_line().replace(", ", f" ({cpu_id()}), ", 1), flush=True)
     try:
         # data, tokenizer, model
         texts, langs, source = language_corpus()
