@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,8 @@ def export_onnx(model, folder: Path) -> Path:
     dummy = (torch.ones(1, SEQ_LEN, dtype=torch.int64), torch.ones(1, SEQ_LEN, dtype=torch.int64))
     dynamic = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
                "logits": {0: "batch"}}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer warnings: noise here
         torch.onnx.export(model, dummy, str(path), dynamo=False, opset_version=17, do_constant_folding=True,
                           input_names=["input_ids", "attention_mask"], output_names=["logits"],
                           dynamic_axes=dynamic)
