@@ -234,18 +234,21 @@ def _publish(folder: Path, context: StageContext) -> None:
 
 
 def _builds_table(ref: str) -> ReportTable:
-    """The published version's builds (format, precision, size, accuracy, latency, sha256), from the local zoo."""
+    """The published version's builds (format, precision, size, the task's headline metric when the
+    builds have one, latency, sha256), from the local zoo."""
     from zoo.registry.store import LocalZoo
 
     try:
         manifest = LocalZoo().resolve(ref)
     except ZooError as e:
         return ReportTable(f"(cannot read {ref} from the local zoo: {e})")
+    # only a metric the builds were measured on: no accuracy column for a regression or generic model
+    shown = [m for m in ("accuracy", "mae") if any(m in b.metrics for b in manifest.builds.values())]
     columns = (Column("build"), Column("format"), Column("precision"), Column("size", align="right", format="size"),
-               Column("accuracy", align="right", format=".4f"), Column("p50 ms", align="right", format=".2f"),
+               *(Column(m, align="right", format=".4f") for m in shown), Column("p50 ms", align="right", format=".2f"),
                Column("sha256"))
-    rows = tuple((name, b.format, b.precision, b.file.size, b.metrics.get("accuracy"), b.metrics.get("latency_p50_ms"),
-                  b.file.sha256[:12]) for name, b in manifest.builds.items())
+    rows = tuple((name, b.format, b.precision, b.file.size, *(b.metrics.get(m) for m in shown),
+                  b.metrics.get("latency_p50_ms"), b.file.sha256[:12]) for name, b in manifest.builds.items())
     return ReportTable(f"builds of {ref}", columns, rows)
 
 

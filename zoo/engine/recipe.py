@@ -250,7 +250,9 @@ class ModelSpec(_Strict):
     input_name: str | None = Field(None, description="the input's name in a single-input export (default: the arch's: "
                                                      "input for images, features for mlp)")
     output_name: str = "logits"
-    task: str = "image-classification"
+    task: str | None = Field(None, description="the task the manifest and card name, when it should differ from "
+                                               "the recipe's `task:` (default: the recipe's; metrics always follow "
+                                               "the recipe's)")
     inputs: dict[str, InputSpec] | None = Field(
         None, description="the model's inputs by name, in order: {name: {shape, dtype}}; overrides the shapes and "
                           "types the model declares (default: what the model or the data says)")
