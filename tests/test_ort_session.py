@@ -66,7 +66,7 @@ def _unloadable(tmp_path, what: str):
 def _export_smoke_run(path):
     from zoo_stages.export import ExportConfig, _smoke_run
 
-    return _smoke_run(path, ExportConfig(), threads=1)
+    return _smoke_run(path, ExportConfig(), threads=1, declared=None)
 
 
 def _conversion_parity(path):

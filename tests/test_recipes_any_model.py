@@ -77,7 +77,27 @@ def test_card_and_manifest_list_every_port_and_the_preprocessing(run):
 
 
 def test_pull_verifies_and_the_second_run_is_cached(run):
-    cli = zoo_cli("pull", f"{run['name']}@1.0.0", "-o", run["dir"] / "pulled", env=run["env"])
-    assert cli.code == 0, cli.text
+    for build in ("cpu-fp32", "cpu-int8"):
+        cli = zoo_cli("pull", f"{run['name']}@1.0.0", "--build", build, "--to", run["dir"] / "pulled" / build,
+                      env=run["env"])
+        assert cli.code == 0, cli.text
+        assert Path(cli.out.strip()).is_file(), cli.text
     again = zoo_cli("run", run["recipe"], env=run["env"])
     assert again.code == 0 and " 0 ran," in again.out, again.text
+
+
+def test_a_text_model_ships_the_tokenizer_that_made_its_inputs_and_no_other_model_has_one(run):
+    from tokenizers import Tokenizer
+
+    from zoo.registry.store import LocalZoo
+
+    zoo = LocalZoo(Path(run["env"]["ZOO_HOME"]))
+    manifest = zoo.resolve(f"{run['name']}@1.0.0")
+    ref = next((f for f in manifest.files if f.path == "tokenizer.json"), None)
+    if run["name"] != "bert-tiny-text":
+        assert ref is None and "text" not in manifest.preprocessing
+        return
+    tokenizer = Tokenizer.from_str(zoo.blobs.path(ref.sha256).read_text())
+    encoded = tokenizer.encode("Schweden")
+    assert len(encoded.ids) == manifest.preprocessing["text"]["max_length"] == 32
+    assert encoded.attention_mask[:2] == [1, 1] and encoded.attention_mask[-1] == 0
