@@ -4,6 +4,7 @@ the task's kind, and the features bound to a model's inputs by name."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -86,3 +87,13 @@ def test_features_bind_to_input_names_in_the_models_order():
     assert onnx_run.bind_names(["input"], {"image": "x"}) == {"input": "x"}  # one feature, one input
     with pytest.raises(InvalidInput, match="no values for model input.*attention_mask"):
         onnx_run.bind_names(["input_ids", "attention_mask"], {"input_ids": "i"}, where="the train split")
+
+
+def test_image_settings_left_out_of_the_recipe_come_from_the_data(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "rgb.npz", x=rng.integers(0, 255, (12, 3, 12, 10), dtype=np.uint8),
+             y=np.arange(12) % 2)
+    data = {"source": "npz", "path": "rgb.npz"}
+    assert archs.image_settings(data, tmp_path) == (3, (12, 10), "NCHW")
+    assert archs.image_settings(data) == (1, (8, 8), "NCHW")  # without the folder: the defaults
+    assert archs.image_settings({**data, "image": {"size": [6, 5]}}, tmp_path) == (3, (6, 5), "NCHW")

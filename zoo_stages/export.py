@@ -363,7 +363,7 @@ def _per_sample_shape(inp, config: ExportConfig, context: StageContext, model_se
             raise InvalidInput("export cannot tell the input shape: no `input_shape` and no recipe `data:` section",
                                hint="set `input_shape: [3, 224, 224]` in the export config")
         if inp.holds == "image":
-            channels, (h, w), layout = archs.image_settings(data)
+            channels, (h, w), layout = archs.image_settings(data, context.recipe.dir)
             return [h, w, channels] if layout == "NHWC" else [channels, h, w]
         return list(_data_feature(inp.name, data, context).shape[1:])
 

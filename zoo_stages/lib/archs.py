@@ -110,22 +110,33 @@ def model_inputs(model_section: Mapping[str, Any]) -> list[ModelInput]:
     return out
 
 
-def image_settings(data: Mapping[str, Any] | None) -> tuple[int, tuple[int, int], Literal["NCHW", "NHWC"]]:
+def image_settings(data: Mapping[str, Any] | None, recipe_dir: Path | None = None
+                   ) -> tuple[int, tuple[int, int], Literal["NCHW", "NHWC"]]:
     """(channels, (height, width), layout) of the data's images: ``data.image: {size, channels,
-    layout}`` where given, else the older ``data.channels`` and square ``data.image_size``."""
+    layout}`` where given, else the older ``data.channels`` and square ``data.image_size``.
+
+    What the recipe leaves out (the data then keeps the images' own size and channels) is read
+    from the data's image feature when `recipe_dir` is given, so the network is built for the
+    arrays it will be fed; without it, 8x8 and 1 channel.
+    """
     data = data or {}
     image = data.get("image") or {}
-    channels = int(image.get("channels") or data.get("channels") or 1)
-    size = image.get("size")
+    layout = "NHWC" if str(image.get("layout") or "NCHW").upper() == "NHWC" else "NCHW"
+    channels = image.get("channels") or data.get("channels")
+    size = image.get("size") if image.get("size") is not None else data.get("image_size")
+    if (channels is None or size is None) and data and recipe_dir is not None:
+        from zoo_stages.lib import datasets
+
+        specs = list(datasets.feature_specs(dict(data), Path(recipe_dir)).values())
+        if len(specs) == 1 and len(specs[0]["shape"]) == 3:
+            shape = specs[0]["shape"]
+            c, h, w = (shape[2], shape[0], shape[1]) if layout == "NHWC" else shape
+            channels = channels or c
+            size = size if size is not None else [h, w]
     if size is None:
-        side = int(data.get("image_size") or 8)
-        h, w = side, side
-    elif isinstance(size, int):
-        h, w = size, size
-    else:
-        h, w = (int(s) for s in size)
-    layout = str(image.get("layout") or "NCHW").upper()
-    return channels, (h, w), "NHWC" if layout == "NHWC" else "NCHW"
+        size = 8
+    h, w = (size, size) if isinstance(size, int) else (int(s) for s in size)
+    return int(channels or 1), (int(h), int(w)), layout
 
 
 def data_sizes(model_section: Mapping[str, Any], data: Mapping[str, Any] | None, recipe_dir: Path, *,
@@ -137,7 +148,7 @@ def data_sizes(model_section: Mapping[str, Any], data: Mapping[str, Any] | None,
     kind = modality(model_section)
     sizes: dict[str, Any] = {"outputs": 1 if regression else None}
     if kind == "image":
-        channels, _, layout = image_settings(data)
+        channels, _, layout = image_settings(data, recipe_dir)
         sizes.update(in_channels=channels, layout=layout)
     elif kind == "table":
         sizes["in_features"] = width
