@@ -4,8 +4,8 @@ and against Hugging Face Optimum's int8 model of the same fp32 export (prints fi
 1. Data: language identification over 8 languages (en de fr es it pt nl sv): the names of
    territories, languages and scripts from Babel's CLDR data, each in its own language, texts
    that two languages share dropped: recipes/data/languages.csv (columns text,language); only if
-   that file is missing is the corpus built here from Babel the same way (and the fallback is
-   printed). A seeded 80/20 split.
+   that file is missing is a corpus built here from Babel (4,290 texts against the CSV's 4,020:
+   not the same set; the fallback is printed). A seeded 80/20 split.
 2. Model: a WordPiece tokenizer (`tokenizers`, 1,000 pieces) trained on the training texts, and a
    `transformers` BertForSequenceClassification built from a BertConfig of one of the google/bert
    "compact" sizes (`--size`: mini = L4 H256 A4 I1024, small = L4 H512 A8 I2048, medium = L8 H512
