@@ -9,7 +9,7 @@ and against Hugging Face Optimum's int8 model of the same fp32 export (prints fi
 2. Model: a WordPiece tokenizer (`tokenizers`, 1,000 pieces) trained on the training texts, and a
    `transformers` BertForSequenceClassification built from a BertConfig of one of the google/bert
    "compact" sizes (`--size`: mini = L4 H256 A4 I1024, small = L4 H512 A8 I2048, medium = L8 H512
-   A8 I2048; nothing is downloaded), trained briefly on CPU (seeded, deterministic), exported to
+   A8 I2048, base = L12 H768 A12 I3072; nothing is downloaded), trained briefly on CPU (seeded, deterministic), exported to
    ONNX (inputs `input_ids`, `attention_mask`, int64 [batch, sequence]; output `logits`).
 3. zoo: a temporary recipe imports that file (`export: {onnx: {path, sha256}}`) and builds int8
    both ways through zoo's kinds, in one `zoo run` with its own ZOO_CACHE_DIR/ZOO_HOME:
@@ -35,7 +35,7 @@ Goals printed as PASS/FAIL: zoo int8 >= 2.5x faster than fp32 (the faster of the
 zoo's fp32 build); zoo int8 p50 <= Optimum's; accuracy drop <= 1 pt (against the fp32 export);
 "zoo int8" is the faster of zoo's two int8 builds.
 
-    .venv/bin/python bench/bench_transformer.py [--size mini|small|medium] [--quick] [--runs 300] [--steps N]
+    .venv/bin/python bench/bench_transformer.py [--size mini|small|medium|base] [--quick] [--runs 300] [--steps N]
                                                 [--optimum-venv DIR] [--skip-optimum] [--keep]
 """
 
@@ -69,10 +69,12 @@ SIZES: dict[str, dict[str, int]] = {
     "mini": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024},
     "small": {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 2048},
     "medium": {"num_hidden_layers": 8, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 2048},
+    # bert-base's shape: 400 steps take about 15 minutes on 2 cores; pass fewer --steps for a look
+    "base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
 }
 # AdamW peak learning rate per size: 5e-4 for bert-mini (as before); a lower peak for the wider models,
 # as usual for larger BERTs (not tuned against the goals: the accuracy goal is about the int8 drop)
-LEARNING_RATES = {"mini": 5e-4, "small": 2e-4, "medium": 2e-4}
+LEARNING_RATES = {"mini": 5e-4, "small": 2e-4, "medium": 2e-4, "base": 1e-4}
 # A small WordPiece vocabulary: with 8,000 pieces nearly every training name is one token and the
 # model memorises them (held-out accuracy 0.25 here); 1,000 forces subword pieces ("-land",
 # "-ien") that carry over to unseen names (0.61 after the same 400 steps).
