@@ -8,9 +8,10 @@ and against Hugging Face Optimum's int8 model of the same fp32 export (prints fi
    not the same set; the fallback is printed). A seeded 80/20 split.
 2. Model: a WordPiece tokenizer (`tokenizers`, 1,000 pieces) trained on the training texts, and a
    `transformers` BertForSequenceClassification built from a BertConfig of one of the google/bert
-   "compact" sizes (`--size`: mini = L4 H256 A4 I1024, small = L4 H512 A8 I2048, medium = L8 H512
-   A8 I2048, base = L12 H768 A12 I3072; nothing is downloaded), trained briefly on CPU (seeded, deterministic), exported to
-   ONNX (inputs `input_ids`, `attention_mask`, int64 [batch, sequence]; output `logits`).
+   "compact" sizes or bert-base's (`--size`: mini = L4 H256 A4 I1024, small = L4 H512 A8 I2048,
+   medium = L8 H512 A8 I2048, base = L12 H768 A12 I3072; nothing is downloaded), trained briefly
+   on CPU (seeded, deterministic), exported to ONNX (inputs `input_ids`, `attention_mask`, int64
+   [batch, sequence]; output `logits`).
 3. zoo: a temporary recipe imports that file (`export: {onnx: {path, sha256}}`) and builds int8
    both ways through zoo's kinds, in one `zoo run` with its own ZOO_CACHE_DIR/ZOO_HOME:
    (a) fused: `optimize` with the transformer optimizer (`transformer: {model_type: bert, ...}`;
