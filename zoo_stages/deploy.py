@@ -247,7 +247,7 @@ def _builds_table(ref: str) -> ReportTable:
     columns = (Column("build"), Column("format"), Column("precision"), Column("size", align="right", format="size"),
                *(Column(m, align="right", format=".4f") for m in shown), Column("p50 ms", align="right", format=".2f"),
                Column("sha256"))
-    rows = tuple((name, b.format, b.precision, b.file.size, *(b.metrics.get(m) for m in shown),
+    rows = tuple((name, b.format, b.precision, b.model_size(), *(b.metrics.get(m) for m in shown),
                   b.metrics.get("latency_p50_ms"), b.file.sha256[:12]) for name, b in manifest.builds.items())
     return ReportTable(f"builds of {ref}", columns, rows)
 
@@ -522,10 +522,10 @@ class _Release:
 
     def _check_digest(self, name: str, spec: BuildSpec, vname: str, source: Path) -> None:
         """verify records the digest of each model it checked: the shipped one must be that model."""
-        from zoo.engine.hashing import hash_file_uncached
+        from zoo_stages.lib.onnx_io import model_digest
 
         recorded = (self.verify.entry(vname) or {}).get("model_digest")
-        if isinstance(recorded, str) and recorded != hash_file_uncached(source):
+        if isinstance(recorded, str) and recorded != model_digest(source):
             raise GateFailed(f"build {name}: the model of stage {spec.source!r} is not the model verify checked "
                              f"as {vname!r}, so verify's metrics and vectors do not apply to it",
                              hint=f"set builds.{name}.verified_as to the verify build of stage {spec.source!r}, "

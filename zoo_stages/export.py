@@ -267,8 +267,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
         feeds = _example_inputs(ports, config.parity.samples, vocab, seed=config.parity.seed)
         torch_feeds = [torch.from_numpy(a) for a in feeds.values()]
         if blob is None:  # above 2 GB: one step after the other, from files
-            _check(blob, proto, work / "check.onnx")
-            _save(proto, target, blob)
+            _save_large(proto, target)
             got = _run_onnxruntime(target, feeds, context.threads)
             with torch.no_grad():
                 expected = _flatten_outputs(model(*torch_feeds))
@@ -277,7 +276,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
             # run them side by side (1.2 s instead of 2.6 s for AlexNet-224 on 2 cores). The
             # checker's verdict is read first, so a malformed model is reported as such.
             with ThreadPoolExecutor(max_workers=3, thread_name_prefix="export") as pool:
-                checked = pool.submit(_check, blob, proto, work / "check.onnx")
+                checked = pool.submit(_check, blob)
                 saved = pool.submit(_save, proto, target, blob)
                 onnx_run = pool.submit(_run_onnxruntime, blob, feeds, context.threads)
                 with torch.no_grad():
@@ -516,26 +515,25 @@ def _all_nodes(graph):
                 yield from _all_nodes(g)
 
 
-def _check(blob: bytes | None, proto, path_hint: Path) -> None:
-    """``onnx.checker`` full check (checker, then strict type and shape inference).
-
-    `blob` is the model's serialisation: what `_save` writes and the parity session loads.
-    Above protobuf's 2 GB limit it is None: `proto` is then saved with external data at
-    `path_hint` and that file is checked.
-    """
+def _check(model: "bytes | Path") -> None:
+    """``onnx.checker`` full check (checker, then strict type and shape inference) of the model's
+    serialisation, or of its file when it lies above protobuf's 2 GB limit (external data)."""
     import onnx
 
     try:
-        if blob is not None:
-            onnx.checker.check_model(blob, full_check=True)
-        else:  # too big for an in-memory check: check a file instead
-            path_hint.parent.mkdir(parents=True, exist_ok=True)
-            onnx.save_model(proto, str(path_hint), save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=path_hint.name + ".data", size_threshold=1024)
-            onnx.checker.check_model(str(path_hint), full_check=True)
+        onnx.checker.check_model(model if isinstance(model, bytes) else str(model), full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise InvalidInput(f"the ONNX model fails onnx's checker: {str(e).splitlines()[0]}",
                            hint="try another opset") from None
+
+
+def _save_large(proto, target: Path) -> None:
+    """Above 2 GB: write `proto` with its weights in model.onnx.data beside `target`, then check
+    the file. (Saving with external data moves the weights out of `proto`'s tensors and points
+    them at the file written, so the model is saved once, under its final name, and checked
+    there: a check under another name first would leave the tensors pointing at that name.)"""
+    _save(proto, target)
+    _check(target)
 
 
 def _save(proto, target: Path, blob: bytes | None = None) -> None:
@@ -611,8 +609,11 @@ def _passthrough(config: ExportConfig, context: StageContext, target: Path, inpu
         _normalise(proto)
     _stamp(proto, props)
     blob = _serialise(proto)
-    _check(blob, proto, context.work_dir / "export" / "check.onnx")
-    _save(proto, target, blob)
+    if blob is None:
+        _save_large(proto, target)
+    else:
+        _check(blob)
+        _save(proto, target, blob)
     smoke = _smoke_run(target, config, context.threads, (context.shared.get("model") or {}).get("inputs"))
     context.metrics.update(_describe(proto, target))
     context.metrics.update({

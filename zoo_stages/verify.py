@@ -231,8 +231,8 @@ class Evaluation:
 class Opened:
     """One build loaded and run on the evaluation inputs."""
 
-    model: Any  # onnx.ModelProto
-    blob: bytes
+    model: Any  # onnx.ModelProto; without its external data's weights when it has some
+    source: "bytes | str"  # what sessions load: the serialised model, or the path of one with external data
     session: Any  # the single-threaded, deterministic session
     feeds: dict[str, "np.ndarray"]
     outputs: dict[str, "np.ndarray"]
@@ -305,7 +305,7 @@ class Verify(StageKind):
         for name in order:
             opened = ref_opened if name == ref_name else open_build(paths[name], evaluation)
             metrics = check_build(name, build_stages[name], paths[name], opened, evaluation, targets, config,
-                                  vectors_dir / name, model_spec)
+                                  vectors_dir / name, model_spec, scratch=context.work_dir / "verify")
             report = parity.compare(ref_opened.outputs, opened.outputs)
             metrics.update(parity_metrics(report, targets))
             builds[name] = metrics
@@ -403,13 +403,20 @@ def open_build(path: Path, evaluation: Evaluation) -> Opened:
     """Load a build, bind the evaluation inputs to its inputs by name and run it single-threaded."""
     from zoo_stages.lib import onnx_io, onnx_run, ort_session
 
-    model = onnx_io.load_model(path)
-    blob = onnx_io.model_bytes(model)  # serialised once for both sessions
-    session = ort_session.make_session(blob, threads=1, level="all")
+    from zoo.pathsafety import external_data_files
+
+    if external_data_files(path) and onnx_io.loadable_as_is(path):
+        # weights beside the model (a dynamo export, a model above 2 GB): onnxruntime reads
+        # them from the files; only the graph is parsed here
+        model, source = onnx_io.load_graph(path), str(path)
+    else:
+        model = onnx_io.load_model(path)
+        source = onnx_io.model_bytes(model)  # serialised once for both sessions
+    session = ort_session.make_session(source, threads=1, level="all")
     feeds = onnx_run.prepare(session, onnx_run.bind(session, evaluation.features, where=evaluation.description),
                              where=evaluation.description)
     outputs = onnx_run.run(session, feeds, batch_size=32, where=evaluation.description)
-    return Opened(model=model, blob=blob, session=session, feeds=feeds, outputs=outputs)
+    return Opened(model=model, source=source, session=session, feeds=feeds, outputs=outputs)
 
 
 def choose_targets(task: str, ref: Opened, evaluation: Evaluation, config: VerifyConfig) -> Targets:
@@ -509,16 +516,20 @@ def ports(specs: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation: Evaluation, targets: Targets,
-                config: VerifyConfig, vectors_dir: Path, model_spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything verify measures on one build but its comparisons with the reference."""
+                config: VerifyConfig, vectors_dir: Path, model_spec: Mapping[str, Any], *,
+                scratch: Path) -> dict[str, Any]:
+    """Everything verify measures on one build but its comparisons with the reference (`scratch`:
+    a folder for temporary copies)."""
     import onnx
 
-    from zoo.engine.hashing import hash_file_uncached
     from zoo_stages.lib import onnx_io, onnx_run, ort_session
     from zoo_stages.lib import timing as timinglib
 
     try:
-        onnx.checker.check_model(opened.model, full_check=True)
+        if isinstance(opened.source, str):  # weights in external data files: checked from the files
+            onnx_io.check_model(Path(opened.source), scratch)
+        else:
+            onnx.checker.check_model(opened.model, full_check=True)
         checker, checker_error = 1, None
     except Exception as e:  # ValidationError, InferenceError: both mean the checker refused it
         checker, checker_error = 0, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -531,7 +542,7 @@ def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation
         notes.append(f"model outputs {scores.shape[1]} classes, the recipe's model.num_classes is {n_classes}")
 
     lat = config.latency
-    timing = ort_session.make_session(opened.blob, threads=lat.threads, level="all")
+    timing = ort_session.make_session(opened.source, threads=lat.threads, level="all")
     fixed = onnx_run.fixed_batch(timing)
     stats = timinglib.measure_latency(timing, timinglib.batch_of(opened.feeds, fixed or 1), warmup=lat.warmup,
                                       runs=lat.runs)
@@ -541,10 +552,10 @@ def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation
         notes.append(f"the model's batch dimension is fixed to {fixed}; other throughput batch sizes were skipped")
 
     vector_sets = write_vectors(opened.session, opened.feeds, config.vectors.count, config.vectors.seed, vectors_dir)
-    size = Path(path).stat().st_size
+    size = onnx_io.model_size(Path(path))
     metrics: dict[str, Any] = {
         "stage": stage_id,
-        "model_digest": hash_file_uncached(Path(path)),
+        "model_digest": onnx_io.model_digest(Path(path)),
         "size_bytes": size,
         "size_mb": size / 2**20,
         "checker": checker,

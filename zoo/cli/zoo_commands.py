@@ -105,7 +105,8 @@ def show_cmd(
     rows = []
     for b in data["builds"].values():
         m = b["metrics"]
-        rows.append([b["name"], b["precision"], b["file"]["path"], b["file"]["size"], ", ".join(b["execution_providers"]),
+        size = b["file"]["size"] + sum(f["size"] for f in b.get("extra_files") or ())  # with its external data
+        rows.append([b["name"], b["precision"], b["file"]["path"], size, ", ".join(b["execution_providers"]),
                      m.get("latency_p50_ms"), m.get("accuracy"), "yes" if data["downloaded"].get(b["name"]) else "no"])
     _table("builds", ["build", "precision", "file", "bytes", "providers", "latency_p50_ms", "accuracy", "downloaded"], rows)
     lineage = data.get("lineage") or {}

@@ -62,6 +62,10 @@ class Build(_Strict):
     def all_files(self) -> list[FileRef]:
         return [self.file, *self.test_vectors, *self.extra_files]
 
+    def model_size(self) -> int:
+        """Bytes a user downloads for the model: its file and its sidecars (external data)."""
+        return self.file.size + sum(f.size for f in self.extra_files)
+
 
 class Lineage(_Strict):
     """Where a version came from: enough to rebuild it and to check a rebuild."""

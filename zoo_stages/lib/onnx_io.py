@@ -81,6 +81,76 @@ def load_model(path: Path) -> "onnx.ModelProto":
     return fix_ir_version(model)
 
 
+def load_graph(path: Path) -> "onnx.ModelProto":
+    """The model at `path` without its external data's weights (their tensors keep their
+    external-data records): the graph, ports and metadata of a model of any size, cheaply.
+    Its external data must lie inside its folder (UnsafePath, InvalidInput)."""
+    import onnx
+
+    from zoo.pathsafety import external_data_files
+
+    path = Path(path)
+    external_data_files(path)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # DecodeError and onnx's own errors: not a model
+        raise InvalidInput(f"{path} is not a readable ONNX model: {e}") from None
+    return fix_ir_version(model)
+
+
+def model_files(path: Path) -> list[Path]:
+    """The model file at `path` and its external data files (in name order), checked to lie in its folder."""
+    from zoo.pathsafety import external_data_files
+
+    path = Path(path)
+    return [path] + [path.parent / rel for rel in external_data_files(path)]
+
+
+def model_digest(path: Path) -> str:
+    """A digest of the model's bytes, its external data included: the file's own digest for a
+    self-contained model, else one over each file's name and digest."""
+    from zoo.engine.hashing import digest_json, hash_file_uncached
+
+    files = model_files(path)
+    if len(files) == 1:
+        return hash_file_uncached(files[0])
+    return digest_json({"files": [[f.name if i == 0 else str(f.relative_to(files[0].parent)),
+                                        hash_file_uncached(f)] for i, f in enumerate(files)]})
+
+
+def check_model(path: Path, scratch: Path) -> None:
+    """``onnx.checker.check_model(full_check=True)`` of the model at `path` with its external data.
+
+    onnx refuses external data files with more than one hard link (a guard against links to
+    files elsewhere); the cache and the zoo share files by hard link, so such a model is checked
+    on a copy of its files in a temporary folder under `scratch`. Raises what the checker raises.
+    """
+    import shutil
+    import tempfile
+
+    import onnx
+
+    files = model_files(path)
+    if len(files) == 1:
+        onnx.checker.check_model(str(path), full_check=True)
+        return
+    if all(f.stat().st_nlink == 1 for f in files):
+        onnx.checker.check_model(str(path), full_check=True)
+        return
+    Path(scratch).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch, prefix="check-") as tmp:
+        for f in files:
+            dest = Path(tmp) / f.relative_to(files[0].parent)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dest)
+        onnx.checker.check_model(str(Path(tmp) / files[0].name), full_check=True)
+
+
+def model_size(path: Path) -> int:
+    """Bytes of the model file and its external data files."""
+    return sum(f.stat().st_size for f in model_files(path))
+
+
 def model_bytes(model: "onnx.ModelProto") -> bytes:
     """Deterministic serialisation of a model (IR version fixed), refusing models above 2 GiB."""
     fix_ir_version(model)
