@@ -98,6 +98,9 @@ def _check_version(ref: str, source_file: bytes, form: str) -> dict:
     # the build is the source model, graph and weights unchanged (only provenance props added)
     build = onnx.load(local.materialize(manifest, "cpu-fp32"))
     assert build.graph == onnx.load_from_string(source_file).graph
+    props = {p.key: p.value for p in build.metadata_props}
+    assert provenance["sha256"] in props["zoo.attribution"]  # the source file, credited by its digest
+    provenance["props"] = props
     return provenance
 
 
@@ -191,6 +194,8 @@ def test_a_hub_repo_imports_at_its_resolved_commit_with_the_cards_license(hub, h
     assert first.code == 0, first.text
     provenance = _check_version("edge-detector@1.0.0", data, "hf")
     assert provenance["revision"] == commit and provenance["license"] == "mit"
+    assert provenance["props"]["zoo.license"] == "mit"  # stamped into the build, credited to the repo at its commit
+    assert f"acme/Edge-Detector on the Hugging Face Hub (commit {commit})" in provenance["props"]["zoo.attribution"]
     assert provenance["url"] == f"hf://acme/Edge-Detector@{commit}/model.onnx"
     manifest = LocalZoo().resolve("edge-detector@1.0.0")
     assert manifest.license == "mit"
