@@ -54,8 +54,9 @@ def hub_env(hub, tmp_path):
     return {"HF_ENDPOINT": hub[0], "HF_HUB_OFFLINE": "0", "HF_HOME": str(tmp_path / "hf-home")}
 
 
-def _git_repo(root: Path, repo_id: str, files: dict[str, bytes]) -> str:
-    """A model repo at ``root/<org>/<name>`` (a git repo, as olah serves them) holding `files`; its commit."""
+def _git_repo(root: Path, repo_id: str, files: dict[str, bytes], tag: str | None = None) -> str:
+    """A model repo at ``root/<org>/<name>`` (a git repo, as olah serves them) holding `files`,
+    its commit tagged `tag`; returns the commit."""
     repo = root / repo_id
     repo.mkdir(parents=True)
 
@@ -68,6 +69,8 @@ def _git_repo(root: Path, repo_id: str, files: dict[str, bytes]) -> str:
         (repo / name).write_bytes(data)
     git("add", "-A")
     git("commit", "-q", "-m", "model")
+    if tag:
+        git("tag", tag)
     return git("rev-parse", "HEAD")
 
 
@@ -220,6 +223,27 @@ def test_a_hub_repo_with_several_onnx_files_needs_one_named(hub, hub_env, tmp_pa
     assert missing.code == 2 and "no file 'c.onnx'" in missing.err
     nowhere = zoo("import", "hf://acme/absent", env=hub_env)
     assert nowhere.code == 2 and "no Hugging Face model repo 'acme/absent'" in nowhere.err, nowhere.text
+
+
+def test_a_hub_tag_that_is_a_version_names_the_version(hub, hub_env, tmp_path):
+    commit = _git_repo(hub[1], "acme/tagged", {"net.onnx": _tiny_bytes(tmp_path)}, tag="v2.0.0")
+    _git_repo(hub[1], "acme/other", {"net.onnx": _tiny_bytes(tmp_path)})
+    tagged = zoo("import", "hf://acme/tagged@v2.0.0", "--json", env=hub_env)
+    assert tagged.code == 0, tagged.text
+    result = json.loads(tagged.out)
+    assert result["ref"] == "tagged@2.0.0" and result["source"]["revision"] == commit
+    missing = zoo("import", "hf://acme/other@v9.9.9", env=hub_env)
+    assert missing.code == 2 and "acme/other" in missing.err and "v9.9.9" in missing.err, missing.text
+
+
+def test_an_unreachable_or_offline_hub_is_a_storage_error():
+    from zoo.registry.testing import free_port
+
+    dead = zoo("import", "hf://acme/x", env={"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_OFFLINE": "0"})
+    assert dead.code == 3 and "cannot reach the Hub" in dead.err, dead.text
+    offline = zoo("import", "hf://acme/x")  # conftest sets HF_HUB_OFFLINE=1
+    assert offline.code == 3 and "HF_HUB_OFFLINE is set" in offline.err, offline.text
+    assert LocalZoo().list() == []
 
 
 def test_a_model_with_dynamic_dimensions_needs_their_sizes(tmp_path):

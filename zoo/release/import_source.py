@@ -229,9 +229,14 @@ def _hub_call(call, text: str, repo_id: str, revision: str | None):
         if status in (401, 403):
             raise AccessDenied(f"the Hub refused {repo_id}: {_first_line(e)}", hint="set HF_TOKEN") from None
         raise SourceUnreachable(f"cannot resolve {text}: {_first_line(e)}", hint="try again later") from None
-    except OSError as e:  # connection refused, DNS, timeouts (httpx errors are OSErrors in huggingface_hub)
-        raise SourceUnreachable(f"cannot reach the Hub for {text}: {e}",
-                                hint="check HF_ENDPOINT and the network, then run again") from None
+    except Exception as e:
+        from zoo.download import is_connection_error
+
+        # huggingface_hub's HTTP client (httpx or its httpx2 fork) raises its own ConnectError & co.
+        if is_connection_error(e):
+            raise SourceUnreachable(f"cannot reach the Hub for {text}: {type(e).__name__}: {e}",
+                                    hint="check HF_ENDPOINT and the network, then run again") from None
+        raise
 
 
 def _version_of(revision: str | None) -> str:

@@ -105,10 +105,13 @@ def import_model(source: str, *, name: str | None = None, version: str | None = 
     out = ImportResult(name=name, version=version, source=src.provenance(), recipe=str(recipe),
                        executed=[s.id for s in result.stages if s.state == StageState.RAN],
                        cached=[s.id for s in result.stages if s.state == StageState.CACHED])
-    staging = _staging(result, recipe, out.source)
     zoo = zoo or LocalZoo()
     existed = zoo.get(name, version) is not None
-    manifest = zoo.publish(staging)
+    staging = _staging(result, recipe, out.source)
+    try:
+        manifest = zoo.publish(staging)
+    finally:  # hard links to cache objects: they would keep a model's bytes alive past `zoo gc`
+        shutil.rmtree(staging, ignore_errors=True)
     out.created = not existed
     out.files = {f.path: f.sha256 for f in manifest.files}
     return out
