@@ -115,6 +115,13 @@ def show_cmd(
         for section, values in lineage.items():
             for k, v in sorted(values.items()):
                 print(f"  {section}.{k}: {v}")
+    if data.get("files"):  # version-level files: lockfile, provenance, an import's recipe...
+        _table("files", ["file", "bytes", "sha256"], [[f["path"], f["size"], f["sha256"]] for f in data["files"]])
+    imported = (data.get("extra") or {}).get("import")
+    if isinstance(imported, dict):  # `zoo import`'s provenance: what the source states, nothing more
+        print("imported from:")
+        for k, v in imported.items():
+            print(f"  {k}: {v}")
 
 
 def search_cmd(

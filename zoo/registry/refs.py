@@ -78,6 +78,9 @@ def parse_ref(text: str) -> Ref:
     """Parse ``name``, ``name@version`` or ``name@tag``; InvalidInput on anything else."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput("empty model reference", hint="use NAME, NAME@VERSION or NAME@TAG")
+    if looks_like_source(text.strip()):
+        raise InvalidInput(f"{text.strip()!r} is a source to import, not the name of a model in the zoo",
+                           hint=f"make a zoo version from it first: zoo import {text.strip()}")
     name, sep, rest = text.strip().partition("@")
     check_name(name)
     if not sep:
@@ -87,6 +90,21 @@ def parse_ref(text: str) -> Ref:
     if _VERSION.match(rest):
         return Ref(name, version=rest)
     return Ref(name, tag=check_tag(rest))
+
+
+def looks_like_source(text: str) -> bool:
+    """Whether `text` is something `zoo import` takes (a URL, hf://, torchvision:NAME, an .onnx file)
+    rather than a model reference, so a command given one can say so."""
+    # each of these is an invalid name, so no model of the zoo is mistaken for a source
+    return "://" in text or text.startswith("torchvision:") or ("/" in text and text.lower().endswith(".onnx"))
+
+
+def import_hint(name: str) -> str:
+    """The hint for a model name the zoo does not have: how `zoo import` could make it."""
+    return (f"`zoo list` shows the local zoo (`zoo pull --remote R` looks on a remote); to make {name!r} from a "
+            f"pretrained model: "
+            f"`zoo import torchvision:{name}` (a torchvision architecture) or `zoo import hf://ORG/REPO` "
+            "(a Hugging Face repo with an .onnx file)")
 
 
 def parse_pinned(text: str) -> Ref:

@@ -22,7 +22,8 @@ from zoo.registry.codec import dump_manifest, load_manifest, read_manifest_file,
 from zoo.files import atomic_write, create_exclusive, current_umask, hardlink_or_copy, reflink_or_copy
 from zoo.registry.index import Index, VersionInfo
 from zoo.registry.manifest import MANIFEST_FILE, Build, FileRef, Manifest
-from zoo.registry.refs import (LATEST, Ref, check_name, check_tag, check_version, is_prerelease, moves_latest, newest, parse_ref)
+from zoo.registry.refs import (LATEST, Ref, check_name, check_tag, check_version, import_hint, is_prerelease,
+                               moves_latest, newest, parse_ref)
 from zoo.pathsafety import check_external_data, safe_join
 
 PENDING_DIR = "index-pending"  # <model name>: a writer of that model has not finished updating the index
@@ -213,7 +214,7 @@ class LocalZoo:
             known = ", ".join(versions[:5] + tags)
             return NotFound(f"{r} is not in the local zoo", hint=f"{r.name} has: {known}")
         close = difflib.get_close_matches(r.name, self.index.model_names(), n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else "run `zoo list` (or `zoo pull` from a remote)"
+        hint = f"did you mean {', '.join(close)}?" if close else import_hint(r.name)
         return NotFound(f"no model called {r.name!r} in the local zoo", hint=hint)
 
     def list(self, name: str | None = None) -> list[VersionInfo]:

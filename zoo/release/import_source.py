@@ -1,0 +1,253 @@
+"""What `zoo import SOURCE` imports: the SOURCE text resolved to a pinned, checked file and its provenance.
+
+SOURCE is one of:
+
+- a local ONNX file (``model.onnx``, ``~/models/x.onnx``): pinned by the sha256 of its bytes now;
+- ``https://host/path/model.onnx#sha256=<64 hex>`` (or ``http://``): the fragment pins the file;
+  a URL without a full sha256 is refused (a download is only as trustworthy as its pin);
+- ``hf://org/repo[@revision][/file.onnx]``: a Hugging Face Hub model repo (``HF_ENDPOINT``,
+  ``HF_TOKEN``). The revision (default ``main``) is resolved to its commit sha, which the
+  recipe pins; the ONNX file is the one named, else the repo's only ``.onnx`` file (several
+  without a name: refused, listing them). Its sha256 is the Hub's LFS digest, or, for a file
+  kept in git itself, the digest of the bytes at that (immutable) commit. The license comes
+  from the repo card's metadata when it states one;
+- ``torchvision:NAME``: a torchvision architecture with its published ImageNet weights, built by
+  the export kind (``weights: torchvision:NAME``) from the weights catalog that pins their sha256.
+
+`resolve` turns the text into an `ImportSource`; `fetch` puts the file into the run cache's
+source store (`zoo.sources`), checking its sha256 first, so a wrong digest fails before any
+stage runs and nothing is published.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from zoo.errors import AccessDenied, InvalidInput, NotFound, SourceUnreachable
+from zoo.registry.manifest import NAME_RE, VERSION_RE
+
+FORMS = "a local .onnx file, https://...#sha256=<64 hex>, hf://org/repo[@revision][/file.onnx] or torchvision:NAME"
+DEFAULT_VERSION = "1.0.0"
+TORCHVISION_LICENSE = "BSD-3-Clause"  # torchvision's published weights are distributed under its BSD-3-Clause
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_TORCHVISION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ImportSource:
+    """A SOURCE resolved: where the export stage finds it, pinned, and what it says about itself."""
+
+    text: str  # as the user gave it (not recorded: `pinned` is)
+    form: Literal["file", "url", "hf", "torchvision"]
+    location: str | None  # the export config's `url` (pinned) or `path` (absolute); None for torchvision
+    sha256: str | None  # the file's full digest; None for torchvision (its catalog pins the weights)
+    name: str  # the default zoo name
+    version: str  # the default version
+    revision: str | None = None  # hf: the commit sha the revision resolved to
+    license: str | None = None  # when the source states one
+    attribution: str | None = None
+    arch: str | None = None  # torchvision: the architecture
+
+    @property
+    def is_url(self) -> bool:
+        return self.form in ("url", "hf")
+
+    @property
+    def pinned(self) -> str:
+        """The source as it resolved, however it was spelled: ``hf://org/repo`` and
+        ``hf://org/repo@main/model.onnx`` at the same commit are one source, and one version."""
+        return self.location if self.location is not None else self.text
+
+    def provenance(self) -> dict[str, Any]:
+        """Where the version came from (the manifest's ``extra.import``); only what the source states."""
+        out: dict[str, Any] = {"source": self.pinned, "form": self.form}
+        for key in ("location", "revision", "sha256", "license", "arch"):
+            value = getattr(self, key)
+            if value is not None:
+                out["url" if key == "location" and self.is_url else "path" if key == "location" else key] = value
+        return out
+
+
+def resolve(text: str) -> ImportSource:
+    """`text` as an `ImportSource` (contacts the Hub for hf://; hashes a local file)."""
+    text = str(text).strip()
+    if text.startswith("torchvision:"):
+        return _torchvision(text)
+    if text.startswith("hf://"):
+        return _hub(text)
+    if text.startswith(("https://", "http://")):
+        return _url(text)
+    if "://" in text:
+        raise InvalidInput(f"cannot import {text!r}: unknown scheme {text.split('://', 1)[0]!r}",
+                           hint=f"SOURCE is {FORMS}")
+    return _local(text)
+
+
+def fetch(source: ImportSource, cache_dir: Path | None) -> Path | None:
+    """The source file on disk, its sha256 checked (IntegrityError on a mismatch, before anything
+    runs); downloads go to the run cache's source store, where the export stage finds them."""
+    if source.location is None:
+        return None
+    from zoo import sources
+
+    return sources.fetch(source.location, sha256=source.sha256, cache_dir=cache_dir)
+
+
+def default_name(stem: str) -> str:
+    """A zoo model name made from a file or repo name: lower case, other characters as '-'."""
+    name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")
+    if not re.match(NAME_RE, name):
+        raise InvalidInput(f"cannot make a model name from {stem!r}", hint="give one with --name")
+    return name[:200]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _local(text: str) -> ImportSource:
+    from zoo.sources import source_sha256
+
+    path = Path(text).expanduser()
+    if not path.is_file():
+        why = "is not a file" if path.exists() else "does not exist"
+        raise InvalidInput(f"cannot import {text!r}: {path} {why}", hint=f"SOURCE is {FORMS}")
+    path = path.resolve()
+    return ImportSource(text=text, form="file", location=str(path), sha256=source_sha256(path),
+                        name=default_name(_stem(path.name)), version=DEFAULT_VERSION)
+
+
+def _url(text: str) -> ImportSource:
+    url, _, fragment = text.partition("#")
+    digest = fragment[len("sha256="):].lower() if fragment.startswith("sha256=") else ""
+    if not _DIGEST.match(digest):
+        what = f"its sha256 {digest!r} is not 64 hex digits" if digest else "it has no #sha256=<64 hex digits>"
+        raise InvalidInput(f"cannot import {url}: {what}",
+                           hint=f"download it once from a source you trust, run `sha256sum FILE` (or `curl -sL "
+                                f"{url} | sha256sum`), then: zoo import '{url}#sha256=<the 64 hex digits>'")
+    filename = url.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
+    return ImportSource(text=text, form="url", location=url, sha256=digest,
+                        name=default_name(_stem(filename) or "model"), version=DEFAULT_VERSION)
+
+
+def _torchvision(text: str) -> ImportSource:
+    arch = text[len("torchvision:"):]
+    if not _TORCHVISION_NAME.match(arch):
+        raise InvalidInput(f"cannot import {text!r}: {arch!r} is not an architecture name",
+                           hint="e.g. zoo import torchvision:resnet18")
+    return ImportSource(text=text, form="torchvision", location=None, sha256=None,
+                        name=default_name(arch.replace("_", "-")), version=DEFAULT_VERSION,
+                        license=TORCHVISION_LICENSE, attribution=f"torchvision's pretrained {arch} weights",
+                        arch=arch)
+
+
+def parse_hub(text: str) -> tuple[str, str | None, str | None]:
+    """``hf://org/repo[@rev][/file]`` -> (repo id, revision or None, file in the repo or None)."""
+    parts = text[len("hf://"):].split("/", 2)
+    if len(parts) < 2 or not parts[0] or not parts[1] or (len(parts) == 3 and not parts[2]):
+        raise InvalidInput(f"cannot import {text!r}: expected hf://org/repo[@revision][/file.onnx]",
+                           hint="e.g. zoo import hf://org/repo or hf://org/repo@v1.0/model.onnx")
+    repo, _, revision = parts[1].partition("@")
+    if not repo or (_ and not revision):
+        raise InvalidInput(f"cannot import {text!r}: empty repo or revision", hint="e.g. hf://org/repo@main")
+    return f"{parts[0]}/{repo}", revision or None, parts[2] if len(parts) == 3 else None
+
+
+def _hub(text: str) -> ImportSource:
+    repo_id, revision, filename = parse_hub(text)
+    info = _hub_call(lambda api: api.model_info(repo_id, revision=revision or "main"), text, repo_id, revision)
+    commit = info.sha
+    onnx_files = sorted(s.rfilename for s in info.siblings or () if s.rfilename.endswith(".onnx"))
+    if filename is None:
+        if not onnx_files:
+            raise NotFound(f"{repo_id}@{commit[:12]} has no .onnx file",
+                           hint="zoo imports ONNX models; export the model to ONNX first")
+        if len(onnx_files) > 1:
+            listed = "\n".join(f"  zoo import hf://{repo_id}@{revision or 'main'}/{f}" for f in onnx_files)
+            raise InvalidInput(f"{repo_id} has {len(onnx_files)} .onnx files: {', '.join(onnx_files)}; "
+                               f"name the one to import", hint=f"one of:\n{listed}")
+        filename = onnx_files[0]
+    elif filename not in {s.rfilename for s in info.siblings or ()}:
+        raise NotFound(f"{repo_id}@{commit[:12]} has no file {filename!r}",
+                       hint=f"its .onnx files: {', '.join(onnx_files) or 'none'}")
+    digest = _hub_sha256(repo_id, filename, commit, text)
+    card = info.card_data
+    license_ = (card.get("license_name") if card and card.get("license") == "other" else None) or \
+               (card.get("license") if card else None)
+    if isinstance(license_, list):
+        license_ = " AND ".join(map(str, license_))
+    return ImportSource(text=text, form="hf", location=f"hf://{repo_id}@{commit}/{filename}", sha256=digest,
+                        name=default_name(repo_id.split("/", 1)[1]), version=_version_of(revision),
+                        revision=commit, license=str(license_) if license_ else None,
+                        attribution=f"{repo_id} on the Hugging Face Hub (commit {commit})")
+
+
+def _hub_sha256(repo_id: str, filename: str, commit: str, text: str) -> str:
+    """The file's sha256 at `commit`: the Hub's LFS digest; for a file stored in git itself (no LFS
+    pointer), the digest of its bytes at that commit, which git's own hashing makes immutable."""
+    [info] = _hub_call(lambda api: api.get_paths_info(repo_id, [filename], revision=commit), text, repo_id, commit)
+    lfs = getattr(info, "lfs", None)
+    if lfs is not None and _DIGEST.match(str(getattr(lfs, "sha256", ""))):
+        return lfs.sha256
+    from huggingface_hub import hf_hub_download
+
+    from zoo.sources import source_sha256
+
+    local = _hub_call(lambda api: hf_hub_download(repo_id, filename, revision=commit, endpoint=api.endpoint),
+                      text, repo_id, commit)
+    return source_sha256(Path(local))
+
+
+def _hub_call(call, text: str, repo_id: str, revision: str | None):
+    """Run a huggingface_hub call, its failures as zoo errors (exit 2 for what does not exist,
+    3 for a refusal or an unreachable Hub)."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled,
+                                        RepositoryNotFoundError, RevisionNotFoundError)
+
+    if constants.HF_HUB_OFFLINE:
+        raise SourceUnreachable(f"cannot resolve {text}: HF_HUB_OFFLINE is set",
+                                hint="unset HF_HUB_OFFLINE to reach the Hub")
+    try:
+        return call(HfApi())
+    except GatedRepoError as e:
+        raise AccessDenied(f"{repo_id} is gated: {_first_line(e)}",
+                           hint="accept its terms on the Hub and set HF_TOKEN") from None
+    except RevisionNotFoundError:
+        raise NotFound(f"{repo_id} has no revision {revision!r}",
+                       hint="give a branch, tag or commit of the repo after '@'") from None
+    except RepositoryNotFoundError:
+        raise NotFound(f"no Hugging Face model repo {repo_id!r}" + (f" at revision {revision!r}" if revision else ""),
+                       hint="check the name and revision; a private repo needs HF_TOKEN") from None
+    except OfflineModeIsEnabled:
+        raise SourceUnreachable(f"cannot resolve {text}: HF_HUB_OFFLINE is set",
+                                hint="unset HF_HUB_OFFLINE to reach the Hub") from None
+    except HfHubHTTPError as e:
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        if status in (401, 403):
+            raise AccessDenied(f"the Hub refused {repo_id}: {_first_line(e)}", hint="set HF_TOKEN") from None
+        raise SourceUnreachable(f"cannot resolve {text}: {_first_line(e)}", hint="try again later") from None
+    except Exception as e:
+        from zoo.download import is_connection_error
+
+        # huggingface_hub's HTTP client (httpx or its httpx2 fork) raises its own ConnectError & co.
+        if is_connection_error(e):
+            raise SourceUnreachable(f"cannot reach the Hub for {text}: {type(e).__name__}: {e}",
+                                    hint="check HF_ENDPOINT and the network, then run again") from None
+        raise
+
+
+def _version_of(revision: str | None) -> str:
+    """The revision as the zoo version when it is one (``v1.2.0`` -> 1.2.0), else 1.0.0."""
+    candidate = (revision or "").removeprefix("v")
+    return candidate if re.match(VERSION_RE, candidate) else DEFAULT_VERSION
+
+
+def _stem(filename: str) -> str:
+    return filename[:-len(".onnx")] if filename.lower().endswith(".onnx") else Path(filename).stem
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
