@@ -401,7 +401,7 @@ class _Builder:
                 self.module._static[name] = value
                 continue
             attr, n = _sanitize(name), 1
-            while attr in names:
+            while attr in names or hasattr(holder, attr):  # a constant called `half` is not Module.half
                 attr, n = f"{_sanitize(name)}_{n}", n + 1
             names.add(attr)
             if value.is_floating_point() and re.search(r"(weight|bias)$", name):
