@@ -138,3 +138,18 @@ def test_head_keep_needs_the_parents_width_and_freeze_needs_a_matching_name(publ
     with pytest.raises(InvalidInput, match="matches none") as e:
         finetune.freeze(model, ["backbone.*"])
     assert "features.0.weight" in e.value.hint
+
+
+def test_planning_the_finetune_recipe_imports_nothing_heavy(published):
+    """The parent is found and its digest keyed from the local zoo's files: no torch, onnx or onnxruntime."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, zoo.api; r = zoo.api.plan(sys.argv[1]); "
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules), "
+            "[s.state.value for s in r.stages])")
+    proc = subprocess.run([sys.executable, "-c", code, str(published["dir"] / "lenet-digits-finetune.yaml")],
+                          capture_output=True, text=True, env={**os.environ, **published["env"]})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[] ['cached', 'cached', 'cached', 'cached']", proc.stdout  # after the fixture's run
