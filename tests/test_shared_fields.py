@@ -240,6 +240,8 @@ stages:
 
 # another valid value for every recipe-wide field (files they name exist in the test folder)
 OTHER = {
+    # model.from names a version the test publishes into the local zoo (`_publish_parent`)
+    "model.from": "zoo:tiny@1.0.0", "model.build": "cpu-fp32", "model.head": "new",
     "model.arch": None, "model.entry": "net.py:build", "model.num_classes": 11, "model.input_name": "image",
     "model.output_name": "scores", "model.task": "object-detection",
     "model.inputs": {"image": InputSpec(shape=["batch", 1, 8, 8])},
@@ -255,7 +257,7 @@ OTHER = {
 }
 
 # the model: fields that shape the network, read by train and export
-_BUILD = {"model.arch", "model.entry", "model.num_classes", "model.hidden", "model.dropout", "model.hidden_size",
+_BUILD = {"model.from", "model.build", "model.head", "model.arch", "model.entry", "model.num_classes", "model.hidden", "model.dropout", "model.hidden_size",
           "model.num_layers", "model.num_heads", "model.intermediate_size", "model.max_length", "model.vocab_size"}
 
 # what each kind reads (the issue's case: model.task is card metadata, it must not retrain)
@@ -282,7 +284,9 @@ def _keys_with(folder, field: str | None) -> dict[str, str]:
     if field:
         section, _, name = field.partition(".")
         if name:
-            setattr(recipe.spec, section, getattr(recipe.spec, section).model_copy(update={name: OTHER[field]}))
+            spec = getattr(recipe.spec, section)
+            attribute = {f.alias or n: n for n, f in type(spec).model_fields.items()}[name]  # model.from: from_
+            setattr(recipe.spec, section, spec.model_copy(update={attribute: OTHER[field]}))
         else:
             setattr(recipe.spec, section, OTHER[field])
     dag = planner.build(recipe)
@@ -314,7 +318,16 @@ def test_every_builtin_kind_declares_exactly_what_it_reads():
         assert got == EXPECTED[name], name
 
 
+def _publish_parent(folder) -> None:
+    """tiny@1.0.0 in the local zoo, for `model.from` (its file enters train's and export's keys)."""
+    from zoo.registry.store import LocalZoo
+    from zoo.registry.testing import make_staging
+
+    LocalZoo().publish(make_staging(folder / "parent"))
+
+
 def test_a_recipe_wide_field_changes_exactly_the_keys_of_the_kinds_that_declare_it(tmp_path):
+    _publish_parent(tmp_path)
     (tmp_path / "data.npz").write_bytes(b"not read: the source is digits")
     (tmp_path / "other.npz").write_bytes(b"another file")
     (tmp_path / "net.py").write_text("def build(num_classes, in_channels):\n    raise NotImplementedError\n")

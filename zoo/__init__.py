@@ -1,6 +1,6 @@
 """zoo: declarative pipelines and a model zoo for ONNX.
 
-The Python API (`zoo.run`, `zoo.plan`, `zoo.status`) is loaded lazily so that `import zoo`
+The Python API (`zoo.run`, `zoo.plan`, `zoo.status`, `zoo.load_torch`, `zoo.save_torch`) is loaded lazily so that `import zoo`
 stays cheap; the CLI only calls this API.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["run", "plan", "status", "__version__"]
+__all__ = ["run", "plan", "status", "load_torch", "save_torch", "__version__"]
 
 
 def __getattr__(name: str):
-    if name in ("run", "plan", "status"):
+    if name in ("run", "plan", "status", "load_torch", "save_torch"):
         from zoo import api
 
         return getattr(api, name)

@@ -1,12 +1,15 @@
-"""The Python API: `run`, `plan`, `status`, `gc`. The CLI only calls these.
+"""The Python API: `run`, `plan`, `status`, `gc`, and `load_torch` / `save_torch` (a zoo model
+back into torch). The CLI only calls these.
 
     import zoo
     result = zoo.run("recipes/lenet-digits.yaml", jobs=2)
     for stage in result.stages: print(stage.id, stage.state, [str(r) for r in stage.reasons])
+    model = zoo.load_torch("lenet-digits@1.0.0")   # a trainable torch.nn.Module
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -213,3 +216,70 @@ def _forced(dag: planner.Dag, force: Iterable[str] | bool) -> set[str]:
 def _check_frozen(dag, cache_dir, previous, forced) -> None:
     """LockOutOfDate unless the lockfile would stay as it is (zoo/engine/frozen.py)."""
     frozen_mod.check(dag, plan(dag, cache_dir=cache_dir, force=sorted(forced)), previous)
+
+
+
+def load_torch(ref: str, build: str | None = None, *, remote: str | None = None, offline: bool = False,
+               zoo: Any = None) -> Any:
+    """The build of `ref` (``name[@version|@tag]``) as a trainable ``torch.nn.Module`` (eval mode)
+    whose outputs match the ONNX build's (`zoo.onnx_to_torch`; torch is imported now).
+
+    The build is pulled first (every file checked against its sha256; nothing in it is run) and
+    then rebuilt op by op: weights become parameters (as tensors: no pickled code), named as the
+    exporting torch model named them. `build` defaults to the version's float32 ONNX build. An
+    int8 (QDQ) build gives float32 weights dequantized from its int8 ones, with its activation
+    quantization kept as fake-quantize steps (straight-through gradients), so it computes what the
+    int8 build computes; an ORT-format build (``mobile``) is InvalidInput. ``module.input_names``
+    and ``module.output_names`` are the graph's.
+    """
+    from zoo import onnx_to_torch
+
+    pulled = _pull_float(ref, build, remote, offline, zoo)
+    return onnx_to_torch.convert(Path(pulled.path), where=f"{pulled.ref} build {pulled.build}")
+
+
+def save_torch(ref: str, build: str | None = None, *, to: str | Path | None = None, remote: str | None = None,
+               offline: bool = False, zoo: Any = None) -> Path:
+    """Write `load_torch`'s module as a ``torch.export`` program (``.pt2``) and return its path:
+    ``torch.export.load(path).module()`` gives the module back, without zoo, its named dimensions
+    (the batch) kept dynamic. `to`: a folder (the file is ``model.pt2`` in it) or a ``.pt2`` path;
+    default ``./NAME-VERSION-BUILD.pt2``."""
+    import torch
+
+    from zoo import onnx_to_torch
+    from zoo.files import atomic_write
+    from zoo.registry.store import LocalZoo
+
+    pulled = _pull_float(ref, build, remote, offline, zoo)
+    module = onnx_to_torch.convert(Path(pulled.path), where=f"{pulled.ref} build {pulled.build}")
+    ports = (zoo or LocalZoo()).resolve(pulled.ref).builds[pulled.build].inputs
+    examples, dims = [], []
+    for port in ports:
+        shape = [2 if not isinstance(d, int) else d for d in port.shape]
+        examples.append(torch.zeros(shape, dtype=getattr(torch, port.dtype)))
+        dims.append({i: torch.export.Dim.AUTO for i, d in enumerate(port.shape) if not isinstance(d, int)})
+    target = Path(to) if to else Path.cwd() / f"{pulled.name}-{pulled.version}-{pulled.build}.pt2"
+    if target.suffix != ".pt2":
+        target.mkdir(parents=True, exist_ok=True)
+        target = target / "model.pt2"
+    program = torch.export.export(module, tuple(examples), dynamic_shapes=(tuple(dims),))
+    buffer = io.BytesIO()  # torch.export.save wants a .pt2 name or a buffer, not a temp file's name
+    torch.export.save(program, buffer)
+    atomic_write(target, buffer.getvalue())
+    return target
+
+
+def _pull_float(ref: str, build: str | None, remote: str | None, offline: bool, zoo: Any):
+    """Pull `build` of `ref`, by default the version's float32 ONNX build (`select.float_build`)."""
+    from zoo.registry import api as registry
+    from zoo.registry.pull import candidate_remotes, resolve_manifest
+    from zoo.registry.refs import parse_ref
+    from zoo.registry.select import float_build
+    from zoo.registry.store import LocalZoo
+
+    if build is None:
+        local = zoo or LocalZoo()
+        remotes = [] if offline else candidate_remotes(local, remote)
+        manifest, _ = resolve_manifest(local, parse_ref(ref), remotes, offline, [])
+        ref, build = manifest.ref, float_build(manifest).name
+    return registry.pull(ref, build=build, remote=remote, offline=offline, zoo=zoo)

@@ -145,6 +145,10 @@ class Export(StageKind):
         model = ctx.shared.get("model") or {}
         if model.get("entry") and config.onnx is None:
             deps.append(archs.entry_file(model["entry"], ctx.recipe.dir, "model.entry"))
+        if config.onnx is None:
+            from zoo_stages.lib import finetune
+
+            deps.extend(finetune.dependencies(model, ctx.recipe.dir))  # the parent zoo model (model.from)
         if config.onnx is None and ctx.shared.get("data") and _reads_data_files(model, config):
             from zoo_stages.lib import datasets
 
@@ -197,8 +201,13 @@ def _provenance(inputs: Inputs, context: StageContext, ref: SourceRef | None, fi
     """The metadata_props of the exported model: key, input digests, license and attribution."""
     from zoo_stages.lib import provenance
 
+    from zoo_stages.lib import finetune
+
     sources = provenance.input_digests(inputs)
     attribution = provenance.upstream_attribution(inputs)
+    if field == "weights":  # a network from the zoo (model.from) credits its parent, which the lineage then names
+        attribution = provenance.merge_attribution(
+            attribution, finetune.attribution(dict(context.shared.get("model") or {}), context.recipe.dir))
     if ref is not None and source is not None:
         digest = _sha256(source)
         sources[field] = f"sha256:{digest}"

@@ -27,6 +27,11 @@ the `StageContext` (``context.threads``, ``context.work_dir``, ``context.metrics
 metrics, ``context.log``). Seeds are set before the call. It returns the trained
 ``torch.nn.Module`` (or None when it trained `model` in place); zoo then evaluates it (with the
 task's loss) and writes the checkpoint as usual.
+
+Fine-tuning: with the recipe's ``model.from: zoo:NAME@VERSION`` the network starts as that zoo
+model (its weights; ``model.head: new`` for a fresh last layer), see `zoo_stages.lib.finetune`;
+``config.freeze`` (parameter-name patterns, e.g. ``[features.*]``) keeps matching parameters
+fixed, for any model. Metric ``trainable_parameters`` counts what trained.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ class TrainConfig(KindConfig):
         None, ge=1, le=256, description="torch threads; the checkpoint bytes depend on it (GEMM splits), "
                                         "so pin it for bit-identical rebuilds; default: the runner's thread count")
     entry: str | None = Field(None, description="custom training function 'path/to/file.py:function'")
+    freeze: list[str] = Field(default_factory=list, description="parameters to keep fixed, by name pattern "
+                                                                "(fnmatch, e.g. 'features.*'): transfer learning")
 
     @model_validator(mode="after")
     def _entry_format(self):
@@ -88,8 +95,9 @@ class TrainingSplit(Split):
 
 class Train(StageKind):
     name = "train"
-    # 2: named features in the arch's input order, mlp and bert, loss by task, entry functions get Splits
-    version = "2"
+    # 2: named features in the arch's input order, mlp and bert, loss by task, entry functions get Splits;
+    # 3: model.from (start from a zoo model), config.freeze
+    version = "3"
     Config = TrainConfig
     tools = ("torch", "numpy", "scikit-learn", "safetensors", "transformers")
     # the dataset (every field: the loader reads them all), the task (the loss) and what builds the
@@ -100,7 +108,7 @@ class Train(StageKind):
     summary = "train the model on the recipe's dataset (deterministic; safetensors checkpoint)"
 
     def dependencies(self, config: TrainConfig, ctx: KeyContext) -> list[Path]:
-        from zoo_stages.lib import archs, datasets
+        from zoo_stages.lib import archs, datasets, finetune
 
         deps: list[Path] = []
         if config.entry:
@@ -108,6 +116,7 @@ class Train(StageKind):
         model = ctx.shared.get("model") or {}
         if model.get("entry"):
             deps.append(archs.entry_file(model["entry"], ctx.recipe.dir, "model.entry"))
+        deps.extend(finetune.dependencies(model, ctx.recipe.dir))  # the parent zoo model's ONNX file
         if ctx.shared.get("data"):
             deps.extend(datasets.data_dependencies(dict(ctx.shared["data"]), ctx.recipe.dir))
         return deps
@@ -116,7 +125,7 @@ class Train(StageKind):
         import numpy as np
         import torch
 
-        from zoo_stages.lib import archs, datasets, onnx_run, tasks
+        from zoo_stages.lib import archs, datasets, finetune, onnx_run, tasks
 
         data = dict(context.shared.get("data") or {})
         model_section = dict(context.shared.get("model") or {})
@@ -148,6 +157,8 @@ class Train(StageKind):
         threads = config.threads or context.threads
         with _deterministic(config.seed, threads):
             model = archs.build_model(model_section, context.recipe.dir, **sizes)
+            if config.freeze:
+                finetune.freeze(model, config.freeze)
             started = time.perf_counter()
             if config.entry:
                 fn = archs.load_function(config.entry, context.recipe.dir, "config.entry")
@@ -176,6 +187,7 @@ class Train(StageKind):
             "epochs": config.epochs,
             "samples": len(train_split),
             "num_parameters": int(sum(p.numel() for p in model.parameters())),
+            "trainable_parameters": int(sum(p.numel() for p in model.parameters() if p.requires_grad)),
             "seconds": round(seconds, 3),
             "threads": int(threads),
             "history": history,

@@ -154,11 +154,17 @@ def pull_cmd(
     to: Optional[Path] = typer.Option(None, "--to", help="Place the files in this folder [default: the local zoo]."),
     remote: Optional[str] = RemoteOpt,
     offline: bool = typer.Option(False, "--offline", help="Use only the local cache; never touch the network."),
+    as_format: Optional[str] = typer.Option(
+        None, "--as", help="torch: write the build as a torch.export program (.pt2: torch.export.load(path).module() "
+                           "is a trainable torch.nn.Module; default build: the float32 one) in --to, else in the "
+                           "current folder; prints its path.", show_default=False),
     as_json: bool = JsonOpt,
 ) -> None:
     """Download (verified) and place a build; prints the path of its model file."""
     from zoo.registry import api
 
+    if as_format is not None:
+        return _pull_as(as_format, ref, build, to, remote, offline, as_json)
     result = api.pull(ref, build=build, to=to, remote=remote, offline=offline)
     if as_json:
         return _print_json(result)
@@ -169,6 +175,22 @@ def pull_cmd(
         _note(f"{result.ref} [{result.build}] from {where}: {result.downloaded_files} file(s), "
               f"{result.downloaded_bytes} bytes verified")
     print(result.path, flush=True)
+
+
+def _pull_as(as_format: str, ref: str, build: str | None, to: Path | None, remote: str | None, offline: bool,
+             as_json: bool) -> None:
+    """`zoo pull --as torch`: the build as a torch.export program (zoo.api.save_torch)."""
+    from zoo.errors import InvalidInput
+
+    if as_format != "torch":
+        raise InvalidInput(f"--as {as_format!r}: the formats a build can be pulled as are: torch",
+                           hint="`zoo pull NAME@VERSION --as torch` writes a torch.export program (.pt2)")
+    from zoo.api import save_torch
+
+    path = save_torch(ref, build, to=to, remote=remote, offline=offline)
+    if as_json:
+        return _print_json({"ref": ref, "format": "torch", "path": str(path)})
+    print(path, flush=True)
 
 
 def push_cmd(

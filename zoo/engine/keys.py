@@ -63,7 +63,8 @@ def section_fields() -> dict[str, tuple[str, ...] | None]:
         annotation = RecipeSpec.model_fields[name].annotation
         models = [t for t in (annotation, *typing.get_args(annotation))
                   if isinstance(t, type) and issubclass(t, BaseModel)]
-        out[name] = tuple(models[0].model_fields) if models else None
+        # a field's name in the recipe: its alias where it has one (model.from)
+        out[name] = tuple(f.alias or n for n, f in models[0].model_fields.items()) if models else None
     return out
 
 

@@ -240,9 +240,25 @@ ARCH_FIELDS: dict[str, tuple[str, ...]] = {
 BERT_REQUIRED = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_length")
 
 
+ZOO_MODEL_RE = r"^zoo:[a-z0-9][a-z0-9._-]*@\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
+
+
 class ModelSpec(_Strict):
     """The model's architecture and I/O names, shared by train, export and verify."""
 
+    # `from` is a Python keyword: the field is `from_`, read and written as `from`
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+
+    from_: str | None = Field(
+        None, alias="from",
+        description="start from a model in the local zoo, 'zoo:NAME@VERSION' (a pinned version): its ONNX build "
+                    "converted back to torch, weights included (fine-tuning, transfer learning); the version's "
+                    "lineage then names it")
+    build: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._-]*$",
+                              description="with `from`: which build to start from (default: its float32 ONNX build)")
+    head: Literal["keep", "new"] | None = Field(
+        None, description="with `from`: keep the parent's last layer (default; num_classes must match it), or "
+                          "`new`: replace it by a fresh Linear with num_classes outputs (transfer learning)")
     arch: str | None = Field(None, description="built-in architecture: alexnet, lenet5 (images), mlp (tables), "
                                                "bert (token ids)")
     entry: str | None = Field(None, description="custom model: 'path/to/file.py:function' returning a torch.nn.Module")
@@ -266,6 +282,13 @@ class ModelSpec(_Strict):
     max_length: int | None = Field(None, ge=1, le=65536, description="bert: longest sequence (position embeddings)")
     vocab_size: int | None = Field(None, ge=2, description="bert: token vocabulary (default: the data's tokenizer's)")
 
+    @field_validator("from_")
+    @classmethod
+    def _zoo_model(cls, v):
+        if v is not None and not re.match(ZOO_MODEL_RE, v):
+            raise ValueError(f"{v!r} is not 'zoo:NAME@VERSION' with a pinned version (e.g. zoo:lenet-digits@1.0.0)")
+        return v
+
     @field_validator("hidden")
     @classmethod
     def _widths(cls, v):
@@ -275,6 +298,12 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="after")
     def _fields_fit_the_arch(self):
+        if self.from_ is not None and (self.arch or self.entry):
+            raise ValueError(f"`from` and `{'arch' if self.arch else 'entry'}` are alternatives: the network comes "
+                             "from the zoo model")
+        for name in ("build", "head"):
+            if getattr(self, name) is not None and self.from_ is None:
+                raise ValueError(f"`{name}` applies to a model `from: zoo:NAME@VERSION` only")
         for name, archs in ARCH_FIELDS.items():
             if getattr(self, name) is not None and self.arch not in archs:
                 what = f"arch: {self.arch}" if self.arch else "a model without `arch`"
@@ -611,7 +640,8 @@ def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
     for part in loc:
         if isinstance(part, int) or current is None:
             continue
-        field = getattr(current, "model_fields", {}).get(part)
+        fields = {f.alias or n: f for n, f in getattr(current, "model_fields", {}).items()}
+        field = fields.get(part)
         if field is None:
             # inside a dict[str, Model]: the key is a stage id, the model is the value type
             current = _model_in(current) if not hasattr(current, "model_fields") else None
@@ -620,7 +650,7 @@ def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
             continue
         current = _model_in(field.annotation)
     if current is not None and hasattr(current, "model_fields"):
-        return list(current.model_fields)
+        return [f.alias or n for n, f in current.model_fields.items()]
     return []
 
 

@@ -10,6 +10,8 @@ The rule, in order:
    any other CPU build by lowest ``latency_p50_ms`` and name.
 
 Checking for CUDA imports onnxruntime; that only happens here, at pull time.
+
+Loading a version back into torch (`float_build`) wants its float32 ONNX build instead.
 """
 
 from __future__ import annotations
@@ -70,3 +72,14 @@ def best_build(manifest: Manifest, providers: list[str] | None = None) -> Build:
         raise NotFound(f"{manifest.ref} has no build this host can run (builds: {', '.join(sorted(manifest.builds))})",
                        hint="pick one with --build, or install an onnxruntime with the needed execution provider")
     return ranked[0]
+
+
+def float_build(manifest: Manifest) -> Build:
+    """The build to load back into a framework when none is named (`zoo.load_torch`, a recipe's
+    ``model.from``): the version's float32 ONNX build (``cpu-fp32`` if several are)."""
+    fp32 = sorted((b for b in manifest.builds.values() if b.format == "onnx" and b.precision == "fp32"),
+                  key=lambda b: (b.name != "cpu-fp32", b.name))
+    if not fp32:
+        raise NotFound(f"{manifest.ref} has no float32 ONNX build (builds: {', '.join(sorted(manifest.builds))})",
+                       hint="name the build to load")
+    return fp32[0]

@@ -27,6 +27,9 @@ The recipe's ``model:`` section names either a built-in ``arch`` or a user ``ent
   must return a ``torch.nn.Module`` that maps float32 images in [0, 1] (NCHW, or NHWC when the
   data's layout says so) to logits of shape (N, num_classes). The file's content enters the
   cache key of every stage using it.
+- ``from: zoo:NAME@VERSION`` (with ``build`` and ``head``): a model of the local zoo converted
+  back to torch, its weights included, its last layer kept or replaced (`zoo_stages.lib.finetune`);
+  it reads images like the built-in image architectures.
 
 Each architecture declares its inputs (`model_inputs`): the names the exported graph takes
 (``model.inputs`` in the recipe renames and retypes them, in order) and what they hold, so train
@@ -58,7 +61,7 @@ IMAGE_ARCHS = ("alexnet", "lenet5")
 MLP_HIDDEN = (64, 32)
 TEXT_EXTRA = "pip install 'zoo-onnx[text]'"
 # the model: fields that shape the network (train and export build the same one from them)
-BUILD_FIELDS = ("arch", "entry", "num_classes", "hidden", "dropout", "hidden_size", "num_layers", "num_heads",
+BUILD_FIELDS = ("from", "build", "head", "arch", "entry", "num_classes", "hidden", "dropout", "hidden_size", "num_layers", "num_heads",
                 "intermediate_size", "max_length", "vocab_size")
 
 
@@ -179,6 +182,10 @@ def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, 
     channels_last = str(layout).upper() == "NHWC"
     if arch and entry:
         raise InvalidInput("model.arch and model.entry are both set", hint="keep only one of them")
+    if model_section.get("from"):
+        from zoo_stages.lib import finetune
+
+        return finetune.build_model(model_section, Path(recipe_dir), outputs=width)
     if entry:
         fn = load_function(entry, Path(recipe_dir), field="model.entry")
         model = fn(num_classes=width, in_channels=in_channels)
@@ -189,8 +196,9 @@ def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, 
                                hint="the function must return the model, e.g. `return MyNet(num_classes)`")
         return model
     if not arch:
-        raise InvalidInput("the model: section has neither `arch` nor `entry`",
-                           hint=f"set `model.arch` to one of {', '.join(ARCHS)}, or `model.entry: file.py:function`")
+        raise InvalidInput("the model: section has neither `arch` nor `entry` nor `from`",
+                           hint=f"set `model.arch` to one of {', '.join(ARCHS)}, or `model.entry: file.py:function`, "
+                                "or `model.from: zoo:NAME@VERSION`")
     dropout = model_section.get("dropout")
     if arch == "alexnet":
         return alexnet(num_classes=width, in_channels=in_channels, dropout=0.5 if dropout is None else dropout,

@@ -1,0 +1,154 @@
+"""Fine-tuning and transfer learning: a recipe's network taken from a model in the local zoo.
+
+The recipe's ``model: {from: zoo:NAME@VERSION, build: BUILD, head: keep|new}`` names the parent:
+a pinned version in the local zoo (published by its recipe's deploy stage, or pulled), and one of
+its ONNX builds (default: its float32 one, `zoo.registry.select.float_build`). The build is pulled
+offline (checked against its sha256) and converted back to torch by `zoo.onnx_to_torch`, weights
+included; nothing in it is run. ``head: new`` replaces the parent's last Linear layer by a fresh
+one of ``model.num_classes`` outputs (transfer learning); with ``keep`` (the default) the parent's
+output width must be ``num_classes``.
+
+train and export both build the network here (`archs.build_model`), so the parent's ONNX file is
+a dependency of both (its digest enters their keys: a republished parent retrains), and export
+records it as an attribution source, which deploy writes into the version's lineage
+(``lineage.sources["zoo:NAME@VERSION"] = "sha256:..."``) and its model card.
+
+`freeze` fixes parameters by name (``train.config.freeze``: fnmatch patterns such as
+``features.*``) so that only the rest trains.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from zoo.errors import InvalidInput, NotFound
+
+PREFIX = "zoo:"
+
+
+@dataclass(frozen=True)
+class Parent:
+    """The zoo build a recipe's model starts from."""
+
+    ref: str  # name@version
+    build: str
+    path: Path  # the build's ONNX file in the local zoo (verified)
+    sha256: str
+    license: str
+    outputs: tuple[int | str | None, ...]  # the shape of its (first) output
+
+    @property
+    def source(self) -> str:
+        return f"{PREFIX}{self.ref}"
+
+
+def parent(model_section: Mapping[str, Any], recipe_dir: Path) -> Parent | None:
+    """The parent the section names (None without ``from``); InvalidInput naming the command that
+    makes it when it is not in the local zoo."""
+    spec = model_section.get("from")
+    if not spec:
+        return None
+    from zoo.registry.pull import pull
+    from zoo.registry.refs import parse_pinned
+    from zoo.registry.select import float_build
+    from zoo.registry.store import LocalZoo
+
+    ref = str(spec).removeprefix(PREFIX)
+    zoo = LocalZoo()
+    try:
+        manifest = zoo.resolve(parse_pinned(ref))
+    except NotFound:
+        raise _missing(ref, recipe_dir) from None
+    try:
+        build = manifest.builds[model_section["build"]] if model_section.get("build") else float_build(manifest)
+    except KeyError:
+        raise InvalidInput(f"model.build {model_section['build']!r}: {ref} has no such build",
+                           hint=f"its builds: {', '.join(sorted(manifest.builds))}") from None
+    except NotFound as e:
+        raise InvalidInput(f"model.from {spec}: {e.message}", hint="set `model.build` to one of its ONNX builds") from None
+    if build.format != "onnx":
+        raise InvalidInput(f"model.build {build.name!r} of {ref} is in {build.format.upper()} format, which only "
+                           "onnxruntime reads", hint="start from one of its ONNX builds (e.g. its float32 one)")
+    pulled = pull(ref, build=build.name, offline=True, zoo=zoo)  # every file checked against its sha256
+    outputs = tuple(build.outputs[0].shape) if build.outputs else ()
+    return Parent(ref=manifest.ref, build=build.name, path=Path(pulled.path), sha256=build.file.sha256,
+                  license=manifest.license, outputs=outputs)
+
+
+def _missing(ref: str, recipe_dir: Path) -> InvalidInput:
+    """The error for a parent that is not in the local zoo, naming the recipe that makes it when
+    one beside this recipe does."""
+    name, _, version = ref.partition("@")
+    maker = _recipe_making(name, version, recipe_dir)
+    how = f"`zoo run {maker}`" if maker else "`zoo run RECIPE` with the recipe that builds it"
+    return InvalidInput(f"model.from: the parent model {ref} is not in the local zoo",
+                        hint=f"publish it first: {how}; or `zoo pull {ref}` from a remote that has it")
+
+
+def _recipe_making(name: str, version: str, recipe_dir: Path) -> str | None:
+    import yaml
+
+    for path in sorted(Path(recipe_dir).glob("*.yaml")):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and data.get("name") == name and str(data.get("version")) == version:
+            relative = os.path.relpath(path)
+            return relative if not relative.startswith("..") else str(path)
+    return None
+
+
+def dependencies(model_section: Mapping[str, Any], recipe_dir: Path) -> list[Path]:
+    """The parent's ONNX file, whose content enters the key of every stage that builds the network."""
+    found = parent(model_section, recipe_dir)
+    return [found.path] if found else []
+
+
+def build_model(model_section: Mapping[str, Any], recipe_dir: Path, outputs: int) -> Any:
+    """The parent converted to torch (its weights), with its head kept or replaced (`outputs` wide)."""
+    from zoo import onnx_to_torch
+
+    found = parent(model_section, recipe_dir)
+    module = onnx_to_torch.convert(found.path, where=f"model.from {found.source} build {found.build}")
+    if model_section.get("head") == "new":
+        onnx_to_torch.replace_head(module, outputs)
+        return module
+    width = found.outputs[-1] if found.outputs else None
+    if isinstance(width, int) and width != outputs:
+        raise InvalidInput(f"model.from {found.source} gives {width} outputs but the recipe's model has {outputs} "
+                           "(model.num_classes)",
+                           hint=f"set `model.num_classes: {width}`, or `model.head: new` for a fresh last layer "
+                                f"of {outputs} outputs")
+    return module
+
+
+def attribution(model_section: Mapping[str, Any], recipe_dir: Path) -> list[dict[str, str]]:
+    """The parent as an attribution record (export stamps it; deploy puts it in the lineage)."""
+    from zoo_stages.lib import provenance
+
+    found = parent(model_section, recipe_dir)
+    if found is None:
+        return []
+    return [provenance.source_attribution(found.source, url=f"{found.source}#{found.build}", sha256=found.sha256,
+                                          license=found.license)]
+
+
+def freeze(model: Any, patterns: list[str]) -> int:
+    """Fix the parameters whose names match any of `patterns` (fnmatch); returns how many tensors.
+    A pattern that matches nothing is InvalidInput listing the model's parameter names."""
+    names = [name for name, _ in model.named_parameters()]
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            raise InvalidInput(f"config.freeze: {pattern!r} matches none of the model's parameters",
+                               hint=f"its parameters: {', '.join(names[:20])}" + (" ..." if len(names) > 20 else ""))
+    frozen = 0
+    for name, p in model.named_parameters():
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+            p.requires_grad_(False)
+            frozen += 1
+    return frozen
