@@ -254,10 +254,10 @@ def _size(n: int) -> str:
 
 
 def _register_subcommands() -> None:
-    """Commands that live in their own modules (registry; releases)."""
+    """Commands that live in their own modules (registry; releases; exporters)."""
     import importlib
 
-    for module_name in ("zoo.cli.zoo_commands", "zoo.cli.release_commands"):
+    for module_name in ("zoo.cli.zoo_commands", "zoo.cli.release_commands", "zoo.cli.exporter_commands"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:

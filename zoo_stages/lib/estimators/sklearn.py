@@ -4,9 +4,10 @@ Checkpoint: ``model.skops``, written with `skops.io`, which stores an estimator 
 numpy arrays in a zip file and rebuilds it without unpickling: loading refuses any type outside
 skops' defaults (scikit-learn estimators, numpy arrays and dtypes, builtins) and the explicit
 `TRUSTED_TYPES` below (the fitted tree structures of the estimators in `ESTIMATORS`), so a
-checkpoint cannot run code. `save` makes the bytes reproducible: skops names its array files
-after Python object ids and stamps the current time; they are renamed in order of appearance
-and dated 1980-01-01, so the same fit always gives the same file.
+checkpoint cannot run code. `save` makes the bytes reproducible: skops names its array files and
+marks shared objects (``__id__``) by Python object ids, and stamps the current time; the ids are
+renumbered in order of appearance and the entries dated 1980-01-01, so the same fit always gives
+the same file.
 """
 
 from __future__ import annotations
@@ -67,14 +68,17 @@ def save(model: Any, path: Path) -> Path:
 
 
 def _reproducible(blob: bytes) -> bytes:
-    """The skops zip with its id-named array files renamed 0.npy, 1.npy, ... in the order the
-    schema names them, every entry dated 1980-01-01 and stored in name order."""
+    """The skops zip with its id-named array files renamed 0.npy, 1.npy, ... and its ``__id__``
+    marks renumbered 0, 1, ... in the order the schema names them, every entry dated 1980-01-01
+    and stored in name order."""
     source = zipfile.ZipFile(io.BytesIO(blob))
     schema = source.read("schema.json").decode()
     names: dict[str, str] = {}
     for old in re.findall(r'"([0-9]+\.npy)"', schema):
         names.setdefault(old, f"{len(names)}.npy")
     schema = re.sub(r'"([0-9]+\.npy)"', lambda m: f'"{names[m.group(1)]}"', schema)
+    ids: dict[str, str] = {}  # shared objects are marked by their id(): number them in order instead
+    schema = re.sub(r'"__id__": ([0-9]+)', lambda m: f'"__id__": {ids.setdefault(m.group(1), str(len(ids)))}', schema)
     entries = {names.get(n, n): (schema.encode() if n == "schema.json" else source.read(n)) for n in source.namelist()}
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as target:
