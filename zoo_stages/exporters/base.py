@@ -15,7 +15,8 @@ An exporter (a subclass of `Exporter`, registered as a ``zoo.exporters`` entry p
 predicts on tables (scikit-learn, LightGBM, XGBoost): it loads the train stage's checkpoint
 (`load`), converts it (`to_onnx`: one float input of the table's width, zipmap off so outputs
 are plain tensors: an int64 ``label`` and float ``probabilities`` for classifiers, one float
-output for regressors), names the batch axis of every port ``batch``, caps the IR version at 13,
+output for regressors), names the batch axis of every port ``batch`` and the graph after the
+estimator (converters may name it at random: the same model must give the same bytes), caps the IR version at 13,
 stamps provenance, checks the model with onnx's full checker, and gates it: the source framework
 (`predict`) and onnxruntime run every held-out row of the recipe's data; probabilities and
 regression outputs must agree within ``parity.atol + parity.rtol * |source|``, labels exactly.
@@ -184,6 +185,7 @@ class EstimatorExporter(Exporter):
         proto = self.to_onnx(model, input_name, int(features.shape[1]), opset)
         name_batch_axis(proto)
         onnx_io.fix_ir_version(proto)
+        proto.graph.name = type(model).__name__  # onnxmltools names the graph with a random uuid
         proto.doc_string = ""
         proto.graph.doc_string = ""
         provenance.stamp(proto, job.props)
