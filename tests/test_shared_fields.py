@@ -247,6 +247,7 @@ OTHER = {
     "model.inputs": {"image": InputSpec(shape=["batch", 1, 8, 8])},
     "model.hidden": [16], "model.dropout": 0.2, "model.hidden_size": 64, "model.num_layers": 3,
     "model.num_heads": 4, "model.intermediate_size": 128, "model.max_length": 64, "model.vocab_size": 500,
+    "model.framework": "sklearn", "model.estimator": "Ridge", "model.params": {"alpha": 2.0},
     "data.source": "npz", "data.path": "other.npz", "data.image_size": 16, "data.channels": 3,
     "data.val_fraction": 0.3, "data.split_seed": 1, "data.limit": 100,
     # key computation reads only the data's files: these need not suit the digits source
@@ -262,8 +263,10 @@ _BUILD = {"model.from", "model.build", "model.head", "model.arch", "model.entry"
 
 # what each kind reads (the case: model.task is card metadata, it must not retrain)
 EXPECTED = {
-    "train": {"data.*", "task", *_BUILD, "model.input_name", "model.inputs"},
-    "export": {"data.*", "task", *_BUILD, "model.input_name", "model.output_name", "model.inputs"},
+    "train": {"data.*", "task", *_BUILD, "model.input_name", "model.inputs", "model.framework", "model.estimator",
+              "model.params"},
+    # the estimator and its params reach export through the checkpoint; the framework picks its exporter
+    "export": {"data.*", "task", *_BUILD, "model.input_name", "model.output_name", "model.inputs", "model.framework"},
     "optimize": {"model.inputs"},
     "quantize": {"data.*", "task", "model.inputs"},
     "verify": {"data.*", "task", "model.inputs", "model.num_classes"},

@@ -56,6 +56,11 @@ class UnknownKind(InvalidInput):
     """A stage kind that is neither built in nor registered through an entry point."""
 
 
+class MissingExtra(InvalidInput):
+    """A recipe needs an optional framework (an exporter's extra) that is not installed; the hint
+    names the ``pip install 'zoo-onnx[EXTRA]'`` to run."""
+
+
 class PlanError(InvalidInput):
     """A DAG that cannot be built: cycles, unknown needs, duplicate ids."""
 

@@ -1,4 +1,11 @@
-"""The `export` kind: a torch model to ONNX (``model.onnx``), checked and parity-gated.
+"""The `export` kind: a trained model to ONNX (``model.onnx``), checked and parity-gated.
+
+The recipe's ``model.framework`` picks the exporter (`zoo_stages.exporters`, registered as
+``zoo.exporters`` entry points; a plugin may add its own): ``torch`` (the default; everything
+below), ``sklearn``, ``lightgbm`` and ``xgboost`` (the train stage's fitted estimator, converted
+with skl2onnx or onnxmltools and gated against the source framework on the data's held-out rows:
+`zoo_stages.exporters.base.EstimatorExporter`). A framework whose extra is not installed fails
+with `zoo.errors.MissingExtra`, naming the ``pip install 'zoo-onnx[EXTRA]'`` to run.
 
 Weights come from exactly one of:
 - the upstream ``checkpoint`` (a train stage; safetensors, or a .pt/.pth state dict);
@@ -49,8 +56,10 @@ from pydantic import Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo_stages.exporters.base import ExportJob
 from zoo_stages.lib import checkpoints
 from zoo_stages.lib.archs import BUILD_FIELDS
+from zoo_stages.lib.estimators import ESTIMATOR_TOOLS
 
 MAX_IR_VERSION = 13  # onnxruntime 1.31 loads at most IR 13; onnx 1.23 stamps 14
 PROTOBUF_LIMIT = 2 * 1024**3 - 1024 * 1024  # stay clear of protobuf's 2 GB message limit
@@ -126,17 +135,19 @@ class Export(StageKind):
     name = "export"
     # 2: provenance metadata_props; 3: inferred value_info no longer stored; 4: one session builder (deterministic
     # compute) and parity module (per-output records, max_rel over ref != 0, integer outputs exact); 5: named
-    # inputs (the arch's, or model.inputs; mlp and bert), data.image settings, regression outputs
-    version = "5"
+    # inputs (the arch's, or model.inputs; mlp and bert), data.image settings, regression outputs; 6: exporters by
+    # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost)
+    version = "6"
     Config = ExportConfig
-    tools = ("torch", "onnx", "onnxruntime", "transformers")
+    tools = ("torch", "onnx", "onnxruntime", "transformers", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
+             "onnxconverter-common")
     # the network (as train builds it: the data decides image channels, a table's width, a vocabulary),
     # the task (1 output for regression) and the I/O names and shapes; not model.task (card metadata)
     shared = ("data", "task", *(f"model.{f}" for f in BUILD_FIELDS), "model.input_name", "model.output_name",
-              "model.inputs")
+              "model.inputs", "model.framework")
     outputs = ("model",)
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
-    summary = "export to ONNX (checked, shape-inferred, parity-gated against torch)"
+    summary = "export to ONNX (checked, shape-inferred, parity-gated against the source framework)"
 
     def dependencies(self, config: ExportConfig, ctx: KeyContext) -> list[Path]:
         from zoo_stages.lib import archs
@@ -176,20 +187,37 @@ class Export(StageKind):
         if config.onnx is not None:
             _passthrough(config, context, target, inputs)
         else:
+            exporter = _exporter(context)
             if checkpoint is not None:
                 source, label = Path(checkpoint), "checkpoint"
             else:
                 source, label = _fetch(config.weights, context), "weights"
             props = _provenance(inputs, context, config.weights if label == "weights" else None, "weights", source)
-            _export_torch(source, label, config, context, target, props)
+            exporter.export(ExportJob(source, label, config, context, target, props))
         return {"model": target}
 
 
+def _exporter(context: StageContext):
+    """The exporter of the recipe's ``model.framework`` (default torch), its extra checked: the
+    built-in ones from `zoo_stages.exporters.BUILTIN` (zoo's own entry points; importing it puts
+    their code in this kind's key), others through their ``zoo.exporters`` entry point."""
+    from zoo.engine import exporter_loader
+    from zoo_stages import exporters
+
+    name = (context.shared.get("model") or {}).get("framework") or exporter_loader.DEFAULT_FRAMEWORK
+    cls = exporters.BUILTIN.get(name) or exporter_loader.get(name)
+    cls.require()
+    return cls()
+
+
 def _reads_data_files(model: Mapping[str, Any], config: ExportConfig) -> bool:
-    """Whether building the model reads the data's files: an mlp's width (without an input
-    shape) or a bert's vocabulary (without model.vocab_size); images need only the settings."""
+    """Whether exporting reads the data's files: an estimator's parity gate (the held-out rows), an
+    mlp's width (without an input shape) or a bert's vocabulary (without model.vocab_size);
+    images need only the settings."""
     from zoo_stages.lib import archs
 
+    if model.get("framework") not in (None, "torch"):  # an estimator's parity gate runs the held-out rows
+        return True
     kind = archs.modality(model)
     if kind == "table":
         return not config.input_shape and not model.get("inputs")

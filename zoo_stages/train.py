@@ -1,5 +1,9 @@
 """The `train` kind: fit the recipe's model on the recipe's dataset, deterministically.
 
+A scikit-learn, LightGBM or XGBoost estimator (``model.framework`` with ``model.estimator`` and
+``model.params``) is fitted by `zoo_stages.lib.estimators.training` (checkpoints in each
+framework's safe format); what follows is about torch models.
+
 Output ``checkpoint``: ``model.safetensors`` (the model's state dict, float32). The same
 recipe, data, tool versions and thread count give the same checkpoint bytes: seeds are fixed,
 torch runs with deterministic algorithms on ``config.threads`` (default: ``context.threads``)
@@ -47,6 +51,7 @@ from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.lib import checkpoints
 from zoo_stages.lib.archs import BUILD_FIELDS
 from zoo_stages.lib.datasets import Split
+from zoo_stages.lib.estimators import ESTIMATOR_TOOLS
 
 
 class OptimizerConfig(KindConfig):
@@ -96,14 +101,16 @@ class TrainingSplit(Split):
 class Train(StageKind):
     name = "train"
     # 2: named features in the arch's input order, mlp and bert, loss by task, entry functions get Splits;
-    # 3: model.from (start from a zoo model), config.freeze
-    version = "3"
+    # 3: model.from (start from a zoo model), config.freeze; 4: scikit-learn, LightGBM and XGBoost
+    # estimators (model.framework, zoo_stages.lib.estimators)
+    version = "4"
     Config = TrainConfig
-    tools = ("torch", "numpy", "scikit-learn", "safetensors", "transformers")
+    tools = ("torch", "numpy", "safetensors", "transformers", *ESTIMATOR_TOOLS)
     # the dataset (every field: the loader reads them all), the task (the loss) and what builds the
     # network; not model.task or the output name (metadata for export and deploy), so editing those
     # does not retrain
-    shared = ("data", "task", *(f"model.{f}" for f in BUILD_FIELDS), "model.input_name", "model.inputs")
+    shared = ("data", "task", *(f"model.{f}" for f in BUILD_FIELDS), "model.input_name", "model.inputs",
+              "model.framework", "model.estimator", "model.params")
     outputs = ("checkpoint",)
     summary = "train the model on the recipe's dataset (deterministic; safetensors checkpoint)"
 
@@ -122,6 +129,10 @@ class Train(StageKind):
         return deps
 
     def run(self, inputs: Inputs, config: TrainConfig, context: StageContext) -> Mapping[str, Path]:
+        if (context.shared.get("model") or {}).get("framework") not in (None, "torch"):
+            from zoo_stages.lib.estimators import training  # scikit-learn, LightGBM, XGBoost estimators
+
+            return training.run(config, context)
         import numpy as np
         import torch
 

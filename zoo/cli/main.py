@@ -254,10 +254,11 @@ def _size(n: int) -> str:
 
 
 def _register_subcommands() -> None:
-    """Commands that live in their own modules (registry; releases; import)."""
+    """Commands that live in their own modules (registry; releases; import; exporters)."""
     import importlib
 
-    for module_name in ("zoo.cli.zoo_commands", "zoo.cli.release_commands", "zoo.cli.import_command"):
+    for module_name in ("zoo.cli.zoo_commands", "zoo.cli.release_commands", "zoo.cli.import_command",
+                        "zoo.cli.exporter_commands"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:

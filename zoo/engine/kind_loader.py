@@ -82,10 +82,16 @@ def _record_packages(dist: Any) -> set[str]:
 @lru_cache(maxsize=1)
 def entries() -> dict[str, KindEntry]:
     """Every registered kind by name, built-ins winning over third-party names."""
+    return scan(ENTRY_POINT_GROUP)
+
+
+def scan(group: str) -> dict[str, KindEntry]:
+    """Every entry point of `group` by name, zoo's own winning over third-party names (also used
+    for the `zoo.exporters` group by `zoo.engine.exporter_loader`)."""
     from importlib.metadata import entry_points
 
     found: dict[str, KindEntry] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in entry_points(group=group):
         dist = getattr(ep, "dist", None)
         entry = KindEntry(name=ep.name, target=ep.value, distribution=_normalized(dist.name) if dist else "", dist=dist)
         if ep.name not in found or (entry.builtin and not found[ep.name].builtin):

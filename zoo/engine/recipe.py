@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from zoo.engine import kind_loader
-from zoo.errors import RecipeError, UnknownKind
+from zoo.errors import InvalidInput, RecipeError, UnknownKind
 from zoo.engine.yamlpos import Located, dotted, load_with_positions
 
 SCHEMA_VERSION = 1
@@ -281,6 +281,14 @@ class ModelSpec(_Strict):
     intermediate_size: int | None = Field(None, ge=1, le=262144, description="bert: feed-forward width")
     max_length: int | None = Field(None, ge=1, le=65536, description="bert: longest sequence (position embeddings)")
     vocab_size: int | None = Field(None, ge=2, description="bert: token vocabulary (default: the data's tokenizer's)")
+    framework: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$",
+                                  description="the framework that trains and exports the model, an exporter's name "
+                                              "(`zoo exporters`): torch (the default: `arch` or `entry`), sklearn, "
+                                              "lightgbm, xgboost, or a plugin's")
+    estimator: str | None = Field(None, description="sklearn/lightgbm/xgboost: the estimator train fits, e.g. "
+                                                    "GradientBoostingClassifier, LGBMClassifier, XGBClassifier")
+    params: dict[str, Any] | None = Field(None, description="sklearn/lightgbm/xgboost: the estimator's parameters "
+                                                            "(random_state defaults to the train stage's seed)")
 
     @field_validator("from_")
     @classmethod
@@ -453,6 +461,7 @@ def load(path: str | Path) -> Recipe:
         raise _pydantic_error(e, located, (), RecipeSpec) from None
     _refuse_non_finite(spec.model_dump(by_alias=True, exclude={"stages"}, exclude_unset=True), located, ())
     _check_data(spec.data, file, located)
+    _check_framework(spec.model, located)
     _check_matrix_sizes(spec, located)
 
     instances: dict[str, list[Instance]] = {}
@@ -513,6 +522,26 @@ def _check_matrix_sizes(spec: RecipeSpec, located: Located) -> None:
         if total > MAX_INSTANCES:
             raise located.error(("stages", sid), f"the recipe expands to more than {MAX_INSTANCES:,} stage instances",
                                 hint="split the recipe, or use smaller matrices", key=True)
+
+
+def _check_framework(model: ModelSpec | None, located: Located) -> None:
+    """`model.framework` must name a registered exporter, and that exporter must accept the model
+    section (its ``check_model``, e.g. an estimator name train can fit)."""
+    from zoo.engine import exporter_loader
+
+    if model is None:
+        return
+    name = model.framework or exporter_loader.DEFAULT_FRAMEWORK
+    try:
+        exporter = exporter_loader.get(name)
+    except InvalidInput as e:
+        raise located.error(("model", "framework") if model.framework else ("model",), e.message, hint=e.hint) from None
+    try:
+        exporter.check_model(model.model_dump(mode="json"))
+    except ValueError as e:  # zoo_stages.exporters.base.ModelFieldError: the field's path and a hint
+        field = tuple(getattr(e, "field", ()) or ())
+        where = ("model", *field) if field and field[0] in model.model_fields_set else ("model",)
+        raise located.error(where, str(e), hint=getattr(e, "hint", None)) from None
 
 
 def _check_data(data: DataSpec | None, file: Path, located: Located) -> None:

@@ -1,0 +1,176 @@
+"""Each estimator exporter: zoo's export stage against calling its converter directly, in one run.
+
+For every tabular recipe (scikit-learn, LightGBM, XGBoost on breast-cancer) the train stage runs
+once; then, alternating, `zoo run RECIPE export --force` (the export stage alone, train cached:
+the CLI, the engine, a worker process, conversion, checks, the parity gate and the cache commit)
+and a plain script that loads the same checkpoint with the framework, calls the converter
+(skl2onnx / onnxmltools), saves the model and compares onnxruntime with the framework on the
+same held-out rows. Both run as fresh processes, so both pay their imports. Printed: medians of
+wall time, zoo's overhead against the script, and the parity each one measured (max-abs
+difference of the probabilities, label mismatches). Goal: overhead ≤ 10% of the script's time
+plus 1 s. Figures only: nothing is asserted.
+
+    .venv/bin/python bench/bench_exporters.py [--repeat 5] [--only sklearn,lightgbm,xgboost]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+RECIPES = {"sklearn": "sklearn-gbdt-breast-cancer", "lightgbm": "lightgbm-breast-cancer",
+           "xgboost": "xgboost-breast-cancer"}
+
+DIRECT = r'''
+import sys, time, json
+started = time.perf_counter()
+import numpy as np, onnxruntime as ort
+framework, checkpoint, features_path, target = sys.argv[1:5]
+x = np.load(features_path)
+if framework == "sklearn":
+    import skops.io
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+    model = skops.io.load(checkpoint, trusted=skops.io.get_untrusted_types(file=checkpoint))
+    t0 = time.perf_counter()
+    onx = to_onnx(model, initial_types=[("features", FloatTensorType([None, x.shape[1]]))],
+                  target_opset={"": 17, "ai.onnx.ml": 3}, options={id(model): {"zipmap": False}})
+    proba = model.predict_proba(x)
+elif framework == "lightgbm":
+    import lightgbm, onnxmltools
+    from onnxmltools.convert.common.data_types import FloatTensorType
+    model = lightgbm.Booster(model_file=checkpoint)
+    t0 = time.perf_counter()
+    onx = onnxmltools.convert_lightgbm(model, initial_types=[("features", FloatTensorType([None, x.shape[1]]))],
+                                       target_opset=15, zipmap=False)
+    p = model.predict(x)
+    proba = np.stack([1 - p, p], axis=1)
+else:
+    import xgboost, onnxmltools
+    from onnxmltools.convert.common.data_types import FloatTensorType
+    model = xgboost.XGBClassifier()
+    model.load_model(checkpoint)
+    t0 = time.perf_counter()
+    onx = onnxmltools.convert_xgboost(model, initial_types=[("features", FloatTensorType([None, x.shape[1]]))],
+                                      target_opset=15)
+    proba = model.predict_proba(x)
+convert = time.perf_counter() - t0
+open(target, "wb").write(onx.SerializeToString())
+session = ort.InferenceSession(target, providers=["CPUExecutionProvider"])
+label, got = session.run(None, {session.get_inputs()[0].name: x})
+print(json.dumps({"convert_s": convert, "max_abs": float(np.abs(got - proba).max()),
+                  "label_mismatches": int((label != proba.argmax(axis=1)).sum()),
+                  "inside_s": time.perf_counter() - started}))
+'''
+
+
+def zoo(*args, env: dict, cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "zoo", *map(str, args)], cwd=cwd, env=env, capture_output=True,
+                          text=True)
+    return time.perf_counter() - started, proc
+
+
+def prepare(framework: str, work: Path) -> dict:
+    """A copy of the recipe's train and export stages, run once; the held-out features as .npy;
+    the checkpoint for the direct script."""
+    import numpy as np
+
+    from zoo_stages.lib import datasets
+
+    base = work / framework
+    shutil.copytree(REPO / "recipes" / "data", base / "data")
+    recipe = base / f"{RECIPES[framework]}.yaml"
+    spec = yaml.safe_load((REPO / "recipes" / recipe.name).read_text())
+    spec["stages"] = {k: v for k, v in spec["stages"].items() if k in ("train", "export")}  # export is measured
+    recipe.write_text(yaml.safe_dump(spec, sort_keys=False))
+    env = {**os.environ, "ZOO_CACHE_DIR": str(base / "cache"), "ZOO_HOME": str(base / "home")}
+    _, proc = zoo("run", recipe, env=env, cwd=base)
+    if proc.returncode:
+        raise SystemExit(f"{proc.args}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    # the direct script's checkpoint: the same fit in this process (train's bytes are reproducible)
+    from zoo.engine.recipe import load
+    from zoo.stage import Inputs, RecipeInfo, StageContext
+    from zoo_stages.train import Train
+
+    spec = load(recipe).spec
+    shared = {"model": spec.model.model_dump(mode="json"), "data": spec.data.model_dump(mode="json"), "task": spec.task}
+    info = RecipeInfo(name=spec.name, version=spec.version, description="", license="", path=recipe, digest="")
+    ctx = StageContext(stage_id="train", out_dir=base / "train", work_dir=base / "train-work", recipe=info,
+                       shared=shared, matrix={}, threads=1)
+    checkpoint = Train().run(Inputs([]), Train.Config(seed=0, threads=1), ctx)["checkpoint"]
+    held_out = datasets.load_split(shared["data"], base, "val")
+    features = base / "held_out.npy"
+    np.save(features, np.asarray(next(iter(held_out.features.values())), dtype=np.float32))
+    (base / "direct.py").write_text(DIRECT)
+    return {"base": base, "recipe": recipe, "env": env, "checkpoint": checkpoint, "features": features}
+
+
+def run_zoo(case: dict) -> dict:
+    wall, proc = zoo("run", case["recipe"], "export", "--force", "--json", env=case["env"], cwd=case["base"])
+    if proc.returncode:
+        raise SystemExit(f"{proc.args}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    export = next(s for s in json.loads(proc.stdout)["stages"] if s["id"] == "export")
+    parity = export["metrics"]["parity"]["outputs"]
+    return {"wall": wall, "stage": export["duration_s"], "max_abs": parity["probabilities"]["max_abs"],
+            "label_mismatches": parity["label"]["mismatches"]}
+
+
+def run_direct(framework: str, case: dict) -> dict:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(case["base"] / "direct.py"), framework, str(case["checkpoint"]),
+                           str(case["features"]), str(case["base"] / "direct.onnx")], capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode:
+        raise SystemExit(f"{proc.args}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return {"wall": wall, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default=",".join(RECIPES))
+    args = parser.parse_args()
+    from bench_quantize import host_line
+
+    print(host_line())
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-exporters-") as tmp:
+        for framework in args.only.split(","):
+            case = prepare(framework, Path(tmp))
+            zoo_runs, direct_runs = [], []
+            for _ in range(args.repeat):  # alternate, so load changes hit both alike
+                zoo_runs.append(run_zoo(case))
+                direct_runs.append(run_direct(framework, case))
+            z = statistics.median(r["wall"] for r in zoo_runs)
+            d = statistics.median(r["wall"] for r in direct_runs)
+            goal = 0.10 * d + 1.0
+            rows.append([framework, f"{z:.2f}", f"{statistics.median(r['stage'] for r in zoo_runs):.2f}", f"{d:.2f}",
+                         f"{statistics.median(r['convert_s'] for r in direct_runs):.3f}", f"{z - d:+.2f}",
+                         f"{goal:.2f}", "MET" if z - d <= goal else "NOT met",
+                         f"{zoo_runs[-1]['max_abs']:.2g} / {zoo_runs[-1]['label_mismatches']}",
+                         f"{direct_runs[-1]['max_abs']:.2g} / {direct_runs[-1]['label_mismatches']}"])
+    print(f"load average after: {os.getloadavg()[0]:.2f}; medians of {args.repeat} runs, seconds")
+    header = ["exporter", "zoo run export", "stage", "direct script", "converter call", "overhead", "goal ≤",
+              "goal", "zoo parity (max_abs / label diffs)", "direct parity"]
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+
+
+if __name__ == "__main__":
+    main()

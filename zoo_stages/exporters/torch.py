@@ -1,0 +1,29 @@
+"""The torch exporter: the recipe's torch architecture (``model.arch`` or ``model.entry``) with
+the checkpoint's or the fetched ``weights:``'s tensors, exported as the export kind has always
+done it (`zoo_stages.export`: TorchScript or dynamo exporter, random-input parity gate)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from zoo_stages.exporters.base import ExportJob, Exporter, ModelFieldError
+
+
+class TorchExporter(Exporter):
+    name = "torch"
+    extra = "torch"
+    modules = ("torch", "safetensors")
+    summary = "torch.nn.Module (built-in arch or model.entry) via torch.onnx"
+
+    @classmethod
+    def check_model(cls, model: Mapping[str, Any]) -> None:
+        for field in ("estimator", "params"):
+            if model.get(field) is not None:
+                raise ModelFieldError((field,), f"model.{field} applies to estimator frameworks (sklearn, lightgbm, "
+                                                "xgboost), not to torch models",
+                                      hint="set `framework:` to the estimator's framework, or remove the field")
+
+    def export(self, job: ExportJob) -> None:
+        from zoo_stages.export import _export_torch
+
+        _export_torch(job.source, job.label, job.config, job.context, job.target, job.props)
