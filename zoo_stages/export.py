@@ -9,11 +9,16 @@ Weights come from exactly one of:
 
 The model is built from the recipe's ``model:`` section (`zoo_stages.lib.archs`; the data
 decides image channels, an mlp's width and, without ``model.vocab_size``, bert's vocabulary) and
-exported with the TorchScript exporter (``exporter: dynamo`` needs onnxscript; opset 17 and
-constant folding by default, which gives BERT graphs that onnxruntime's transformer optimizer
-fuses into Attention nodes), then: IR version capped at 13 (what onnxruntime loads), doc strings
-and node metadata stripped (they may hold source paths), ``onnx.checker.check_model(full_check=True)``,
-which includes strict type and shape inference. External data is used only above protobuf's 2 GB limit.
+exported with torch's dynamo exporter (torch.export + onnxscript, torch's default since 2.9; it
+builds opset 18 and converts down to the configured opset, 17 by default) or, with ``exporter:
+torchscript``, the deprecated TorchScript tracer (constant folding). Without ``exporter:`` the
+architecture decides (`archs.default_exporter`): dynamo, except TorchScript for bert, whose graph
+is the one onnxruntime's transformer optimizer fuses into Attention nodes. Then: IR version capped
+at 13 (what onnxruntime loads), doc strings and node metadata stripped (they may hold source
+paths), ``onnx.checker.check_model(full_check=True)``, which includes strict type and shape
+inference. The weights stay inside model.onnx below protobuf's 2 GB limit (the dynamo exporter's
+program is taken in memory, no ``.onnx.data`` is written); above it both exporters write external
+data, which export saves as ``model.onnx`` + ``model.onnx.data``.
 
 Inputs: the architecture's, by name and in forward() order (`archs.model_inputs`: ``input`` for
 images, ``features`` for mlp, ``input_ids`` and ``attention_mask`` for bert), with the names,
@@ -104,7 +109,9 @@ class ParityConfig(KindConfig):
 
 class ExportConfig(KindConfig):
     opset: int = Field(17, ge=7, le=30, description="ONNX opset of the exported model")
-    exporter: Literal["torchscript", "dynamo"] = "torchscript"
+    exporter: Literal["torchscript", "dynamo"] | None = Field(
+        None, description="dynamo: torch.export + onnxscript (torch's default); torchscript: the deprecated tracer; "
+                          "default: dynamo, except torchscript for arch bert (its Attention fusion needs that graph)")
     dynamic_batch: bool = Field(True, description="make the batch axis symbolic ('batch')")
     input_shape: list[int] | None = Field(
         None, min_length=1, description="a single input's shape without the batch axis, e.g. [3, 224, 224] or, for "
@@ -126,8 +133,9 @@ class Export(StageKind):
     name = "export"
     # 2: provenance metadata_props; 3: inferred value_info no longer stored; 4: one session builder (deterministic
     # compute) and parity module (per-output records, max_rel over ref != 0, integer outputs exact); 5: named
-    # inputs (the arch's, or model.inputs; mlp and bert), data.image settings, regression outputs
-    version = "5"
+    # inputs (the arch's, or model.inputs; mlp and bert), data.image settings, regression outputs; 6: the dynamo
+    # exporter by default (torchscript for bert), external data above 2 GB from either exporter
+    version = "6"
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime", "transformers")
     # the network (as train builds it: the data decides image channels, a table's width, a vocabulary),
@@ -239,6 +247,8 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
     from zoo_stages.lib import archs, tasks
 
     model_section = dict(context.shared.get("model") or {})
+    if config.exporter is None:
+        config = config.model_copy(update={"exporter": archs.default_exporter(model_section)})
     ports = _ports(config, context, model_section)
     out_name = model_section.get("output_name") or "logits"
     data = context.shared.get("data") or {}
@@ -419,53 +429,113 @@ class _Capture:
 
 
 def _run_exporter(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: str, config: ExportConfig):
-    """(ModelProto, its serialised bytes or None). The TorchScript exporter writes to memory
-    unless the weights approach protobuf's 2 GB limit; then (and with dynamo) it writes `raw`,
-    which is loaded (the bytes are then None)."""
-    import onnx
-    import torch
-
+    """(ModelProto, its serialised bytes or None) from the configured exporter (`_export_dynamo`
+    or `_export_torchscript`). Weights near protobuf's 2 GB limit go through `raw` with external
+    data (then the bytes are None)."""
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    in_memory = config.exporter == "torchscript" and weight_bytes < PROTOBUF_LIMIT // 2
-    names = [p.name for p in ports]
-    batch_dim = ports[0].dims[0] if ports and ports[0].dims else 1
-
+    large = weight_bytes >= PROTOBUF_LIMIT // 2
     with warnings.catch_warnings():
-        # we choose the TorchScript exporter on purpose, and its tracer warns about the static
-        # sizes the adaptive pool and transformers' attention read (dynamic axes are declared)
+        # the TorchScript tracer warns about the static sizes the adaptive pool and transformers'
+        # attention read (dynamic axes are declared), and that its exporter is deprecated
+        import torch
+
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.simplefilter("ignore", category=FutureWarning)
         warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
         # transformers' position lookups: the indices are never negative
         warnings.filterwarnings("ignore", message="Exporting aten::index operator", category=UserWarning)
         if config.exporter == "dynamo":
-            try:
-                import onnxscript  # noqa: F401
-            except ImportError:
-                raise InvalidInput("exporter: dynamo needs the onnxscript package, which is not installed",
-                                   hint="pip install onnxscript, or use `exporter: torchscript`") from None
-            dims: dict[str, Any] = {}  # one Dim per name: inputs sharing a dimension name share its size
-            dynamic = tuple({j: dims.setdefault(d, torch.export.Dim(d)) for j, d in p.dynamic_axes.items()} or None
-                            for p in ports)
-            torch.onnx.export(model, dummy, str(raw), dynamo=True, external_data=False,
-                              input_names=names, output_names=[out_name], opset_version=config.opset,
-                              dynamic_shapes=dynamic if any(dynamic) else None, optimize=True, verbose=False)
-        else:
-            dynamic_axes = {p.name: p.dynamic_axes for p in ports if p.dynamic_axes}
-            if isinstance(batch_dim, str):
-                dynamic_axes[out_name] = {0: batch_dim}
-            buffer = _Capture()
-            try:
-                torch.onnx.export(model, dummy, buffer if in_memory else str(raw), dynamo=False, input_names=names,
-                                  output_names=[out_name], opset_version=config.opset,
-                                  dynamic_axes=dynamic_axes or None, do_constant_folding=True)
-            except (torch.onnx.errors.UnsupportedOperatorError, torch.onnx.errors.SymbolicValueError) as e:
-                raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
-                                   hint="raise `opset`, or try `exporter: dynamo`") from None
-            if in_memory:
-                blob = buffer.getvalue()
-                return onnx.load_from_string(blob), blob
+            return _export_dynamo(model, dummy, raw, ports, out_name, config, large)
+        return _export_torchscript(model, dummy, raw, ports, out_name, config, large)
+
+
+def _export_dynamo(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: str, config: ExportConfig,
+                   large: bool):
+    """torch.export + onnxscript (torch's default exporter since 2.9). Below the 2 GB limit the
+    program's ModelProto is taken in memory (all weights inline, no file written); above it the
+    program is saved to `raw` with its weights in `raw.onnx.data` and loaded back, which
+    `_save_large` then writes as model.onnx + model.onnx.data.
+
+    The exporter implements opsets from 18: a lower `opset` (17 by default) is built at 18 and
+    converted down by onnx's version converter (the parity gate checks the result)."""
+    import torch
+
+    try:
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise InvalidInput("exporter: dynamo needs the onnxscript package, which is not installed",
+                           hint="pip install onnxscript, or use `exporter: torchscript`") from None
+    dims: dict[str, Any] = {}  # one Dim per name: inputs sharing a dimension name share its size
+    dynamic = tuple({j: dims.setdefault(d, torch.export.Dim(d)) for j, d in p.dynamic_axes.items()} or None
+                    for p in ports)
+    try:
+        with _quiet_loggers("torch.onnx", "torch.export", "onnxscript"):
+            program = torch.onnx.export(model, dummy, None, dynamo=True, input_names=[p.name for p in ports],
+                                        output_names=[out_name], opset_version=config.opset,
+                                        dynamic_shapes=dynamic if any(dynamic) else None, optimize=True,
+                                        verbose=False)
+    except torch.onnx.errors.OnnxExporterError as e:
+        raise InvalidInput(f"the dynamo exporter cannot export this model at opset {config.opset}: "
+                           f"{str(e).strip().splitlines()[0]}",
+                           hint="try `exporter: torchscript`, or another opset") from None
+    got = program.model.opset_imports.get("")  # onnx_ir's {domain: version}
+    if got != config.opset:  # the down-conversion failed (below 16 it does) and the exporter kept its own
+        raise InvalidInput(f"the dynamo exporter cannot give opset {config.opset} (it built opset {got} and "
+                           "onnx's version converter could not convert it)",
+                           hint="set `opset: 17` (or 16, 18 and above), or use `exporter: torchscript` for older opsets")
+    if not large:
+        return program.model_proto, None
+    program.save(str(raw), external_data=True)
     return _load_onnx(raw), None
+
+
+def _export_torchscript(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: str, config: ExportConfig,
+                        large: bool):
+    """The TorchScript exporter (``exporter: torchscript``; deprecated by torch). It writes to
+    memory (the bytes are kept: no second serialisation) unless the model is `large`, when it
+    writes `raw`, which is loaded."""
+    import onnx
+    import torch
+
+    batch_dim = ports[0].dims[0] if ports and ports[0].dims else 1
+    dynamic_axes = {p.name: p.dynamic_axes for p in ports if p.dynamic_axes}
+    if isinstance(batch_dim, str):
+        dynamic_axes[out_name] = {0: batch_dim}
+    buffer = _Capture()
+    try:
+        torch.onnx.export(model, dummy, str(raw) if large else buffer, dynamo=False,
+                          input_names=[p.name for p in ports], output_names=[out_name], opset_version=config.opset,
+                          dynamic_axes=dynamic_axes or None, do_constant_folding=True)
+    except (torch.onnx.errors.UnsupportedOperatorError, torch.onnx.errors.SymbolicValueError) as e:
+        raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
+                           hint="raise `opset`, or try `exporter: dynamo`") from None
+    if large:
+        return _load_onnx(raw), None
+    blob = buffer.getvalue()
+    return onnx.load_from_string(blob), blob
+
+
+class _quiet_loggers:
+    """Raise the named loggers to ERROR for the block: the dynamo exporter logs its opset
+    conversion and the torchvision ops it skips as warnings on every export."""
+
+    def __init__(self, *names: str):
+        import logging
+
+        self.loggers = [logging.getLogger(n) for n in names]
+
+    def __enter__(self):
+        import logging
+
+        self.saved = [lg.level for lg in self.loggers]
+        for lg in self.loggers:
+            lg.setLevel(logging.ERROR)
+        return self
+
+    def __exit__(self, *exc):
+        for lg, level in zip(self.loggers, self.saved):
+            lg.setLevel(level)
+        return False
 
 
 def _needs_normalising(proto) -> bool:

@@ -110,6 +110,15 @@ def model_inputs(model_section: Mapping[str, Any]) -> list[ModelInput]:
     return out
 
 
+def default_exporter(model_section: Mapping[str, Any]) -> Literal["dynamo", "torchscript"]:
+    """The torch ONNX exporter export uses when its config names none: dynamo (torch's default),
+    except TorchScript for bert. Why bert: onnxruntime's transformer optimizer (optimize's
+    ``transformer:``) fuses the TorchScript graph's attention into Attention nodes, but not the
+    dynamo graph's (transformers' mask arrives through GatherND/And/Max, which its fusion does not
+    match: 0 of 2 layers fused with torch 2.13, transformers 5.23, onnxruntime 1.32)."""
+    return "torchscript" if model_section.get("arch") == "bert" else "dynamo"
+
+
 def image_settings(data: Mapping[str, Any] | None, recipe_dir: Path | None = None
                    ) -> tuple[int, tuple[int, int], Literal["NCHW", "NHWC"]]:
     """(channels, (height, width), layout) of the data's images: ``data.image: {size, channels,
