@@ -468,6 +468,8 @@ def _export_dynamo(model, dummy: tuple, raw: Path, ports: list[_Port], out_name:
     dims: dict[str, Any] = {}  # one Dim per name: inputs sharing a dimension name share its size
     dynamic = tuple({j: dims.setdefault(d, torch.export.Dim(d)) for j, d in p.dynamic_axes.items()} or None
                     for p in ports)
+    # inputs sharing a dimension name share one Dim: torch says the second name "will not be used"
+    warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
     try:
         with _quiet_loggers("torch.onnx", "torch.export", "onnxscript"):
             program = torch.onnx.export(model, dummy, None, dynamo=True, input_names=[p.name for p in ports],
