@@ -55,7 +55,7 @@ def _export(tmp: Path, name: str, weights: Path, model: dict, **config) -> tuple
 
 
 def test_dynamo_is_the_default_exporter_except_for_bert():
-    assert Export.Config().exporter is None  # the architecture decides
+    assert Export.Config().exporter is None and Export.Config().opset is None  # the architecture, the exporter decide
     assert [archs.default_exporter({"arch": a}) for a in ("lenet5", "alexnet", "mlp")] == ["dynamo"] * 3
     assert archs.default_exporter({"entry": "net.py:make"}) == "dynamo"
     assert archs.default_exporter(BERT) == "torchscript"
@@ -67,8 +67,9 @@ def test_dynamo_is_the_default_exporter_except_for_bert():
 def test_every_shipped_arch_exports_deterministically_and_passes_parity(tmp_path, arch, exporter):
     model, config, sizes = SHIPPED[arch]
     weights = _weights(tmp_path, model, **sizes)
-    first, metrics = _export(tmp_path, "a", weights, model, exporter=exporter, **config)
-    again, _ = _export(tmp_path, "b", weights, model, exporter=exporter, **config)
+    # opset 17, as the shipped recipes ask: dynamo builds 18 and converts down
+    first, metrics = _export(tmp_path, "a", weights, model, exporter=exporter, opset=17, **config)
+    again, _ = _export(tmp_path, "b", weights, model, exporter=exporter, opset=17, **config)
     assert first.read_bytes() == again.read_bytes()  # lockfiles and `zoo repro` rely on it
     assert sorted(p.name for p in first.parent.iterdir()) == ["model.onnx"]  # weights inline below 2 GB
     assert metrics["exporter"] == exporter and metrics["parity"]["passed"] is True
@@ -95,10 +96,20 @@ def test_the_default_export_of_bert_fuses_attention_and_dynamo_s_would_not(tmp_p
     assert fused == {"torchscript": BERT["num_layers"], "dynamo": 0}
 
 
+def test_default_opsets_are_the_exporters_own(tmp_path):
+    model, config, sizes = SHIPPED["lenet5"]
+    weights = _weights(tmp_path, model, **sizes)
+    opsets = {}
+    for exporter in ("dynamo", "torchscript"):
+        path, metrics = _export(tmp_path, exporter, weights, model, exporter=exporter, **config)
+        opsets[exporter] = (metrics["opset"], {o.version for o in onnx.load(str(path)).opset_import if o.domain == ""})
+    assert opsets == {"dynamo": (18, {18}), "torchscript": (17, {17})}
+
+
 def test_dynamo_refuses_an_opset_it_cannot_convert_to(tmp_path):
     model, config, sizes = SHIPPED["lenet5"]
     weights = _weights(tmp_path, model, **sizes)
-    with pytest.raises(InvalidInput, match="cannot give opset 13") as err:
+    with pytest.raises(InvalidInput, match="cannot take this model down to opset 13") as err:
         _export(tmp_path, "old", weights, model, opset=13, **config)
     assert "exporter: torchscript" in err.value.hint
     _, metrics = _export(tmp_path, "ts", weights, model, opset=13, exporter="torchscript", **config)
@@ -119,10 +130,14 @@ def test_dynamo_export_above_the_limit_with_a_stand_in_limit_writes_external_dat
     first, metrics = _export(tmp_path, "a", weights, model, **config)
     again, _ = _export(tmp_path, "b", weights, model, **config)
     assert metrics["exporter"] == "dynamo" and metrics["parity"]["passed"] is True
-    assert external_data_files(first) == [export.DATA_LOCATION]
+    assert external_data_files(first) == [export.DATA_LOCATION] and metrics["opset"] == export.DYNAMO_MIN_OPSET
     for name in ("model.onnx", export.DATA_LOCATION):
         assert (first.parent / name).read_bytes() == (again.parent / name).read_bytes()
     assert metrics["size_bytes"] > first.stat().st_size  # the data file is counted
+    # onnx's version converter cannot take a model above 2 GB down to an older opset: said, not ignored
+    with pytest.raises(InvalidInput, match="above 2 GB exports with dynamo at opset 18") as err:
+        _export(tmp_path, "c", weights, model, opset=17, **config)
+    assert err.value.hint == "set `opset: 18`"
 
 
 def test_quantize_takes_a_dynamo_export_whose_weights_are_external_data(tmp_path):

@@ -10,9 +10,9 @@ Weights come from exactly one of:
 The model is built from the recipe's ``model:`` section (`zoo_stages.lib.archs`; the data
 decides image channels, an mlp's width and, without ``model.vocab_size``, bert's vocabulary) and
 exported with torch's dynamo exporter (torch.export + onnxscript, torch's default since 2.9; it
-builds opset 18 and converts down to the configured opset, 17 by default) or, with ``exporter:
-torchscript``, the deprecated TorchScript tracer (constant folding). Without ``exporter:`` the
-architecture decides (`archs.default_exporter`): dynamo, except TorchScript for bert, whose graph
+builds opset 18, its default, and converts down to a lower configured ``opset``) or, with
+``exporter: torchscript``, the deprecated TorchScript tracer (constant folding; opset 17 by
+default). Without ``exporter:`` the architecture decides (`archs.default_exporter`): dynamo, except TorchScript for bert, whose graph
 is the one onnxruntime's transformer optimizer fuses into Attention nodes. Then: IR version capped
 at 13 (what onnxruntime loads), doc strings and node metadata stripped (they may hold source
 paths), ``onnx.checker.check_model(full_check=True)``, which includes strict type and shape
@@ -60,6 +60,7 @@ from zoo_stages.lib.archs import BUILD_FIELDS
 MAX_IR_VERSION = 13  # onnxruntime 1.31 loads at most IR 13; onnx 1.23 stamps 14
 PROTOBUF_LIMIT = 2 * 1024**3 - 1024 * 1024  # stay clear of protobuf's 2 GB message limit
 DATA_LOCATION = "model.onnx.data"
+DYNAMO_MIN_OPSET = 18  # the lowest opset torch's dynamo exporter implements; lower ones are converted down
 
 
 class SourceRef(KindConfig):
@@ -100,6 +101,26 @@ class SourceRef(KindConfig):
         return self.url or self.path or ""
 
 
+class WeightsRef(SourceRef):
+    """Pretrained torch weights: a SourceRef, or a catalog name (``torchvision:resnet18``) that
+    `zoo_stages.lib.catalog` resolves, while the config is validated, to the pinned file and the
+    architecture it fits (so the URL and digest, not the name, enter the cache key)."""
+
+    catalog: str | None = Field(None, description="the catalog name these weights were resolved from")
+    arch: str | None = Field(None, description="the architecture the weights fit (model.arch follows it)")
+    num_classes: int | None = Field(None, ge=1, description="the classifier width of the weights")
+    preprocessing: dict[str, Any] | None = Field(None, description="the input the weights expect (size, mean, std)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _catalog_name(cls, value):
+        if isinstance(value, str):
+            from zoo_stages.lib import catalog
+
+            return catalog.resolve(value)
+        return value
+
+
 class ParityConfig(KindConfig):
     samples: int = Field(8, ge=1, le=4096, description="random inputs compared between torch and onnxruntime")
     atol: float = Field(1e-4, ge=0)
@@ -108,7 +129,8 @@ class ParityConfig(KindConfig):
 
 
 class ExportConfig(KindConfig):
-    opset: int = Field(17, ge=7, le=30, description="ONNX opset of the exported model")
+    opset: int | None = Field(None, ge=7, le=30, description="ONNX opset of the exported model; default: the "
+                                                            "exporter's own (18 for dynamo, 17 for torchscript)")
     exporter: Literal["torchscript", "dynamo"] | None = Field(
         None, description="dynamo: torch.export + onnxscript (torch's default); torchscript: the deprecated tracer; "
                           "default: dynamo, except torchscript for arch bert (its Attention fusion needs that graph)")
@@ -117,7 +139,9 @@ class ExportConfig(KindConfig):
         None, min_length=1, description="a single input's shape without the batch axis, e.g. [3, 224, 224] or, for "
                                         "mlp, [30]; default: the data's (image channels and size, the table's width)")
     parity: ParityConfig = ParityConfig()
-    weights: SourceRef | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint")
+    weights: WeightsRef | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint: "
+                                                        "{url|path, sha256}, or a catalog name such as "
+                                                        "torchvision:resnet18 (zoo_stages/catalog/)")
     onnx: SourceRef | None = Field(None, description="an existing ONNX model to check and pass through")
 
     @model_validator(mode="after")
@@ -246,9 +270,12 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
 
     from zoo_stages.lib import archs, tasks
 
-    model_section = dict(context.shared.get("model") or {})
+    model_section = _with_weights_arch(dict(context.shared.get("model") or {}), config.weights if label == "weights"
+                                       else None)
     if config.exporter is None:
         config = config.model_copy(update={"exporter": archs.default_exporter(model_section)})
+    if config.opset is None:
+        config = config.model_copy(update={"opset": DYNAMO_MIN_OPSET if config.exporter == "dynamo" else 17})
     ports = _ports(config, context, model_section)
     out_name = model_section.get("output_name") or "logits"
     data = context.shared.get("data") or {}
@@ -310,11 +337,27 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
     })
     if label == "weights":
         context.metrics["weights"] = {"source": config.weights.location, "sha256": _sha256(weights)}
+        if config.weights.catalog:
+            context.metrics["weights"].update(catalog=config.weights.catalog,
+                                              preprocessing=config.weights.preprocessing)
     report.require(f"ONNX output differs from torch beyond atol={config.parity.atol} rtol={config.parity.rtol}",
                    hint="a custom op may export incorrectly; try another opset or `exporter: dynamo`, "
                         "or loosen parity.atol/rtol if the difference is expected")
     context.log.info("exported %s (%s, opset %d): parity max_abs %.3g max_rel %.3g", target.name,
                      config.exporter, config.opset, context.metrics["max_abs"], context.metrics["max_rel"])
+
+
+def _with_weights_arch(model_section: dict, weights: WeightsRef | None) -> dict:
+    """The model section to build for `weights` that name their architecture (a catalog entry):
+    its arch (the recipe's must agree) and classifier width (the file decides it)."""
+    if weights is None or not weights.arch:
+        return model_section
+    if model_section.get("arch") not in (None, weights.arch) or model_section.get("entry"):
+        raise InvalidInput(f"the weights {weights.catalog or weights.location} fit arch {weights.arch}, but the recipe's "
+                           f"model is {model_section.get('arch') or model_section.get('entry')}",
+                           hint=f"set `model.arch: {weights.arch}` (or drop it: the weights decide)")
+    return {**model_section, "arch": weights.arch,
+            **({"num_classes": weights.num_classes} if weights.num_classes else {})}
 
 
 def _ports(config: ExportConfig, context: StageContext, model_section: dict) -> list[_Port]:
@@ -368,6 +411,9 @@ def _per_sample_shape(inp, config: ExportConfig, context: StageContext, model_se
             return list(declared["shape"][1:])
         if inp.holds in ("token_ids", "mask"):
             return [int(model_section["max_length"])]
+        catalog_shape = ((config.weights.preprocessing or {}).get("input_shape") if config.weights else None)
+        if not data and catalog_shape:
+            return list(catalog_shape)  # the size the pretrained weights were trained at
         if not data:
             raise InvalidInput("export cannot tell the input shape: no `input_shape` and no recipe `data:` section",
                                hint="set `input_shape: [3, 224, 224]` in the export config")
@@ -456,8 +502,9 @@ def _export_dynamo(model, dummy: tuple, raw: Path, ports: list[_Port], out_name:
     program is saved to `raw` with its weights in `raw.onnx.data` and loaded back, which
     `_save_large` then writes as model.onnx + model.onnx.data.
 
-    The exporter implements opsets from 18: a lower `opset` (17 by default) is built at 18 and
-    converted down by onnx's version converter (the parity gate checks the result)."""
+    The exporter implements opsets from 18 (the default): a lower `opset` (the recipes' 17) is
+    built at 18 and converted down by `_convert_opset` (the parity gate checks the result); not
+    above 2 GB, where the converter cannot serialise the model."""
     import torch
 
     try:
@@ -470,25 +517,54 @@ def _export_dynamo(model, dummy: tuple, raw: Path, ports: list[_Port], out_name:
                     for p in ports)
     # inputs sharing a dimension name share one Dim: torch says the second name "will not be used"
     warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
+    built = max(config.opset, DYNAMO_MIN_OPSET)
     try:
         with _quiet_loggers("torch.onnx", "torch.export", "onnxscript"):
             program = torch.onnx.export(model, dummy, None, dynamo=True, input_names=[p.name for p in ports],
-                                        output_names=[out_name], opset_version=config.opset,
+                                        output_names=[out_name], opset_version=built,
                                         dynamic_shapes=dynamic if any(dynamic) else None, optimize=True,
                                         verbose=False)
     except torch.onnx.errors.OnnxExporterError as e:
-        raise InvalidInput(f"the dynamo exporter cannot export this model at opset {config.opset}: "
+        raise InvalidInput(f"the dynamo exporter cannot export this model at opset {built}: "
                            f"{str(e).strip().splitlines()[0]}",
                            hint="try `exporter: torchscript`, or another opset") from None
-    got = program.model.opset_imports.get("")  # onnx_ir's {domain: version}
-    if got != config.opset:  # the down-conversion failed (below 16 it does) and the exporter kept its own
-        raise InvalidInput(f"the dynamo exporter cannot give opset {config.opset} (it built opset {got} and "
-                           "onnx's version converter could not convert it)",
-                           hint="set `opset: 17` (or 16, 18 and above), or use `exporter: torchscript` for older opsets")
-    if not large:
-        return program.model_proto, None
-    program.save(str(raw), external_data=True)
-    return _load_onnx(raw), None
+    if large:
+        if built != config.opset:  # onnx's version converter serialises the model: not above 2 GB
+            raise InvalidInput(f"a model above 2 GB exports with dynamo at opset {DYNAMO_MIN_OPSET} or above, "
+                               f"not {config.opset}", hint=f"set `opset: {DYNAMO_MIN_OPSET}`")
+        program.save(str(raw), external_data=True)
+        return _load_onnx(raw), None
+    proto = program.model_proto
+    if built != config.opset:
+        proto = _convert_opset(proto, config.opset)
+    return proto, None
+
+
+def _convert_opset(proto, opset: int):
+    """`proto` (the dynamo exporter's optimised graph, opset 18) converted down to `opset` by onnx's
+    version converter. On the optimised graph, where ReduceMean's axes and the like are constants,
+    not on the exporter's raw one (its own down-conversion fails there for ResNets)."""
+    from onnx import version_converter
+
+    hint = f"set `opset: {DYNAMO_MIN_OPSET}` (or higher), or use `exporter: torchscript`"
+    try:
+        converted = version_converter.convert_version(proto, opset)
+    except Exception as e:  # the converter's C++ assertions arrive as RuntimeError or ValueError
+        raise InvalidInput(f"the dynamo exporter builds opset {DYNAMO_MIN_OPSET} and onnx's version converter cannot "
+                           f"take this model down to opset {opset}: {str(e).strip().splitlines()[-1][:200]}",
+                           hint=hint) from None
+    # onnx 1.23's adapter moves Reduce* axes back to an attribute but keeps opset 18's
+    # noop_with_empty_axes, which older opsets lack; at its default (0) it means what they do
+    for node in _all_nodes(converted.graph):
+        since = 13 if node.op_type == "ReduceSum" else 18  # the opset that added the attribute
+        if node.op_type.startswith("Reduce") and opset < since:
+            for attr in list(node.attribute):
+                if attr.name == "noop_with_empty_axes":
+                    if attr.i:
+                        raise InvalidInput(f"{node.op_type} with noop_with_empty_axes=1 has no opset-{opset} form",
+                                           hint=hint)
+                    node.attribute.remove(attr)
+    return converted
 
 
 def _export_torchscript(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: str, config: ExportConfig,
