@@ -48,9 +48,9 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
@@ -111,14 +111,8 @@ class WeightsRef(SourceRef):
     num_classes: int | None = Field(None, ge=1, description="the classifier width of the weights")
     preprocessing: dict[str, Any] | None = Field(None, description="the input the weights expect (size, mean, std)")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _catalog_name(cls, value):
-        if isinstance(value, str):
-            from zoo_stages.lib import catalog
 
-            return catalog.resolve(value)
-        return value
+CatalogName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*:[A-Za-z0-9_.-]+$")]
 
 
 class ParityConfig(KindConfig):
@@ -139,10 +133,22 @@ class ExportConfig(KindConfig):
         None, min_length=1, description="a single input's shape without the batch axis, e.g. [3, 224, 224] or, for "
                                         "mlp, [30]; default: the data's (image channels and size, the table's width)")
     parity: ParityConfig = ParityConfig()
-    weights: WeightsRef | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint: "
+    weights: WeightsRef | CatalogName | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint: "
                                                         "{url|path, sha256}, or a catalog name such as "
                                                         "torchvision:resnet18 (zoo_stages/catalog/)")
     onnx: SourceRef | None = Field(None, description="an existing ONNX model to check and pass through")
+
+    @field_validator("weights", mode="after")
+    @classmethod
+    def _catalog_name(cls, value):
+        if isinstance(value, str):  # resolved now, so the pinned URL and digest enter the cache key
+            from zoo_stages.lib import catalog
+
+            try:
+                return WeightsRef.model_validate(catalog.resolve(value))
+            except InvalidInput as e:  # a ValueError: the recipe loader reports it at its YAML line
+                raise ValueError(f"{e.message}; {e.hint}" if e.hint else e.message) from None
+        return value
 
     @model_validator(mode="after")
     def _checks(self):
