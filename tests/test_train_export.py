@@ -120,7 +120,8 @@ class Sneaky(torch.nn.Module):
         self.fc = torch.nn.Linear(in_channels * 64, num_classes)
     def forward(self, x):
         out = self.fc(x.flatten(1))
-        return out * 2 if torch.jit.is_tracing() else out   # exports something else than it runs
+        exporting = torch.jit.is_tracing() or torch.compiler.is_exporting()  # either exporter
+        return out * 2 if exporting else out   # exports something else than it runs
 
 def sneaky(num_classes, in_channels):
     return Sneaky(num_classes, in_channels)
@@ -179,7 +180,7 @@ def test_export_is_deterministic_checked_and_runs(trained):
     assert np.allclose(logits, expected, atol=1e-4)
     assert (logits.argmax(1) == y).mean() > 0.8
     metrics = ctx.metrics
-    assert metrics["exporter"] == "torchscript" and metrics["source"] == "checkpoint"
+    assert metrics["exporter"] == "dynamo" and metrics["source"] == "checkpoint"
     assert metrics["parity"]["passed"] is True and metrics["max_abs"] < 1e-4
     assert metrics["input_shapes"] == {"input": ["batch", 1, 8, 8]}
 
@@ -188,7 +189,7 @@ def test_export_fixed_batch_and_shape_override(trained, tmp_path):
     _, ckpt, _ = trained
     ctx = _ctx(tmp_path, "fixed", data=None)
     config = Export.Config.model_validate({"dynamic_batch": False, "input_shape": [1, 16, 16], "opset": 13,
-                                           "parity": {"samples": 3}})
+                                           "exporter": "torchscript", "parity": {"samples": 3}})
     path = Export().run(_upstream(ckpt), config, ctx)["model"]
     model = onnx.load(str(path))
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]

@@ -16,11 +16,16 @@ Weights come from exactly one of:
 
 The model is built from the recipe's ``model:`` section (`zoo_stages.lib.archs`; the data
 decides image channels, an mlp's width and, without ``model.vocab_size``, bert's vocabulary) and
-exported with the TorchScript exporter (``exporter: dynamo`` needs onnxscript; opset 17 and
-constant folding by default, which gives BERT graphs that onnxruntime's transformer optimizer
-fuses into Attention nodes), then: IR version capped at 13 (what onnxruntime loads), doc strings
-and node metadata stripped (they may hold source paths), ``onnx.checker.check_model(full_check=True)``,
-which includes strict type and shape inference. External data is used only above protobuf's 2 GB limit.
+exported with torch's dynamo exporter (torch.export + onnxscript, torch's default since 2.9; it
+builds opset 18, its default, and converts down to a lower configured ``opset``) or, with
+``exporter: torchscript``, the deprecated TorchScript tracer (constant folding; opset 17 by
+default). Without ``exporter:`` the architecture decides (`archs.default_exporter`): dynamo, except TorchScript for bert, whose graph
+is the one onnxruntime's transformer optimizer fuses into Attention nodes. Then: IR version capped
+at 13 (what onnxruntime loads), doc strings and node metadata stripped (they may hold source
+paths), ``onnx.checker.check_model(full_check=True)``, which includes strict type and shape
+inference. The weights stay inside model.onnx below protobuf's 2 GB limit (the dynamo exporter's
+program is taken in memory, no ``.onnx.data`` is written); above it both exporters write external
+data, which export saves as ``model.onnx`` + ``model.onnx.data``.
 
 Inputs: the architecture's, by name and in forward() order (`archs.model_inputs`: ``input`` for
 images, ``features`` for mlp, ``input_ids`` and ``attention_mask`` for bert), with the names,
@@ -50,9 +55,9 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
@@ -64,6 +69,7 @@ from zoo_stages.lib.estimators import ESTIMATOR_TOOLS
 MAX_IR_VERSION = 13  # onnxruntime 1.31 loads at most IR 13; onnx 1.23 stamps 14
 PROTOBUF_LIMIT = 2 * 1024**3 - 1024 * 1024  # stay clear of protobuf's 2 GB message limit
 DATA_LOCATION = "model.onnx.data"
+DYNAMO_MIN_OPSET = 18  # the lowest opset torch's dynamo exporter implements; lower ones are converted down
 
 
 class SourceRef(KindConfig):
@@ -104,6 +110,20 @@ class SourceRef(KindConfig):
         return self.url or self.path or ""
 
 
+class WeightsRef(SourceRef):
+    """Pretrained torch weights: a SourceRef, or a catalog name (``torchvision:resnet18``) that
+    `zoo_stages.lib.catalog` resolves, while the config is validated, to the pinned file and the
+    architecture it fits (so the URL and digest, not the name, enter the cache key)."""
+
+    catalog: str | None = Field(None, description="the catalog name these weights were resolved from")
+    arch: str | None = Field(None, description="the architecture the weights fit (model.arch follows it)")
+    num_classes: int | None = Field(None, ge=1, description="the classifier width of the weights")
+    preprocessing: dict[str, Any] | None = Field(None, description="the input the weights expect (size, mean, std)")
+
+
+CatalogName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*:[A-Za-z0-9_.-]+$")]
+
+
 class ParityConfig(KindConfig):
     samples: int = Field(8, ge=1, le=4096, description="random inputs compared between torch and onnxruntime")
     atol: float = Field(1e-4, ge=0)
@@ -112,15 +132,32 @@ class ParityConfig(KindConfig):
 
 
 class ExportConfig(KindConfig):
-    opset: int = Field(17, ge=7, le=30, description="ONNX opset of the exported model")
-    exporter: Literal["torchscript", "dynamo"] = "torchscript"
+    opset: int | None = Field(None, ge=7, le=30, description="ONNX opset of the exported model; default: the "
+                                                            "exporter's own (18 for dynamo, 17 for torchscript)")
+    exporter: Literal["torchscript", "dynamo"] | None = Field(
+        None, description="dynamo: torch.export + onnxscript (torch's default); torchscript: the deprecated tracer; "
+                          "default: dynamo, except torchscript for arch bert (its Attention fusion needs that graph)")
     dynamic_batch: bool = Field(True, description="make the batch axis symbolic ('batch')")
     input_shape: list[int] | None = Field(
         None, min_length=1, description="a single input's shape without the batch axis, e.g. [3, 224, 224] or, for "
                                         "mlp, [30]; default: the data's (image channels and size, the table's width)")
     parity: ParityConfig = ParityConfig()
-    weights: SourceRef | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint")
+    weights: WeightsRef | CatalogName | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint: "
+                                                        "{url|path, sha256}, or a catalog name such as "
+                                                        "torchvision:resnet18 (zoo_stages/catalog/)")
     onnx: SourceRef | None = Field(None, description="an existing ONNX model to check and pass through")
+
+    @field_validator("weights", mode="after")
+    @classmethod
+    def _catalog_name(cls, value):
+        if isinstance(value, str):  # resolved now, so the pinned URL and digest enter the cache key
+            from zoo_stages.lib import catalog
+
+            try:
+                return WeightsRef.model_validate(catalog.resolve(value))
+            except InvalidInput as e:  # a ValueError: the recipe loader reports it at its YAML line
+                raise ValueError(f"{e.message}; {e.hint}" if e.hint else e.message) from None
+        return value
 
     @model_validator(mode="after")
     def _checks(self):
@@ -136,8 +173,9 @@ class Export(StageKind):
     # 2: provenance metadata_props; 3: inferred value_info no longer stored; 4: one session builder (deterministic
     # compute) and parity module (per-output records, max_rel over ref != 0, integer outputs exact); 5: named
     # inputs (the arch's, or model.inputs; mlp and bert), data.image settings, regression outputs; 6: exporters by
-    # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost)
-    version = "6"
+    # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost); 7: the dynamo exporter by
+    # default (torchscript for bert), external data above 2 GB from either exporter; the parent of model.from
+    version = "7"
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime", "transformers", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
              "onnxconverter-common")
@@ -275,7 +313,12 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
 
     from zoo_stages.lib import archs, tasks
 
-    model_section = dict(context.shared.get("model") or {})
+    model_section = _with_weights_arch(dict(context.shared.get("model") or {}), config.weights if label == "weights"
+                                       else None)
+    if config.exporter is None:
+        config = config.model_copy(update={"exporter": archs.default_exporter(model_section)})
+    if config.opset is None:
+        config = config.model_copy(update={"opset": DYNAMO_MIN_OPSET if config.exporter == "dynamo" else 17})
     ports = _ports(config, context, model_section)
     out_name = model_section.get("output_name") or "logits"
     data = context.shared.get("data") or {}
@@ -337,11 +380,27 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
     })
     if label == "weights":
         context.metrics["weights"] = {"source": config.weights.location, "sha256": _sha256(weights)}
+        if config.weights.catalog:
+            context.metrics["weights"].update(catalog=config.weights.catalog,
+                                              preprocessing=config.weights.preprocessing)
     report.require(f"ONNX output differs from torch beyond atol={config.parity.atol} rtol={config.parity.rtol}",
                    hint="a custom op may export incorrectly; try another opset or `exporter: dynamo`, "
                         "or loosen parity.atol/rtol if the difference is expected")
     context.log.info("exported %s (%s, opset %d): parity max_abs %.3g max_rel %.3g", target.name,
                      config.exporter, config.opset, context.metrics["max_abs"], context.metrics["max_rel"])
+
+
+def _with_weights_arch(model_section: dict, weights: WeightsRef | None) -> dict:
+    """The model section to build for `weights` that name their architecture (a catalog entry):
+    its arch (the recipe's must agree) and classifier width (the file decides it)."""
+    if weights is None or not weights.arch:
+        return model_section
+    if model_section.get("arch") not in (None, weights.arch) or model_section.get("entry"):
+        raise InvalidInput(f"the weights {weights.catalog or weights.location} fit arch {weights.arch}, but the recipe's "
+                           f"model is {model_section.get('arch') or model_section.get('entry')}",
+                           hint=f"set `model.arch: {weights.arch}` (or drop it: the weights decide)")
+    return {**model_section, "arch": weights.arch,
+            **({"num_classes": weights.num_classes} if weights.num_classes else {})}
 
 
 def _ports(config: ExportConfig, context: StageContext, model_section: dict) -> list[_Port]:
@@ -395,6 +454,9 @@ def _per_sample_shape(inp, config: ExportConfig, context: StageContext, model_se
             return list(declared["shape"][1:])
         if inp.holds in ("token_ids", "mask"):
             return [int(model_section["max_length"])]
+        catalog_shape = ((config.weights.preprocessing or {}).get("input_shape") if config.weights else None)
+        if not data and catalog_shape:
+            return list(catalog_shape)  # the size the pretrained weights were trained at
         if not data:
             raise InvalidInput("export cannot tell the input shape: no `input_shape` and no recipe `data:` section",
                                hint="set `input_shape: [3, 224, 224]` in the export config")
@@ -456,53 +518,145 @@ class _Capture:
 
 
 def _run_exporter(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: str, config: ExportConfig):
-    """(ModelProto, its serialised bytes or None). The TorchScript exporter writes to memory
-    unless the weights approach protobuf's 2 GB limit; then (and with dynamo) it writes `raw`,
-    which is loaded (the bytes are then None)."""
-    import onnx
-    import torch
-
+    """(ModelProto, its serialised bytes or None) from the configured exporter (`_export_dynamo`
+    or `_export_torchscript`). Weights near protobuf's 2 GB limit go through `raw` with external
+    data (then the bytes are None)."""
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    in_memory = config.exporter == "torchscript" and weight_bytes < PROTOBUF_LIMIT // 2
-    names = [p.name for p in ports]
-    batch_dim = ports[0].dims[0] if ports and ports[0].dims else 1
-
+    large = weight_bytes >= PROTOBUF_LIMIT // 2
     with warnings.catch_warnings():
-        # we choose the TorchScript exporter on purpose, and its tracer warns about the static
-        # sizes the adaptive pool and transformers' attention read (dynamic axes are declared)
+        # the TorchScript tracer warns about the static sizes the adaptive pool and transformers'
+        # attention read (dynamic axes are declared), and that its exporter is deprecated
+        import torch
+
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.simplefilter("ignore", category=FutureWarning)
         warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
         # transformers' position lookups: the indices are never negative
         warnings.filterwarnings("ignore", message="Exporting aten::index operator", category=UserWarning)
         if config.exporter == "dynamo":
-            try:
-                import onnxscript  # noqa: F401
-            except ImportError:
-                raise InvalidInput("exporter: dynamo needs the onnxscript package, which is not installed",
-                                   hint="pip install onnxscript, or use `exporter: torchscript`") from None
-            dims: dict[str, Any] = {}  # one Dim per name: inputs sharing a dimension name share its size
-            dynamic = tuple({j: dims.setdefault(d, torch.export.Dim(d)) for j, d in p.dynamic_axes.items()} or None
-                            for p in ports)
-            torch.onnx.export(model, dummy, str(raw), dynamo=True, external_data=False,
-                              input_names=names, output_names=[out_name], opset_version=config.opset,
-                              dynamic_shapes=dynamic if any(dynamic) else None, optimize=True, verbose=False)
-        else:
-            dynamic_axes = {p.name: p.dynamic_axes for p in ports if p.dynamic_axes}
-            if isinstance(batch_dim, str):
-                dynamic_axes[out_name] = {0: batch_dim}
-            buffer = _Capture()
-            try:
-                torch.onnx.export(model, dummy, buffer if in_memory else str(raw), dynamo=False, input_names=names,
-                                  output_names=[out_name], opset_version=config.opset,
-                                  dynamic_axes=dynamic_axes or None, do_constant_folding=True)
-            except (torch.onnx.errors.UnsupportedOperatorError, torch.onnx.errors.SymbolicValueError) as e:
-                raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
-                                   hint="raise `opset`, or try `exporter: dynamo`") from None
-            if in_memory:
-                blob = buffer.getvalue()
-                return onnx.load_from_string(blob), blob
-    return _load_onnx(raw), None
+            return _export_dynamo(model, dummy, raw, ports, out_name, config, large)
+        return _export_torchscript(model, dummy, raw, ports, out_name, config, large)
+
+
+def _export_dynamo(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: str, config: ExportConfig,
+                   large: bool):
+    """torch.export + onnxscript (torch's default exporter since 2.9). Below the 2 GB limit the
+    program's ModelProto is taken in memory (all weights inline, no file written); above it the
+    program is saved to `raw` with its weights in `raw.onnx.data` and loaded back, which
+    `_save_large` then writes as model.onnx + model.onnx.data.
+
+    The exporter implements opsets from 18 (the default): a lower `opset` (the recipes' 17) is
+    built at 18 and converted down by `_convert_opset` (the parity gate checks the result); not
+    above 2 GB, where the converter cannot serialise the model."""
+    import torch
+
+    try:
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise InvalidInput("exporter: dynamo needs the onnxscript package, which is not installed",
+                           hint="pip install onnxscript, or use `exporter: torchscript`") from None
+    dims: dict[str, Any] = {}  # one Dim per name: inputs sharing a dimension name share its size
+    dynamic = tuple({j: dims.setdefault(d, torch.export.Dim(d)) for j, d in p.dynamic_axes.items()} or None
+                    for p in ports)
+    # inputs sharing a dimension name share one Dim: torch says the second name "will not be used"
+    warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
+    built = max(config.opset, DYNAMO_MIN_OPSET)
+    try:
+        with _quiet_loggers("torch.onnx", "torch.export", "onnxscript"):
+            program = torch.onnx.export(model, dummy, None, dynamo=True, input_names=[p.name for p in ports],
+                                        output_names=[out_name], opset_version=built,
+                                        dynamic_shapes=dynamic if any(dynamic) else None, optimize=True,
+                                        verbose=False)
+    except torch.onnx.errors.OnnxExporterError as e:
+        raise InvalidInput(f"the dynamo exporter cannot export this model at opset {built}: "
+                           f"{str(e).strip().splitlines()[0]}",
+                           hint="try `exporter: torchscript`, or another opset") from None
+    if large:
+        if built != config.opset:  # onnx's version converter serialises the model: not above 2 GB
+            raise InvalidInput(f"a model above 2 GB exports with dynamo at opset {DYNAMO_MIN_OPSET} or above, "
+                               f"not {config.opset}", hint=f"set `opset: {DYNAMO_MIN_OPSET}`")
+        program.save(str(raw), external_data=True)
+        return _load_onnx(raw), None
+    proto = program.model_proto
+    if built != config.opset:
+        proto = _convert_opset(proto, config.opset)
+    return proto, None
+
+
+def _convert_opset(proto, opset: int):
+    """`proto` (the dynamo exporter's optimised graph, opset 18) converted down to `opset` by onnx's
+    version converter. On the optimised graph, where ReduceMean's axes and the like are constants,
+    not on the exporter's raw one (its own down-conversion fails there for ResNets)."""
+    from onnx import version_converter
+
+    hint = f"set `opset: {DYNAMO_MIN_OPSET}` (or higher), or use `exporter: torchscript`"
+    try:
+        converted = version_converter.convert_version(proto, opset)
+    except Exception as e:  # the converter's C++ assertions arrive as RuntimeError or ValueError
+        raise InvalidInput(f"the dynamo exporter builds opset {DYNAMO_MIN_OPSET} and onnx's version converter cannot "
+                           f"take this model down to opset {opset}: {str(e).strip().splitlines()[-1][:200]}",
+                           hint=hint) from None
+    # onnx 1.23's adapter moves Reduce* axes back to an attribute but keeps opset 18's
+    # noop_with_empty_axes, which older opsets lack; at its default (0) it means what they do
+    for node in _all_nodes(converted.graph):
+        since = 13 if node.op_type == "ReduceSum" else 18  # the opset that added the attribute
+        if node.op_type.startswith("Reduce") and opset < since:
+            for attr in list(node.attribute):
+                if attr.name == "noop_with_empty_axes":
+                    if attr.i:
+                        raise InvalidInput(f"{node.op_type} with noop_with_empty_axes=1 has no opset-{opset} form",
+                                           hint=hint)
+                    node.attribute.remove(attr)
+    return converted
+
+
+def _export_torchscript(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: str, config: ExportConfig,
+                        large: bool):
+    """The TorchScript exporter (``exporter: torchscript``; deprecated by torch). It writes to
+    memory (the bytes are kept: no second serialisation) unless the model is `large`, when it
+    writes `raw`, which is loaded."""
+    import onnx
+    import torch
+
+    batch_dim = ports[0].dims[0] if ports and ports[0].dims else 1
+    dynamic_axes = {p.name: p.dynamic_axes for p in ports if p.dynamic_axes}
+    if isinstance(batch_dim, str):
+        dynamic_axes[out_name] = {0: batch_dim}
+    buffer = _Capture()
+    try:
+        torch.onnx.export(model, dummy, str(raw) if large else buffer, dynamo=False,
+                          input_names=[p.name for p in ports], output_names=[out_name], opset_version=config.opset,
+                          dynamic_axes=dynamic_axes or None, do_constant_folding=True)
+    except (torch.onnx.errors.UnsupportedOperatorError, torch.onnx.errors.SymbolicValueError) as e:
+        raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
+                           hint="raise `opset`, or try `exporter: dynamo`") from None
+    if large:
+        return _load_onnx(raw), None
+    blob = buffer.getvalue()
+    return onnx.load_from_string(blob), blob
+
+
+class _quiet_loggers:
+    """Raise the named loggers to ERROR for the block: the dynamo exporter logs its opset
+    conversion and the torchvision ops it skips as warnings on every export."""
+
+    def __init__(self, *names: str):
+        import logging
+
+        self.loggers = [logging.getLogger(n) for n in names]
+
+    def __enter__(self):
+        import logging
+
+        self.saved = [lg.level for lg in self.loggers]
+        for lg in self.loggers:
+            lg.setLevel(logging.ERROR)
+        return self
+
+    def __exit__(self, *exc):
+        for lg, level in zip(self.loggers, self.saved):
+            lg.setLevel(level)
+        return False
 
 
 def _needs_normalising(proto) -> bool:

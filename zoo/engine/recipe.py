@@ -229,7 +229,7 @@ class InputSpec(_Strict):
 # misplaced field (`hidden` on a bert) is an error at its YAML line instead of silently ignored
 ARCH_FIELDS: dict[str, tuple[str, ...]] = {
     "hidden": ("mlp",),
-    "dropout": ("mlp", "bert", "alexnet"),
+    "dropout": ("mlp", "bert", "alexnet", "mobilenet_v3_small", "efficientnet_b0"),
     "hidden_size": ("bert",),
     "num_layers": ("bert",),
     "num_heads": ("bert",),
@@ -259,7 +259,8 @@ class ModelSpec(_Strict):
     head: Literal["keep", "new"] | None = Field(
         None, description="with `from`: keep the parent's last layer (default; num_classes must match it), or "
                           "`new`: replace it by a fresh Linear with num_classes outputs (transfer learning)")
-    arch: str | None = Field(None, description="built-in architecture: alexnet, lenet5 (images), mlp (tables), "
+    arch: str | None = Field(None, description="built-in architecture: alexnet, lenet5, resnet18, resnet50, "
+                                               "mobilenet_v3_small, efficientnet_b0 (images), mlp (tables), "
                                                "bert (token ids)")
     entry: str | None = Field(None, description="custom model: 'path/to/file.py:function' returning a torch.nn.Module")
     num_classes: int = Field(10, ge=1, description="output width of a classifier (regression tasks give 1 value)")

@@ -22,6 +22,11 @@ The recipe's ``model:`` section names either a built-in ``arch`` or a user ``ent
   checkpoints load key for key. Attention is transformers' ``eager`` implementation: its
   exported graph is one onnxruntime's transformer optimizer fuses into Attention nodes
   (the default ``sdpa`` one exports to a graph it does not). Needs the text extra.
+- ``arch: resnet18``, ``resnet50``, ``mobilenet_v3_small``, ``efficientnet_b0``: torchvision's
+  ImageNet classifiers in plain torch.nn (`zoo_stages.lib.vision_archs`), state-dict compatible
+  with torchvision's, so its published weights load key for key (``weights: torchvision:resnet18``
+  in the export config names them through `zoo_stages/catalog/torchvision.json`). ``dropout``
+  sets the classifier's dropout of mobilenet_v3_small and efficientnet_b0 (default 0.2).
 - ``entry: path/to/file.py:function``: the file (relative to the recipe) is imported and
   ``function(num_classes=<model.num_classes>, in_channels=<image channels>)`` is called; it
   must return a ``torch.nn.Module`` that maps float32 images in [0, 1] (NCHW, or NHWC when the
@@ -55,9 +60,10 @@ from types import SimpleNamespace
 from typing import Any, Callable, Literal, Mapping
 
 from zoo.errors import InvalidInput
+from zoo_stages.lib.vision_archs import VISION_ARCHS
 
-ARCHS = ("alexnet", "lenet5", "mlp", "bert")
-IMAGE_ARCHS = ("alexnet", "lenet5")
+ARCHS = ("alexnet", "lenet5", "mlp", "bert", *VISION_ARCHS)
+IMAGE_ARCHS = ("alexnet", "lenet5", *VISION_ARCHS)
 MLP_HIDDEN = (64, 32)
 TEXT_EXTRA = "pip install 'zoo-onnx[text]'"
 # the model: fields that shape the network (train and export build the same one from them)
@@ -80,7 +86,7 @@ class ModelInput:
 
 
 def modality(model_section: Mapping[str, Any]) -> Literal["image", "table", "text"]:
-    """What the architecture reads: images (alexnet, lenet5, entry models), tables (mlp), text (bert)."""
+    """What the architecture reads: images (alexnet, lenet5, torchvision's, entry models), tables (mlp), text (bert)."""
     arch = model_section.get("arch")
     return "text" if arch == "bert" else "table" if arch == "mlp" else "image"
 
@@ -111,6 +117,15 @@ def model_inputs(model_section: Mapping[str, Any]) -> list[ModelInput]:
             raise InvalidInput(f"model.inputs.{inp.name} is {inp.dtype}, but arch {model_section.get('arch')} takes "
                                "integer token ids and masks there", hint=f"set `model.inputs.{inp.name}.dtype: int64`")
     return out
+
+
+def default_exporter(model_section: Mapping[str, Any]) -> Literal["dynamo", "torchscript"]:
+    """The torch ONNX exporter export uses when its config names none: dynamo (torch's default),
+    except TorchScript for bert. Why bert: onnxruntime's transformer optimizer (optimize's
+    ``transformer:``) fuses the TorchScript graph's attention into Attention nodes, but not the
+    dynamo graph's (transformers' mask arrives through GatherND/And/Max, which its fusion does not
+    match: 0 of 2 layers fused with torch 2.13, transformers 5.23, onnxruntime 1.32)."""
+    return "torchscript" if model_section.get("arch") == "bert" else "dynamo"
 
 
 def image_settings(data: Mapping[str, Any] | None, recipe_dir: Path | None = None
@@ -205,6 +220,11 @@ def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, 
                        channels_last=channels_last)
     if arch == "lenet5":
         return lenet5(num_classes=width, in_channels=in_channels, channels_last=channels_last)
+    if arch in VISION_ARCHS:
+        from zoo_stages.lib import vision_archs
+
+        return vision_archs.build(arch, num_classes=width, in_channels=in_channels, dropout=dropout,
+                                  channels_last=channels_last)
     if arch == "mlp":
         if not in_features:
             raise InvalidInput("arch: mlp needs the width of the data's features",

@@ -87,6 +87,11 @@ def load_weights(model, path: Path, label: str, *, assign: bool = False) -> None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise InvalidInput(f"the {label} file {path} does not hold a state dict of tensors")
     own = model.state_dict()
+    for k in own:
+        # files saved before batch norm counted its batches (torchvision's older ImageNet weights)
+        # lack this buffer: torch fills it in for them too; it only matters for momentum=None
+        if k.endswith(".num_batches_tracked") and k not in state:
+            state[k] = torch.zeros((), dtype=torch.long)
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
     mismatched = [f"{k} is {tuple(v.shape)} but the model has {tuple(own[k].shape)}"
