@@ -124,6 +124,7 @@ class EstimatorExporter(Exporter):
     `estimators` (their `zoo_stages.lib.estimators` module), `load`, `to_onnx` and `predict`."""
 
     max_opset: ClassVar[int] = 17  # the highest default-domain opset the converter writes
+    default_opset: ClassVar[int] = 17  # without `opset:` in the recipe (capped at max_opset)
 
     @classmethod
     def estimators(cls):
@@ -181,7 +182,7 @@ class EstimatorExporter(Exporter):
         features = table_features(held_out)
         input_name = (context.shared.get("model") or {}).get("input_name") or next(iter(held_out.features))
         model = self.load(job.source, kind)
-        opset = min(config.opset, self.max_opset)
+        opset = min(self.default_opset if config.opset is None else config.opset, self.max_opset)
         proto = self.to_onnx(model, input_name, int(features.shape[1]), opset)
         name_batch_axis(proto)
         onnx_io.fix_ir_version(proto)
