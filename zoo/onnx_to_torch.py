@@ -53,6 +53,8 @@ SUPPORTED = tuple(sorted({
     "Squeeze", "Unsqueeze", "Cast", "Constant", "Shape", "Gather", "ReduceMean", "ReduceSum", "Where",
     "QuantizeLinear", "DequantizeLinear",
 }))
+# inputs a step reads as a shape or axes list, not as data: folded to Python ints at conversion
+SHAPE_INPUTS = {"Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "ReduceMean": (1,), "ReduceSum": (1,)}
 # ONNX TensorProto element types -> torch dtype names
 _DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
            11: "float64", 16: "bfloat16"}
@@ -185,6 +187,7 @@ class _Builder:
         self.module = _module_class()()
         self.constants: dict[str, Any] = {}  # name -> torch tensor known at conversion
         self.consumers: dict[str, int] = {}
+        self.tensor_reads: set[str] = set()  # constants a step reads as a tensor (not only as a shape)
 
     # -- graph walking ----------------------------------------------------------------------
 
@@ -287,6 +290,8 @@ class _Builder:
                 if name:
                     self.constants[name] = value
             return
+        static = SHAPE_INPUTS.get(op, ())
+        self.tensor_reads.update(n for i, n in enumerate(node.input) if i not in static)
         self._step(fn, list(node.input), list(node.output))
 
     def _step(self, fn: Callable, ins: list[str], outs: list[str]) -> None:
@@ -397,6 +402,10 @@ class _Builder:
             if name not in self.constants:
                 continue
             value = self.constants[name]
+            if isinstance(value, torch.Tensor) and name not in self.tensor_reads and name not in \
+                    self.module.output_names and not value.is_floating_point():
+                # a shape or axes: a Python list, so torch.export sees constants, not a buffer's data
+                value = [int(v) for v in value.reshape(-1).tolist()]
             if not isinstance(value, torch.Tensor):
                 self.module._static[name] = value
                 continue
@@ -592,7 +601,12 @@ def _scalar(xs: list, i: int, default):
 
 
 def _maybe_list(xs: list, i: int):
-    return [int(v) for v in xs[i].tolist()] if len(xs) > i and xs[i] is not None else None
+    return _ints(xs[i]) if len(xs) > i and xs[i] is not None else None
+
+
+def _ints(value) -> list[int]:
+    """A shape or axes input as ints: a list folded at conversion, or a tensor computed at run time."""
+    return list(value) if isinstance(value, list) else [int(v) for v in value.tolist()]
 
 
 def _flatten(x, axis: int):
@@ -604,7 +618,7 @@ def _flatten(x, axis: int):
 
 
 def _reshape(x, shape, allowzero: bool):
-    dims = [int(v) for v in shape.tolist()]
+    dims = _ints(shape)
     if not allowzero:
         dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
     return x.reshape(dims)
