@@ -164,7 +164,8 @@ def _parity_feeds(ports, data: Mapping[str, Any], context: Any, model: Any, conf
     if data.get("text"):
         held_out = datasets.load_split(data, context.recipe.dir, "val")
         bound = onnx_run.bind_names([p.name for p in ports], held_out.features, where="the held-out split")
-        feeds = {name: np.ascontiguousarray(np.asarray(a)[:rows], dtype=np.int64) for name, a in bound.items()}
+        # copies: the cached splits are read-only, and torch tensors share their memory
+        feeds = {name: np.array(np.asarray(a)[:rows], dtype=np.int64) for name, a in bound.items()}
         if len(next(iter(feeds.values()))) >= EXAMPLE_BATCH:
             return feeds, "the held-out split"
     rng = np.random.default_rng(config.parity.seed)
