@@ -47,6 +47,7 @@ if framework == "transformers":
     from safetensors.torch import load_file
     feeds = {k: x[k] for k in x.files}
     config = transformers.DistilBertConfig.from_json_file(sys.argv[5])
+    config._attn_implementation = sys.argv[6] if len(sys.argv) > 6 else "eager"  # not kept in the JSON
     model = transformers.DistilBertForSequenceClassification(config)
     model.load_state_dict(load_file(checkpoint))
     model.eval()
@@ -59,7 +60,9 @@ if framework == "transformers":
     t0 = time.perf_counter()
     axes = {0: "batch", 1: "sequence"}
     example = tuple(torch.from_numpy(feeds[k][:2].copy()) for k in ("input_ids", "attention_mask"))
-    torch.onnx.export(Named(model), example, target, dynamo=False, opset_version=17, do_constant_folding=True,
+    # eval first: the exporter restores the wrapper's mode afterwards, recursively, so a wrapper left in
+    # training mode would put the model back into training (dropout on) for the reference forward
+    torch.onnx.export(Named(model).eval(), example, target, dynamo=False, opset_version=17, do_constant_folding=True,
                       input_names=["input_ids", "attention_mask"], output_names=["logits"],
                       dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": {0: "batch"}})
     convert = time.perf_counter() - t0
