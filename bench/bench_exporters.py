@@ -1,6 +1,8 @@
-"""Each estimator exporter: zoo's export stage against calling its converter directly, in one run.
+"""Each exporter: zoo's export stage against calling its converter directly, in one run.
 
-For every tabular recipe (scikit-learn, LightGBM, XGBoost on breast-cancer) the train stage runs
+For every tabular recipe (scikit-learn, LightGBM, XGBoost on breast-cancer), and the transformers
+one (a DistilBERT on languages.csv: the direct script calls torch.onnx on the Hugging Face model
+with the same names, axes and opset, and compares with transformers' forward), the train stage runs
 once; then, alternating, `zoo run RECIPE export --force` (the export stage alone, train cached:
 the CLI, the engine, a worker process, conversion, checks, the parity gate and the cache commit)
 and a plain script that loads the same checkpoint with the framework, calls the converter
@@ -10,7 +12,7 @@ wall time, zoo's overhead against the script, and the parity each one measured (
 difference of the probabilities, label mismatches). Goal: overhead ≤ 10% of the script's time
 plus 1 s. Figures only: nothing is asserted.
 
-    .venv/bin/python bench/bench_exporters.py [--repeat 5] [--only sklearn,lightgbm,xgboost]
+    .venv/bin/python bench/bench_exporters.py [--repeat 5] [--only sklearn,lightgbm,xgboost,transformers]
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 RECIPES = {"sklearn": "sklearn-gbdt-breast-cancer", "lightgbm": "lightgbm-breast-cancer",
-           "xgboost": "xgboost-breast-cancer"}
+           "xgboost": "xgboost-breast-cancer", "transformers": "transformers-distilbert-languages"}
 
 DIRECT = r'''
 import sys, time, json
@@ -40,6 +42,38 @@ started = time.perf_counter()
 import numpy as np, onnxruntime as ort
 framework, checkpoint, features_path, target = sys.argv[1:5]
 x = np.load(features_path)
+if framework == "transformers":
+    import torch, transformers
+    from safetensors.torch import load_file
+    feeds = {k: x[k] for k in x.files}
+    config = transformers.DistilBertConfig.from_json_file(sys.argv[5])
+    config._attn_implementation = sys.argv[6] if len(sys.argv) > 6 else "eager"  # not kept in the JSON
+    model = transformers.DistilBertForSequenceClassification(config)
+    model.load_state_dict(load_file(checkpoint))
+    model.eval()
+    class Named(torch.nn.Module):  # positional inputs -> the logits tensor
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+    t0 = time.perf_counter()
+    axes = {0: "batch", 1: "sequence"}
+    example = tuple(torch.from_numpy(feeds[k][:2].copy()) for k in ("input_ids", "attention_mask"))
+    # eval first: the exporter restores the wrapper's mode afterwards, recursively, so a wrapper left in
+    # training mode would put the model back into training (dropout on) for the reference forward
+    torch.onnx.export(Named(model).eval(), example, target, dynamo=False, opset_version=17, do_constant_folding=True,
+                      input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                      dynamic_axes={"input_ids": axes, "attention_mask": axes, "logits": {0: "batch"}})
+    convert = time.perf_counter() - t0
+    with torch.no_grad():
+        ref = model(**{k: torch.from_numpy(v.copy()) for k, v in feeds.items()}).logits.numpy()
+    session = ort.InferenceSession(target, providers=["CPUExecutionProvider"])
+    got, = session.run(None, feeds)
+    print(json.dumps({"convert_s": convert, "max_abs": float(np.abs(got - ref).max()),
+                      "label_mismatches": int((got.argmax(1) != ref.argmax(1)).sum()),
+                      "inside_s": time.perf_counter() - started}))
+    sys.exit(0)
 if framework == "sklearn":
     import skops.io
     from skl2onnx import to_onnx
@@ -113,10 +147,24 @@ def prepare(framework: str, work: Path) -> dict:
                        shared=shared, matrix={}, threads=1)
     checkpoint = Train().run(Inputs([]), Train.Config(seed=0, threads=1), ctx)["checkpoint"]
     held_out = datasets.load_split(shared["data"], base, "val")
-    features = base / "held_out.npy"
-    np.save(features, np.asarray(next(iter(held_out.features.values())), dtype=np.float32))
+    extra = []
+    if framework == "transformers":  # the same rows zoo's gate compares (the first 256), and the model's config
+        from zoo_stages.exporters.transformers import PARITY_ROWS
+        from zoo_stages.lib import archs, hf_models
+
+        features = base / "held_out.npz"
+        np.savez(features, **{k: np.asarray(v[:PARITY_ROWS], dtype=np.int64) for k, v in held_out.features.items()})
+        sizes = archs.data_sizes(shared["model"], shared["data"], base)
+        config = hf_models.config_for(shared["model"], base, num_labels=shared["model"]["num_classes"],
+                                      vocab_size=sizes["vocab_size"])
+        (base / "config.json").write_text(config.to_json_string())
+        extra = [base / "config.json"]
+    else:
+        features = base / "held_out.npy"
+        np.save(features, np.asarray(next(iter(held_out.features.values())), dtype=np.float32))
     (base / "direct.py").write_text(DIRECT)
-    return {"base": base, "recipe": recipe, "env": env, "checkpoint": checkpoint, "features": features}
+    return {"base": base, "recipe": recipe, "env": env, "checkpoint": checkpoint, "features": features,
+            "extra": extra}
 
 
 def run_zoo(case: dict) -> dict:
@@ -125,6 +173,10 @@ def run_zoo(case: dict) -> dict:
         raise SystemExit(f"{proc.args}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     export = next(s for s in json.loads(proc.stdout)["stages"] if s["id"] == "export")
     parity = export["metrics"]["parity"]["outputs"]
+    if "logits" in parity:  # transformers: labels are the logits' argmax
+        logits = parity["logits"]
+        return {"wall": wall, "stage": export["duration_s"], "max_abs": logits["max_abs"],
+                "label_mismatches": round((1 - logits["top1_agreement"]) * logits["shape"][0])}
     return {"wall": wall, "stage": export["duration_s"], "max_abs": parity["probabilities"]["max_abs"],
             "label_mismatches": parity["label"]["mismatches"]}
 
@@ -132,7 +184,8 @@ def run_zoo(case: dict) -> dict:
 def run_direct(framework: str, case: dict) -> dict:
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, str(case["base"] / "direct.py"), framework, str(case["checkpoint"]),
-                           str(case["features"]), str(case["base"] / "direct.onnx")], capture_output=True, text=True)
+                           str(case["features"]), str(case["base"] / "direct.onnx"), *map(str, case["extra"])],
+                          capture_output=True, text=True)
     wall = time.perf_counter() - started
     if proc.returncode:
         raise SystemExit(f"{proc.args}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")

@@ -162,6 +162,12 @@ stages:
     ("framework: sklaern\n  estimator: Ridge", 5, "did you mean 'sklearn'"),
     ("framework: sklearn\n  estimator: Ridge\n  arch: mlp", 7, "model.arch is a torch setting"),
     ("arch: mlp\n  estimator: Ridge", 6, "not to torch models"),
+    ("framework: transformers\n  architecture: DistilBertForSequenceClasification", 6,
+     "did you mean 'DistilBertForSequenceClassification'"),
+    ("framework: transformers\n  config: {dim: 64}", 5, "needs `model.architecture`"),
+    ("framework: transformers\n  architecture: BertModel\n  arch: mlp", 7, "does not apply to framework transformers"),
+    ("arch: mlp\n  architecture: BertModel", 6, "applies to framework transformers, not torch"),
+    ("framework: sklearn\n  estimator: Ridge\n  config: {a: 1}", 7, "applies to framework transformers, not sklearn"),
 ])
 def test_the_model_section_is_checked_by_its_frameworks_exporter(tmp_path, model, line, message):
     recipe = tmp_path / "r.yaml"

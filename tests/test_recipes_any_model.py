@@ -1,5 +1,5 @@
 """The shipped recipes beyond image classifiers, end to end as a user runs them: text (BERT-style
-encoder, two int64 inputs), tabular (MLP on a CSV), a non-square normalised image, and an imported
+encoder, two int64 inputs; a Hugging Face DistilBERT through framework: transformers), tabular (MLP on a CSV), a non-square normalised image, and an imported
 label-less ONNX model (task: generic). Each must pass its gates and publish; its published
 metrics must follow its task; its card and manifest must list every port and the preprocessing."""
 
@@ -19,10 +19,14 @@ pytestmark = pytest.mark.slow
 # recipe -> (the metrics its builds must publish, metrics they must not)
 RECIPES = {
     "bert-tiny-text": ({"accuracy", "macro_f1"}, {"mae"}),
+    "transformers-distilbert-languages": ({"accuracy", "macro_f1"}, {"mae"}),
     "tabular-mlp": ({"accuracy", "macro_f1"}, {"mae"}),
     "digits-nonsquare": ({"accuracy"}, {"mae"}),
     "sobel-edges": (set(), {"accuracy", "accuracy_drop", "top1_agreement", "macro_f1"}),
 }
+
+
+TEXT_RECIPES = ("bert-tiny-text", "transformers-distilbert-languages")  # the ones that ship a tokenizer
 
 
 def _copy_recipe(name: str, dest: Path) -> Path:
@@ -94,7 +98,7 @@ def test_a_text_model_ships_the_tokenizer_that_made_its_inputs_and_no_other_mode
     zoo = LocalZoo(Path(run["env"]["ZOO_HOME"]))
     manifest = zoo.resolve(f"{run['name']}@1.0.0")
     ref = next((f for f in manifest.files if f.path == "tokenizer.json"), None)
-    if run["name"] != "bert-tiny-text":
+    if run["name"] not in TEXT_RECIPES:
         assert ref is None and "text" not in manifest.preprocessing
         return
     tokenizer = Tokenizer.from_str(zoo.blobs.path(ref.sha256).read_text())

@@ -4,7 +4,9 @@ The recipe's ``model.framework`` picks the exporter (`zoo_stages.exporters`, reg
 ``zoo.exporters`` entry points; a plugin may add its own): ``torch`` (the default; everything
 below), ``sklearn``, ``lightgbm`` and ``xgboost`` (the train stage's fitted estimator, converted
 with skl2onnx or onnxmltools and gated against the source framework on the data's held-out rows:
-`zoo_stages.exporters.base.EstimatorExporter`). A framework whose extra is not installed fails
+`zoo_stages.exporters.base.EstimatorExporter`), ``transformers`` (a Hugging Face model with named
+inputs and outputs, gated against transformers' forward on held-out texts; its weights may be a
+pinned pretrained folder instead of a checkpoint: `zoo_stages.exporters.transformers`). A framework whose extra is not installed fails
 with `zoo.errors.MissingExtra`, naming the ``pip install 'zoo-onnx[EXTRA]'`` to run.
 
 Weights come from exactly one of:
@@ -175,7 +177,9 @@ class Export(StageKind):
     # inputs (the arch's, or model.inputs; mlp and bert), data.image settings, regression outputs; 6: exporters by
     # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost); 7: the dynamo exporter by
     # default (torchscript for bert), external data above 2 GB from either exporter; the parent of model.from
-    version = "7"
+    # in the key; 8: transformers (named inputs, parity on held-out text, a pinned pretrained folder as the
+    # weights)
+    version = "8"
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime", "transformers", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
              "onnxconverter-common")
@@ -195,9 +199,15 @@ class Export(StageKind):
         if model.get("entry") and config.onnx is None:
             deps.append(archs.entry_file(model["entry"], ctx.recipe.dir, "model.entry"))
         if config.onnx is None:
+            from zoo.engine import exporter_loader
+            from zoo_stages import exporters
             from zoo_stages.lib import finetune
 
             deps.extend(finetune.dependencies(model, ctx.recipe.dir))  # the parent zoo model (model.from)
+            framework = model.get("framework") or exporter_loader.DEFAULT_FRAMEWORK
+            # files the model section names (a transformers pretrained folder)
+            deps.extend((exporters.BUILTIN.get(framework) or exporter_loader.get(framework)).dependencies(
+                model, ctx.recipe.dir))
         if config.onnx is None and ctx.shared.get("data") and _reads_data_files(model, config):
             from zoo_stages.lib import datasets
 
@@ -218,16 +228,20 @@ class Export(StageKind):
         if len(given) > 1:
             raise InvalidInput(f"export got weights from {' and '.join(given)}; it needs exactly one",
                                hint="drop `weights:`/`onnx:` or remove the train stage from `needs:`")
-        if not given:
+        exporter = _exporter(context) if config.onnx is None else None
+        # weights the model section pins itself (a transformers pretrained folder), when nothing else gives any
+        pretrained = exporter.pretrained_source(context) if exporter is not None and not given else None
+        if not given and pretrained is None:
             raise InvalidInput("export has no weights: no upstream checkpoint, no `weights:` and no `onnx:`",
                                hint="add a train stage to `needs:`, or set `weights: {url: ..., sha256: ...}`")
         target = context.output_path("model.onnx")
-        if config.onnx is not None:
+        if exporter is None:
             _passthrough(config, context, target, inputs)
         else:
-            exporter = _exporter(context)
             if checkpoint is not None:
                 source, label = Path(checkpoint), "checkpoint"
+            elif pretrained is not None:
+                source, label = pretrained, "pretrained"
             else:
                 source, label = _fetch(config.weights, context), "weights"
             props = _provenance(inputs, context, config.weights if label == "weights" else None, "weights", source)

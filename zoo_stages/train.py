@@ -2,7 +2,10 @@
 
 A scikit-learn, LightGBM or XGBoost estimator (``model.framework`` with ``model.estimator`` and
 ``model.params``) is fitted by `zoo_stages.lib.estimators.training` (checkpoints in each
-framework's safe format); what follows is about torch models.
+framework's safe format); what follows is about torch models, Hugging Face `transformers` models
+included (``model.framework: transformers``: the architecture built from its config, or a pinned
+pretrained folder's weights to fine-tune, `zoo_stages.lib.hf_models`; the checkpoint keeps
+Hugging Face's state-dict keys).
 
 Output ``checkpoint``: ``model.safetensors`` (the model's state dict, float32). The same
 recipe, data, tool versions and thread count give the same checkpoint bytes: seeds are fixed,
@@ -12,7 +15,8 @@ split differently on different thread counts, so pin ``threads`` for bit-identic
 
 The data's named features feed the model's inputs by name, in the order the architecture
 declares them (`zoo_stages.lib.archs.model_inputs`: ``input`` for images, ``features`` for mlp,
-``input_ids`` and ``attention_mask`` for bert; a single feature feeds a single input whatever
+``input_ids`` and ``attention_mask`` for bert and transformers models, with ``token_type_ids``
+where the class takes them and the data makes them; a single feature feeds a single input whatever
 its name). Float features are given as float32, integer ones as int64.
 
 The loss follows the recipe's ``task:`` (`zoo_stages.lib.tasks.kind_of`): cross-entropy on the
@@ -51,7 +55,7 @@ from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.lib import checkpoints
 from zoo_stages.lib.archs import BUILD_FIELDS
 from zoo_stages.lib.datasets import Split
-from zoo_stages.lib.estimators import ESTIMATOR_TOOLS
+from zoo_stages.lib.estimators import ESTIMATOR_TOOLS, FRAMEWORKS as ESTIMATOR_FRAMEWORKS
 
 
 class OptimizerConfig(KindConfig):
@@ -102,8 +106,9 @@ class Train(StageKind):
     name = "train"
     # 2: named features in the arch's input order, mlp and bert, loss by task, entry functions get Splits;
     # 3: model.from (start from a zoo model), config.freeze; 4: scikit-learn, LightGBM and XGBoost
-    # estimators (model.framework, zoo_stages.lib.estimators)
-    version = "4"
+    # estimators (model.framework, zoo_stages.lib.estimators); 5: Hugging Face transformers models
+    # (framework: transformers, zoo_stages.lib.hf_models) through the torch loop
+    version = "5"
     Config = TrainConfig
     tools = ("torch", "numpy", "safetensors", "transformers", *ESTIMATOR_TOOLS)
     # the dataset (every field: the loader reads them all), the task (the loss) and what builds the
@@ -115,7 +120,7 @@ class Train(StageKind):
     summary = "train the model on the recipe's dataset (deterministic; safetensors checkpoint)"
 
     def dependencies(self, config: TrainConfig, ctx: KeyContext) -> list[Path]:
-        from zoo_stages.lib import archs, datasets, finetune
+        from zoo_stages.lib import archs, datasets, finetune, hf_models
 
         deps: list[Path] = []
         if config.entry:
@@ -124,12 +129,13 @@ class Train(StageKind):
         if model.get("entry"):
             deps.append(archs.entry_file(model["entry"], ctx.recipe.dir, "model.entry"))
         deps.extend(finetune.dependencies(model, ctx.recipe.dir))  # the parent zoo model's ONNX file
+        deps.extend(hf_models.pretrained_files(model, ctx.recipe.dir).values())  # a transformers folder
         if ctx.shared.get("data"):
             deps.extend(datasets.data_dependencies(dict(ctx.shared["data"]), ctx.recipe.dir))
         return deps
 
     def run(self, inputs: Inputs, config: TrainConfig, context: StageContext) -> Mapping[str, Path]:
-        if (context.shared.get("model") or {}).get("framework") not in (None, "torch"):
+        if (context.shared.get("model") or {}).get("framework") in ESTIMATOR_FRAMEWORKS:
             from zoo_stages.lib.estimators import training  # scikit-learn, LightGBM, XGBoost estimators
 
             return training.run(config, context)
@@ -154,7 +160,7 @@ class Train(StageKind):
         if train_split.labels is None and not config.entry:
             raise InvalidInput("the data has no labels, which the built-in training loop needs",
                                hint="give the data labels (a label column or array), or train with `config.entry`")
-        names = [i.name for i in archs.model_inputs(model_section)]
+        names = [i.name for i in archs.model_inputs(model_section, data)]
         x_train = _as_model_inputs(onnx_run.bind_names(names, train_split.features, where="the train split"))
         x_val = _as_model_inputs(onnx_run.bind_names(names, val_split.features, where="the held-out split"))
         info = datasets.split_info(data, context.recipe.dir)

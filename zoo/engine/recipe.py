@@ -241,6 +241,26 @@ BERT_REQUIRED = ("hidden_size", "num_layers", "num_heads", "intermediate_size", 
 
 
 ZOO_MODEL_RE = r"^zoo:[a-z0-9][a-z0-9._-]*@\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
+PRETRAINED_FILES = ("config.json", "model.safetensors")  # a transformers folder: config and safetensors weights
+
+
+class PretrainedSpec(_Strict):
+    """A local Hugging Face model folder (``save_pretrained``'s config.json and model.safetensors),
+    each file pinned by its sha256; weights are read from safetensors only, no code is run."""
+
+    path: str = Field(description="the folder, relative to the recipe")
+    sha256: dict[str, str] = Field(description="{config.json: HEX, model.safetensors: HEX}, each file's full sha256 "
+                                               "(`sha256sum FILE`)")
+
+    @field_validator("sha256")
+    @classmethod
+    def _pins(cls, v):
+        if sorted(v) != sorted(PRETRAINED_FILES):
+            raise ValueError(f"pin exactly {' and '.join(PRETRAINED_FILES)} (got {', '.join(sorted(v)) or 'none'})")
+        bad = [name for name, digest in v.items() if not re.fullmatch(r"[0-9a-f]{64}", str(digest))]
+        if bad:
+            raise ValueError(f"the sha256 of {', '.join(bad)} must be 64 lowercase hex digits (`sha256sum FILE`)")
+        return v
 
 
 class ModelSpec(_Strict):
@@ -285,11 +305,20 @@ class ModelSpec(_Strict):
     framework: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$",
                                   description="the framework that trains and exports the model, an exporter's name "
                                               "(`zoo exporters`): torch (the default: `arch` or `entry`), sklearn, "
-                                              "lightgbm, xgboost, or a plugin's")
+                                              "lightgbm, xgboost, transformers, or a plugin's")
     estimator: str | None = Field(None, description="sklearn/lightgbm/xgboost: the estimator train fits, e.g. "
                                                     "GradientBoostingClassifier, LGBMClassifier, XGBClassifier")
     params: dict[str, Any] | None = Field(None, description="sklearn/lightgbm/xgboost: the estimator's parameters "
                                                             "(random_state defaults to the train stage's seed)")
+    architecture: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_]*$",
+                                     description="transformers: the model class, e.g. "
+                                                 "DistilBertForSequenceClassification (default: the pretrained "
+                                                 "folder's)")
+    config: dict[str, Any] | None = Field(None, description="transformers: the architecture's config settings "
+                                                            "(e.g. {dim: 64, n_layers: 2}); over the pretrained "
+                                                            "folder's config.json")
+    pretrained: PretrainedSpec | None = Field(None, description="transformers: a local save_pretrained folder "
+                                                                "(config.json + model.safetensors) pinned by sha256")
 
     @field_validator("from_")
     @classmethod

@@ -9,7 +9,9 @@ An exporter (a subclass of `Exporter`, registered as a ``zoo.exporters`` entry p
   importing them, `require` raises `zoo.errors.MissingExtra` naming the install to run;
 - `check_model`: checks the recipe's ``model:`` section when the recipe loads (a `ModelFieldError`
   points at the field's line);
-- `export`: writes ``model.onnx`` for the export stage (`ExportJob`).
+- `export`: writes ``model.onnx`` for the export stage (`ExportJob`);
+- optionally `dependencies` (files of the model section that enter the export's key) and
+  `pretrained_source` (weights the model section pins, exported without a train stage).
 
 `EstimatorExporter` is the shared flow for exporters whose source is a fitted estimator that
 predicts on tables (scikit-learn, LightGBM, XGBoost): it loads the train stage's checkpoint
@@ -109,6 +111,17 @@ class Exporter(ABC):
         """Check the recipe's ``model:`` section (a plain dict) for this framework; raise
         `ModelFieldError` for a field that does not fit. Runs at recipe load: import nothing heavy."""
 
+    @classmethod
+    def dependencies(cls, model: Mapping[str, Any], recipe_dir: Path) -> list[Path]:
+        """Files the ``model:`` section names whose content must enter the export's key (e.g. a
+        pretrained folder's files); none by default."""
+        return []
+
+    def pretrained_source(self, context: "StageContext") -> Path | None:
+        """The weights the ``model:`` section itself pins (a pretrained folder, checked), exported
+        when no train stage, ``weights:`` or ``onnx:`` gives any (`ExportJob.label` ``pretrained``); None by default."""
+        return None
+
     @abstractmethod
     def export(self, job: ExportJob) -> None:
         """Write the ONNX model at ``job.target`` (parity-gated), its figures in ``job.context.metrics``."""
@@ -117,6 +130,18 @@ class Exporter(ABC):
 # the torch-only fields of the model section (an estimator has none of them)
 TORCH_FIELDS = ("arch", "entry", "hidden", "dropout", "hidden_size", "num_layers", "num_heads",
                 "intermediate_size", "max_length", "vocab_size", "inputs")
+
+
+# the fields of a Hugging Face model (framework: transformers)
+TRANSFORMERS_FIELDS = ("architecture", "config", "pretrained")
+
+
+def refuse_transformers_fields(model: Mapping[str, Any], framework: str) -> None:
+    """ModelFieldError for a transformers field in another framework's model section."""
+    for field in TRANSFORMERS_FIELDS:
+        if model.get(field) is not None:
+            raise ModelFieldError((field,), f"model.{field} applies to framework transformers, not {framework}",
+                                  hint="set `framework: transformers`, or remove the field")
 
 
 class EstimatorExporter(Exporter):
@@ -142,6 +167,7 @@ class EstimatorExporter(Exporter):
                 raise ModelFieldError((field,), f"model.{field} is a torch setting; framework {cls.name} fits "
                                                 f"`estimator:` with `params:`",
                                       hint=f"remove `{field}:` from the model section")
+        refuse_transformers_fields(model, cls.name)
         if not model.get("estimator"):
             raise ModelFieldError(("framework",), f"framework {cls.name} needs `model.estimator`",
                                   hint=f"e.g. estimator: {next(iter(cls.estimators().ESTIMATORS))}")

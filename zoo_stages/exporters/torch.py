@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from zoo_stages.exporters.base import ExportJob, Exporter, ModelFieldError
+from zoo_stages.exporters.base import ExportJob, Exporter, ModelFieldError, refuse_transformers_fields
 
 
 class TorchExporter(Exporter):
@@ -22,6 +22,7 @@ class TorchExporter(Exporter):
                 raise ModelFieldError((field,), f"model.{field} applies to estimator frameworks (sklearn, lightgbm, "
                                                 "xgboost), not to torch models",
                                       hint="set `framework:` to the estimator's framework, or remove the field")
+        refuse_transformers_fields(model, cls.name)
 
     def export(self, job: ExportJob) -> None:
         from zoo_stages.export import _export_torch

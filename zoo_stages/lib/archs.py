@@ -1,4 +1,4 @@
-"""Model architectures in plain torch.nn (and Hugging Face BERT), and the loader for user models.
+"""Model architectures in plain torch.nn (and Hugging Face models), and the loader for user models.
 
 The recipe's ``model:`` section names either a built-in ``arch`` or a user ``entry``:
 
@@ -27,6 +27,9 @@ The recipe's ``model:`` section names either a built-in ``arch`` or a user ``ent
   with torchvision's, so its published weights load key for key (``weights: torchvision:resnet18``
   in the export config names them through `zoo_stages/catalog/torchvision.json`). ``dropout``
   sets the classifier's dropout of mobilenet_v3_small and efficientnet_b0 (default 0.2).
+- ``framework: transformers`` with ``architecture`` (any ``*For*`` class of Hugging Face
+  ``transformers``) and ``config``, or a pinned ``pretrained`` folder: `zoo_stages.lib.hf_models`
+  (the bert arch's way, generalised: Hugging Face's state-dict keys, positional token inputs).
 - ``entry: path/to/file.py:function``: the file (relative to the recipe) is imported and
   ``function(num_classes=<model.num_classes>, in_channels=<image channels>)`` is called; it
   must return a ``torch.nn.Module`` that maps float32 images in [0, 1] (NCHW, or NHWC when the
@@ -68,7 +71,7 @@ MLP_HIDDEN = (64, 32)
 TEXT_EXTRA = "pip install 'zoo-onnx[text]'"
 # the model: fields that shape the network (train and export build the same one from them)
 BUILD_FIELDS = ("from", "build", "head", "arch", "entry", "num_classes", "hidden", "dropout", "hidden_size", "num_layers", "num_heads",
-                "intermediate_size", "max_length", "vocab_size")
+                "intermediate_size", "max_length", "vocab_size", "architecture", "config", "pretrained")
 
 
 @dataclass(frozen=True)
@@ -76,27 +79,37 @@ class ModelInput:
     """One input of an architecture: its name in the exported graph, what it holds, its type.
 
     `holds`: ``image`` (float images), ``table`` (float feature rows), ``token_ids`` (int64 ids
-    below the vocabulary size), ``mask`` (int64 attention mask, 1 = attend), or ``any`` (an entry
+    below the vocabulary size), ``mask`` (int64 attention mask, 1 = attend), ``segments`` (int64
+    token type ids, 0 for a single text), or ``any`` (an entry
     model's declared input: floats in [0, 1), integers 0 or 1, booleans True).
     """
 
     name: str
-    holds: Literal["image", "table", "token_ids", "mask", "any"]
+    holds: Literal["image", "table", "token_ids", "mask", "segments", "any"]
     dtype: str = "float32"
 
 
 def modality(model_section: Mapping[str, Any]) -> Literal["image", "table", "text"]:
-    """What the architecture reads: images (alexnet, lenet5, torchvision's, entry models), tables (mlp), text (bert)."""
+    """What the architecture reads: images (alexnet, lenet5, torchvision's, entry models), tables (mlp), text
+    (bert, transformers models)."""
     arch = model_section.get("arch")
+    if model_section.get("framework") == "transformers":
+        return "text"
     return "text" if arch == "bert" else "table" if arch == "mlp" else "image"
 
 
-def model_inputs(model_section: Mapping[str, Any]) -> list[ModelInput]:
+def model_inputs(model_section: Mapping[str, Any], data: Mapping[str, Any] | None = None) -> list[ModelInput]:
     """The model's inputs in forward() order: the architecture's own, renamed and retyped in
     order by the recipe's ``model.inputs`` when it declares them (``model.input_name`` renames a
-    single input)."""
+    single input). A transformers model takes those of input_ids, attention_mask and
+    token_type_ids its class takes (token_type_ids only when the `data` makes them:
+    `zoo_stages.lib.hf_models.model_inputs`)."""
     kind = modality(model_section)
-    if kind == "text":
+    if model_section.get("framework") == "transformers":
+        from zoo_stages.lib import hf_models
+
+        own = [ModelInput(name, holds, "int64") for name, holds in hf_models.model_inputs(model_section, data)]
+    elif kind == "text":
         own = [ModelInput("input_ids", "token_ids", "int64"), ModelInput("attention_mask", "mask", "int64")]
     else:
         default = "features" if kind == "table" else "input"
@@ -113,7 +126,7 @@ def model_inputs(model_section: Mapping[str, Any]) -> list[ModelInput]:
     out = [ModelInput(name, mine.holds, spec.get("dtype") or mine.dtype)
            for (name, spec), mine in zip(declared.items(), own)]
     for inp in out:
-        if inp.holds in ("token_ids", "mask") and not inp.dtype.startswith("int"):
+        if inp.holds in ("token_ids", "mask", "segments") and not inp.dtype.startswith("int"):
             raise InvalidInput(f"model.inputs.{inp.name} is {inp.dtype}, but arch {model_section.get('arch')} takes "
                                "integer token ids and masks there", hint=f"set `model.inputs.{inp.name}.dtype: int64`")
     return out
@@ -170,6 +183,11 @@ def data_sizes(model_section: Mapping[str, Any], data: Mapping[str, Any] | None,
         sizes.update(in_channels=channels, layout=layout)
     elif kind == "table":
         sizes["in_features"] = width
+    elif model_section.get("framework") == "transformers":
+        if data and data.get("text"):  # the model's config or pretrained folder may set its own
+            from zoo_stages.lib import datasets
+
+            sizes["vocab_size"] = int(datasets.vocab_size(dict(data), Path(recipe_dir)))
     elif not model_section.get("vocab_size"):
         if not data:
             raise InvalidInput("arch: bert needs a vocabulary size and the recipe has no `data:` to take it from",
@@ -181,19 +199,26 @@ def data_sizes(model_section: Mapping[str, Any], data: Mapping[str, Any] | None,
 
 
 def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, layout: str = "NCHW",
-                in_features: int | None = None, vocab_size: int | None = None, outputs: int | None = None) -> Any:
-    """The torch.nn.Module described by the recipe's ``model:`` section (random weights).
+                in_features: int | None = None, vocab_size: int | None = None, outputs: int | None = None,
+                pretrained_weights: bool = True) -> Any:
+    """The torch.nn.Module described by the recipe's ``model:`` section (random weights, except a
+    transformers model's pretrained folder when `pretrained_weights`).
 
     What the data says goes in the keywords: `in_channels` and `layout` of images (the data's
     image settings, or the export's input shape), `in_features` for mlp (the table's width),
-    `vocab_size` for bert when the section has none (the tokenizer's); `outputs` is the output
-    width (default ``model.num_classes``; 1 for a regression task).
+    `vocab_size` for bert (and a transformers config) when the section has none (the
+    tokenizer's); `outputs` is the output width (default ``model.num_classes``; 1 for a regression task).
     """
     if not isinstance(model_section, dict) or not model_section:
         raise InvalidInput("this stage needs the recipe's `model:` section",
                            hint="add e.g. `model: {arch: lenet5, num_classes: 10}` to the recipe")
     arch, entry = model_section.get("arch"), model_section.get("entry")
     width = int(outputs or model_section.get("num_classes") or 10)
+    if model_section.get("framework") == "transformers":
+        from zoo_stages.lib import hf_models
+
+        return hf_models.build(model_section, Path(recipe_dir), num_labels=width, vocab_size=vocab_size,
+                               pretrained_weights=pretrained_weights)
     channels_last = str(layout).upper() == "NHWC"
     if arch and entry:
         raise InvalidInput("model.arch and model.entry are both set", hint="keep only one of them")

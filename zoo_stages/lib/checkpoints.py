@@ -41,10 +41,10 @@ def build_with_weights(model_section: dict, recipe_dir: Path, weights: Path, lab
     from zoo_stages.lib import archs
 
     with torch.device("meta"):
-        model = archs.build_model(model_section, recipe_dir, **sizes)
+        model = archs.build_model(model_section, recipe_dir, pretrained_weights=False, **sizes)
     load_weights(model, weights, label, assign=True)
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
-        model = archs.build_model(model_section, recipe_dir, **sizes)
+        model = archs.build_model(model_section, recipe_dir, pretrained_weights=False, **sizes)
         load_weights(model, weights, label)
     return model.eval()
 
