@@ -4,7 +4,9 @@ The recipe's ``model.framework`` picks the exporter (`zoo_stages.exporters`, reg
 ``zoo.exporters`` entry points; a plugin may add its own): ``torch`` (the default; everything
 below), ``sklearn``, ``lightgbm`` and ``xgboost`` (the train stage's fitted estimator, converted
 with skl2onnx or onnxmltools and gated against the source framework on the data's held-out rows:
-`zoo_stages.exporters.base.EstimatorExporter`). A framework whose extra is not installed fails
+`zoo_stages.exporters.base.EstimatorExporter`), ``keras`` and ``jax`` (models the recipe's
+functions trained: Keras' ONNX export on the JAX backend, jax2onnx; gated the same way:
+`zoo_stages.exporters.entry_models`). A framework whose extra is not installed fails
 with `zoo.errors.MissingExtra`, naming the ``pip install 'zoo-onnx[EXTRA]'`` to run.
 
 Weights come from exactly one of:
@@ -59,6 +61,7 @@ from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.exporters.base import ExportJob
 from zoo_stages.lib import checkpoints
 from zoo_stages.lib.archs import BUILD_FIELDS
+from zoo_stages.lib.entry_models import ENTRY_MODEL_TOOLS
 from zoo_stages.lib.estimators import ESTIMATOR_TOOLS
 
 MAX_IR_VERSION = 13  # onnxruntime 1.31 loads at most IR 13; onnx 1.23 stamps 14
@@ -136,11 +139,11 @@ class Export(StageKind):
     # 2: provenance metadata_props; 3: inferred value_info no longer stored; 4: one session builder (deterministic
     # compute) and parity module (per-output records, max_rel over ref != 0, integer outputs exact); 5: named
     # inputs (the arch's, or model.inputs; mlp and bert), data.image settings, regression outputs; 6: exporters by
-    # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost)
-    version = "6"
+    # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost); 7: keras and jax exporters
+    version = "7"
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime", "transformers", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
-             "onnxconverter-common")
+             "onnxconverter-common", *ENTRY_MODEL_TOOLS)
     # the network (as train builds it: the data decides image channels, a table's width, a vocabulary),
     # the task (1 output for regression) and the I/O names and shapes; not model.task (card metadata)
     shared = ("data", "task", *(f"model.{f}" for f in BUILD_FIELDS), "model.input_name", "model.output_name",
