@@ -63,6 +63,9 @@ def fit(entry: str, model_section: Mapping[str, Any], recipe_dir: Path, train: A
                            "and trained by the train stage's `config.entry`", hint="remove `model.entry`")
     fn = archs.load_function(entry, recipe_dir, "config.entry")
     with user_code(seed):
+        # automatic layer names ("dense_3") count per process: start from a fresh session so a
+        # second training in the same process gives the same names, hence the same bytes
+        keras.backend.clear_session()
         keras.utils.set_random_seed(seed)
         model = fn(train, val, dict(config), context)
     if not isinstance(model, keras.Model):
