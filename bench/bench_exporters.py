@@ -1,18 +1,20 @@
-"""Each exporter: zoo's export stage against calling its converter directly, in one run.
+"""Each non-torch exporter: zoo's export stage against calling its converter directly, in one run.
 
-For every tabular recipe (scikit-learn, LightGBM, XGBoost on breast-cancer), and the transformers
-one (a DistilBERT on languages.csv: the direct script calls torch.onnx on the Hugging Face model
-with the same names, axes and opset, and compares with transformers' forward), the train stage runs
-once; then, alternating, `zoo run RECIPE export --force` (the export stage alone, train cached:
-the CLI, the engine, a worker process, conversion, checks, the parity gate and the cache commit)
-and a plain script that loads the same checkpoint with the framework, calls the converter
-(skl2onnx / onnxmltools), saves the model and compares onnxruntime with the framework on the
-same held-out rows. Both run as fresh processes, so both pay their imports. Printed: medians of
+For every recipe of those frameworks (scikit-learn, LightGBM, XGBoost estimators and Keras and
+JAX/Flax MLPs trained by the recipe's entry functions, on breast-cancer; a transformers DistilBERT
+on languages.csv, where the direct script calls torch.onnx on the Hugging Face model with the same
+names, axes and opset and compares with transformers' forward) the train stage runs once; then,
+alternating, `zoo run RECIPE export --force` (the export stage alone, train cached: the CLI, the
+engine, a worker process, conversion, checks, the parity gate and the cache commit) and a plain
+script that loads the same checkpoint with the framework, calls the converter (skl2onnx /
+onnxmltools / Keras' `model.export(format="onnx")` on the JAX backend / jax2onnx / torch.onnx),
+saves the model and compares onnxruntime with the framework on the same held-out rows. Both run
+as fresh processes, so both pay their imports. Printed: medians of
 wall time, zoo's overhead against the script, and the parity each one measured (max-abs
 difference of the probabilities, label mismatches). Goal: overhead ≤ 10% of the script's time
 plus 1 s. Figures only: nothing is asserted.
 
-    .venv/bin/python bench/bench_exporters.py [--repeat 5] [--only sklearn,lightgbm,xgboost,transformers]
+    .venv/bin/python bench/bench_exporters.py [--repeat 5] [--only sklearn,lightgbm,xgboost,transformers,keras,jax]
 """
 
 from __future__ import annotations
@@ -34,13 +36,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 RECIPES = {"sklearn": "sklearn-gbdt-breast-cancer", "lightgbm": "lightgbm-breast-cancer",
-           "xgboost": "xgboost-breast-cancer", "transformers": "transformers-distilbert-languages"}
+           "xgboost": "xgboost-breast-cancer", "transformers": "transformers-distilbert-languages",
+           "keras": "keras-mlp-breast-cancer", "jax": "jax-mlp-breast-cancer"}
 
 DIRECT = r'''
 import sys, time, json
 started = time.perf_counter()
 import numpy as np, onnxruntime as ort
 framework, checkpoint, features_path, target = sys.argv[1:5]
+entry = sys.argv[5] if len(sys.argv) > 5 else ""  # jax: the forward function's file; transformers: config.json
 x = np.load(features_path)
 if framework == "transformers":
     import torch, transformers
@@ -92,6 +96,34 @@ elif framework == "lightgbm":
                                        target_opset=15, zipmap=False)
     p = model.predict(x)
     proba = np.stack([1 - p, p], axis=1)
+elif framework == "keras":
+    import os
+    os.environ["KERAS_BACKEND"] = "jax"  # Keras' ONNX export through jax2onnx, as zoo does
+    import keras
+    model = keras.saving.load_model(checkpoint, safe_mode=True, compile=False)
+    t0 = time.perf_counter()
+    model.export(target, format="onnx", verbose=False, opset_version=17,
+                 input_signature=[keras.InputSpec(shape=(None, x.shape[1]), dtype="float32", name="features")])
+    onx = None  # Keras wrote the file
+    proba = np.asarray(model(x, training=False))
+elif framework == "jax":
+    import importlib.util, jax, jax.numpy as jnp
+    from jax2onnx import to_onnx
+    from safetensors.numpy import load_file
+    spec = importlib.util.spec_from_file_location("entry", entry)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    params = {}
+    for path, array in load_file(checkpoint).items():
+        *parents, leaf = path.split("/")
+        node = params
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = jnp.asarray(array)
+    t0 = time.perf_counter()
+    onx = to_onnx(lambda features: module.apply(params, features), opset=17, input_names=["features"],
+                  inputs=[jax.ShapeDtypeStruct(("batch", x.shape[1]), jnp.float32)])
+    proba = np.asarray(jax.jit(module.apply)(params, x))
 else:
     import xgboost, onnxmltools
     from onnxmltools.convert.common.data_types import FloatTensorType
@@ -102,9 +134,11 @@ else:
                                       target_opset=15)
     proba = model.predict_proba(x)
 convert = time.perf_counter() - t0
-open(target, "wb").write(onx.SerializeToString())
+if onx is not None:
+    open(target, "wb").write(onx.SerializeToString())
 session = ort.InferenceSession(target, providers=["CPUExecutionProvider"])
-label, got = session.run(None, {session.get_inputs()[0].name: x})
+outputs = session.run(None, {session.get_inputs()[0].name: x})
+label, got = outputs if len(outputs) == 2 else (outputs[0].argmax(axis=1), outputs[0])  # estimators: label first
 print(json.dumps({"convert_s": convert, "max_abs": float(np.abs(got - proba).max()),
                   "label_mismatches": int((label != proba.argmax(axis=1)).sum()),
                   "inside_s": time.perf_counter() - started}))
@@ -127,6 +161,7 @@ def prepare(framework: str, work: Path) -> dict:
 
     base = work / framework
     shutil.copytree(REPO / "recipes" / "data", base / "data")
+    shutil.copytree(REPO / "recipes" / "entries", base / "entries")
     recipe = base / f"{RECIPES[framework]}.yaml"
     spec = yaml.safe_load((REPO / "recipes" / recipe.name).read_text())
     spec["stages"] = {k: v for k, v in spec["stages"].items() if k in ("train", "export")}  # export is measured
@@ -145,7 +180,8 @@ def prepare(framework: str, work: Path) -> dict:
     info = RecipeInfo(name=spec.name, version=spec.version, description="", license="", path=recipe, digest="")
     ctx = StageContext(stage_id="train", out_dir=base / "train", work_dir=base / "train-work", recipe=info,
                        shared=shared, matrix={}, threads=1)
-    checkpoint = Train().run(Inputs([]), Train.Config(seed=0, threads=1), ctx)["checkpoint"]
+    config = Train.Config.model_validate(yaml.safe_load(recipe.read_text())["stages"]["train"].get("config") or {})
+    checkpoint = Train().run(Inputs([]), config, ctx)["checkpoint"]
     held_out = datasets.load_split(shared["data"], base, "val")
     extra = []
     if framework == "transformers":  # the same rows zoo's gate compares (the first 256), and the model's config
@@ -163,6 +199,8 @@ def prepare(framework: str, work: Path) -> dict:
         features = base / "held_out.npy"
         np.save(features, np.asarray(next(iter(held_out.features.values())), dtype=np.float32))
     (base / "direct.py").write_text(DIRECT)
+    if spec.model.entry:  # jax: the forward function's file
+        extra = [base / spec.model.entry.partition(":")[0]]
     return {"base": base, "recipe": recipe, "env": env, "checkpoint": checkpoint, "features": features,
             "extra": extra}
 
@@ -177,8 +215,9 @@ def run_zoo(case: dict) -> dict:
         logits = parity["logits"]
         return {"wall": wall, "stage": export["duration_s"], "max_abs": logits["max_abs"],
                 "label_mismatches": round((1 - logits["top1_agreement"]) * logits["shape"][0])}
+    labels = parity.get("label") or parity["argmax(probabilities)"]  # estimators output labels; MLPs' are argmaxes
     return {"wall": wall, "stage": export["duration_s"], "max_abs": parity["probabilities"]["max_abs"],
-            "label_mismatches": parity["label"]["mismatches"]}
+            "label_mismatches": labels["mismatches"]}
 
 
 def run_direct(framework: str, case: dict) -> dict:

@@ -155,7 +155,7 @@ def test_estimator_errors_name_the_fix(tmp_path):
         _train(tmp_path, _model("sklearn", params={"max_dept": 3}))
     with pytest.raises(InvalidInput, match="regression estimator.*tabular-classification"):
         _train(tmp_path, {**_model("sklearn"), "estimator": "GradientBoostingRegressor"})
-    with pytest.raises(InvalidInput, match="config.entry trains torch models"):
+    with pytest.raises(InvalidInput, match="config.entry trains torch, Keras and JAX models"):
         Train().run(Inputs([]), Train.Config(entry="fit.py:fit"), _ctx(tmp_path, "e", _model("sklearn")))
 
 

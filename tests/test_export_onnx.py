@@ -40,7 +40,8 @@ def test_kind_modules_import_nothing_heavy():
 
     code = ("import sys, zoo_stages.train, zoo_stages.export, zoo.sources, zoo_stages.lib.archs, "
             "zoo_stages.lib.datasets; "
-            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'numpy', 'sklearn', 'safetensors') "
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'numpy', 'sklearn', 'safetensors', 'keras', "
+            "'jax', 'jax2onnx', 'flax') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -90,7 +90,7 @@ def test_zoo_exporters_imports_no_framework():
     code = ("import sys; from zoo.cli.main import app; from typer.testing import CliRunner;"
             "r = CliRunner().invoke(app, ['exporters']); assert r.exit_code == 0, r.output;"
             "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'sklearn', 'lightgbm', 'xgboost', 'skl2onnx',"
-            " 'onnxmltools') if m in sys.modules))")
+            " 'onnxmltools', 'keras', 'jax', 'jax2onnx', 'flax') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -30,8 +30,8 @@ TEXT_RECIPES = ("bert-tiny-text", "transformers-distilbert-languages")  # the on
 
 
 def _copy_recipe(name: str, dest: Path) -> Path:
-    """The recipe and what it reads (recipes/data, recipes/models), as a fresh clone has them."""
-    for sub in ("data", "models"):
+    """The recipe and what it reads (recipes/data, recipes/models, recipes/entries), as a fresh clone has them."""
+    for sub in ("data", "models", "entries"):
         if (REPO / "recipes" / sub).is_dir():
             shutil.copytree(REPO / "recipes" / sub, dest / sub)
     shutil.copy(REPO / "recipes" / f"{name}.yaml", dest / f"{name}.yaml")

@@ -6,7 +6,10 @@ below), ``sklearn``, ``lightgbm`` and ``xgboost`` (the train stage's fitted esti
 with skl2onnx or onnxmltools and gated against the source framework on the data's held-out rows:
 `zoo_stages.exporters.base.EstimatorExporter`), ``transformers`` (a Hugging Face model with named
 inputs and outputs, gated against transformers' forward on held-out texts; its weights may be a
-pinned pretrained folder instead of a checkpoint: `zoo_stages.exporters.transformers`). A framework whose extra is not installed fails
+pinned pretrained folder instead of a checkpoint: `zoo_stages.exporters.transformers`), ``keras``
+and ``jax`` (models the recipe's
+functions trained: Keras' ONNX export on the JAX backend, jax2onnx; gated the same way:
+`zoo_stages.exporters.entry_models`). A framework whose extra is not installed fails
 with `zoo.errors.MissingExtra`, naming the ``pip install 'zoo-onnx[EXTRA]'`` to run.
 
 Weights come from exactly one of:
@@ -66,6 +69,7 @@ from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.exporters.base import ExportJob
 from zoo_stages.lib import checkpoints
 from zoo_stages.lib.archs import BUILD_FIELDS
+from zoo_stages.lib.entry_models import ENTRY_MODEL_TOOLS
 from zoo_stages.lib.estimators import ESTIMATOR_TOOLS
 
 MAX_IR_VERSION = 13  # onnxruntime 1.31 loads at most IR 13; onnx 1.23 stamps 14
@@ -178,11 +182,11 @@ class Export(StageKind):
     # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost); 7: the dynamo exporter by
     # default (torchscript for bert), external data above 2 GB from either exporter; the parent of model.from
     # in the key; 8: transformers (named inputs, parity on held-out text, a pinned pretrained folder as the
-    # weights)
-    version = "8"
+    # weights); 9: keras and jax exporters
+    version = "9"
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime", "transformers", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
-             "onnxconverter-common")
+             "onnxconverter-common", *ENTRY_MODEL_TOOLS)
     # the network (as train builds it: the data decides image channels, a table's width, a vocabulary),
     # the task (1 output for regression) and the I/O names and shapes; not model.task (card metadata)
     shared = ("data", "task", *(f"model.{f}" for f in BUILD_FIELDS), "model.input_name", "model.output_name",

@@ -2,7 +2,25 @@
 
 A scikit-learn, LightGBM or XGBoost estimator (``model.framework`` with ``model.estimator`` and
 ``model.params``) is fitted by `zoo_stages.lib.estimators.training` (checkpoints in each
-framework's safe format); what follows is about torch models, Hugging Face `transformers` models
+framework's safe format). Keras and JAX models (``model.framework: keras | jax``) are built and
+trained by the recipe's own function, ``config.entry: path/to/file.py:function``
+(`zoo_stages.lib.entry_models`, which documents the contract in full):
+
+- keras: called as ``function(train, val, config, context)``, it returns the trained
+  ``keras.Model`` (Keras 3 on its JAX backend); checkpoint ``model.keras``, made reproducible and
+  loaded with ``safe_mode=True``, so only built-in (or registered) layers, no Lambda code;
+- jax: ``model.entry`` names the forward function ``apply(params, *inputs)`` (plain JAX, or a
+  wrapper of a Flax module's ``apply``); ``config.entry`` is called as
+  ``function(apply, train, val, config, context)`` and returns the trained parameters, a nested
+  dict of arrays with string keys (Flax's ``variables``); checkpoint ``params.safetensors``.
+
+Both get the splits as `TrainingSplit` (features as float32 arrays by name, labels; ``x, y =
+train`` for a single feature), this stage's config as a plain dict (``seed``, ``epochs``, ...)
+and the `StageContext`; numpy's, Python's and Keras' generators are seeded with ``seed`` first,
+and what the function prints goes to stderr. Metrics: ``train_accuracy`` / ``val_accuracy`` (the
+argmax of the first output) or ``*_mae``, ``num_parameters``, ``samples``, ``seconds``.
+
+What follows is about torch models, Hugging Face `transformers` models
 included (``model.framework: transformers``: the architecture built from its config, or a pinned
 pretrained folder's weights to fine-tune, `zoo_stages.lib.hf_models`; the checkpoint keeps
 Hugging Face's state-dict keys).
@@ -55,6 +73,8 @@ from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.lib import checkpoints
 from zoo_stages.lib.archs import BUILD_FIELDS
 from zoo_stages.lib.datasets import Split
+from zoo_stages.lib.entry_models import ENTRY_MODEL_TOOLS
+from zoo_stages.lib.entry_models import FRAMEWORKS as ENTRY_FRAMEWORKS
 from zoo_stages.lib.estimators import ESTIMATOR_TOOLS, FRAMEWORKS as ESTIMATOR_FRAMEWORKS
 
 
@@ -108,9 +128,10 @@ class Train(StageKind):
     # 3: model.from (start from a zoo model), config.freeze; 4: scikit-learn, LightGBM and XGBoost
     # estimators (model.framework, zoo_stages.lib.estimators); 5: Hugging Face transformers models
     # (framework: transformers, zoo_stages.lib.hf_models) through the torch loop
-    version = "5"
+    # 6: Keras and JAX models trained by config.entry (zoo_stages.lib.entry_models)
+    version = "6"
     Config = TrainConfig
-    tools = ("torch", "numpy", "safetensors", "transformers", *ESTIMATOR_TOOLS)
+    tools = ("torch", "numpy", "safetensors", "transformers", *ESTIMATOR_TOOLS, *ENTRY_MODEL_TOOLS)
     # the dataset (every field: the loader reads them all), the task (the loss) and what builds the
     # network; not model.task or the output name (metadata for export and deploy), so editing those
     # does not retrain
@@ -135,7 +156,12 @@ class Train(StageKind):
         return deps
 
     def run(self, inputs: Inputs, config: TrainConfig, context: StageContext) -> Mapping[str, Path]:
-        if (context.shared.get("model") or {}).get("framework") in ESTIMATOR_FRAMEWORKS:
+        framework = (context.shared.get("model") or {}).get("framework")
+        if framework in ENTRY_FRAMEWORKS:
+            from zoo_stages.lib import entry_models  # Keras and JAX: the recipe's function trains
+
+            return entry_models.run(config, context)
+        if framework in ESTIMATOR_FRAMEWORKS:
             from zoo_stages.lib.estimators import training  # scikit-learn, LightGBM, XGBoost estimators
 
             return training.run(config, context)

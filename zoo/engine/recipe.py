@@ -282,7 +282,8 @@ class ModelSpec(_Strict):
     arch: str | None = Field(None, description="built-in architecture: alexnet, lenet5, resnet18, resnet50, "
                                                "mobilenet_v3_small, efficientnet_b0 (images), mlp (tables), "
                                                "bert (token ids)")
-    entry: str | None = Field(None, description="custom model: 'path/to/file.py:function' returning a torch.nn.Module")
+    entry: str | None = Field(None, description="custom model: 'path/to/file.py:function' returning a torch.nn.Module; "
+                                                "framework jax: the forward function apply(params, *inputs)")
     num_classes: int = Field(10, ge=1, description="output width of a classifier (regression tasks give 1 value)")
     input_name: str | None = Field(None, description="the input's name in a single-input export (default: the arch's: "
                                                      "input for images, features for mlp)")
@@ -305,7 +306,8 @@ class ModelSpec(_Strict):
     framework: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$",
                                   description="the framework that trains and exports the model, an exporter's name "
                                               "(`zoo exporters`): torch (the default: `arch` or `entry`), sklearn, "
-                                              "lightgbm, xgboost, transformers, or a plugin's")
+                                              "lightgbm, xgboost, transformers, keras, jax (trained by the train stage's "
+                                              "`config.entry`), or a plugin's")
     estimator: str | None = Field(None, description="sklearn/lightgbm/xgboost: the estimator train fits, e.g. "
                                                     "GradientBoostingClassifier, LGBMClassifier, XGBClassifier")
     params: dict[str, Any] | None = Field(None, description="sklearn/lightgbm/xgboost: the estimator's parameters "

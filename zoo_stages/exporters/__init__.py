@@ -1,4 +1,4 @@
-"""zoo's built-in exporters, one module per framework (torch, sklearn, lightgbm, xgboost, transformers), each a
+"""zoo's built-in exporters, one module per framework (torch, sklearn, lightgbm, xgboost, transformers, keras, jax), each a
 `zoo.exporters` entry point of zoo's distribution; the contract is `zoo_stages.exporters.base`.
 
 The export stage finds an exporter through its entry point (`zoo.engine.exporter_loader`), a
@@ -9,7 +9,8 @@ tests can go over each. A third-party exporter's code is its own distribution's 
 
 from __future__ import annotations
 
-from zoo_stages.exporters import lightgbm, sklearn, torch, transformers, xgboost
+from zoo_stages.exporters import jax, keras, lightgbm, sklearn, torch, transformers, xgboost
 
 BUILTIN = {cls.name: cls for cls in (torch.TorchExporter, sklearn.SklearnExporter, lightgbm.LightGBMExporter,
-                                     xgboost.XGBoostExporter, transformers.TransformersExporter)}
+                                     xgboost.XGBoostExporter, transformers.TransformersExporter, keras.KerasExporter,
+                                     jax.JaxExporter)}

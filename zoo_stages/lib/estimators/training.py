@@ -35,7 +35,7 @@ def run(config: Any, context: StageContext) -> Mapping[str, Path]:
         raise InvalidInput("the train stage needs the recipe's `data:` section",
                            hint="add e.g. `data: {source: csv, path: data/table.csv, label: target}`")
     if config.entry:
-        raise InvalidInput("config.entry trains torch models; this recipe's model is a "
+        raise InvalidInput("config.entry trains torch, Keras and JAX models; this recipe's model is a "
                            f"{model_section['framework']} estimator", hint="remove `entry:` from the train config")
     fw = framework(model_section["framework"])
     try:
