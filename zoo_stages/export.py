@@ -535,6 +535,24 @@ class _Capture:
         return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
 
 
+def _root_cause(error: BaseException) -> str:
+    """The innermost exception's first line: torch.onnx wraps torch.export's error in a generic
+    "Failed to export the model with torch.export" whose own first line says nothing."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def _takes_varargs(model) -> bool:
+    """Whether `model.forward` takes ``*inputs``: torch.export then reads dynamic shapes per
+    argument, so the per-input specs go inside one tuple."""
+    import inspect
+
+    return any(p.kind is inspect.Parameter.VAR_POSITIONAL
+               for p in inspect.signature(model.forward).parameters.values())
+
+
 def _run_exporter(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: str, config: ExportConfig):
     """(ModelProto, its serialised bytes or None) from the configured exporter (`_export_dynamo`
     or `_export_torchscript`). Weights near protobuf's 2 GB limit go through `raw` with external
@@ -576,6 +594,8 @@ def _export_dynamo(model, dummy: tuple, raw: Path, ports: list[_Port], out_name:
     dims: dict[str, Any] = {}  # one Dim per name: inputs sharing a dimension name share its size
     dynamic = tuple({j: dims.setdefault(d, torch.export.Dim(d)) for j, d in p.dynamic_axes.items()} or None
                     for p in ports)
+    if any(dynamic) and _takes_varargs(model):
+        dynamic = (dynamic,)  # forward(*inputs) (a model converted back from ONNX): one tuple argument
     # inputs sharing a dimension name share one Dim: torch says the second name "will not be used"
     warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
     built = max(config.opset, DYNAMO_MIN_OPSET)
@@ -586,8 +606,7 @@ def _export_dynamo(model, dummy: tuple, raw: Path, ports: list[_Port], out_name:
                                         dynamic_shapes=dynamic if any(dynamic) else None, optimize=True,
                                         verbose=False)
     except torch.onnx.errors.OnnxExporterError as e:
-        raise InvalidInput(f"the dynamo exporter cannot export this model at opset {built}: "
-                           f"{str(e).strip().splitlines()[0]}",
+        raise InvalidInput(f"the dynamo exporter cannot export this model at opset {built}: {_root_cause(e)}",
                            hint="try `exporter: torchscript`, or another opset") from None
     if large:
         if built != config.opset:  # onnx's version converter serialises the model: not above 2 GB
