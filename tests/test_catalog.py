@@ -1,10 +1,11 @@
-"""The weights catalog (zoo_stages/catalog/*.json, zoo_stages.lib.catalog), torch-free: a name
+"""The weights catalog (zoo/catalogs/*.json, zoo.catalog), torch-free: a name
 resolves to the pinned URL, full sha256, license and arch; export's `weights:` takes the name,
 and the resolved pin (not the name) is what its config (and so its cache key) holds."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pydantic import ValidationError
 
 from zoo.errors import InvalidInput
 from zoo_stages.export import ExportConfig
-from zoo_stages.lib import catalog
+from zoo import catalog
 from zoo_stages.lib.vision_archs import VISION_ARCHS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,11 +35,11 @@ def test_torchvision_resnet18_resolves_to_the_pinned_file():
     }
 
 
-@pytest.mark.parametrize("name", VISION_ARCHS)
+@pytest.mark.parametrize("name", [*VISION_ARCHS, "alexnet"])
 def test_every_entry_is_a_download_pytorch_org_file_pinned_by_its_full_digest(name):
     entry = catalog.load("torchvision")["models"][name]
     assert entry["arch"] == name and entry["num_classes"] == 1000
-    match = re.fullmatch(r"https://download\.pytorch\.org/models/[a-z0-9_]+-([0-9a-f]{8})\.pth", entry["url"])
+    match = re.fullmatch(r"https://download\.pytorch\.org/models/[a-z0-9_-]+-([0-9a-f]{8})\.pth", entry["url"])
     assert match, entry["url"]
     # torchvision's file names carry the digest's first 8 hex digits: the full pin must agree
     assert re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]) and entry["sha256"].startswith(match.group(1))
@@ -72,6 +73,32 @@ def test_a_catalog_of_another_schema_version_or_a_prefix_digest_is_refused(tmp_p
     (tmp_path / "short.json").write_text(json.dumps(data))
     with pytest.raises(InvalidInput, match="lacks the full sha256"):
         catalog.load("short", tmp_path)
+
+
+def test_zoo_catalog_path_folders_come_first_and_add_catalogs(tmp_path, monkeypatch):
+    """A team's catalog (or a mirror of torchvision's files) shadows zoo's by prefix and adds its own."""
+    data = json.loads((catalog.CATALOG_DIR / "torchvision.json").read_text())
+    mirror = "https://models.internal.example/torchvision/resnet18-f37072fd.pth"
+    data["models"]["resnet18"]["url"] = mirror
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (first / "torchvision.json").write_text(json.dumps(data))
+    (second / "team.json").write_text(json.dumps({**data, "models": {"edges": data["models"]["resnet50"]}}))
+    (second / "broken.json").write_text("{not json")
+    monkeypatch.setenv(catalog.PATH_ENV, os.pathsep.join([str(first), "", str(second)]))
+    assert catalog.search_path() == [first, second, catalog.CATALOG_DIR]
+    assert catalog.resolve("torchvision:resnet18")["url"] == mirror
+    assert catalog.resolve("team:edges")["arch"] == "resnet50"
+    assert {"torchvision", "team", "broken"} <= set(catalog.known())
+    assert catalog.is_catalog_name("team:anything") and not catalog.is_catalog_name("timm:resnet18")
+    with pytest.raises(InvalidInput, match="broken.json: not a readable catalog"):
+        catalog.resolve("broken:x")
+    monkeypatch.delenv(catalog.PATH_ENV)
+    assert catalog.resolve("torchvision:resnet18")["url"].startswith("https://download.pytorch.org/")
+    with pytest.raises(InvalidInput, match="no weights catalog called 'team'") as error:
+        catalog.resolve("team:edges")
+    assert catalog.PATH_ENV in error.value.hint
 
 
 def test_export_config_takes_the_name_and_holds_the_resolved_pin():

@@ -4,9 +4,10 @@ the Hugging Face endpoint serving git repos), through the real `zoo` CLI.
 Each import must publish a version whose manifest lists the generated recipe and its lockfile
 as files and carries the source's provenance; importing the same source again is cached and
 changes nothing; a wrong sha256 is refused before any stage runs; the recipe and lockfile
-pulled from the version rebuild the same bytes (`zoo repro --check`). torchvision:NAME is
-checked here as the recipe text it generates (the architecture catalog and `weights:
-torchvision:NAME` belong to the export kind; its end-to-end import is tested with them).
+pulled from the version rebuild the same bytes (`zoo repro --check`). A catalog name
+(torchvision:NAME) imports end to end through a stand-in catalog on ``ZOO_CATALOG_PATH`` whose
+URL is the local HTTP server, serving a file of torchvision's tensor names and shapes (nothing
+is downloaded from the internet).
 """
 
 from __future__ import annotations
@@ -257,19 +258,97 @@ def test_a_model_with_dynamic_dimensions_needs_their_sizes(tmp_path):
     assert recipe["model"]["inputs"] == {"ids": {"shape": ["batch", 6], "dtype": "int64"}}
 
 
-def test_torchvision_names_generate_a_recipe_for_the_export_kinds_catalog():
+def test_catalog_names_generate_a_recipe_for_the_export_kinds_catalog():
+    from zoo import catalog
+
     source = import_source.resolve("torchvision:resnet18")
-    assert (source.name, source.version, source.license) == ("resnet18", "1.0.0", "BSD-3-Clause")
+    pin = catalog.resolve("torchvision:resnet18")
+    assert (source.form, source.name, source.version, source.license) == ("catalog", "resnet18", "1.0.0",
+                                                                          "BSD-3-Clause")
+    assert (source.sha256, source.weights_url) == (pin["sha256"], pin["url"])
     recipe = yaml.safe_load(recipe_text(source, source.name, source.version))
     assert recipe["model"] == {"arch": "resnet18", "num_classes": 1000}
     assert recipe["task"] == "image-classification" and recipe["license"] == "BSD-3-Clause"
     export = recipe["stages"]["export"]["config"]
-    assert export["weights"] == "torchvision:resnet18" and "onnx" not in export
+    assert export == {"weights": "torchvision:resnet18", "input_shape": [3, 224, 224]}
     assert recipe["stages"]["verify"]["config"]["gates"] == ["cpu-fp32.checker >= 1"]
     assert recipe["stages"]["deploy"]["config"]["publish"] is False
+    assert f"# url: {pin['url']}" in recipe_text(source, source.name, source.version)
     assert import_source.resolve("torchvision:mobilenet_v3_small").name == "mobilenet-v3-small"
-    with pytest.raises(InvalidInput, match="not an architecture name"):
-        import_source.resolve("torchvision:ResNet 18")
+    assert import_source.resolve("torchvision:alexnet").arch == "alexnet"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("torchvision:resnet", "has no model 'resnet' — did you mean 'resnet(18|50)'"),
+    ("torchvision:ResNet 18", "is not a catalog name"),
+    ("timm:resnet18", "no weights catalog called 'timm' and no such file"),
+])
+def test_unknown_catalog_names_say_what_there_is(text, message):
+    with pytest.raises(InvalidInput, match=message) as error:
+        import_source.resolve(text)
+    assert "resnet18" in (error.value.hint or "") or "torchvision" in (error.value.hint or "")
+
+
+@pytest.fixture
+def stand_in_catalog(http, tmp_path):
+    """A catalog on ZOO_CATALOG_PATH, shadowing zoo's torchvision one: its mobilenet_v3_small entry
+    points at a file of torchvision's tensor names and shapes on the local HTTP server."""
+    pytest.importorskip("torch", reason="exporting a torchvision architecture needs the torch extra")
+    from test_vision_archs import _torchvision_shaped_file
+    from zoo import catalog
+
+    weights, digest = _torchvision_shaped_file("mobilenet_v3_small", tmp_path)
+    http.files[f"/models/{weights.name}"] = weights.read_bytes()
+    data = json.loads((catalog.CATALOG_DIR / "torchvision.json").read_text())
+    entry = data["models"]["mobilenet_v3_small"]
+    entry.update(url=http.url(f"models/{weights.name}"), sha256=digest, bytes=weights.stat().st_size)
+    folder = tmp_path / "catalogs"
+    folder.mkdir()
+    (folder / "torchvision.json").write_text(json.dumps(data))
+    return {"env": {catalog.PATH_ENV: str(folder)}, "entry": entry, "folder": folder, "data": data}
+
+
+def test_a_catalog_name_imports_its_pinned_weights_as_an_onnx_version_that_reproduces(http, stand_in_catalog,
+                                                                                     tmp_path):
+    env, entry = stand_in_catalog["env"], stand_in_catalog["entry"]
+    first = zoo("import", "torchvision:mobilenet_v3_small", env=env)
+    assert first.code == 0, first.text
+    assert "imported mobilenet-v3-small@1.0.0" in first.out and f"source: {entry['url']}" in first.out
+    assert len(http.requests) == 1  # fetched once, checked, and found by the export stage in the source store
+    local = LocalZoo()
+    manifest = local.resolve("mobilenet-v3-small@1.0.0")
+    assert {RECIPE_FILE, LOCK_FILE, "zoo.lock", "provenance.intoto.json"} <= {f.path for f in manifest.files}
+    provenance = manifest.extra["import"]
+    assert provenance == {**provenance, "form": "catalog", "source": "torchvision:mobilenet_v3_small",
+                          "url": entry["url"], "sha256": entry["sha256"], "license": "BSD-3-Clause",
+                          "arch": "mobilenet_v3_small"}
+    recipe = yaml.safe_load(_version_file(local, "mobilenet-v3-small@1.0.0", RECIPE_FILE))
+    assert recipe["stages"]["export"]["config"]["weights"] == "torchvision:mobilenet_v3_small"
+    import numpy as np
+    import onnxruntime as ort
+
+    build = local.materialize(manifest, "cpu-fp32")
+    session = ort.InferenceSession(str(build), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).random((2, 3, 224, 224), dtype=np.float32)
+    (logits,) = session.run(None, {session.get_inputs()[0].name: x})
+    assert logits.shape == (2, 1000) and np.isfinite(logits).all()
+    props = {p.key: p.value for p in onnx.load(build).metadata_props}
+    assert entry["sha256"] in props["zoo.attribution"] and entry["url"] in props["zoo.attribution"]
+    assert "BSD-3-Clause" in props["zoo.attribution"]  # the weights' license, credited with their source
+
+    again = zoo("import", "torchvision:mobilenet_v3_small", "--json", env=env)
+    assert again.code == 0 and json.loads(again.out)["created"] is False, again.text
+    assert len(http.requests) == 1
+    _reproduces("mobilenet-v3-small@1.0.0", tmp_path, env=env)
+
+
+def test_a_catalog_name_whose_served_file_differs_from_its_pin_publishes_nothing(http, stand_in_catalog):
+    data, folder = stand_in_catalog["data"], stand_in_catalog["folder"]
+    data["models"]["mobilenet_v3_small"]["sha256"] = "0" * 64  # the served file no longer matches
+    (folder / "torchvision.json").write_text(json.dumps(data))
+    bad = zoo("import", "torchvision:mobilenet_v3_small", env=stand_in_catalog["env"])
+    assert bad.code == 4 and "sha256" in bad.err, bad.text
+    assert LocalZoo().get("mobilenet-v3-small", "1.0.0") is None
 
 
 def test_pull_points_at_import_for_names_and_sources_it_does_not_have():
@@ -280,6 +359,10 @@ def test_pull_points_at_import_for_names_and_sources_it_does_not_have():
     assert by_source.code == 2 and "is a source to import" in by_source.err
     assert "hint: make a zoo version from it first: zoo import hf://org/model" in by_source.err
     assert "zoo import torchvision:alexnet" in zoo("show", "torchvision:alexnet").err
+    other = zoo("pull", "mobilenet-v3-small")  # the catalog's model under zoo's spelling of a name
+    assert other.code == 2 and "`zoo import torchvision:mobilenet_v3_small`" in other.err
+    unknown = zoo("pull", "segmenter")
+    assert unknown.code == 2 and "zoo import CATALOG:MODEL" in unknown.err and "torchvision:segmenter" not in unknown.err
 
 
 @pytest.mark.parametrize("make", [multi_io_model, detector_model, sequence_model], ids=lambda f: f.__name__)

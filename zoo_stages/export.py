@@ -118,7 +118,7 @@ class SourceRef(KindConfig):
 
 class WeightsRef(SourceRef):
     """Pretrained torch weights: a SourceRef, or a catalog name (``torchvision:resnet18``) that
-    `zoo_stages.lib.catalog` resolves, while the config is validated, to the pinned file and the
+    `zoo.catalog` resolves, while the config is validated, to the pinned file and the
     architecture it fits (so the URL and digest, not the name, enter the cache key)."""
 
     catalog: str | None = Field(None, description="the catalog name these weights were resolved from")
@@ -150,14 +150,14 @@ class ExportConfig(KindConfig):
     parity: ParityConfig = ParityConfig()
     weights: WeightsRef | CatalogName | None = Field(None, description="pretrained torch weights instead of an upstream checkpoint: "
                                                         "{url|path, sha256}, or a catalog name such as "
-                                                        "torchvision:resnet18 (zoo_stages/catalog/)")
+                                                        "torchvision:resnet18 (zoo/catalogs/)")
     onnx: SourceRef | None = Field(None, description="an existing ONNX model to check and pass through")
 
     @field_validator("weights", mode="after")
     @classmethod
     def _catalog_name(cls, value):
         if isinstance(value, str):  # resolved now, so the pinned URL and digest enter the cache key
-            from zoo_stages.lib import catalog
+            from zoo import catalog
 
             try:
                 return WeightsRef.model_validate(catalog.resolve(value))

@@ -19,7 +19,8 @@ def register(app: typer.Typer) -> None:
 def import_cmd(
     source: str = typer.Argument(..., show_default=False,
                                  help="A local .onnx file, https://...#sha256=<64 hex>, "
-                                      "hf://org/repo[@revision][/file.onnx] or torchvision:NAME."),
+                                      "hf://org/repo[@revision][/file.onnx] or a catalog name "
+                                      "such as torchvision:resnet18."),
     name: Optional[str] = typer.Option(None, "--name", help="Name in the zoo [default: from the file or repo name]."),
     version: Optional[str] = typer.Option(None, "--version",
                                           help="Version [default: the hf:// revision when it is a version, else 1.0.0]."),

@@ -93,18 +93,23 @@ def parse_ref(text: str) -> Ref:
 
 
 def looks_like_source(text: str) -> bool:
-    """Whether `text` is something `zoo import` takes (a URL, hf://, torchvision:NAME, an .onnx file)
-    rather than a model reference, so a command given one can say so."""
+    """Whether `text` is something `zoo import` takes (a URL, hf://, a catalog name such as
+    torchvision:resnet18, an .onnx file) rather than a model reference, so a command given one can say so."""
+    from zoo import catalog
+
     # each of these is an invalid name, so no model of the zoo is mistaken for a source
-    return "://" in text or text.startswith("torchvision:") or ("/" in text and text.lower().endswith(".onnx"))
+    return "://" in text or catalog.is_catalog_name(text) or ("/" in text and text.lower().endswith(".onnx"))
 
 
 def import_hint(name: str) -> str:
     """The hint for a model name the zoo does not have: how `zoo import` could make it."""
+    from zoo import catalog
+
+    found = catalog.names_for(name)
+    pretrained = (f"`zoo import {found[0]}` (pretrained weights the catalog pins)" if found else
+                  "`zoo import CATALOG:MODEL` (e.g. torchvision:resnet18)")
     return (f"`zoo list` shows the local zoo (`zoo pull --remote R` looks on a remote); to make {name!r} from a "
-            f"pretrained model: "
-            f"`zoo import torchvision:{name}` (a torchvision architecture) or `zoo import hf://ORG/REPO` "
-            "(a Hugging Face repo with an .onnx file)")
+            f"pretrained model: {pretrained} or `zoo import hf://ORG/REPO` (a Hugging Face repo with an .onnx file)")
 
 
 def parse_pinned(text: str) -> Ref:

@@ -11,8 +11,10 @@ SOURCE is one of:
   without a name: refused, listing them). Its sha256 is the Hub's LFS digest, or, for a file
   kept in git itself, the digest of the bytes at that (immutable) commit. The license comes
   from the repo card's metadata when it states one;
-- ``torchvision:NAME``: a torchvision architecture with its published ImageNet weights, built by
-  the export kind (``weights: torchvision:NAME``) from the weights catalog that pins their sha256.
+- ``CATALOG:NAME`` (``torchvision:resnet18``): a name in a weights catalog (`zoo.catalog`: zoo's
+  own, or one on ``ZOO_CATALOG_PATH``), an architecture with pretrained weights the catalog pins
+  by URL and full sha256; the export kind builds it (``weights: torchvision:NAME``). The weights
+  are downloaded and checked here, before any stage runs.
 
 `resolve` turns the text into an `ImportSource`; `fetch` puts the file into the run cache's
 source store (`zoo.sources`), checking its sha256 first, so a wrong digest fails before any
@@ -29,11 +31,11 @@ from typing import Any, Literal
 from zoo.errors import AccessDenied, InvalidInput, NotFound, SourceUnreachable
 from zoo.registry.manifest import NAME_RE, VERSION_RE
 
-FORMS = "a local .onnx file, https://...#sha256=<64 hex>, hf://org/repo[@revision][/file.onnx] or torchvision:NAME"
+FORMS = ("a local .onnx file, https://...#sha256=<64 hex>, hf://org/repo[@revision][/file.onnx] or a catalog "
+         "name such as torchvision:resnet18")
 DEFAULT_VERSION = "1.0.0"
-TORCHVISION_LICENSE = "BSD-3-Clause"  # torchvision's published weights are distributed under its BSD-3-Clause
+IMAGENET_INPUT = (3, 224, 224)  # a catalog without preprocessing.input_shape: ImageNet classifiers' input
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
-_TORCHVISION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -41,15 +43,18 @@ class ImportSource:
     """A SOURCE resolved: where the export stage finds it, pinned, and what it says about itself."""
 
     text: str  # as the user gave it (not recorded: `pinned` is)
-    form: Literal["file", "url", "hf", "torchvision"]
-    location: str | None  # the export config's `url` (pinned) or `path` (absolute); None for torchvision
-    sha256: str | None  # the file's full digest; None for torchvision (its catalog pins the weights)
+    form: Literal["file", "url", "hf", "catalog"]
+    location: str | None  # the export config's `url` (pinned) or `path` (absolute); None for a catalog name
+    sha256: str | None  # the file's full digest (a catalog name: its weights' digest)
     name: str  # the default zoo name
     version: str  # the default version
     revision: str | None = None  # hf: the commit sha the revision resolved to
     license: str | None = None  # when the source states one
     attribution: str | None = None
-    arch: str | None = None  # torchvision: the architecture
+    arch: str | None = None  # a catalog name: the architecture, its classes, input shape and weights' URL
+    num_classes: int | None = None
+    input_shape: tuple[int, ...] | None = None
+    weights_url: str | None = None
 
     @property
     def is_url(self) -> bool:
@@ -68,14 +73,14 @@ class ImportSource:
             value = getattr(self, key)
             if value is not None:
                 out["url" if key == "location" and self.is_url else "path" if key == "location" else key] = value
+        if self.weights_url is not None:
+            out["url"] = self.weights_url
         return out
 
 
 def resolve(text: str) -> ImportSource:
     """`text` as an `ImportSource` (contacts the Hub for hf://; hashes a local file)."""
     text = str(text).strip()
-    if text.startswith("torchvision:"):
-        return _torchvision(text)
     if text.startswith("hf://"):
         return _hub(text)
     if text.startswith(("https://", "http://")):
@@ -83,17 +88,24 @@ def resolve(text: str) -> ImportSource:
     if "://" in text:
         raise InvalidInput(f"cannot import {text!r}: unknown scheme {text.split('://', 1)[0]!r}",
                            hint=f"SOURCE is {FORMS}")
+    from zoo import catalog
+
+    prefix = text.split(":", 1)[0] if ":" in text else ""
+    if not Path(text).expanduser().exists() and (prefix in catalog.known() or catalog.NAME_RE.match(text)):
+        return _catalog(text)  # a catalog's name, or one shaped like it (the error lists the catalogs)
     return _local(text)
 
 
 def fetch(source: ImportSource, cache_dir: Path | None) -> Path | None:
     """The source file on disk, its sha256 checked (IntegrityError on a mismatch, before anything
-    runs); downloads go to the run cache's source store, where the export stage finds them."""
-    if source.location is None:
+    runs); downloads go to the run cache's source store, where the export stage finds them (a
+    catalog name's weights too, so a wrong file fails here and nothing is published)."""
+    url = source.location if source.location is not None else source.weights_url
+    if url is None:
         return None
     from zoo import sources
 
-    return sources.fetch(source.location, sha256=source.sha256, cache_dir=cache_dir)
+    return sources.fetch(url, sha256=source.sha256, cache_dir=cache_dir)
 
 
 def default_name(stem: str) -> str:
@@ -132,15 +144,24 @@ def _url(text: str) -> ImportSource:
                         name=default_name(_stem(filename) or "model"), version=DEFAULT_VERSION)
 
 
-def _torchvision(text: str) -> ImportSource:
-    arch = text[len("torchvision:"):]
-    if not _TORCHVISION_NAME.match(arch):
-        raise InvalidInput(f"cannot import {text!r}: {arch!r} is not an architecture name",
-                           hint="e.g. zoo import torchvision:resnet18")
-    return ImportSource(text=text, form="torchvision", location=None, sha256=None,
-                        name=default_name(arch.replace("_", "-")), version=DEFAULT_VERSION,
-                        license=TORCHVISION_LICENSE, attribution=f"torchvision's pretrained {arch} weights",
-                        arch=arch)
+def _catalog(text: str) -> ImportSource:
+    """A catalog name (``torchvision:resnet18``); InvalidInput names the catalogs or models there are."""
+    from zoo import catalog
+
+    prefix = text.split(":", 1)[0]
+    if prefix not in catalog.known():
+        raise InvalidInput(f"cannot import {text!r}: no weights catalog called {prefix!r} and no such file",
+                           hint=f"SOURCE is {FORMS}; catalogs: {', '.join(catalog.known())}")
+    try:
+        entry = catalog.resolve(text)
+    except InvalidInput as e:
+        raise InvalidInput(f"cannot import {text!r}: {e.message}", hint=e.hint) from None
+    shape = entry["preprocessing"].get("input_shape") or IMAGENET_INPUT
+    return ImportSource(text=entry["catalog"], form="catalog", location=None, sha256=entry["sha256"],
+                        name=default_name(text.split(":", 1)[1].replace("_", "-")), version=DEFAULT_VERSION,
+                        license=entry["license"], attribution=entry["attribution"], arch=entry["arch"],
+                        num_classes=entry["num_classes"], input_shape=tuple(int(d) for d in shape),
+                        weights_url=entry["url"])
 
 
 def parse_hub(text: str) -> tuple[str, str | None, str | None]:

@@ -25,7 +25,7 @@ The recipe's ``model:`` section names either a built-in ``arch`` or a user ``ent
 - ``arch: resnet18``, ``resnet50``, ``mobilenet_v3_small``, ``efficientnet_b0``: torchvision's
   ImageNet classifiers in plain torch.nn (`zoo_stages.lib.vision_archs`), state-dict compatible
   with torchvision's, so its published weights load key for key (``weights: torchvision:resnet18``
-  in the export config names them through `zoo_stages/catalog/torchvision.json`). ``dropout``
+  in the export config names them through `zoo/catalogs/torchvision.json`). ``dropout``
   sets the classifier's dropout of mobilenet_v3_small and efficientnet_b0 (default 0.2).
 - ``framework: transformers`` with ``architecture`` (any ``*For*`` class of Hugging Face
   ``transformers``) and ``config``, or a pinned ``pretrained`` folder: `zoo_stages.lib.hf_models`

@@ -3,7 +3,7 @@
 ``resnet18``, ``resnet50``, ``mobilenet_v3_small`` and ``efficientnet_b0`` follow torchvision's
 ``models/resnet.py``, ``mobilenetv3.py``, ``efficientnet.py`` and ``ops/misc.py`` module for
 module, so their state dicts are torchvision's, name for name and shape for shape, and the
-published ImageNet weights (`zoo_stages/catalog/torchvision.json`) load with ``strict=True``:
+published ImageNet weights (`zoo/catalogs/torchvision.json`) load with ``strict=True``:
 
 - a ``Conv2dNormActivation`` is a Sequential (convolution without bias, batch norm, activation),
   hence keys like ``features.0.0.weight`` and ``features.0.1.running_mean``;

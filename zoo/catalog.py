@@ -1,7 +1,9 @@
 """Pretrained weights by name: ``torchvision:resnet18`` → the catalog's pinned file and arch.
 
-A catalog is a JSON file in `zoo_stages/catalog/` named after its prefix (``torchvision.json``),
-with a ``schema_version``, catalog-wide ``license``, ``attribution`` and ``preprocessing``, and
+A catalog is a JSON file named after its prefix (``torchvision.json``), found first in the
+folders of ``ZOO_CATALOG_PATH`` (``os.pathsep``-separated: a team's own catalog, or one whose URLs
+point at an internal mirror of the weights), then in zoo's own `zoo/catalogs/`. It holds
+a ``schema_version``, catalog-wide ``license``, ``attribution`` and ``preprocessing``, and
 one entry per model: ``arch``, ``num_classes``, ``url`` (download.pytorch.org), the file's full
 ``sha256`` and ``bytes`` (where each digest came from is recorded in the file). `resolve` turns a
 name into the fields of export's ``weights:`` (``url, sha256, license, attribution``) plus the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +25,8 @@ from typing import Any
 
 from zoo.errors import InvalidInput
 
-CATALOG_DIR = Path(__file__).resolve().parents[1] / "catalog"
+CATALOG_DIR = Path(__file__).resolve().parent / "catalogs"
+PATH_ENV = "ZOO_CATALOG_PATH"
 SCHEMA_VERSION = 1
 NAME_RE = re.compile(r"^([a-z][a-z0-9_-]*):([A-Za-z0-9_.-]+)$")
 
@@ -47,18 +51,57 @@ def resolve(name: str) -> dict[str, Any]:
             "catalog": f"{prefix}:{model}"}
 
 
+def is_catalog_name(text: str) -> bool:
+    """Whether `text` is ``PREFIX:MODEL`` with a catalog called PREFIX (the model need not exist)."""
+    match = NAME_RE.match(text.strip())
+    return bool(match) and _find(match.group(1)) is not None
+
+
+def names_for(model: str) -> list[str]:
+    """The catalog names (``PREFIX:MODEL``) of a model called `model` (``mobilenet-v3-small`` finds
+    ``torchvision:mobilenet_v3_small``), for hints; catalogs that do not load are passed over."""
+    wanted = {model, model.replace("-", "_")}
+    found = []
+    for prefix in known():
+        try:
+            models = load(prefix)["models"]
+        except InvalidInput:
+            continue
+        found += [f"{prefix}:{m}" for m in models if m in wanted]
+    return found
+
+
+def search_path() -> list[Path]:
+    """The folders searched for ``<prefix>.json``, first match wins: ``ZOO_CATALOG_PATH``'s, then zoo's own."""
+    extra = [Path(p).expanduser() for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p.strip()]
+    return [*extra, CATALOG_DIR]
+
+
+def known() -> list[str]:
+    """The catalog prefixes on the search path."""
+    return sorted({p.stem for folder in search_path() if folder.is_dir() for p in folder.glob("*.json")})
+
+
 def load(prefix: str, directory: Path | None = None) -> dict[str, Any]:
-    """The catalog file ``<directory>/<prefix>.json`` (default: zoo's), checked."""
-    return _load(prefix, str(directory or CATALOG_DIR))
+    """The catalog file ``<prefix>.json`` in `directory`, or else the first on `search_path`, checked."""
+    folder = directory or _find(prefix)
+    if folder is None or not (Path(folder) / f"{prefix}.json").is_file():
+        raise InvalidInput(f"no weights catalog called {prefix!r}",
+                           hint=f"catalogs: {', '.join(known()) or 'none'} (more folders: {PATH_ENV})")
+    return _load(prefix, str(folder))
+
+
+def _find(prefix: str) -> Path | None:
+    return next((folder for folder in search_path() if (folder / f"{prefix}.json").is_file()), None)
 
 
 @lru_cache(maxsize=None)
 def _load(prefix: str, directory: str) -> dict[str, Any]:
     path = Path(directory) / f"{prefix}.json"
-    if not path.is_file():
-        known = sorted(p.stem for p in Path(directory).glob("*.json"))
-        raise InvalidInput(f"no weights catalog called {prefix!r}", hint=f"catalogs: {', '.join(known) or 'none'}")
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InvalidInput(f"{path}: not a readable catalog ({e})", hint="fix or remove the file") from None
     if data.get("schema_version") != SCHEMA_VERSION:
         raise InvalidInput(f"{path} has schema_version {data.get('schema_version')!r}; this zoo reads {SCHEMA_VERSION}",
                            hint="upgrade zoo-onnx")
