@@ -332,6 +332,26 @@ def test_models_with_onnxruntime_fused_ops_are_refused(tmp_path, small):
     assert "level: basic" in err.value.hint
 
 
+def test_a_model_with_nothing_to_quantize_is_refused_not_labelled_int8(tmp_path, small):
+    """A tree ensemble (one ai.onnx.ml node): the quantizer returns it unchanged, which must not
+    become a build called int8; `op_types` the model lacks fail the same way."""
+    trees = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_targets=1,
+                             nodes_featureids=[0], nodes_modes=["LEAF"], nodes_nodeids=[0], nodes_treeids=[0],
+                             nodes_values=[0.0], nodes_truenodeids=[0], nodes_falsenodeids=[0],
+                             target_ids=[0], target_nodeids=[0], target_treeids=[0], target_weights=[1.5])
+    graph = helper.make_graph([trees], "trees", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 13
+    path = onnx_io.save_model(model, tmp_path / "trees.onnx")
+    with pytest.raises(InvalidInput, match=r"nothing to quantize.*TreeEnsembleRegressor x1") as err:
+        run_quantize(tmp_path, path, data=None, mode="dynamic", **FAST)
+    assert "drop the quantize stage" in err.value.hint
+    with pytest.raises(InvalidInput, match="nothing to quantize.* of op_types LSTM") as err:
+        run_quantize(tmp_path, small, data=None, name="lstm", mode="dynamic", op_types=["LSTM"], **FAST)
+    assert "widen `op_types`" in err.value.hint
+
+
 def test_npz_dataset_enters_the_cache_key(tmp_path):
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "d.npz", x=rng.integers(0, 255, (40, 8, 8), dtype=np.uint8), y=np.arange(40) % 4)

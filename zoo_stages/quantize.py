@@ -368,7 +368,27 @@ class _Run:
                             **common)
             if linear:
                 quant_ops.blockwise_linear(raw, settings.linear_block_size)
+        self._require_quantized(raw)
         return self._finish(raw, target)
+
+    def _require_quantized(self, raw: Path) -> None:
+        """InvalidInput when the quantizer changed nothing (a tree ensemble, or `op_types` the model
+        lacks): a build called int8 must hold quantized operators."""
+        import onnx
+
+        from zoo_stages.lib import onnx_io
+
+        ops = onnx_io.op_counts(onnx.load(str(raw), load_external_data=False))
+        if any(_is_quantized_op(op) for op in ops):
+            return
+        source = onnx_io.op_counts(onnx.load(str(self.fp32_path), load_external_data=False))
+        shown = ", ".join(f"{op} x{n}" for op, n in sorted(source.items(), key=lambda kv: -kv[1])[:6])
+        asked = f" of op_types {', '.join(self.config.op_types)}" if self.config.op_types else ""
+        raise InvalidInput(f"nothing to quantize: onnxruntime's quantizer left every operator{asked} of this model "
+                           f"in float ({shown}); it quantizes Conv, MatMul, Gemm, Attention, LSTM and embedding "
+                           "Gathers, not tree ensembles or other ai.onnx.ml operators",
+                           hint="drop the quantize stage and deploy the fp32 build" +
+                                (", or widen `op_types`" if self.config.op_types else ""))
 
     def _finish(self, raw: Path, target: Path) -> Path:
         """Stamp the quantizer's output with provenance and its pruned opset imports (written
@@ -570,6 +590,14 @@ class _Run:
 
 
 _RANDOM_SAMPLES = 8  # random inputs the models are compared on when there is no data
+
+
+def _is_quantized_op(op: str) -> bool:
+    """Whether an operator (`onnx_io.op_counts`' name) is one the quantizer emits: QuantizeLinear /
+    DequantizeLinear, QLinear*, *Integer, DynamicQuantize*, com.microsoft's Q* (QAttention, QGemm)."""
+    name = op.rsplit(".", 1)[-1]
+    return (name.startswith(("Quantize", "Dequantize", "DynamicQuantize", "QLinear")) or name.endswith("Integer")
+            or (op.startswith("com.microsoft.") and name.startswith("Q")))
 
 
 def _accuracy(specs, outputs: Mapping[str, Any], labels) -> float | None:
