@@ -18,7 +18,7 @@ from zoo.engine import keys, kind_loader, lockfile, planner
 from zoo.engine.cache import Cache
 from zoo.errors import RecipeError
 from zoo.engine.executors import ProcessExecutor
-from zoo.engine.recipe import InputSpec, load
+from zoo.engine.recipe import InputSpec, PretrainedSpec, load
 
 READER = """\
 schema_version: 1
@@ -248,6 +248,9 @@ OTHER = {
     "model.hidden": [16], "model.dropout": 0.2, "model.hidden_size": 64, "model.num_layers": 3,
     "model.num_heads": 4, "model.intermediate_size": 128, "model.max_length": 64, "model.vocab_size": 500,
     "model.framework": "sklearn", "model.estimator": "Ridge", "model.params": {"alpha": 2.0},
+    "model.architecture": "DistilBertForSequenceClassification", "model.config": {"dim": 32},
+    # a save_pretrained folder the test writes (`_pretrained_folder`): its files enter train's key
+    "model.pretrained": PretrainedSpec(path="hf", sha256={"config.json": "1" * 64, "model.safetensors": "2" * 64}),
     "data.source": "npz", "data.path": "other.npz", "data.image_size": 16, "data.channels": 3,
     "data.val_fraction": 0.3, "data.split_seed": 1, "data.limit": 100,
     # key computation reads only the data's files: these need not suit the digits source
@@ -258,8 +261,9 @@ OTHER = {
 }
 
 # the model: fields that shape the network, read by train and export
-_BUILD = {"model.from", "model.build", "model.head", "model.arch", "model.entry", "model.num_classes", "model.hidden", "model.dropout", "model.hidden_size",
-          "model.num_layers", "model.num_heads", "model.intermediate_size", "model.max_length", "model.vocab_size"}
+_BUILD = {"model.from", "model.build", "model.head", "model.arch", "model.entry", "model.num_classes", "model.hidden",
+          "model.dropout", "model.hidden_size", "model.num_layers", "model.num_heads", "model.intermediate_size",
+          "model.max_length", "model.vocab_size", "model.architecture", "model.config", "model.pretrained"}
 
 # what each kind reads (the issue's case: model.task is card metadata, it must not retrain)
 EXPECTED = {
@@ -334,6 +338,9 @@ def test_a_recipe_wide_field_changes_exactly_the_keys_of_the_kinds_that_declare_
     (tmp_path / "data.npz").write_bytes(b"not read: the source is digits")
     (tmp_path / "other.npz").write_bytes(b"another file")
     (tmp_path / "net.py").write_text("def build(num_classes, in_channels):\n    raise NotImplementedError\n")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    (tmp_path / "hf" / "model.safetensors").write_bytes(b"not read: keys digest the files")
     base = _keys_with(tmp_path, None)
     for field in _all_fields():
         changed = _keys_with(tmp_path, field)
