@@ -294,6 +294,10 @@ def main() -> None:
                          f"{direct_runs[-1]['max_abs']:.2g} / {direct_runs[-1]['label_mismatches']}"])
             single = ", ".join(f"{a['wall'] - b['wall']:+.2f}" for a, b in zip(zoo_runs, direct_runs))
             notes.append(f"{framework}: single-run overheads {single}; load average now {os.getloadavg()[0]:.2f}")
+            # zoo's worker ends with os._exit, skipping Python's finalisation; a plain script pays it
+            outside = statistics.median(r["wall"] - r["inside_s"] for r in direct_runs)
+            notes.append(f"{framework}: the direct script spends {outside:.2f} s outside its own code (interpreter "
+                         f"start and finalisation); overhead against it without that: {z - d + outside:+.2f}")
             if "gate_max_abs" in direct_runs[-1]:  # torch: zoo's gate runs random inputs, not the held-out rows
                 notes.append(f"{framework}: the direct export on zoo's gate inputs (8 seeded random rows): max_abs "
                              f"{direct_runs[-1]['gate_max_abs']:.2g}")
