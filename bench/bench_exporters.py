@@ -10,7 +10,7 @@ worker process, conversion, checks, the parity gate and the cache commit) and a 
 loads the same checkpoint with the framework, calls the converter (`torch.onnx.export(...,
 dynamo=True)` / skl2onnx / onnxmltools / Keras' `model.export(format="onnx")` on the JAX backend /
 jax2onnx / torch.onnx), saves the model and compares onnxruntime with the framework on the same
-held-out rows (standardised with the train split's statistics, as zoo's train stage feeds them).
+held-out rows (a table's standardised with the train split's statistics, as zoo's train stage feeds them).
 Both run as fresh processes, so both pay their imports. Printed: medians of wall time, zoo's
 overhead against the script, and the parity each one measured (max-abs difference of the
 probabilities or logits, label mismatches). zoo's torch gate compares 8 seeded random inputs,
