@@ -144,6 +144,7 @@ class Blob(StageKind):
 
 class NoisyConfig(KindConfig):
     onnx: bool = False
+    text: bool = False  # random hex text (for stages downstream that read text)
 
 
 class Noisy(StageKind):
@@ -154,6 +155,10 @@ class Noisy(StageKind):
     outputs = ("data",)
 
     def run(self, inputs, config, context):
+        if config.text:
+            out = context.output_path("data.txt")
+            out.write_text(os.urandom(8).hex())
+            return {"data": out}
         if not config.onnx:
             out = context.output_path("data.bin")
             out.write_bytes(os.urandom(16))
