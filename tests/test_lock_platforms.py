@@ -153,6 +153,21 @@ def test_frozen_on_an_empty_cache_refuses_a_result_that_differs_naming_its_diges
                 if yaml.safe_load(p.read_text())["stage"] == "after"]
 
 
+def test_frozen_on_an_empty_cache_checks_a_stage_whose_key_becomes_known_before_it_runs(tmp_path):
+    text = ("schema_version: 1\nname: c\nversion: 0.1.0\nstages:\n  a: {kind: writer}\n"
+            "  b: {kind: writer, needs: [a], config: {text: \"old\"}}\n")
+    recipe = write_recipe(tmp_path, text)
+    assert zoo.run(recipe, cache_dir=tmp_path / "first").ok
+    recipe.write_text(text.replace('"old"', '"new"'))
+    with pytest.raises(LockOutOfDate) as e:
+        zoo.run(recipe, cache_dir=tmp_path / "empty", frozen=True)
+    # b's key needed a's output: known only once a ran (and matched); b itself never ran
+    assert "~ b: would run (config changed: text: old → new)" in e.value.message
+    assert "~ a" not in e.value.message and "kept in the cache: a)" in e.value.message
+    result = zoo.plan(recipe, cache_dir=tmp_path / "empty")
+    assert {s.id: s.state for s in result.stages} == {"a": "cached", "b": "will run"}
+
+
 def test_frozen_refuses_before_running_what_no_record_of_this_class_can_match(tmp_path, monkeypatch):
     """A lock whose only records are of another class (a stand-in name: the records' class is
     rewritten in the file, this machine's detection is real): nothing runs, and the refusal says
