@@ -294,7 +294,7 @@ stages:
     assert "INVALID_PROTOBUF" not in cli.err.split("---")[0]  # the message is the disk, not the symptom
     cache = Cache(cache_dir)
     assert {e.stage for e in cache.iter_entries()} == {"small"}  # nothing half-recorded
-    assert "big" not in lockfile.read(lockfile.lock_path(recipe)).stages
+    assert "big" not in lockfile.read(lockfile.lock_path(recipe)).stage_ids()
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
     again = zoo_cli("run", recipe, "--cache-dir", cache_dir, "--json")

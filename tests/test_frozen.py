@@ -1,8 +1,10 @@
 """`zoo run --frozen` (zoo/engine/frozen.py): the lockfile is the contract CI checks. It must fail, with
 exit 1, a line naming each difference, nothing run and the lockfile untouched, for a stage added
 to the recipe, a stage removed from it, a stage changed (config, or a lock whose key differs from
-the cache hit), and for cached outputs whose digests differ from the lock's; and pass, touching
-nothing, when the lock is up to date. Through the real CLI, with the test kinds (tests/plugins)."""
+the cache hit), and for cached outputs whose digests differ from the lock's (naming both digests);
+and pass, touching nothing, when the lock is up to date. Through the real CLI, with the test kinds
+(tests/plugins), on this machine's real platform class (the lock's records are this class's;
+tests/test_lock_platforms.py covers several classes)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import os
 import yaml
 
 from cli_helpers import write_recipe, zoo as zoo_cli
+from zoo import host
+
+HERE = host.platform_class()
 
 RECIPE = """\
 schema_version: 1
@@ -113,16 +118,18 @@ def test_a_changed_stage_that_is_cached_fails_too(tmp_path):
     recipe.write_text(RECIPE.replace("repeat: 3", "repeat: 5"))
     assert zoo_cli("run", recipe).code == 0
     lock.write_bytes(before)
-    _frozen_fails(recipe, lock, "~ a: would run (cached)", "~ b: would run (cached)")
+    err = _frozen_fails(recipe, lock, f"~ a: key differs from the lockfile's {HERE} record "
+                                      "(config changed: repeat: 3 → 5)", "~ b: key differs")
+    assert "(cached)" not in err
 
 
 def test_a_lock_whose_key_differs_fails_even_on_a_cache_hit(tmp_path):
     recipe, lock = _locked(tmp_path)
     for other in ("0" * 64, "f" * 64):  # a locked key that sorts before, and one after, the real key
         data = yaml.safe_load(lock.read_text())
-        data["stages"]["side"]["key"] = other
+        data["platforms"][HERE]["side"]["key"] = other
         lock.write_text(yaml.safe_dump(data))
-        err = _frozen_fails(recipe, lock, "~ side: would run")
+        err = _frozen_fails(recipe, lock, f"~ side: key differs from the lockfile's {HERE} record")
         assert "~ a" not in err
 
 
@@ -137,11 +144,15 @@ def test_cached_outputs_that_differ_from_the_lock_fail(tmp_path):
     pinned = lock.read_bytes()
     assert zoo_cli("run", recipe, env=second).code == 0
     assert lock.read_bytes() != pinned  # the same key, other bytes: a plain run re-pins them
+    repinned = yaml.safe_load(lock.read_text())
     lock.write_bytes(pinned)
     assert zoo_cli("run", recipe, "--frozen", env=first).code == 0  # this cache holds the pinned bytes
     cli = zoo_cli("run", recipe, "--frozen", env=second)
     assert cli.code == 1, cli.text
-    assert "~ n: outputs differ from the lockfile" in cli.err
+    locked = yaml.safe_load(pinned)["platforms"][HERE]["n"]["outputs"]["data"]
+    built = repinned["platforms"][HERE]["n"]["outputs"]["data"]  # what the second cache holds
+    assert locked != built
+    assert f"~ n: outputs differ from the lockfile's {HERE} record:\n    output 'data': built {built}, locked {locked}" in cli.err
     assert "w:" not in cli.err
     assert lock.read_bytes() == pinned
 
@@ -154,10 +165,17 @@ def test_every_difference_is_listed_at_once(tmp_path):
                   "- side: in the lockfile but not in the recipe")
 
 
-def test_frozen_with_force_fails_for_the_forced_stage(tmp_path):
+def test_frozen_with_force_rebuilds_the_stage_and_checks_its_bytes(tmp_path):
     recipe, lock = _locked(tmp_path)
     before = lock.read_bytes()
     cli = zoo_cli("run", recipe, "--frozen", "--force", "side")
-    assert cli.code == 1 and "~ side: would run (forced" in cli.err, cli.text
+    assert cli.code == 0 and "1 ran, 2 cached" in cli.out, cli.text  # rebuilt, the same bytes: passes
     assert lock.read_bytes() == before
+    noisy = write_recipe(tmp_path, "schema_version: 1\nname: n\nversion: 0.1.0\nstages:\n  n: {kind: noisy}\n",
+                         name="noisy.yaml")
+    assert zoo_cli("run", noisy).code == 0
+    pinned = noisy.with_suffix(".lock").read_bytes()
+    cli = zoo_cli("run", noisy, "--frozen", "--force", "n")
+    assert cli.code == 1 and f"~ n: outputs differ from the lockfile's {HERE} record" in cli.err, cli.text
+    assert noisy.with_suffix(".lock").read_bytes() == pinned
     assert os.path.exists(lock)

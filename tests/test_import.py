@@ -26,6 +26,7 @@ from cli_helpers import zoo
 from onnx_models import detector_model, multi_io_model, sequence_model
 from test_sources import _Server
 from zoo.errors import InvalidInput
+from zoo.host import platform_class
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import olah_server, tiny_onnx
 from zoo.release import import_source
@@ -94,7 +95,8 @@ def _check_version(ref: str, source_file: bytes, form: str) -> dict:
     recipe = yaml.safe_load(_version_file(local, ref, RECIPE_FILE))
     lock = yaml.safe_load(_version_file(local, ref, LOCK_FILE))
     assert (recipe["name"], recipe["version"]) == (manifest.name, manifest.version)
-    assert lock["recipe"]["name"] == manifest.name and set(lock["stages"]) == {"export", "verify", "deploy"}
+    assert lock["recipe"]["name"] == manifest.name and set(lock["platforms"][platform_class()]) == {
+        "export", "verify", "deploy"}
     assert lock["recipe"]["digest"] == manifest.lineage.recipe["digest"]  # the lock of the recipe that built it
     provenance = manifest.extra["import"]
     assert provenance["form"] == form and provenance["sha256"] == hashlib.sha256(source_file).hexdigest()

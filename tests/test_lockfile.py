@@ -1,6 +1,8 @@
 """The lockfile (zoo/engine/lockfile.py) and the lock a run writes (zoo/engine/frozen.py `merged_lock`): YAML with a
-schema version and sorted keys; what `--frozen` compares (keys and outputs, not metrics or host);
-the diff's lines; unreadable files are a RecipeError; an unchanged lock is not rewritten."""
+schema version and sorted keys, records grouped by platform class; what `--frozen` compares (keys
+and outputs, not metrics or host); unreadable files are a RecipeError; an unchanged lock is not
+rewritten; schema 1 and 2 files (one flat `stages:` map) are read, each record filed under the
+class of the host it records. The platform names here are plain strings: no detection is involved."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from zoo.errors import RecipeError
 from zoo.engine.hashing import digest_json
 from zoo.engine.recipe import load
 
+P = "x86-64-avx2"  # a platform class, as a string: the lock only files records under it
+Q = "arm64-dotprod"
 PARTS = {"kind": "writer", "kind_version": "1", "config": {"text": "x"}, "shared": {"data": {"n": (1, 2)}},
          "matrix": {"b": "fp32"}, "inputs": {"up": {"data": "i" * 64}}, "code": {"kind:m": "c" * 64},
          "tools": {"zoo-onnx": "1.0"}}
@@ -53,29 +57,37 @@ def test_to_json_leaves_out_only_the_empty_optional_fields():
 def test_write_read_round_trip_sorted_with_schema_version(tmp_path):
     path = tmp_path / "r.lock"
     lock = lockfile.Lock(recipe={"name": "r", "version": "1", "digest": "d"},
-                         stages={"b": record("b" * 64), "a": record("a" * 64, host={"cpu": "x"})})
+                         platforms={Q: {"a": record("q" * 64)},
+                                    P: {"b": record("b" * 64), "a": record("a" * 64, host={"cpu": "x"})}})
     assert lockfile.write(path, lock) is True
     text = path.read_text()
     assert text.startswith("# Written by `zoo run`; do not edit.")
-    data = yaml.safe_load(text)
-    assert data["schema_version"] == lockfile.LOCK_SCHEMA_VERSION == 2
-    assert text.index("  a:") < text.index("  b:")
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#")) + "\n"
+    data = yaml.safe_load(body)
+    assert data["schema_version"] == lockfile.LOCK_SCHEMA_VERSION == 3
+    assert list(data["platforms"]) == [Q, P] and set(data["platforms"][P]) == {"a", "b"}
+    assert text.index(f"  {Q}:") < text.index(f"  {P}:")
+    assert text.index("    a:") < text.index("    b:")
     # every mapping's keys sorted (a record's fields too), text as it is (no escapes): clean diffs
-    assert text.index("\n    config:") < text.index("\n    inputs:") < text.index("\n    key:") < text.index("\n    kind:")
-    assert yaml.safe_dump(yaml.safe_load(text.split("\n", 1)[1]), sort_keys=True, default_flow_style=False,
-                          width=120, allow_unicode=True) == text.split("\n", 1)[1]
-    unicode = lockfile.Lock(recipe={"name": "modèle"}, stages={})
+    assert (text.index("\n      config:") < text.index("\n      inputs:") < text.index("\n      key:")
+            < text.index("\n      kind:"))
+    assert yaml.safe_dump(data, sort_keys=True, default_flow_style=False, width=120, allow_unicode=True) == body
+    unicode = lockfile.Lock(recipe={"name": "modèle"})
     lockfile.write(tmp_path / "u.lock", unicode)
     assert "name: modèle" in (tmp_path / "u.lock").read_text(encoding="utf-8")
     back = lockfile.read(path)
-    assert back.recipe == lock.recipe and back.stages == lock.stages
+    assert back.recipe == lock.recipe and back.platforms == lock.platforms
+    assert back.record("a", Q).key == "q" * 64 and back.record("a", P).key == "a" * 64 and back.record("b", Q) is None
+    assert back.of_stage("a") == {Q: lock.platforms[Q]["a"], P: lock.platforms[P]["a"]}
+    assert back.reference("b", Q) is back.record("b", P)  # another class's record explains a rerun
+    assert back.stage_ids() == {"a", "b"} and back.keys() == {"q" * 64, "a" * 64, "b" * 64}
     assert lockfile.write(path, back) is False  # unchanged: not rewritten
-    back.stages["a"].metrics = {"acc": 1.0}
-    assert lockfile.write(path, back) is True and lockfile.read(path).stages["a"].metrics == {"acc": 1.0}
+    back.record("a", P).metrics = {"acc": 1.0}
+    assert lockfile.write(path, back) is True and lockfile.read(path).record("a", P).metrics == {"acc": 1.0}
     # a change whose text sorts after the old text (here: the old text is a prefix of the new) is
     # written too: "unchanged" means equal, not "not greater"
-    back.stages["c"] = record("c" * 64)
-    assert lockfile.write(path, back) is True and "c" in lockfile.read(path).stages
+    back.platforms[P]["c"] = record("c" * 64)
+    assert lockfile.write(path, back) is True and lockfile.read(path).record("c", P) is not None
     assert lockfile.lock_path(Path("recipes/x.yaml")) == Path("recipes/x.lock")
 
 
@@ -84,7 +96,10 @@ def test_a_missing_lockfile_is_none(tmp_path):
 
 
 @pytest.mark.parametrize("text", [
-    "schema_version: 3\nstages: {}\n",  # from a newer zoo
+    "schema_version: 4\nplatforms: {}\n",  # from a newer zoo
+    "schema_version: 3\nplatforms: [1]\n",
+    "schema_version: 3\nplatforms: {p: [1]}\n",
+    "schema_version: 3\nplatforms: {p: {a: {kind: writer}}}\n",
     "stages: {}\n",  # no version
     "schema_version: 2\nstages: {a: {kind: writer}}\n",  # a record missing fields
     "schema_version: 2\nstages: {a: {nosuch: 1}}\n",
@@ -101,14 +116,30 @@ def test_an_unreadable_lockfile_is_a_recipe_error_with_a_hint(tmp_path, text):
     assert "unreadable lockfile" in e.value.message and "delete r.lock" in e.value.hint
 
 
-def test_both_readable_schema_versions_are_read(tmp_path):
-    for version in (1, 2):
+def test_every_readable_schema_version_is_read(tmp_path):
+    for version in (1, 2, 3):
         path = tmp_path / f"v{version}.lock"
         path.write_text(f"schema_version: {version}\nrecipe: {{name: r}}\n")
         lock = lockfile.read(path)
-        assert lock.stages == {} and lock.recipe == {"name": "r"}
+        assert lock.platforms == {} and lock.recipe == {"name": "r"}
     (tmp_path / "empty.lock").write_text("schema_version: 2\n")
     assert lockfile.read(tmp_path / "empty.lock").recipe == {}
+
+
+def test_a_flat_version_2_lock_files_each_record_under_its_hosts_class(tmp_path):
+    avx2 = {"machine": "x86_64", "cpu": "old", "features": ["avx", "avx2", "fma", "sse4_1"]}
+    arm = {"machine": "aarch64", "cpu": "graviton2", "features": ["asimd", "asimddp"]}
+    stages = {"a": record("a" * 64, host=avx2).to_json(), "b": record("b" * 64, host=arm).to_json(),
+              "c": record("c" * 64).to_json()}  # no host: written by a zoo older than host records
+    path = tmp_path / "v2.lock"
+    path.write_text(yaml.safe_dump({"schema_version": 2, "recipe": {"name": "r"}, "stages": stages}))
+    lock = lockfile.read(path)
+    assert lock.platforms == {"x86-64-avx2": {"a": lockfile.StageLock(**stages["a"])},
+                              "arm64-dotprod": {"b": lockfile.StageLock(**stages["b"])},
+                              "unknown": {"c": lockfile.StageLock(**stages["c"])}}
+    # written back as schema 3, the same records under the same classes
+    lockfile.write(path, lock)
+    assert yaml.safe_load(path.read_text())["schema_version"] == 3 and lockfile.read(path) == lock
 
 
 # --- merged_lock: the lock a run writes ---------------------------------------------------------
@@ -119,33 +150,48 @@ def _dag(tmp_path, stages="  a: {kind: writer}\n  b: {kind: concat}\n"):
 
 def test_merged_lock_drops_removed_stages_and_takes_new_records(tmp_path):
     dag = _dag(tmp_path)
-    previous = lockfile.Lock(recipe={}, stages={"a": record("1" * 64), "gone": record("2" * 64)})
-    merged = frozen.merged_lock(dag, previous, {"b": record("3" * 64)})
-    assert set(merged.stages) == {"a", "b"} and merged.stages["a"].key == "1" * 64
+    previous = lockfile.Lock(recipe={}, platforms={P: {"a": record("1" * 64), "gone": record("2" * 64)},
+                                                   Q: {"gone": record("4" * 64)}})
+    merged = frozen.merged_lock(dag, previous, {P: {"b": record("3" * 64)}})
+    assert set(merged.platforms) == {P}  # Q held only the dropped stage: no empty class is kept
+    assert set(merged.records(P)) == {"a", "b"} and merged.record("a", P).key == "1" * 64
     assert merged.recipe == {"name": "m", "version": "0.3.0", "digest": dag.recipe.digest}
-    assert set(frozen.merged_lock(dag, None, {"a": record()}).stages) == {"a"}
+    assert set(frozen.merged_lock(dag, None, {P: {"a": record()}}).records(P)) == {"a"}
+
+
+def test_merged_lock_adds_a_platforms_records_without_touching_the_others(tmp_path):
+    dag = _dag(tmp_path)
+    mine = {"a": record("1" * 64), "b": record("2" * 64)}
+    previous = lockfile.Lock(recipe={}, platforms={P: dict(mine)})
+    theirs = {"a": record("1" * 64, outputs={"data": "q" * 64}), "b": record("5" * 64)}
+    merged = frozen.merged_lock(dag, previous, {Q: theirs})
+    assert merged.records(P) == mine and all(merged.record(s, P) is mine[s] for s in mine)
+    assert merged.records(Q) == theirs
+    # the same stage's record is replaced only within its own class
+    again = frozen.merged_lock(dag, merged, {Q: {"b": record("6" * 64)}})
+    assert again.record("b", Q).key == "6" * 64 and again.record("b", P) is mine["b"]
 
 
 def test_merged_lock_keeps_a_record_with_the_same_key_and_outputs(tmp_path):
     dag = _dag(tmp_path)
     old = record("1" * 64, metrics={"t": 1.0}, host={"cpu": "old"})
-    previous = lockfile.Lock(recipe={}, stages={"a": old})
-    same = frozen.merged_lock(dag, previous, {"a": record("1" * 64, metrics={"t": 2.0}, host={"cpu": "new"})})
-    assert same.stages["a"] is old  # a reproduction is no lockfile diff
+    previous = lockfile.Lock(recipe={}, platforms={P: {"a": old}})
+    same = frozen.merged_lock(dag, previous, {P: {"a": record("1" * 64, metrics={"t": 2.0}, host={"cpu": "new"})}})
+    assert same.record("a", P) is old  # a reproduction is no lockfile diff
     rekeyed = record("9" * 64)
-    assert frozen.merged_lock(dag, previous, {"a": rekeyed}).stages["a"] is rekeyed
+    assert frozen.merged_lock(dag, previous, {P: {"a": rekeyed}}).record("a", P) is rekeyed
     rebytes = record("1" * 64, outputs={"data": "z" * 64})
-    assert frozen.merged_lock(dag, previous, {"a": rebytes}).stages["a"] is rebytes
+    assert frozen.merged_lock(dag, previous, {P: {"a": rebytes}}).record("a", P) is rebytes
 
 
 def test_merged_lock_upgrades_a_version_1_record_in_place(tmp_path):
     dag = _dag(tmp_path)
     v1 = lockfile.StageLock(**{**record("1" * 64).to_json(), "shared": None, "shared_digest": "s" * 64})
-    merged = frozen.merged_lock(dag, lockfile.Lock(recipe={}, stages={"a": v1}), {"a": record("1" * 64)})
-    assert merged.stages["a"] is v1
+    merged = frozen.merged_lock(dag, lockfile.Lock(recipe={}, platforms={P: {"a": v1}}), {P: {"a": record("1" * 64)}})
+    assert merged.record("a", P) is v1
     assert v1.shared == {"data": {"n": [1, 2]}} and v1.shared_digest == ""
     # a version 2 record with the same key is not touched
     v2 = record("1" * 64)
     v2.shared = {"kept": True}
-    frozen.merged_lock(dag, lockfile.Lock(recipe={}, stages={"a": v2}), {"a": record("1" * 64)})
+    frozen.merged_lock(dag, lockfile.Lock(recipe={}, platforms={P: {"a": v2}}), {P: {"a": record("1" * 64)}})
     assert v2.shared == {"kept": True}

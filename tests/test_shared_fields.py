@@ -145,10 +145,11 @@ def test_the_lockfile_records_the_declared_values(tmp_path):
     recipe = write_recipe(tmp_path, READER)
     zoo.run(recipe)
     raw = yaml.safe_load(lockfile.lock_path(recipe).read_text())
-    assert raw["schema_version"] == lockfile.LOCK_SCHEMA_VERSION == 2
-    assert raw["stages"]["r"]["shared"] == {"data": {"image_size": 8}, "model": {"num_classes": 10},
-                                            "task": "image-classification"}
-    assert raw["stages"]["w"]["shared"] == {}
+    assert raw["schema_version"] == lockfile.LOCK_SCHEMA_VERSION == 3
+    (stages,) = raw["platforms"].values()
+    assert stages["r"]["shared"] == {"data": {"image_size": 8}, "model": {"num_classes": 10},
+                                     "task": "image-classification"}
+    assert stages["w"]["shared"] == {}
 
 
 def _as_version_1(lock_file) -> None:
@@ -156,7 +157,8 @@ def _as_version_1(lock_file) -> None:
     from zoo.engine.hashing import digest_json
 
     raw = yaml.safe_load(lock_file.read_text())
-    raw["schema_version"] = 1
+    (stages,) = raw.pop("platforms").values()  # one flat map, as before platform classes
+    raw["schema_version"], raw["stages"] = 1, stages
     for stage in raw["stages"].values():
         stage["shared_digest"] = digest_json(stage.pop("shared"))
     lock_file.write_text(yaml.safe_dump(raw, sort_keys=True))
@@ -167,27 +169,29 @@ def test_a_version_1_lockfile_is_still_read_and_explained(tmp_path):
     zoo.run(recipe)
     _as_version_1(lockfile.lock_path(recipe))
     lock = lockfile.read(lockfile.lock_path(recipe))
-    assert lock.stages["r"].shared is None and len(lock.stages["r"].shared_digest) == 64
+    (records,) = lock.platforms.values()  # filed under the class of the host each record names
+    assert records["r"].shared is None and len(records["r"].shared_digest) == 64
 
     assert {s.state for s in zoo.plan(recipe).stages} == {"cached"}
     recipe.write_text(READER.replace("image_size: 8", "image_size: 16"))
     reason = _reason(zoo.plan(recipe), "r")
     assert reason.startswith("config changed: recipe-wide sections") and "older zoo" in reason
 
-    # the next run writes version 2, the values of the stages it kept included
+    # the next run writes the current version, the values of the stages it kept included
     assert zoo.run(recipe).ok
     raw = yaml.safe_load(lockfile.lock_path(recipe).read_text())
-    assert raw["schema_version"] == 2
-    assert raw["stages"]["w"]["shared"] == {} and "shared_digest" not in raw["stages"]["w"]
-    assert raw["stages"]["r"]["shared"]["data"] == {"image_size": 16}
+    assert raw["schema_version"] == 3
+    (stages,) = raw["platforms"].values()
+    assert stages["w"]["shared"] == {} and "shared_digest" not in stages["w"]
+    assert stages["r"]["shared"]["data"] == {"image_size": 16}
 
 
 def test_a_lockfile_from_a_newer_zoo_is_refused_clearly(tmp_path):
     recipe = write_recipe(tmp_path, READER)
     zoo.run(recipe)
     lock_file = lockfile.lock_path(recipe)
-    lock_file.write_text(lock_file.read_text().replace("schema_version: 2", "schema_version: 3"))
-    with pytest.raises(RecipeError, match="unsupported schema_version 3"):
+    lock_file.write_text(lock_file.read_text().replace("schema_version: 3", "schema_version: 4"))
+    with pytest.raises(RecipeError, match="unsupported schema_version 4"):
         lockfile.read(lock_file)
 
 

@@ -67,29 +67,39 @@ def load(path: str | Path | planner.Dag) -> planner.Dag:
 
 def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, force: Iterable[str] | bool = ()) -> Result:
     """Which stages would run and why, without running anything or writing to the cache."""
-    dag = load(path)
+    return _plan(load(path), cache_dir, force)[0]
+
+
+def _plan(dag: planner.Dag, cache_dir: str | Path | None, force: Iterable[str] | bool) -> tuple[Result, dict[str, dict]]:
+    """The plan, and the key parts of every stage whose key it could compute (for `--frozen`)."""
+    from zoo import host
+
     cache = Cache(paths.cache_dir(cache_dir))
     forced = _forced(dag, force)
     previous = lockfile.read(lockfile.lock_path(dag.recipe.path))
+    here = host.platform_class()
     reports: list[StageReport] = []
     by_id: dict[str, StageReport] = {}
     entries = {}
+    all_parts: dict[str, dict] = {}
     for nid, node in dag.nodes.items():
         report = StageReport(id=nid, kind=node.kind, needs=list(node.needs))
         pending = [up for up in node.needs if by_id[up].state == StageState.WILL_RUN]
         parts = key = None
         if not pending:
             parts, key = keys.stage_key(dag, node, entries, by_id, cache.hashes)
-        prev = previous.stages.get(nid) if previous else None
+            all_parts[nid] = parts
+        prev = previous.reference(nid, here) if previous else None
         state, reasons, entry = decide(node, parts, key, cache, prev, nid in forced, pending)
         if state == StageState.CACHED:
             entries[nid] = entry
             report.outputs = entry.output_digests()  # what `--frozen` compares with the lock
+            report.built_on = host.platform_class(entry.host)
         report.state, report.reasons, report.key = state, reasons, key
         reports.append(report)
         by_id[nid] = report
     return Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path, stages=reports,
-                  cache_dir=cache.root, lock_path=lockfile.lock_path(dag.recipe.path))
+                  cache_dir=cache.root, lock_path=lockfile.lock_path(dag.recipe.path)), all_parts
 
 
 status = plan
@@ -101,7 +111,9 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     """Run the recipe; cached stages are not run. Updates the lockfile next to the recipe.
 
     `force`: True for every stage, or stage ids (all instances of a matrix stage) to rerun.
-    `frozen`: fail with LockOutOfDate (and run nothing) if the lockfile would change.
+    `frozen`: fail with LockOutOfDate if the lockfile would change (zoo/engine/frozen.py): before
+    anything runs when the plan shows it, else at the first stage whose result differs (the run
+    stops there); the lockfile is never written.
     `executor`: an Executor, or 'local' / 'dask://HOST:PORT'.
     `record=False` (used by `zoo repro`): no lockfile update, no stamp, and stages publish nothing.
     """
@@ -110,8 +122,12 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     lock_file = lockfile.lock_path(dag.recipe.path)
     previous = lockfile.read(lock_file)
     forced = _forced(dag, force)
+    guard = None
     if frozen:
-        _check_frozen(dag, cache_dir, previous, forced)
+        runs_on = _local_platform(executor)
+        planned, parts = _plan(dag, cache_dir, sorted(forced))
+        frozen_mod.raise_if(frozen_mod.preflight(dag, planned, parts, previous, runs_on), dag, [])
+        guard = frozen_mod.Guard(previous, runs_on)
     if executor is None or isinstance(executor, str):
         executor = make_executor(executor, jobs)
     executed: list[str] = []
@@ -123,11 +139,13 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
             on_update(report)
 
     runner = Runner(dag, cache, executor, force=forced, previous=previous, jobs=jobs, publish=record,
-                    on_update=update)
+                    on_update=update, guard=guard)
     reports = runner.run()
+    if guard is not None:
+        frozen_mod.raise_if(guard.problems, dag, executed)
     new_lock = frozen_mod.merged_lock(dag, previous, runner.lock_records())
     # a first run in which nothing completed has nothing to pin: leave no empty lockfile behind
-    worth_writing = bool(new_lock.stages) or previous is not None
+    worth_writing = bool(new_lock.platforms) or previous is not None
     changed = lockfile.write(lock_file, new_lock) if record and not frozen and worth_writing else False
     result = Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
                     stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
@@ -202,7 +220,7 @@ def _locked_keys(recipe: Path) -> set[str]:
     if lock is None:
         raise InvalidInput(f"--keep {recipe}: it has no lockfile ({lock_file.name} is missing)",
                            hint=f"run `zoo run {recipe}` first so its lockfile pins what to keep; nothing was freed")
-    return {s.key for s in lock.stages.values()}
+    return lock.keys()
 
 
 def _forced(dag: planner.Dag, force: Iterable[str] | bool) -> set[str]:
@@ -213,10 +231,15 @@ def _forced(dag: planner.Dag, force: Iterable[str] | bool) -> set[str]:
     return dag.select(list(force))
 
 
-def _check_frozen(dag, cache_dir, previous, forced) -> None:
-    """LockOutOfDate unless the lockfile would stay as it is (zoo/engine/frozen.py)."""
-    frozen_mod.check(dag, plan(dag, cache_dir=cache_dir, force=sorted(forced)), previous)
+def _local_platform(executor: Executor | str | None) -> str | None:
+    """The platform class stages will be built on: this host's for local workers, None for a
+    cluster (its workers may be of any class; their outputs are checked when they finish)."""
+    from zoo import host
+    from zoo.engine.executors import ProcessExecutor
 
+    if not executor or executor == "local" or isinstance(executor, ProcessExecutor):
+        return host.platform_class()
+    return None
 
 
 def load_torch(ref: str, build: str | None = None, *, remote: str | None = None, offline: bool = False,

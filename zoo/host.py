@@ -1,9 +1,38 @@
 """What machine a stage ran on, as far as it decides float results: the CPU architecture and the
-SIMD features that torch and onnxruntime choose their kernels by.
+SIMD features that torch and onnxruntime choose their kernels by, and the platform class they make.
 
 Recorded per stage in cache entries and the lockfile (never in a cache key: a key says what was
 asked for, not where), so `zoo repro --check` can tell a real change from a rebuild on a CPU
 with other kernels (an AVX-512 host and an AVX2 host train different checkpoint bytes).
+
+Platform classes (`platform_class`): the lockfile keeps one set of stage records per class
+(zoo/engine/lockfile.py), as conda-lock keeps one per platform. A class is the most capable
+kernel tier torch (ATen's CPU capability: default, AVX2, AVX-512; oneDNN's ISA) and onnxruntime
+(MLAS: SSE/AVX, AVX2+FMA, AVX-VNNI, AVX-512, AVX-512 VNNI, AMX; NEON, dot product, i8mm, SVE)
+dispatch to on that CPU, so two machines of one class run the same kernels and produce the same
+bytes, and machines of different classes may not. Finer differences (the model name, cache
+sizes, avx512_bf16) choose no other float32 kernel, so they would only split the records
+without making them truer:
+
+=====================  ==========================================================================
+class                  CPU features (from /proc/cpuinfo)
+=====================  ==========================================================================
+x86-64-amx             AMX (amx_int8 or amx_bf16) with AVX-512 F/BW/VL (Sapphire Rapids and later)
+x86-64-avx512-vnni     AVX-512 F/BW/VL with avx512_vnni (Cascade Lake, Ice Lake, Zen 4)
+x86-64-avx512          AVX-512 F/BW/VL (Skylake-SP)
+x86-64-avx2-vnni       AVX2 + FMA with avx_vnni, no AVX-512 (Alder Lake and later client CPUs)
+x86-64-avx2            AVX2 + FMA (Haswell to Comet Lake, Zen 1-3)
+x86-64                 neither (SSE4.1/AVX only: ATen's and MLAS's baseline kernels)
+arm64-sve              SVE (Graviton 3/4, Neoverse V1/V2)
+arm64-i8mm             i8mm without SVE (int8 matrix multiply)
+arm64-dotprod          asimddp (Graviton 2, Neoverse N1)
+arm64                  NEON only
+ARCH-unknown           no feature list (no /proc/cpuinfo: macOS, Windows): the architecture only
+ARCH                   any other architecture (ppc64le, s390x, riscv64...)
+=====================  ==========================================================================
+
+The class is derived from a `describe()` record, so the producer's class of any cache entry
+(which records its host) can be named on another machine.
 """
 
 from __future__ import annotations
@@ -50,6 +79,40 @@ def kernel_features() -> list[str]:
 def describe() -> dict[str, Any]:
     """{"machine", "cpu", "features"} of this host, for cache entries and the lockfile."""
     return {"machine": platform.machine(), "cpu": cpu_model(), "features": kernel_features()}
+
+
+UNKNOWN_PLATFORM = "unknown"  # records that name no host (written by an older zoo, or a release's zoo.lock)
+_ARCH_NAMES = {"x86_64": "x86-64", "amd64": "x86-64", "x86-64": "x86-64", "aarch64": "arm64", "arm64": "arm64"}
+_AVX512 = ("avx512f", "avx512bw", "avx512vl")
+
+
+def platform_class(info: dict[str, Any] | None = None) -> str:
+    """The platform class of a `describe()` record (this host's when None); see the module docstring.
+
+    A record without a machine (an older cache entry or lock record) is `UNKNOWN_PLATFORM`.
+    """
+    info = describe() if info is None else info
+    machine = str(info.get("machine") or "").lower()
+    if not machine:
+        return UNKNOWN_PLATFORM
+    arch = _ARCH_NAMES.get(machine, machine)
+    features = set(info.get("features") or [])
+    if arch not in ("x86-64", "arm64"):
+        return arch
+    if not features:  # no /proc/cpuinfo: the features are not known, not absent
+        return f"{arch}-unknown"
+    if arch == "arm64":
+        for feature, name in (("sve", "arm64-sve"), ("i8mm", "arm64-i8mm"), ("asimddp", "arm64-dotprod")):
+            if feature in features:
+                return name
+        return "arm64"
+    if all(f in features for f in _AVX512):
+        if features & {"amx_int8", "amx_bf16"}:
+            return "x86-64-amx"
+        return "x86-64-avx512-vnni" if "avx512_vnni" in features else "x86-64-avx512"
+    if {"avx2", "fma"} <= features:
+        return "x86-64-avx2-vnni" if "avx_vnni" in features else "x86-64-avx2"
+    return "x86-64"
 
 
 def same_kernels(a: dict[str, Any], b: dict[str, Any]) -> bool:

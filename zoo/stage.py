@@ -38,7 +38,11 @@ The engine knows no kind by name; what it shows or checks after a run, a kind sa
   publishes it to the local zoo (deploy with ``publish: true``); ``zoo release`` ships what the
   one such stage published. ``release_files`` names the version-level files that release must
   carry (``zoo.lock``...), and ``check_release(manifest, read)`` lists problems with it (deploy:
-  provenance subjects that do not match the builds).
+  provenance subjects that do not match the builds);
+- ``equivalence(locked, rebuilt, config)``: whether outputs rebuilt on a CPU of another platform
+  class (zoo/host.py) are numerically equivalent to the locked ones (`Equivalence`), for
+  ``zoo repro --check``; None (the default) means the kind cannot say, so only identical bytes
+  pass. The built-in kinds compare with their parity rules (zoo_stages/lib/equivalence.py).
 
 Kinds must import heavy libraries (torch, onnx, onnxruntime) inside ``run``, never at module
 level: the engine imports kind modules to compute cache keys, and a fully cached run must not
@@ -209,6 +213,15 @@ class Effect:
 
 
 @dataclass(frozen=True)
+class Equivalence:
+    """What `StageKind.equivalence` found: numerically equivalent within the kind's tolerance or not,
+    with one line per compared file (its figures, or why it is not equivalent)."""
+
+    equivalent: bool
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class GateOutcome:
     """One quality gate a stage checked (what `StageKind.gates` returns)."""
 
@@ -342,3 +355,11 @@ class StageKind:
         of `release_files`, which are present by the time this is called.
         """
         return []
+
+    def equivalence(self, locked: Mapping[str, Path], rebuilt: Mapping[str, Path],
+                    config: KindConfig) -> Equivalence | None:
+        """Whether `rebuilt` ({output name: path}, built here) is numerically equivalent to `locked`
+        (the same stage's outputs as a machine of another platform class built them); None when
+        the kind cannot say (then only identical bytes pass). Called by `zoo repro --check` in the
+        engine's process, with read-only files; may import heavy libraries."""
+        return None

@@ -54,6 +54,7 @@ from zoo.files import atomic_copy, atomic_write
 from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
 from zoo.registry.staging import file_ref
 from zoo.stage import Column, Effect, Inputs, KindConfig, ReportTable, StageContext, StageKind, Upstream
+from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib.conversion_check import BATCH_SIZE, ConversionCheck
 from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
 from zoo_stages.lib.release_folder import check_complete
@@ -153,7 +154,7 @@ class _Shipped:
     conversion: dict[str, Any] | None = None
 
 
-class Deploy(StageKind):
+class Deploy(NumericOutputs, StageKind):
     """Package upstream models as device builds, write the model card and manifest, publish."""
 
     name: ClassVar[str] = "deploy"
@@ -163,8 +164,9 @@ class Deploy(StageKind):
     # (deterministic compute, a model onnxruntime cannot load is InvalidInput), fixed-batch tails padded,
     # parity by output name with exact integer outputs and per-sample cosine (zoo_stages.lib.parity);
     # 6: any model: held-out data bound to every input by name, the task's metrics (zoo_stages.lib.tasks),
-    # the manifest's `preprocessing:` and a text model's tokenizer.json
-    version: ClassVar[str] = "6"
+    # the manifest's `preprocessing:` and a text model's tokenizer.json; 7: zoo.lock in the lockfile's
+    # schema 3 (records by platform class, the release's under `unknown`)
+    version: ClassVar[str] = "7"
     Config: ClassVar[type[KindConfig]] = DeployConfig
     tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
     # the dataset (card, conversion checks, its fingerprint) and the task the card names
@@ -177,6 +179,8 @@ class Deploy(StageKind):
     summary: ClassVar[str] = "device builds (fp32, int8, fp16, ORT format), model card, manifest; publish to the zoo"
     # what `zoo release` requires of the version: what rebuilds it, and what says where it came from
     release_files: ClassVar[tuple[str, ...]] = (LOCK_FILE, STATEMENT_FILE)
+    # files recording the other files' digests (or the run's figures): differ whenever the builds do
+    derived_files: ClassVar[tuple[str, ...]] = (LOCK_FILE, STATEMENT_FILE, MANIFEST_FILE, "*.md")
 
     def run(self, inputs: Inputs, config: DeployConfig, context: StageContext) -> Mapping[str, Path]:
         release = context.output_path("release")

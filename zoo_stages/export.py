@@ -66,6 +66,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.exporters.base import ExportJob
 from zoo_stages.lib import checkpoints
 from zoo_stages.lib.archs import BUILD_FIELDS
@@ -174,7 +175,7 @@ class ExportConfig(KindConfig):
         return self
 
 
-class Export(StageKind):
+class Export(NumericOutputs, StageKind):
     name = "export"
     # 2: provenance metadata_props; 3: inferred value_info no longer stored; 4: one session builder (deterministic
     # compute) and parity module (per-output records, max_rel over ref != 0, integer outputs exact); 5: named

@@ -37,6 +37,7 @@ from pydantic import Field, field_validator
 
 from zoo.errors import InvalidInput, StageFailed
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind
+from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib import onnx_fields
 
 
@@ -88,7 +89,7 @@ class OptimizeConfig(KindConfig):
         return v
 
 
-class Optimize(StageKind):
+class Optimize(NumericOutputs, StageKind):
     name = "optimize"
     # 2: provenance metadata_props; 3: one parity module (per-output records, exact integer outputs);
     # 4: every named input fed (input_shapes, model.inputs), transformer fusions

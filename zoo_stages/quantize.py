@@ -69,6 +69,7 @@ from pydantic import Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, StageFailed
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib import quant_ops, tasks
 from zoo_stages.lib.quant_select import candidates_table, select_candidate
 from zoo_stages.lib.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
@@ -182,7 +183,7 @@ class QuantizeConfig(KindConfig):
         return self
 
 
-class Quantize(StageKind):
+class Quantize(NumericOutputs, StageKind):
     name = "quantize"
     # 2: provenance metadata_props; 3: every named input fed, task-aware quality, transformer and external-data models
     version = "3"

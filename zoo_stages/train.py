@@ -70,6 +70,7 @@ from pydantic import Field, model_validator
 
 from zoo.errors import InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib import checkpoints
 from zoo_stages.lib.archs import BUILD_FIELDS
 from zoo_stages.lib.datasets import Split
@@ -122,7 +123,7 @@ class TrainingSplit(Split):
         yield self.labels
 
 
-class Train(StageKind):
+class Train(NumericOutputs, StageKind):
     name = "train"
     # 2: named features in the arch's input order, mlp and bert, loss by task, entry functions get Splits;
     # 3: model.from (start from a zoo model), config.freeze; 4: scikit-learn, LightGBM and XGBoost

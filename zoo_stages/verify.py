@@ -60,6 +60,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import (Column, Effect, GateOutcome, Inputs, KeyContext, KindConfig, ReportTable, StageContext,
                        StageKind)
+from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib import gates as gatelib
 from zoo_stages.lib import tasks
 
@@ -257,7 +258,7 @@ class Targets:
         return {k: v for k, v in out.items() if v is not None}
 
 
-class Verify(StageKind):
+class Verify(NumericOutputs, StageKind):
     name = "verify"
     # 2: parity over every output, matched by name (zoo_stages.lib.parity)
     # 3: every named input fed (data bound by name, or random with model.inputs); task metrics

@@ -144,6 +144,7 @@ class Blob(StageKind):
 
 class NoisyConfig(KindConfig):
     onnx: bool = False
+    text: bool = False  # random hex text (for stages downstream that read text)
 
 
 class Noisy(StageKind):
@@ -154,6 +155,10 @@ class Noisy(StageKind):
     outputs = ("data",)
 
     def run(self, inputs, config, context):
+        if config.text:
+            out = context.output_path("data.txt")
+            out.write_text(os.urandom(8).hex())
+            return {"data": out}
         if not config.onnx:
             out = context.output_path("data.bin")
             out.write_bytes(os.urandom(16))
@@ -170,6 +175,41 @@ class Noisy(StageKind):
         model.ir_version = 13
         out = context.output_path("model.onnx")
         onnx.save(model, str(out))
+        return {"data": out}
+
+
+class KernelsConfig(KindConfig):
+    drift: float = 1e-6  # how far (relative) another platform class's values move
+
+
+def _kernels_base():
+    from zoo_stages.lib.equivalence import NumericOutputs
+
+    return NumericOutputs
+
+
+class Kernels(_kernels_base(), StageKind):
+    """Float results that depend on the CPU's platform class, as torch's and onnxruntime's kernels'
+    do (a stand-in for their rounding: each class moves the values by its own fraction of `drift`);
+    judges equivalence as the built-in kinds do (zoo_stages.lib.equivalence)."""
+
+    name = "kernels"
+    Config = KernelsConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        import zlib
+
+        import numpy as np
+
+        from zoo import host
+
+        shift = (zlib.crc32(host.platform_class().encode()) % 997 + 1) / 997  # in (0, 1], one per class
+        values = np.linspace(0.5, 2.0, 16, dtype="float64") * (1.0 + config.drift * shift)
+        out = context.output_path("arrays")
+        out.mkdir()
+        np.save(out / "values.npy", values.astype("float32"))  # .npy: no zip timestamps, so deterministic
+        np.save(out / "labels.npy", np.arange(16, dtype="int64"))
         return {"data": out}
 
 

@@ -32,7 +32,8 @@ def repro(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Rebuild a recipe's stages bit for bit and say, per stage, whether the outputs are identical."""
+    """Rebuild a recipe's stages bit for bit and say, per stage, whether the outputs are identical
+    (or, on a platform class the lockfile has no records for, numerically equivalent)."""
     from zoo.release import repro as repro_mod
     from zoo.errors import InvalidInput
 
@@ -45,8 +46,14 @@ def repro(
         from zoo.cli.tables import print_table
 
         print_table(["stage", "status", "details"], [[s.id, s.status, "\n".join(s.details)] for s in report.stages])
-        print(f"\n{report.recipe}: " + ("every rebuilt stage is bit-identical to the lockfile" if report.ok
-                                         else "rebuild DIFFERS from the lockfile"))
+        if report.bit_identical:
+            verdict = "every rebuilt stage is bit-identical to the lockfile"
+        elif report.ok:
+            verdict = ("every rebuilt stage matches the lockfile: bit-identical, or numerically equivalent where "
+                       "this platform class has no record (see `equivalent`)")
+        else:
+            verdict = "rebuild DIFFERS from the lockfile"
+        print(f"\n{report.recipe}: {verdict}")
     sys.stdout.flush()
     raise typer.Exit(0 if report.ok else 1)
 

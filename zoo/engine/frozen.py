@@ -1,18 +1,29 @@
 """The lockfile as a run's contract: what `zoo run --frozen` checks, and the lock a run writes.
 
 Kept apart from zoo/api.py so the invariants live in one small module (mutation/engine-*.toml
-mutates it):
-- `check`: `--frozen` refuses a stage not in the lockfile (added), one in the lockfile but not in
-  the recipe (removed), one that would run or whose key differs (changed), and cached outputs
-  whose digests differ from the lock's;
-- `merged_lock`: this run's records over the previous lock, minus the stages the recipe dropped.
+mutates it). Records are per platform class (zoo/engine/lockfile.py): a stage's outputs are
+compared with the record of the class of the machine that built them (a cache hit's builder, or
+the worker that ran it), never with another class's bytes.
+
+- `preflight`: before anything runs, `--frozen` refuses a stage in no record (added), one in the
+  lockfile but not in the recipe (removed), a stage whose key is already known (its upstreams are
+  cached) and matches no record it could be compared with (changed: config, code, tools...), and
+  cached outputs that differ from their builder's record;
+- `Guard`: while the run goes on, each stage whose key only became known (its upstreams ran) is
+  checked before it runs, and each completed stage's outputs after: the first difference stops
+  the run (stages already running finish; nothing new starts) and the lockfile is not written.
+  So `--frozen` on an empty cache builds what it must and refuses only where the result differs;
+  each difference names the output digests;
+- `merged_lock`: this run's records over the previous lock, by platform, minus the stages the
+  recipe dropped; other platforms' records are kept as they are.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from zoo.engine import lockfile
+from zoo.engine import explain, lockfile
+from zoo.engine.lockfile import StageLock
 from zoo.errors import LockOutOfDate
 from zoo.engine.runner import StageState
 
@@ -21,38 +32,138 @@ if TYPE_CHECKING:
     from zoo.engine.planner import Dag
 
 
-def merged_lock(dag: "Dag", previous: lockfile.Lock | None, records: dict) -> lockfile.Lock:
-    """This run's records over the previous lock, dropping stages no longer in the recipe.
+def merged_lock(dag: "Dag", previous: lockfile.Lock | None, records: dict[str, dict[str, StageLock]]) -> lockfile.Lock:
+    """This run's records ({platform: {stage: record}}) over the previous lock, dropping stages no
+    longer in the recipe (on every platform).
 
     A stage rebuilt with the same key and the same output bytes keeps its previous record: the
     lock pins inputs and outputs, and rewriting it for new timings or another host's name would
-    turn every reproduction (a fresh clone, another machine) into a lockfile diff.
+    turn every reproduction (a fresh clone, another machine of the class) into a lockfile diff.
+    Platforms this run built nothing for keep their records untouched.
     """
-    stages = {sid: s for sid, s in (previous.stages.items() if previous else []) if sid in dag.nodes}
-    for sid, record in records.items():
-        old = stages.get(sid)
-        if old is None or (old.key, old.outputs) != (record.key, record.outputs):
-            stages[sid] = record
-        elif old.shared is None:  # kept from a version 1 lockfile: same key, so the same values
-            old.shared, old.shared_digest = record.shared, ""
+    platforms = {p: {sid: s for sid, s in recs.items() if sid in dag.nodes}
+                 for p, recs in (previous.platforms.items() if previous else [])}
+    for platform, recs in records.items():
+        mine = platforms.setdefault(platform, {})
+        for sid, record in recs.items():
+            old = mine.get(sid)
+            if old is None or (old.key, old.outputs) != (record.key, record.outputs):
+                mine[sid] = record
+            elif old.shared is None:  # kept from a version 1 lockfile: same key, so the same values
+                old.shared, old.shared_digest = record.shared, ""
     r = dag.recipe
-    return lockfile.Lock(recipe={"name": r.name, "version": r.version, "digest": r.digest}, stages=stages)
+    return lockfile.Lock(recipe={"name": r.name, "version": r.version, "digest": r.digest},
+                         platforms={p: recs for p, recs in platforms.items() if recs})
 
 
-def check(dag: "Dag", planned: "Result", previous: lockfile.Lock | None) -> None:
-    """LockOutOfDate, listing every difference, unless `planned` (the plan of `dag`) matches the lock."""
+def preflight(dag: "Dag", planned: "Result", parts: dict[str, dict], previous: lockfile.Lock | None,
+              runs_on: str | None) -> list[str]:
+    """The differences from the lock that a plan already shows (see the module docstring).
+
+    `parts`: the key parts of each stage whose key the plan computed. `runs_on`: the platform
+    class stages that must run will run on (this host's, for local workers), or None when the
+    executor's workers may be of any class (their outputs are checked when they finish).
+    """
+    lock = previous or lockfile.Lock(recipe={})
     problems = []
+    differing: set[str] = set()
     for report in planned.stages:
-        locked = previous.stages.get(report.id) if previous else None
-        if locked is None:
-            problems.append(f"+ {report.id}: not in the lockfile")
-        elif report.state != StageState.CACHED or report.key != locked.key:
-            why = "; ".join(str(r) for r in report.reasons)
-            problems.append(f"~ {report.id}: would run ({why})")
-        elif report.outputs != locked.outputs:  # cached under the locked key, with other bytes
-            problems.append(f"~ {report.id}: outputs differ from the lockfile")
-    if previous:
-        problems += [f"- {sid}: in the lockfile but not in the recipe" for sid in previous.stages if sid not in dag.nodes]
-    if problems:
-        raise LockOutOfDate(f"--frozen: {lockfile.lock_path(dag.recipe.path).name} is out of date:\n  " + "\n  ".join(problems),
-                            hint="run `zoo run` without --frozen and commit the updated lockfile")
+        problem = ""
+        if not lock.of_stage(report.id):
+            problem = f"+ {report.id}: not in the lockfile"
+        elif report.key is None:  # an upstream must run first: checked when its key is known (Guard)
+            upstream = [up for up in report.needs if up in differing]
+            if upstream:
+                problem = f"~ {report.id}: would run (upstream differs from the lockfile: {', '.join(upstream)})"
+        elif report.state == StageState.CACHED:
+            problem = compare(lock, report.id, report.built_on, stage_record(report, parts[report.id]))
+        else:
+            problem = key_problem(lock, report.id, report.key, parts[report.id], runs_on, report.reasons)
+        if problem:
+            problems.append(problem)
+            differing.add(report.id)
+    problems += [f"- {sid}: in the lockfile but not in the recipe" for sid in sorted(lock.stage_ids())
+                 if sid not in dag.nodes]
+    return problems
+
+
+class Guard:
+    """What the runner asks while a `--frozen` run goes on; the problems it found so far."""
+
+    def __init__(self, lock: lockfile.Lock | None, runs_on: str | None):
+        self.lock = lock or lockfile.Lock(recipe={})
+        self.runs_on = runs_on
+        self.problems: list[str] = []
+
+    def before_run(self, stage_id: str, key: str, parts: dict[str, Any], reasons: list) -> bool:
+        """False (and a problem noted) when the stage about to run cannot produce a locked record."""
+        problem = key_problem(self.lock, stage_id, key, parts, self.runs_on, reasons)
+        if problem:
+            self.problems.append(problem)
+        return not problem
+
+    def after(self, stage_id: str, platform: str, record: StageLock) -> bool:
+        """False (and a problem noted) when a completed stage's record differs from its platform's."""
+        problem = compare(self.lock, stage_id, platform, record)
+        if problem:
+            self.problems.append(problem)
+        return not problem
+
+
+def compare(lock: lockfile.Lock, stage_id: str, platform: str, record: StageLock) -> str:
+    """'' when `record` (built on `platform`) is the lock's record of that platform, else the difference."""
+    locked = lock.record(stage_id, platform)
+    if locked is None:
+        return f"+ {stage_id}: not in the lockfile for platform {platform} (built on {platform}; {_has(lock, stage_id)})"
+    if locked.key != record.key:
+        why = "; ".join(str(r) for r in explain.compare(_parts(record), locked)) or "key differs"
+        return f"~ {stage_id}: key differs from the lockfile's {platform} record ({why})"
+    if locked.outputs != record.outputs:
+        lines = [f"    output {name!r}: built {record.outputs.get(name, 'nothing')}, "
+                 f"locked {locked.outputs.get(name, 'nothing')}"
+                 for name in sorted(set(locked.outputs) | set(record.outputs))
+                 if locked.outputs.get(name) != record.outputs.get(name)]
+        return f"~ {stage_id}: outputs differ from the lockfile's {platform} record:\n" + "\n".join(lines)
+    return ""
+
+
+def key_problem(lock: lockfile.Lock, stage_id: str, key: str, parts: dict[str, Any], runs_on: str | None,
+                reasons: list) -> str:
+    """'' when a stage that must run with `key` on `runs_on` (None: any class) has a record to match."""
+    candidates = {runs_on: lock.record(stage_id, runs_on)} if runs_on else lock.of_stage(stage_id)
+    if any(r is not None and r.key == key for r in candidates.values()):
+        return ""
+    if runs_on and candidates[runs_on] is None:
+        return (f"+ {stage_id}: not in the lockfile for platform {runs_on} (it would be built here; "
+                f"{_has(lock, stage_id)})")
+    reference = candidates.get(runs_on) if runs_on else next(iter(candidates.values()))
+    why = [str(r) for r in reasons if r.code not in (explain.ReasonCode.CACHED, explain.ReasonCode.MISSING)]
+    why += [str(r) for r in explain.compare(parts, reference) if str(r) not in why]
+    return f"~ {stage_id}: would run ({'; '.join(why) or 'key differs'})"
+
+
+def raise_if(problems: list[str], dag: "Dag", ran: list[str]) -> None:
+    """LockOutOfDate listing every difference, if there is one."""
+    if not problems:
+        return
+    message = f"--frozen: {lockfile.lock_path(dag.recipe.path).name} is out of date:\n  " + "\n  ".join(problems)
+    if ran:
+        message += f"\n(ran before the difference was found, kept in the cache: {', '.join(ran)})"
+    raise LockOutOfDate(message, hint="run `zoo run` without --frozen and commit the updated lockfile")
+
+
+def stage_record(report, parts: dict[str, Any]) -> StageLock:
+    """The record a planned or completed stage would add (key, parts, outputs; no metrics)."""
+    return StageLock.from_parts(report.key, parts, dict(report.outputs), {})
+
+
+def _parts(record: StageLock) -> dict[str, Any]:
+    """A record's fields as key parts, for `explain.compare`."""
+    return {"kind": record.kind, "kind_version": record.kind_version, "config": record.config,
+            "shared": record.shared or {}, "matrix": record.matrix, "inputs": record.inputs, "code": record.code,
+            "tools": record.tools, "recipe": record.recipe, "lineage": record.lineage}
+
+
+def _has(lock: lockfile.Lock, stage_id: str) -> str:
+    platforms = list(lock.of_stage(stage_id))
+    return f"the lockfile has records for {', '.join(platforms)}" if platforms else "no platform has a record"

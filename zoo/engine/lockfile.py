@@ -1,8 +1,19 @@
-"""The lockfile next to a recipe (``recipes/alexnet.lock``): every stage's key, inputs and outputs.
+"""The lockfile next to a recipe (``recipes/alexnet.lock``): every stage's key, inputs and outputs,
+one set of records per platform class.
 
 It is YAML with a schema version and sorted keys, so it diffs cleanly. `zoo run` updates it,
 `zoo run --frozen` refuses to change it, `zoo plan`/`status --why` compare against it to say
 *why* a stage reruns, and `zoo repro --check` compares rebuilt outputs with it.
+
+Platforms: output bytes depend on the CPU's kernels (zoo.host.platform_class), so the lock holds
+``platforms: {class: {stage: record}}``, as conda-lock holds one resolution per platform. A
+record filed under class P describes bytes that a machine of class P produced: the run files
+each record under the class of the machine that built its cache entry (the entry's ``host``),
+not the class of the machine that wrote the lock, so a cache shared between platforms (a
+folder, a remote) never makes a lock lie, and the keys stay what was asked for (a hit built
+elsewhere is still used: its record goes under its builder's class). Files of schema 1 and 2
+hold one flat ``stages:`` map: each record is filed under the class of the ``host`` it records,
+and records without one under `zoo.host.UNKNOWN_PLATFORM`, which no machine takes for its own.
 """
 
 from __future__ import annotations
@@ -18,8 +29,9 @@ from zoo.engine.hashing import digest_json
 
 # 2: each stage records the recipe-wide values its kind declares (`shared`), not only their
 # digest, so `zoo plan` can name the field that changed; version 1 files are still read
-LOCK_SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)
+# 3: records grouped by platform class (`platforms:`); versions 1 and 2 are still read
+LOCK_SCHEMA_VERSION = 3
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 
 def lock_path(recipe_path: Path) -> Path:
@@ -47,8 +59,9 @@ class StageLock:
     metrics: dict[str, Any] = field(default_factory=dict)
     recipe: dict[str, str] = field(default_factory=dict)
     lineage: dict[str, str] = field(default_factory=dict)
-    # Where the outputs were built (zoo.host.describe): informational, so `--frozen` ignores it,
-    # and kept out of lineage, so a build's provenance does not change with the machine.
+    # Where the outputs were built (zoo.host.describe): its platform class is the one the record is
+    # filed under (the lock's `platforms:` key); `--frozen` compares no other field of it. Kept out
+    # of lineage, so a build's provenance does not change with the machine.
     host: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -74,13 +87,44 @@ class StageLock:
 
 @dataclass
 class Lock:
+    """A recipe's identity and its stage records by platform class ({class: {stage id: record}})."""
+
     recipe: dict[str, str]
-    stages: dict[str, StageLock]
+    platforms: dict[str, dict[str, StageLock]] = field(default_factory=dict)
+
+    def records(self, platform: str) -> dict[str, StageLock]:
+        """The records of one platform class ({} when the lock has none)."""
+        return self.platforms.get(platform, {})
+
+    def record(self, stage_id: str, platform: str) -> StageLock | None:
+        return self.platforms.get(platform, {}).get(stage_id)
+
+    def stage_ids(self) -> set[str]:
+        """Every stage some platform has a record of."""
+        return {sid for records in self.platforms.values() for sid in records}
+
+    def of_stage(self, stage_id: str) -> dict[str, StageLock]:
+        """{platform class: record} of one stage, classes sorted."""
+        return {p: self.platforms[p][stage_id] for p in sorted(self.platforms) if stage_id in self.platforms[p]}
+
+    def reference(self, stage_id: str, platform: str) -> StageLock | None:
+        """The record a run on `platform` is explained against: its own, else another class's.
+
+        The key's parts other than upstream outputs (config, code, tools...) are the same on every
+        platform, so another class's record still says why a stage reruns."""
+        own = self.record(stage_id, platform)
+        return own if own is not None else next(iter(self.of_stage(stage_id).values()), None)
+
+    def keys(self) -> set[str]:
+        """Every cache key any platform's records pin (what `zoo gc --keep` keeps)."""
+        return {r.key for records in self.platforms.values() for r in records.values()}
 
     def to_yaml(self) -> str:
-        data = {"schema_version": LOCK_SCHEMA_VERSION, "recipe": self.recipe,
-                "stages": {sid: s.to_json() for sid, s in sorted(self.stages.items())}}
-        header = "# Written by `zoo run`; do not edit. `zoo run --frozen` fails if this would change.\n"
+        platforms = {p: {sid: s.to_json() for sid, s in sorted(records.items())}
+                     for p, records in sorted(self.platforms.items()) if records}
+        data = {"schema_version": LOCK_SCHEMA_VERSION, "recipe": self.recipe, "platforms": platforms}
+        header = ("# Written by `zoo run`; do not edit. `zoo run --frozen` fails if this would change.\n"
+                  "# One set of stage records per platform class (CPU kernels decide float bytes; see zoo/host.py).\n")
         return header + yaml.safe_dump(data, sort_keys=True, default_flow_style=False, width=120, allow_unicode=True)
 
 
@@ -96,12 +140,30 @@ def read(path: Path) -> Lock | None:
         if version not in READABLE_SCHEMA_VERSIONS:
             raise ValueError(f"unsupported schema_version {version!r} (this zoo reads "
                              f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})")
-        stages = {sid: StageLock(**s) for sid, s in (data.get("stages") or {}).items()}
-        return Lock(recipe=data.get("recipe", {}), stages=stages)
+        if version >= 3:
+            platforms = {str(p): {sid: StageLock(**s) for sid, s in (records or {}).items()}
+                         for p, records in (data.get("platforms") or {}).items()}
+        else:
+            platforms = _by_builder({sid: StageLock(**s) for sid, s in (data.get("stages") or {}).items()})
+        return Lock(recipe=data.get("recipe", {}), platforms=platforms)
     except (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError) as e:
         # RecursionError: a hand-made lockfile nested thousands of levels deep (zoo writes about 6)
         raise RecipeError(f"{path}: unreadable lockfile: {str(e)[:300]}",
                           hint=f"delete {path.name} and run `zoo run` to write a new one") from None
+
+
+def _by_builder(stages: dict[str, StageLock]) -> dict[str, dict[str, StageLock]]:
+    """Flat records (schema 1 and 2) grouped by the platform class of the host each records.
+
+    Those records were written with the host of the cache entry they came from (the machine
+    that built those bytes), so that host's class is where they belong; a record without one
+    (older zoo) is `UNKNOWN_PLATFORM`'s, never taken for this machine's."""
+    from zoo import host
+
+    platforms: dict[str, dict[str, StageLock]] = {}
+    for sid, record in stages.items():
+        platforms.setdefault(host.platform_class(record.host) if record.host else host.UNKNOWN_PLATFORM, {})[sid] = record
+    return platforms
 
 
 def write(path: Path, lock: Lock) -> bool:

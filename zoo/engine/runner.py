@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable
 
+from zoo import host
 from zoo.engine import explain, keys, kind_loader
 from zoo.engine.cache import Cache, Entry
 from zoo.errors import ExitCode, WorkerMismatch, ZooError
@@ -60,12 +61,15 @@ class StageReport:
     log_path: str | None = None
     outputs: dict[str, str] = field(default_factory=dict)
     effects: list[Effect] = field(default_factory=list)  # what it did outside the cache in this run
+    # the platform class (zoo.host.platform_class) of the machine that built the outputs: the worker
+    # that ran it, or whoever built the cache entry it was found in; "" until then
+    built_on: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "needs": self.needs, "state": self.state,
                 "reasons": [str(r) for r in self.reasons], "key": self.key, "duration_s": round(self.duration_s, 3),
                 "metrics": self.metrics, "error": self.error.to_json() if self.error else None,
-                "log": self.log_path, "outputs": self.outputs,
+                "log": self.log_path, "outputs": self.outputs, "built_on": self.built_on,
                 "effects": [{"kind": e.kind, "ref": e.ref} for e in self.effects]}
 
 
@@ -94,11 +98,14 @@ def decide(node: Node, parts: dict | None, key: str | None, cache: Cache, previo
 
 
 class Runner:
-    """Runs a Dag against a Cache on an Executor, reporting progress through `on_update`."""
+    """Runs a Dag against a Cache on an Executor, reporting progress through `on_update`.
+
+    `guard` (zoo.engine.frozen.Guard, for `--frozen`): asked before a stage runs and after each
+    completes whether the lockfile still holds; its first "no" stops the run like a failure."""
 
     def __init__(self, dag: Dag, cache: Cache, executor: Executor, *, force: set[str] = frozenset(),
                  previous: Lock | None = None, jobs: int = 1, publish: bool = True,
-                 on_update: Callable[[StageReport], None] = lambda r: None):
+                 on_update: Callable[[StageReport], None] = lambda r: None, guard: Any = None):
         self.dag = dag
         self.cache = cache
         self.executor = executor
@@ -107,6 +114,8 @@ class Runner:
         self.jobs = max(1, jobs)
         self.publish = publish
         self.on_update = on_update
+        self.guard = guard
+        self.here = host.platform_class()  # whose records explain why a stage reruns
         self.hashes: StatCache = cache.hashes
         self.reports = {nid: StageReport(id=nid, kind=n.kind, needs=list(n.needs)) for nid, n in dag.nodes.items()}
         self.entries: dict[str, Entry] = {}
@@ -150,11 +159,29 @@ class Runner:
                 lock.release()
             self.executor.shutdown()
 
-    def lock_records(self) -> dict[str, StageLock]:
-        """Lock records of every stage that completed (ran or cached) in this run."""
-        return {nid: StageLock.from_parts(self.entries[nid].key, self.parts[nid], self.entries[nid].output_digests(),
-                                          self.entries[nid].metrics, host=self.entries[nid].host)
-                for nid in self.dag.order() if nid in self.entries}
+    def lock_records(self) -> dict[str, dict[str, StageLock]]:
+        """Lock records of every stage that completed (ran or cached) in this run, by the platform
+        class of the machine that built each one's outputs ({platform: {stage: record}}).
+
+        Filed by builder, not by this host: a hit on an entry another class built describes that
+        class's bytes (zoo/engine/lockfile.py)."""
+        records: dict[str, dict[str, StageLock]] = {}
+        for nid in self.dag.order():
+            if nid in self.entries:
+                records.setdefault(self.reports[nid].built_on, {})[nid] = self._record(nid)
+        return records
+
+    def _record(self, nid: str) -> StageLock:
+        entry = self.entries[nid]
+        return StageLock.from_parts(entry.key, self.parts[nid], entry.output_digests(), entry.metrics, host=entry.host)
+
+    def _locked_still(self, nid: str) -> bool:
+        """Whether the completed stage `nid` matches the lockfile (always, unless `--frozen`); a
+        difference stops the run."""
+        if self.guard is None or self.guard.after(nid, self.reports[nid].built_on, self._record(nid)):
+            return True
+        self.failed = True
+        return False
 
     # --- scheduling -----------------------------------------------------------------------
     def _start_ready(self) -> bool:
@@ -176,7 +203,7 @@ class Runner:
         key = report.key
         self.cache.hold(keys=[key])  # before the lookup: a hit's entry and objects stay until the run ends
         upstream_runs = [up for up in node.needs if self.reports[up].state == StageState.RAN]
-        previous = self.previous.stages.get(nid) if self.previous else None
+        previous = self.previous.reference(nid, self.here) if self.previous else None
         action, reasons, entry = decide(node, self.parts[nid], key, self.cache, previous, nid in self.force,
                                         upstream_runs)
         if action == StageState.CACHED:
@@ -184,6 +211,12 @@ class Runner:
                 reasons = [Reason(ReasonCode.CACHED, "computed by a concurrent run")]
             self._mark_cached(report, entry, reasons)
             return True
+        if self.guard is not None and not self.guard.before_run(nid, key, self.parts[nid], reasons):
+            self.failed = True
+            report.state = StageState.SKIPPED
+            report.reasons = [Reason(ReasonCode.NOT_RUN, "--frozen: no record in the lockfile to build it for")]
+            self.on_update(report)
+            return False
         if len(self._running) >= self.jobs:
             return False  # no free slot; stays waiting until a running stage finishes
         lock = self.cache.lock(key)
@@ -220,7 +253,9 @@ class Runner:
         report.duration_s = 0.0
         report.log_path = str(self.cache.log_path(entry.key))
         report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
-        if self.publish:
+        report.built_on = host.platform_class(entry.host)
+        # effects only for what the lock still pins: a frozen run does not publish other bytes
+        if self._locked_still(report.id) and self.publish:
             self._redo_effects(report, entry)
         self.on_update(report)
 
@@ -304,6 +339,8 @@ class Runner:
                 report.state, report.metrics = StageState.RAN, result.metrics
                 report.effects = list(result.effects)
                 report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
+                report.built_on = host.platform_class(entry.host)
+                self._locked_still(nid)
             else:
                 report.state, report.error = StageState.FAILED, result.error
                 self.failed = True

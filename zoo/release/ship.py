@@ -8,9 +8,12 @@ Steps, each refusing rather than guessing:
 
 1. ``--version`` must equal the recipe's ``version:`` (the lockfile records it, so the recipe
    stays the truth): InvalidInput (exit 2) otherwise.
-2. The recipe runs with ``frozen=True``: a lockfile that would change is refused with the diff
-   (LockOutOfDate, exit 1) unless ``allow_stale_lock`` (then a normal run updates the lock).
-   Cached stages do not rerun. Every gate of the stages whose kind checks gates
+2. The recipe runs with ``frozen=True`` (zoo/engine/frozen.py): stages missing from the cache are
+   built (an empty cache builds everything), and each result is compared with the lockfile's
+   record of the platform class that built it; a lockfile that would change is refused with the
+   diff, naming the differing output digests (LockOutOfDate, exit 1), unless ``allow_stale_lock``
+   (then a normal run updates the lock). The run stops at the first difference, so no stage
+   after it runs or publishes. Cached stages do not rerun. Every gate of the stages whose kind checks gates
    (`StageKind.gates`, e.g. verify) must pass; a failing gate or stage fails the release (its
    exit code) and nothing is published.
 3. The one stage whose kind publishes the version (`StageKind.release_output`, e.g. deploy with

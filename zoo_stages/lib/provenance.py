@@ -245,8 +245,13 @@ def release_props(recipe: Any, key: str, build: str, sources: Mapping[str, str],
 
 
 def lock_yaml(recipe: Any, lineage: Mapping[str, Mapping[str, Any]]) -> str:
-    """The lockfile of a release: the lock records of every stage that built it."""
+    """The lockfile of a release: the lock records of every stage that built it.
+
+    Filed under `zoo.host.UNKNOWN_PLATFORM`: the release's bytes depend on its key alone, and a key
+    does not say which platform class built the ancestors (the recipe's lockfile does), so a
+    machine using it as a lockfile compares bytes or checks equivalence, never takes it for its own."""
     from zoo.engine.lockfile import Lock, StageLock
+    from zoo.host import UNKNOWN_PLATFORM
 
     try:
         stages = {sid: StageLock(**dict(record)) for sid, record in lineage.items()}
@@ -254,7 +259,7 @@ def lock_yaml(recipe: Any, lineage: Mapping[str, Mapping[str, Any]]) -> str:
         raise InvalidInput(f"a lineage record is not a lock record: {e}",
                            hint="the engine passes lock records in context.lineage") from None
     return Lock(recipe={"name": recipe.name, "version": recipe.version, "digest": recipe.digest},
-                stages=stages).to_yaml()
+                platforms={UNKNOWN_PLATFORM: stages} if stages else {}).to_yaml()
 
 
 def statement(*, subjects: Iterable[tuple[str, str]], recipe: Any, key: str, config: Mapping[str, Any],
