@@ -182,3 +182,35 @@ def test_a_push_cut_off_between_objects_and_entry_leaves_no_hit_stand_in_crash(r
     assert _remote_cache(Cache(tmp_path / "b").ensure(), remote).fetch(KEY) is None  # no false hit
     assert _remote_cache(a, remote).push(entry) == {"created": 1, "objects": 0, "bytes": 0}  # a retry finishes it
     assert _remote_cache(Cache(tmp_path / "c").ensure(), remote).fetch(KEY) is not None
+
+
+def test_an_interrupted_fetch_resumes_from_what_it_had(remote, tmp_path):
+    """A fetch killed mid-download left the first half of an object in partial/ (named as
+    zoo.download names a dead process's temporary file); the next fetch asks the remote only for
+    the rest. The offsets are recorded by a wrapper around the store's real source."""
+    import subprocess
+    import sys
+
+    from zoo.download import _HOST, Source
+
+    a, entry = _committed(tmp_path / "a")
+    _remote_cache(a, remote).push(entry)
+    sha = json.loads(_store(remote).read_entry(KEY))["sha256"][entry.files["model.bin"]["digest"]]
+    data = (a.materialize(entry) / "model.bin").read_bytes()
+    b = Cache(tmp_path / "b").ensure()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = b.root / "partial" / f"{sha}.{_HOST}.{int(dead.stdout)}.abcdef012345.incomplete"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(data[:4000])
+    store = _store(remote)
+    offsets: list[int] = []
+    real = store.object_source
+
+    def recording(sha256, size):
+        src = real(sha256, size)
+        return Source(src.label, lambda offset: (offsets.append(offset), src.open_from(offset))[1])
+
+    store.object_source = recording
+    fetched = RemoteCache(b, RemoteCacheSetting(remote.url, dict(remote.options)), store=store).fetch(KEY)
+    assert fetched is not None and (b.materialize(fetched) / "model.bin").read_bytes() == data
+    assert 4000 in offsets and not leftover.exists()

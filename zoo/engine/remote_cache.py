@@ -26,6 +26,7 @@ goes on with the local cache only (`notes`).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from zoo.engine.cache import Cache, Entry, missing_outputs
@@ -92,7 +93,6 @@ class RemoteCache:
 
         sha256 is checked while the bytes stream (zoo.download: resumable), blake3 after; on any
         failure the files this call verified are removed, so a refused stage installs nothing."""
-        from zoo.download import download
         from zoo.engine.hashing import hash_file_uncached
 
         partial = self.cache.root / PARTIAL
@@ -102,12 +102,11 @@ class RemoteCache:
                 digest = meta["digest"]
                 if digest in verified or self.cache.object_path(digest).exists():
                     continue
-                sha256 = sha[digest]
-                dest = partial / sha256
-                download([self.store.object_source(sha256, meta["size"])], dest, sha256=sha256, size=meta["size"],
-                         what=f"remote cache {self.url}: an output of stage {entry.stage}", tmp_dir=partial)
-                verified[digest] = dest
-                if hash_file_uncached(dest) != digest:
+                path = self._download_one(entry, digest, sha[digest], meta["size"], partial)
+                if path is None:
+                    continue  # a concurrent fetch installed it meanwhile
+                verified[digest] = path
+                if hash_file_uncached(path) != digest:
                     raise IntegrityError(f"remote cache {self.url}: stage {entry.stage}'s entry names an object "
                                          "whose blake3 and sha256 digests disagree; nothing was installed",
                                          hint="the remote entry was tampered with: remove it from the remote, "
@@ -117,6 +116,28 @@ class RemoteCache:
                 path.unlink(missing_ok=True)
             raise
         return verified
+
+    def _download_one(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
+        """Download one object (sha256 verified) and take it under a name of this process's own, so
+        a concurrent fetch of the same bytes (another run on this cache) cannot move it away;
+        None when that other fetch installed the object first."""
+        import secrets
+
+        from zoo.download import download
+
+        dest = partial / sha256
+        for _ in range(3):
+            download([self.store.object_source(sha256, size)], dest, sha256=sha256, size=size,
+                     what=f"remote cache {self.url}: an output of stage {entry.stage}", tmp_dir=partial)
+            mine = partial / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.verified"
+            try:
+                os.rename(dest, mine)
+                return mine
+            except FileNotFoundError:  # another process took the file we both downloaded
+                if self.cache.object_path(digest).exists():
+                    return None
+        raise StorageError(f"remote cache {self.url}: could not keep a download in {partial}",
+                           hint="another process keeps removing it; run again")
 
     # --- writing -------------------------------------------------------------------------
     def push(self, entry: Entry) -> dict[str, int]:
