@@ -120,30 +120,39 @@ class Backend:
 
     def tamper(self, name: str, version: str, path: str, sha256: str) -> None:
         """Flip the last byte of a published file on the remote, bypassing zoo."""
-        def flip(data: bytes) -> bytes:
-            return data[:-1] + bytes([data[-1] ^ 0xFF])
+        if self.kind != "hf":
+            self.flip(f"blobs/sha256/{sha256[:2]}/{sha256}")
+            return
+        # a Hub that serves other bytes under the same version tag
+        repo = self.hub.mirrors / "models" / f"ns{self.uid}" / name
+        p = repo / path
+        p.write_bytes(_flip(p.read_bytes()))
+        git = ["git", "-C", str(repo), "-c", "user.name=x", "-c", "user.email=x@x"]
+        subprocess.run([*git, "commit", "-qam", "tamper"], check=True)
+        subprocess.run([*git, "tag", "-f", version], check=True, capture_output=True)
 
-        key = f"blobs/sha256/{sha256[:2]}/{sha256}"
+    def flip(self, key: str) -> None:
+        """Flip the last byte of the file at `key` (a path under the remote's root), bypassing zoo
+        (folder, http, s3 and webdav remotes)."""
         if self.kind in ("folder", "http"):
             p = self.root / key
             p.chmod(0o644)
-            p.write_bytes(flip(p.read_bytes()))
+            p.write_bytes(_flip(p.read_bytes()))
         elif self.kind == "s3":
             import boto3
 
             s3 = boto3.client("s3", endpoint_url=self.endpoint)
             obj = f"{self.uid}/{key}"
-            s3.put_object(Bucket="zoo", Key=obj, Body=flip(s3.get_object(Bucket="zoo", Key=obj)["Body"].read()))
+            s3.put_object(Bucket="zoo", Key=obj, Body=_flip(s3.get_object(Bucket="zoo", Key=obj)["Body"].read()))
         elif self.kind == "webdav":
             p = self.dav_root / self.uid / key
-            p.write_bytes(flip(p.read_bytes()))
-        else:  # a Hub that serves other bytes under the same version tag
-            repo = self.hub.mirrors / "models" / f"ns{self.uid}" / name
-            p = repo / path
-            p.write_bytes(flip(p.read_bytes()))
-            git = ["git", "-C", str(repo), "-c", "user.name=x", "-c", "user.email=x@x"]
-            subprocess.run([*git, "commit", "-qam", "tamper"], check=True)
-            subprocess.run([*git, "tag", "-f", version], check=True, capture_output=True)
+            p.write_bytes(_flip(p.read_bytes()))
+        else:
+            raise AssertionError(f"cannot flip a byte on a {self.kind} remote")
+
+
+def _flip(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 0xFF])
 
 
 def backend_id(kind: str) -> str:

@@ -1,4 +1,5 @@
-"""The Python API: `run`, `plan`, `status`, `gc`, and `load_torch` / `save_torch` (a zoo model
+"""The Python API: `run`, `plan`, `status`, `gc`, `cache_push` / `cache_pull` / `cache_status`
+(the remote run cache), and `load_torch` / `save_torch` (a zoo model
 back into torch). The CLI only calls these.
 
     import zoo
@@ -35,6 +36,8 @@ class Result:
     lock_path: Path | None = None
     lock_changed: bool = False
     executed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. a remote run cache that could not be reached
+    cache_remote: str | None = None  # the remote run cache this run used (zoo/engine/remote_cache.py)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +58,7 @@ class Result:
         return {"schema_version": 1, "recipe": self.recipe, "version": self.version, "path": str(self.path),
                 "ok": self.ok, "exit_code": self.exit_code(), "cache_dir": str(self.cache_dir),
                 "lock": str(self.lock_path) if self.lock_path else None, "lock_changed": self.lock_changed,
+                "cache_remote": self.cache_remote, "notes": list(self.notes),
                 "stages": [s.to_json() for s in self.stages]}
 
 
@@ -107,7 +111,8 @@ status = plan
 
 def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, jobs: int = 1, force: Iterable[str] | bool = (),
         frozen: bool = False, executor: Executor | str | None = None,
-        on_update: Callable[[StageReport], None] | None = None, record: bool = True) -> Result:
+        on_update: Callable[[StageReport], None] | None = None, record: bool = True,
+        cache_remote: str | None = None) -> Result:
     """Run the recipe; cached stages are not run. Updates the lockfile next to the recipe.
 
     `force`: True for every stage, or stage ids (all instances of a matrix stage) to rerun.
@@ -115,7 +120,10 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     anything runs when the plan shows it, else at the first stage whose result differs (the run
     stops there); the lockfile is never written.
     `executor`: an Executor, or 'local' / 'dask://HOST:PORT'.
-    `record=False` (used by `zoo repro`): no lockfile update, no stamp, and stages publish nothing.
+    `record=False` (used by `zoo repro`): no lockfile update, no stamp, stages publish nothing, and
+    no remote run cache is read or written (a rebuild must build).
+    `cache_remote`: the remote run cache (a URL or a `zoo remote add` name; "none" for none); None
+    takes it from the project's `.zoo/config.yaml`, else `$ZOO_HOME/config.yaml` (zoo/engine/cache_config.py).
     """
     dag = load(path)
     cache = Cache(paths.cache_dir(cache_dir)).ensure()
@@ -138,8 +146,9 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
         if on_update:
             on_update(report)
 
+    remote = _remote_cache(cache, cache_remote, dag) if record else None
     runner = Runner(dag, cache, executor, force=forced, previous=previous, jobs=jobs, publish=record,
-                    on_update=update, guard=guard)
+                    on_update=update, guard=guard, remote=remote)
     reports = runner.run()
     if guard is not None:
         frozen_mod.raise_if(guard.problems, dag, executed)
@@ -149,10 +158,20 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     changed = lockfile.write(lock_file, new_lock) if record and not frozen and worth_writing else False
     result = Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
                     stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
-                    lock_changed=changed, executed=executed)
+                    lock_changed=changed, executed=executed, notes=list(remote.notes) if remote else [],
+                    cache_remote=remote.url if remote else None)
     if record and result.ok and all(n.cache_policy == "default" for n in dag.nodes.values()):
         _write_stamp(dag, cache, runner, result)
     return result
+
+
+def _remote_cache(cache: Cache, flag: str | None, dag: planner.Dag):
+    """The RemoteCache for this run, or None (zoo/engine/cache_config.py decides which)."""
+    from zoo.engine import cache_config
+    from zoo.engine.remote_cache import RemoteCache
+
+    setting = cache_config.resolve(flag, dag.recipe.path)
+    return None if setting is None else RemoteCache(cache, setting)
 
 
 def _write_stamp(dag: planner.Dag, cache: Cache, runner: Runner, result: Result) -> None:
@@ -221,6 +240,42 @@ def _locked_keys(recipe: Path) -> set[str]:
         raise InvalidInput(f"--keep {recipe}: it has no lockfile ({lock_file.name} is missing)",
                            hint=f"run `zoo run {recipe}` first so its lockfile pins what to keep; nothing was freed")
     return lock.keys()
+
+
+def cache_push(recipes: Iterable[str | Path] = (), *, remote: str | None = None,
+               cache_dir: str | Path | None = None) -> dict:
+    """Push local run-cache entries to the remote run cache: those of `recipes`' stages, or every one.
+
+    `remote`: a URL or a `zoo remote add` name; None takes the configured one (InvalidInput if none).
+    Objects go first, each entry last with a create-exclusive write; an entry already there is
+    never overwritten (counted in "already")."""
+    from zoo.engine import cache_sync
+
+    recipes = [Path(r) for r in recipes]
+    rc = cache_sync.open_remote(Cache(paths.cache_dir(cache_dir)).ensure(), remote, recipes[0] if recipes else None)
+    return cache_sync.push(rc, recipes)
+
+
+def cache_pull(recipes: Iterable[str | Path], *, remote: str | None = None, cache_dir: str | Path | None = None) -> dict:
+    """Download from the remote run cache the stages of `recipes` that the local cache lacks
+    (sha256-verified, resumable; a tampered object is IntegrityError and installs nothing)."""
+    from zoo.engine import cache_sync
+
+    recipes = [Path(r) for r in recipes]
+    cache = Cache(paths.cache_dir(cache_dir)).ensure()
+    rc = cache_sync.open_remote(cache, remote, recipes[0] if recipes else None)
+    with cache.leased():
+        return cache_sync.pull(rc, recipes)
+
+
+def cache_status(recipes: Iterable[str | Path] = (), *, remote: str | None = None,
+                 cache_dir: str | Path | None = None) -> dict:
+    """Local vs remote run cache: per stage of `recipes`, or entry counts on each side."""
+    from zoo.engine import cache_sync
+
+    recipes = [Path(r) for r in recipes]
+    rc = cache_sync.open_remote(Cache(paths.cache_dir(cache_dir)), remote, recipes[0] if recipes else None)
+    return cache_sync.status(rc, recipes)
 
 
 def _forced(dag: planner.Dag, force: Iterable[str] | bool) -> set[str]:

@@ -43,9 +43,13 @@ def run(
     frozen: bool = typer.Option(False, "--frozen", help="Fail, with a diff, if the lockfile would change (for CI)."),
     cache_dir: Optional[Path] = CacheDirOpt,
     executor: Optional[str] = typer.Option(None, "--executor", help="'local' (default) or 'dask://HOST:PORT'."),
+    cache_remote: Optional[str] = typer.Option(
+        None, "--cache-remote", metavar="URL",
+        help="Remote run cache (a folder, s3://…, webdav+https://…, or a `zoo remote` name; 'none' for none) "
+             "[default: cache.remote of .zoo/config.yaml, else $ZOO_HOME/config.yaml]."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Run a recipe. Stages whose inputs did not change are taken from the cache."""
+    """Run a recipe. Stages whose inputs did not change are taken from the cache (local, then remote)."""
     from zoo import api
     from zoo.errors import InvalidInput
 
@@ -56,7 +60,9 @@ def run(
     progress = _progress(dag, as_json)
     with progress:
         result = api.run(dag, cache_dir=cache_dir, jobs=jobs, force=(stages or True) if force else (),
-                         frozen=frozen, executor=executor, on_update=progress.update)
+                         frozen=frozen, executor=executor, on_update=progress.update, cache_remote=cache_remote)
+    for note in result.notes:
+        _echo(f"note: {note}", err=True)
     if as_json:
         _echo(json.dumps(result.to_json(), indent=2))
     else:
@@ -254,11 +260,11 @@ def _size(n: int) -> str:
 
 
 def _register_subcommands() -> None:
-    """Commands that live in their own modules (registry; releases; import; exporters)."""
+    """Commands that live in their own modules (registry; releases; import; exporters; remote run cache)."""
     import importlib
 
     for module_name in ("zoo.cli.zoo_commands", "zoo.cli.release_commands", "zoo.cli.import_command",
-                        "zoo.cli.exporter_commands"):
+                        "zoo.cli.exporter_commands", "zoo.cli.cache_commands"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:

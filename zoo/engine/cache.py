@@ -8,6 +8,8 @@ Layout under the cache dir (default ``./cache``, env ``ZOO_CACHE_DIR``, flag ``-
     logs/<key>.log          each stage's captured stdout/stderr
     locks/<key>.lock        one lock per key, so concurrent runs never compute a key twice
     runs/<id>.lock|.json    each live run's lease: what gc must leave alone (zoo/engine/leases.py)
+    partial/                downloads from a remote run cache in progress (zoo/engine/remote_cache.py);
+                            an interrupted one is resumed by the next run, gc empties it when no run is live
     tmp/<run id>/           a live run's stage workspaces; anything else here is garbage
     hashes.sqlite           stat cache: an unchanged file is never hashed twice
 
@@ -158,6 +160,31 @@ class Cache:
         os.chmod(src, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH | (os.stat(src).st_mode & 0o111))
         os.replace(src, dest)
 
+    def install_object(self, src: Path, digest: str) -> None:
+        """Move a file whose blake3 digest the caller has checked into objects/ (a rename; idempotent)."""
+        try:
+            self._store_file(src, digest)
+        except OSError as e:
+            if is_no_space(e):
+                raise no_space(self.root) from e
+            raise StorageError(f"cannot store an object in the cache {self.root}: {e}",
+                               hint="check the cache folder's permissions and disk") from e
+
+    def record(self, entry: Entry) -> None:
+        """Write `entry` (atomically), every object it names being in objects/ already: the
+        last step of taking a stage from a remote cache, as of committing one that ran."""
+        absent = [m["digest"] for m in entry.files.values() if not self.object_path(m["digest"]).exists()]
+        if absent:
+            raise IntegrityError(f"cache entry of stage {entry.stage}: object {absent[0][:16]}… is not in the cache",
+                                 hint="run again; zoo will fetch or recompute the stage")
+        try:
+            atomic_write(self.entry_path(entry.key), json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
+        except OSError as e:
+            if is_no_space(e):
+                raise no_space(self.root) from e
+            raise StorageError(f"cannot record stage {entry.stage} in the cache {self.root}: {e}",
+                               hint="check the cache folder's permissions and disk") from e
+
     def tmp_dir(self, prefix: str) -> Path:
         """A fresh workspace: under the run's lease folder when a run holds one (gc skips it)."""
         self.ensure()
@@ -231,7 +258,7 @@ class Cache:
             entry = Entry(key=key, stage=stage, kind=kind, outputs=named, files=files, metrics=metrics,
                           parts=parts, duration_s=duration_s, created=time.time(), host=dict(host or {}))
             if record:
-                atomic_write(self.entry_path(key), json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
+                self.record(entry)
         except OSError as e:
             if is_no_space(e):
                 raise no_space(self.root) from e
@@ -322,6 +349,12 @@ class Cache:
                 if child.name in held.ids:
                     skipped["workspaces"] += 1
                     continue
+                freed += _tree_size(child)
+                if not dry_run:
+                    _remove(child)
+        partial = self.root / "partial"
+        if partial.exists() and not held.pids:  # a live run may be downloading into it
+            for child in partial.iterdir():
                 freed += _tree_size(child)
                 if not dry_run:
                     _remove(child)

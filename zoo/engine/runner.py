@@ -3,7 +3,9 @@
 A stage runs when its key is not in the cache (or it is forced / its cache policy says so). Its
 key needs its inputs' digests, so it is computed when all its needs are done. Independent stages
 run in parallel on the executor; a failure stops new scheduling, keeps completed results, and
-leaves dependents unscheduled.
+leaves dependents unscheduled. With a remote run cache (zoo/engine/remote_cache.py), a stage
+missing locally is looked up there before it runs (`_remote_hit`), and what a stage computes is
+pushed there (`_share`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from zoo import host
 from zoo.engine import explain, keys, kind_loader
@@ -30,6 +32,9 @@ from zoo.engine.lockfile import Lock, StageLock
 from zoo.engine.planner import Dag, Node
 from zoo.stage import Effect, Upstream
 from zoo.engine.worker import StageResult, StageTask, WorkerError
+
+if TYPE_CHECKING:
+    from zoo.engine.remote_cache import RemoteCache
 
 
 class StageState(StrEnum):
@@ -105,7 +110,8 @@ class Runner:
 
     def __init__(self, dag: Dag, cache: Cache, executor: Executor, *, force: set[str] = frozenset(),
                  previous: Lock | None = None, jobs: int = 1, publish: bool = True,
-                 on_update: Callable[[StageReport], None] = lambda r: None, guard: Any = None):
+                 on_update: Callable[[StageReport], None] = lambda r: None, guard: Any = None,
+                 remote: "RemoteCache | None" = None):
         self.dag = dag
         self.cache = cache
         self.executor = executor
@@ -116,6 +122,8 @@ class Runner:
         self.on_update = on_update
         self.guard = guard
         self.here = host.platform_class()  # whose records explain why a stage reruns
+        self.remote = remote
+        self._remote_asked: set[str] = set()  # stages the remote lacked (asked once per run)
         self.hashes: StatCache = cache.hashes
         self.reports = {nid: StageReport(id=nid, kind=n.kind, needs=list(n.needs)) for nid, n in dag.nodes.items()}
         self.entries: dict[str, Entry] = {}
@@ -211,6 +219,8 @@ class Runner:
                 reasons = [Reason(ReasonCode.CACHED, "computed by a concurrent run")]
             self._mark_cached(report, entry, reasons)
             return True
+        if self._remote_hit(node, report, key):
+            return True
         if self.guard is not None and not self.guard.before_run(nid, key, self.parts[nid], reasons):
             self.failed = True
             report.state = StageState.SKIPPED
@@ -245,6 +255,32 @@ class Runner:
         self.on_update(report)
         self._running[self.executor.submit(task)] = (nid, lock, tmp)
         return True
+
+    def _remote_hit(self, node: Node, report: StageReport, key: str) -> bool:
+        """True when the stage was settled from the remote run cache: taken from it (cached), or
+        failed because the remote served bytes that are not what its entry names (IntegrityError,
+        exit 4: nothing installed, and the stage is not run either). Asked once per stage and run,
+        only for stages the cache may answer (not forced, policy `default`)."""
+        if self.remote is None or node.id in self.force or node.cache_policy != "default" \
+                or node.id in self._remote_asked:
+            return False
+        self._remote_asked.add(node.id)
+        try:
+            entry = self.remote.fetch(key)
+        except ZooError as e:
+            report.state, report.error = StageState.FAILED, WorkerError.from_exception(e)
+            self.failed = True
+            self.on_update(report)
+            return True
+        if entry is None:
+            return False
+        self._mark_cached(report, entry, [Reason(ReasonCode.CACHED, f"from the remote cache {self.remote.url}")])
+        return True
+
+    def _share(self, node: Node, entry: Entry) -> None:
+        """Push a stage this run computed to the remote run cache (policy `default` only)."""
+        if self.remote is not None and node.cache_policy == "default":
+            self.remote.share(entry)
 
     def _mark_cached(self, report: StageReport, entry: Entry, reasons: list[Reason]) -> None:
         self._locked_out.discard(report.id)
@@ -336,6 +372,7 @@ class Runner:
                     result = StageResult(error=WorkerError.from_exception(e))
             if result.ok:
                 self.entries[nid] = entry
+                self._share(node, entry)
                 report.state, report.metrics = StageState.RAN, result.metrics
                 report.effects = list(result.effects)
                 report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}

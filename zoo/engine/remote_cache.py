@@ -1,0 +1,229 @@
+"""The remote run cache: a local `Cache` backed by a `CacheStore` that machines share.
+
+A run looks in the local cache, then here (`fetch`); a stage found remotely has its outputs
+downloaded into the local cache instead of running. What a run computes is `push`ed: objects
+first, the entry last with a create-exclusive write, so an entry on the remote always has its
+objects there (a push cut off at any point leaves at most unreferenced objects, never a hit).
+An entry is never overwritten: the first run to push a key wins; a concurrent push of the same
+key finds it there and is fine (same key, same inputs).
+
+An entry document (schema_version 1)::
+
+    {"schema_version": 1, "key": KEY, "entry": <the local cache entry, zoo.engine.cache.Entry>,
+     "sha256": {<blake3 digest of a file>: <its sha256>}}
+
+The local cache names objects by blake3; the remote by sha256, which `zoo.download` verifies
+while the bytes stream (resumable, from a temporary file in the cache's ``partial/``). After the
+download the blake3 digest is checked too, so the bytes installed are exactly those the entry
+names: a tampered object (or an entry whose two digests disagree) is an `IntegrityError` (exit 4)
+and nothing of that stage is installed in the local cache. Trust: whoever can write to the remote
+can publish entries for keys; a remote cache is shared with people you trust to build for you.
+
+An unreachable or refusing remote (SourceUnreachable, AccessDenied) is noted once and the run
+goes on with the local cache only (`notes`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from zoo.engine.cache import Cache, Entry, missing_outputs
+from zoo.engine.cache_config import RemoteCacheSetting
+from zoo.engine.cache_store import CacheStore, open_store
+from zoo.errors import AccessDenied, IntegrityError, NoSpace, SourceUnreachable, StorageError, ZooError
+
+REMOTE_ENTRY_SCHEMA_VERSION = 1
+PARTIAL = "partial"  # under the cache root: downloads in progress (resumed by the next run)
+
+
+class RemoteCache:
+    """A remote run cache for one local `cache`. The store is opened on first use."""
+
+    def __init__(self, cache: Cache, setting: RemoteCacheSetting, store: CacheStore | None = None):
+        self.cache = cache
+        self.setting = setting
+        self.url = setting.url
+        self._store = store
+        self.offline = False  # found unreachable: the rest of the run is local
+        self.notes: list[str] = []
+
+    @property
+    def store(self) -> CacheStore:
+        if self._store is None:
+            self._store = open_store(self.url, self.setting.options)
+        return self._store
+
+    # --- reading -------------------------------------------------------------------------
+    def remote_entry(self, key: str) -> tuple[Entry, dict[str, str]] | None:
+        """The remote's entry for `key` and its {blake3: sha256} map, or None. IntegrityError when
+        the document is not a valid entry for this key."""
+        data = self.store.read_entry(key)
+        return None if data is None else parse_entry(data, key, self.url)
+
+    def fetch(self, key: str) -> Entry | None:
+        """Make `key` a local hit from the remote: download its objects (every one verified before
+        any is installed), then record the local entry. None when the remote lacks it or cannot be
+        reached (noted); IntegrityError when what it serves is not what its entry names."""
+        if self.offline:
+            return None
+        try:
+            found = self.remote_entry(key)
+            if found is None:
+                return None
+            entry, sha = found
+            self.cache.hold(keys=[key], digests=[m["digest"] for m in entry.files.values()])
+            verified = self._download_all(entry, sha)
+        except (SourceUnreachable, AccessDenied) as e:
+            self._went_offline(e)
+            return None
+        except NoSpace:
+            raise
+        except StorageError as e:  # the remote answered with an error of its own: carry on without it
+            self._went_offline(e)
+            return None
+        for digest, path in verified.items():
+            self.cache.install_object(path, digest)
+        self.cache.record(entry)
+        return self.cache.lookup(key)
+
+    def _download_all(self, entry: Entry, sha: dict[str, str]) -> dict[str, Path]:
+        """{blake3: verified file in partial/} for each object of `entry` the local cache lacks.
+
+        sha256 is checked while the bytes stream (zoo.download: resumable), blake3 after; on any
+        failure the files this call verified are removed, so a refused stage installs nothing."""
+        from zoo.engine.hashing import hash_file_uncached
+
+        partial = self.cache.root / PARTIAL
+        verified: dict[str, Path] = {}
+        try:
+            for meta in entry.files.values():
+                digest = meta["digest"]
+                if digest in verified or self.cache.object_path(digest).exists():
+                    continue
+                path = self._download_one(entry, digest, sha[digest], meta["size"], partial)
+                if path is None:
+                    continue  # a concurrent fetch installed it meanwhile
+                verified[digest] = path
+                if hash_file_uncached(path) != digest:
+                    raise IntegrityError(f"remote cache {self.url}: stage {entry.stage}'s entry names an object "
+                                         "whose blake3 and sha256 digests disagree; nothing was installed",
+                                         hint="the remote entry was tampered with: remove it from the remote, "
+                                              "then run again")
+        except BaseException:
+            for path in verified.values():
+                path.unlink(missing_ok=True)
+            raise
+        return verified
+
+    def _download_one(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
+        """Download one object (sha256 verified) and take it under a name of this process's own, so
+        a concurrent fetch of the same bytes (another run on this cache) cannot move it away;
+        None when that other fetch installed the object first."""
+        import secrets
+
+        from zoo.download import download
+
+        dest = partial / sha256
+        for _ in range(3):
+            download([self.store.object_source(sha256, size)], dest, sha256=sha256, size=size,
+                     what=f"remote cache {self.url}: an output of stage {entry.stage}", tmp_dir=partial)
+            mine = partial / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.verified"
+            try:
+                os.rename(dest, mine)
+                return mine
+            except FileNotFoundError:  # another process took the file we both downloaded
+                if self.cache.object_path(digest).exists():
+                    return None
+        raise StorageError(f"remote cache {self.url}: could not keep a download in {partial}",
+                           hint="another process keeps removing it; run again")
+
+    # --- writing -------------------------------------------------------------------------
+    def push(self, entry: Entry) -> dict[str, int]:
+        """Upload `entry` (objects the remote lacks, then the entry, create-exclusive).
+
+        Returns {"created", "objects", "bytes"}; created is 0 when the entry was there already
+        (it is never overwritten). Unreachable/refusing remotes raise (callers decide)."""
+        from zoo.files import sha256_and_size
+        from zoo.engine.hashing import hash_file_uncached
+
+        if self.store.read_entry(entry.key) is not None:
+            return {"created": 0, "objects": 0, "bytes": 0}
+        sha: dict[str, str] = {}
+        uploaded = nbytes = 0
+        for meta in entry.files.values():
+            digest = meta["digest"]
+            if digest in sha:
+                continue
+            local = self.cache.object_path(digest)
+            sha256, size = sha256_and_size(local)
+            if size != meta["size"] or hash_file_uncached(local) != digest:
+                raise IntegrityError(f"local cache object {digest[:16]}… of stage {entry.stage} is corrupt; "
+                                     "refusing to push it", hint="`zoo gc` it away and run the stage again")
+            sha[digest] = sha256
+            if not self.store.has_object(sha256, size):
+                self.store.put_object(local, sha256)
+                uploaded += 1
+                nbytes += size
+        doc = {"schema_version": REMOTE_ENTRY_SCHEMA_VERSION, "key": entry.key, "entry": entry.to_json(), "sha256": sha}
+        created = self.store.create_entry(entry.key, json.dumps(doc, indent=1, sort_keys=True).encode())
+        return {"created": int(created), "objects": uploaded, "bytes": nbytes}
+
+    def share(self, entry: Entry) -> None:
+        """Push what a run computed, unless pushing is off; an unreachable remote is noted, and a
+        local object found corrupt is noted too (the run's own result stands)."""
+        if self.offline or not self.setting.push or self.store.read_only:
+            return
+        try:
+            self.push(entry)
+        except (SourceUnreachable, AccessDenied) as e:
+            self._went_offline(e)
+        except ZooError as e:  # a corrupt local object, a remote error: the stage's result stands
+            self.notes.append(f"stage {entry.stage} was not pushed to the remote cache {self.url}: {e.message}")
+
+    def _went_offline(self, e: Exception) -> None:
+        self.offline = True
+        what = "refused access" if isinstance(e, AccessDenied) else \
+            "is unreachable" if isinstance(e, SourceUnreachable) else "failed"
+        self.notes.append(f"remote cache {self.url} {what} ({type(e).__name__}); the rest of this run used "
+                          "the local cache only")
+
+
+def parse_entry(data: bytes, key: str, url: str) -> tuple[Entry, dict[str, str]]:
+    """A remote entry document checked against `key`: its schema, its paths (none may leave the
+    stage's folder), a sha256 for every object, every output present. IntegrityError otherwise."""
+    from zoo.pathsafety import EscapingPath, check_relative_path
+
+    def bad(why: str) -> IntegrityError:
+        return IntegrityError(f"remote cache {url}: the entry for key {key[:16]}… {why}; nothing was installed",
+                              hint="remove that entry from the remote (it is damaged or was tampered with), then run again")
+
+    try:
+        doc = json.loads(data)
+        if doc.get("schema_version") != REMOTE_ENTRY_SCHEMA_VERSION:
+            raise bad(f"has schema_version {doc.get('schema_version')!r} (this zoo reads {REMOTE_ENTRY_SCHEMA_VERSION})")
+        entry = Entry.from_json(doc["entry"])
+        sha = {str(k): str(v) for k, v in doc["sha256"].items()}
+    except IntegrityError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise bad(f"is not a valid entry ({type(e).__name__})") from None
+    if doc.get("key") != key or entry.key != key:
+        raise bad("describes another key")
+    for rel, meta in entry.files.items():
+        try:
+            check_relative_path(rel)
+        except EscapingPath:
+            raise bad(f"names a file {rel!r} outside the stage's folder") from None
+        if not isinstance(meta.get("size"), int) or meta.get("digest") not in sha or \
+                len(sha[meta["digest"]]) != 64 or not _hex(sha[meta["digest"]]) or not _hex(str(meta["digest"])):
+            raise bad(f"lacks a valid digest or size for {rel!r}")
+    if missing_outputs(entry.outputs, entry.files):
+        raise bad("lacks a declared output")
+    return entry, sha
+
+
+def _hex(value: str) -> bool:
+    return bool(value) and all(c in "0123456789abcdef" for c in value)
+
