@@ -145,7 +145,7 @@ class DataSpec(_Strict):
                                               "short shas are refused: they can move)")
     format: Literal["folder", "npz", "csv", "parquet", "jsonl"] | None = Field(
         None, description="dvc: how to read the tracked path (default: by its suffix, .csv .parquet .jsonl .npz; "
-                          "none: folder)")
+                          "a path without one is a folder)")
     text: str | None = Field(None, description="csv / parquet / jsonl: the column of texts to tokenize")
     tokenizer: TokenizerSpec | None = Field(None, description="text: {path: tokenizer.json} or {train: {model, "
                                                               "vocab_size, lowercase}}")
