@@ -111,8 +111,9 @@ def test_the_dvc_digest_is_what_enters_keys_and_a_new_rev_changes_it(dvc_repo, t
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo.path), str(clone)], check=True)
     assert datasets.data_dependencies({**v1, "repo": str(clone)}, tmp_path) == [pin1]
-    # the v2 table is the one read at v2
+    # the v2 table is the one read at v2, and the split's record names the bytes
     assert len(datasets.load_split(v2, tmp_path, "train")) + len(datasets.load_split(v2, tmp_path, "val")) == 40
+    assert datasets.split_info(v2, tmp_path)["dvc"] == {"rev": repo.commits[1], "md5": record2["md5"], "format": "csv"}
 
 
 def test_a_git_url_repo_is_mirrored_once_and_read_at_its_commit(dvc_repo, tmp_path, monkeypatch):

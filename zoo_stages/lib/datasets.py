@@ -111,7 +111,8 @@ def load_split(data: dict, recipe_dir: Path, split: str) -> Split:
 
 
 def split_info(data: dict, recipe_dir: Path) -> dict:
-    """A JSON-able record of the split: source, sizes, seed, label kind, digests of the index lists."""
+    """A JSON-able record of the split: source, sizes, seed, label kind, digests of the index lists
+    (and for ``dvc`` data, the commit and DVC's digest of the bytes)."""
     key = _key(data, recipe_dir)
     spec = json.loads(key)["spec"]
     loaded = _loaded(key)
@@ -140,6 +141,9 @@ def split_info(data: dict, recipe_dir: Path) -> dict:
             info["channels"] = record["channels"]
     if loaded.class_names is not None:
         info["classes"] = list(loaded.class_names)
+    if spec["source"] == "dvc":  # which bytes: the commit and the digest DVC recorded there
+        out = _dvc_out(key)
+        info["dvc"] = {"rev": out.commit, "md5": out.md5, "format": spec["format"]}
     return info
 
 
