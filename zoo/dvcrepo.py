@@ -263,11 +263,12 @@ class _Git:
     def resolve_name(self, rev: str) -> tuple[str, str] | None:
         """(what `rev` is: branch, tag or short commit sha; the commit it names now) or None."""
         refs = self._remote_refs() if self.url else self._local_refs()
-        for prefix, what in (("refs/heads/", "branch"), ("refs/tags/", "tag"), ("refs/remotes/", "branch")):
-            for name, commit in refs.items():
-                if name.startswith(prefix) and (name[len(prefix):] == rev or
-                                                what == "branch" and name.split("/", 3)[-1] == rev):
-                    return what, commit
+        for name, what in ((f"refs/heads/{rev}", "branch"), (f"refs/tags/{rev}", "tag")):
+            if name in refs:
+                return what, refs[name]
+        for name, commit in refs.items():  # a remote-tracking branch: refs/remotes/<remote>/<rev>
+            if name.startswith("refs/remotes/") and name.split("/", 3)[-1] == rev:
+                return "branch", commit
         if rev == "HEAD" and "HEAD" in refs:
             return "branch (HEAD)", refs["HEAD"]
         if re.fullmatch(r"[0-9a-f]{4,63}", rev) and self.url is None:
