@@ -261,6 +261,7 @@ OTHER = {
     "data.text": "t", "data.tokenizer": {"train": {"vocab_size": 100}}, "data.max_length": 16,
     "data.token_type_ids": True, "data.image": {"size": [8, 6]}, "data.inputs": {"a": ["x"]}, "data.input": "x",
     "data.columns": ["x"], "data.label": "z", "data.normalize": "standard",
+    "data.repo": "../elsewhere", "data.rev": "f" * 40, "data.format": "csv",  # dvc's fields (source stays digits)
     "task": "object-detection",
 }
 

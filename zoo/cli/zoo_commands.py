@@ -277,12 +277,16 @@ def fsck_cmd(
 
 def remote_add_cmd(
     name: str = typer.Argument(..., help="Remote name.", show_default=False),
-    url: str = typer.Argument(..., help="Folder, file://, s3://bucket/prefix, webdav+https://host/path, "
-                                        "https://… (read-only) or hf://namespace.", show_default=False),
+    url: Optional[str] = typer.Argument(None, help="Folder, file://, s3://bucket/prefix, webdav+https://host/path, "
+                                                   "https://… (read-only) or hf://namespace.", show_default=False),
     option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="KEY=VALUE, e.g. endpoint_url=http://… "
                                                "(s3), user=… password_env=VAR (webdav), endpoint=… (hf)."),
     mirror: Optional[List[str]] = typer.Option(None, "--mirror", help="Mirror URL tried after the remote (repeatable)."),
     replace: bool = typer.Option(False, "--replace", help="Replace an existing remote of that name."),
+    from_dvc: Optional[str] = typer.Option(None, "--from-dvc", metavar="REMOTE",
+                                           help="Instead of URL: the URL and options of this DVC remote (credentials "
+                                                "stay in the environment; needs the dvc extra)."),
+    dvc_repo: Path = typer.Option(Path("."), "--dvc-repo", help="The DVC repo whose config defines --from-dvc's remote."),
 ) -> None:
     """Add a remote zoo. Credentials come from the environment, never from this config."""
     from zoo.errors import InvalidInput
@@ -294,8 +298,18 @@ def remote_add_cmd(
         if not sep or not key:
             raise InvalidInput(f"--option {item!r} is not KEY=VALUE", hint="e.g. --option endpoint_url=http://127.0.0.1:9000")
         options[key.strip()] = value.strip()
-    r = api.remote_add(name, url, options=options, mirrors=mirror or [], replace=replace)
-    print(f"remote {r['name']} → {r['url']}", flush=True)
+    if (url is None) == (from_dvc is None):
+        raise InvalidInput("give the remote's URL or --from-dvc REMOTE (one of them)",
+                           hint="zoo remote add NAME s3://bucket/prefix, or zoo remote add NAME --from-dvc storage")
+    if from_dvc is None:
+        r = api.remote_add(name, url, options=options, mirrors=mirror or [], replace=replace)
+        print(f"remote {r['name']} → {r['url']}", flush=True)
+        return
+    r = api.remote_add_from_dvc(name, from_dvc, dvc_repo=dvc_repo, options=options, mirrors=mirror or [], replace=replace)
+    shown = "".join(f" {k}={v}" for k, v in r["options"].items())
+    print(f"remote {r['name']} → {r['url']}{shown}  (DVC remote {from_dvc!r} in {r['from_dvc']['config']})", flush=True)
+    for note in r["notes"]:
+        _note(note)
 
 
 def remote_list_cmd(as_json: bool = JsonOpt) -> None:

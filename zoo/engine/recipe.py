@@ -11,7 +11,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -43,11 +43,26 @@ _DATA_FIELD_SOURCES: dict[str, tuple[str, ...]] = {
     "normalize": TABLE_SOURCES, "label": ("npz",) + TABLE_SOURCES,
     "text": TABLE_SOURCES, "tokenizer": TABLE_SOURCES, "max_length": TABLE_SOURCES,
     "token_type_ids": TABLE_SOURCES,
+    "repo": ("dvc",), "rev": ("dvc",), "format": ("dvc",),
 }
+# data.source: dvc reads a file or folder in one of these formats, named by `format:` or by the path's suffix
+DVC_FORMATS = ("folder", "npz", "csv", "parquet", "jsonl")
+_DVC_SUFFIXES = {".npz": "npz", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl",
+                 ".ndjson": "jsonl", "": "folder"}
 _TEXT_ONLY = ("tokenizer", "max_length", "token_type_ids")  # need `text:`
 _NUMERIC_ONLY = ("inputs", "input", "columns", "normalize")  # tables of numbers, not with `text:`
 _DEFAULT_LABEL = {"npz": "y", "csv": "label", "parquet": "label", "jsonl": "label"}
 DEFAULT_MAX_LENGTH = 128
+
+
+def data_format(source: str | None, fmt: str | None, path: str | None) -> str | None:
+    """The format a `data:` section reads: its source, or for ``dvc`` its `format:` or the path's suffix
+    (a path without one is a folder); None when that cannot be told."""
+    if source != "dvc":
+        return source
+    if fmt is not None:
+        return fmt
+    return _DVC_SUFFIXES.get(PurePosixPath(path).suffix.lower()) if path else None
 
 
 class ImageSpec(_Strict):
@@ -119,11 +134,18 @@ class DataSpec(_Strict):
     naming the sources it applies to (checked per field, so the error points at its line).
     """
 
-    source: Literal["digits", "folder", "npz", "csv", "parquet", "jsonl"] = Field(
+    source: Literal["digits", "folder", "npz", "csv", "parquet", "jsonl", "dvc"] = Field(
         description="digits: scikit-learn's bundled 8x8 digits; folder: one subfolder per class; npz: named arrays "
-                    "(x, y for images); csv / parquet / jsonl: a table of numbers, or of texts with `text:`")
+                    "(x, y for images); csv / parquet / jsonl: a table of numbers, or of texts with `text:`; dvc: a "
+                    "file or folder tracked in a DVC repo (`repo`, `rev`, `path`), in one of those formats")
     path: str | None = Field(None, description="folder or file, relative to the recipe (every source but digits, which "
-                                                 "ignores it)")
+                                                 "ignores it); dvc: the tracked file or folder, relative to the repo's root")
+    repo: str | None = Field(None, description="dvc: the DVC repo, a folder relative to the recipe or a git URL")
+    rev: str | None = Field(None, description="dvc: the full commit sha of the DVC repo to read (branches, tags and "
+                                              "short shas are refused: they can move)")
+    format: Literal["folder", "npz", "csv", "parquet", "jsonl"] | None = Field(
+        None, description="dvc: how to read the tracked path (default: by its suffix, .csv .parquet .jsonl .npz; "
+                          "a path without one is a folder)")
     text: str | None = Field(None, description="csv / parquet / jsonl: the column of texts to tokenize")
     tokenizer: TokenizerSpec | None = Field(None, description="text: {path: tokenizer.json} or {train: {model, "
                                                               "vocab_size, lowercase}}")
@@ -154,14 +176,18 @@ class DataSpec(_Strict):
     def _applies(cls, v, info):
         source = info.data.get("source")
         allowed = _DATA_FIELD_SOURCES[info.field_name]
-        if v is not None and source is not None and source not in allowed:
-            raise ValueError(f"`{info.field_name}` does not apply to source {source} (only to {', '.join(allowed)})")
-        return v
+        if v is None or source is None or source in allowed:
+            return v
+        fmt = data_format(source, info.data.get("format"), info.data.get("path"))
+        if source == "dvc" and fmt in allowed:
+            return v
+        reads = f"source {source}" + (f" (format {fmt})" if source == "dvc" and fmt else "")
+        raise ValueError(f"`{info.field_name}` does not apply to {reads} (only to {', '.join(allowed)})")
 
     @field_validator("inputs")
     @classmethod
     def _inputs(cls, v, info):
-        source = info.data.get("source")
+        source = data_format(info.data.get("source"), info.data.get("format"), info.data.get("path"))
         for name, value in (v or {}).items():
             if source == "npz" and not isinstance(value, str):
                 raise ValueError(f"inputs.{name}: for npz, give the array's name (a string)")
@@ -200,8 +226,15 @@ class DataSpec(_Strict):
                 raise ValueError("data.text needs data.tokenizer: {path: tokenizer.json} or {train: {vocab_size: ...}}")
             if self.max_length is None:
                 self.max_length = DEFAULT_MAX_LENGTH
-        if "label" not in self.model_fields_set and self.source in _DEFAULT_LABEL:
-            self.label = _DEFAULT_LABEL[self.source]
+        if self.source == "dvc":
+            fmt = data_format(self.source, self.format, self.path)
+            if fmt is None and self.path:
+                raise ValueError(f"data.format: cannot tell how to read {self.path!r} from its suffix; give "
+                                 f"format: {' | '.join(DVC_FORMATS)}")
+            self.format = fmt
+        fmt = data_format(self.source, self.format, self.path)
+        if "label" not in self.model_fields_set and fmt in _DEFAULT_LABEL:
+            self.label = _DEFAULT_LABEL[fmt]
         return self
 
 
@@ -584,14 +617,42 @@ def _check_data(data: DataSpec | None, file: Path, located: Located) -> None:
     if data.source != "digits" and not data.path:
         raise located.error(("data",), f"data.path is required when data.source is {data.source!r}",
                             hint="set `data.path:` to the folder or file, relative to the recipe")
+    if data.source == "dvc":
+        _check_dvc_data(data, file, located)
     want_dir = data.source == "folder"
-    if data.source != "digits":  # digits ignores data.path
+    if data.source not in ("digits", "dvc"):  # digits ignores data.path; dvc's is inside the DVC repo
         _check_data_file(data.path, want_dir, ("data", "path"), file, located,
                          f"data.source: {data.source} needs a {'folder' if want_dir else 'file'} at this path, "
                          "relative to the recipe (" + _SOURCE_FILES[data.source] + ")")
     if data.tokenizer is not None and data.tokenizer.path:
         _check_data_file(data.tokenizer.path, False, ("data", "tokenizer", "path"), file, located,
                          "a Hugging Face tokenizer.json, relative to the recipe")
+
+
+def _check_dvc_data(data: DataSpec, file: Path, located: Located) -> None:
+    """`data.repo` must be a git+DVC repo holding the full commit `data.rev`, at which DVC tracks
+    `data.path` (a folder for format: folder, a file otherwise). Read with git alone (`zoo.dvcrepo`)."""
+    from zoo import dvcrepo
+    from zoo.paths import cache_dir
+
+    for name in ("repo", "rev"):
+        if not getattr(data, name):
+            raise located.error(("data",), f"data.{name} is required when data.source is 'dvc'",
+                                hint="data: {source: dvc, repo: FOLDER-OR-GIT-URL, rev: FULL-COMMIT-SHA, path: IN/REPO}")
+    try:
+        repo = dvcrepo.repo_location(data.repo, file.resolve().parent)
+    except RuntimeError:  # "~someone" with no such user
+        raise located.error(("data", "repo"), f"data.repo {data.repo!r} is not a folder") from None
+    try:
+        out = dvcrepo.out_at(repo, data.rev, data.path, cache_dir())
+    except InvalidInput as e:  # its message starts with the field it is about
+        field = e.message.split(" ", 1)[0].rstrip(":").split(".")
+        raise located.error(tuple(field) if field[0] == "data" else ("data",), e.message, hint=e.hint) from None
+    if out.is_dir != (data.format == "folder"):
+        what = "a folder" if out.is_dir else "a file"
+        raise located.error(("data", "path"),
+                            f"data.path {data.path!r} is {what} in the DVC repo, but data.format is {data.format}",
+                            hint="format: folder reads a folder (one subfolder per class); the others a file")
 
 
 _SOURCE_FILES = {"folder": "one subfolder per class", "npz": "a .npz file with one array per input and the labels",

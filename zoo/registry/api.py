@@ -170,6 +170,19 @@ def remote_add(name: str, url: str, *, options: dict[str, str] | None = None, mi
     return RemotesConfig(_zoo(zoo).root).add(name, url, options, mirrors, replace=replace).model_dump()
 
 
+def remote_add_from_dvc(name: str, dvc_remote: str, *, dvc_repo: Path | str = ".", options: dict[str, str] | None = None,
+                        mirrors: list[str] | None = None, replace: bool = False, zoo: LocalZoo | None = None) -> dict:
+    """Add a remote at the URL of DVC remote `dvc_remote` of the repo at `dvc_repo`, with the options
+    zoo has a name for (`options` added on top); credentials are never copied. The result adds
+    ``notes``: what was not carried over and why (zoo.registry.dvc_remote)."""
+    from zoo.registry import dvc_remote as dvc_remotes
+
+    found = dvc_remotes.read(dvc_remote, Path(dvc_repo))
+    added = remote_add(name, found.url, options={**found.options, **(options or {})}, mirrors=mirrors,
+                       replace=replace, zoo=zoo)
+    return added | {"from_dvc": {"remote": found.name, "config": found.config}, "notes": found.notes}
+
+
 def remote_list(*, zoo: LocalZoo | None = None) -> list[dict]:
     from zoo.registry.config import RemotesConfig
 

@@ -15,7 +15,10 @@ Sources (the recipe's ``data:`` section, see `zoo.engine.recipe.DataSpec`; the p
   archives keep working (``x`` is the ``image`` feature);
 - ``csv`` / ``parquet`` / ``jsonl``: tables (`data.tables`): numeric columns become float32
   features, optionally standardised with train-split statistics; or, with ``text:``, a text
-  column tokenized to ``input_ids`` and ``attention_mask`` (`data.text`).
+  column tokenized to ``input_ids`` and ``attention_mask`` (`data.text`);
+- ``dvc``: a file or folder tracked in a DVC repo at a full commit sha (``repo``, ``rev``,
+  ``path``), read as ``format`` says (one of the formats above; default by the path's suffix):
+  `data.dvc` pins DVC's digest for keys with git alone and downloads the bytes with dvc.
 
 Image sources give one feature, ``image`` (float32), transformed as ``data.image`` says:
 scale, channels, resize to [H, W], mean/std, layout (`data.images`; the old ``image_size`` /
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib.data import images, npz, split as splitting, tables, text
+from zoo_stages.lib.data import dvc, images, npz, split as splitting, tables, text
 from zoo_stages.lib.data.images import IMAGE_FEATURE, resize_bilinear
 from zoo_stages.lib.data.loaded import Loaded
 
@@ -108,7 +111,8 @@ def load_split(data: dict, recipe_dir: Path, split: str) -> Split:
 
 
 def split_info(data: dict, recipe_dir: Path) -> dict:
-    """A JSON-able record of the split: source, sizes, seed, label kind, digests of the index lists."""
+    """A JSON-able record of the split: source, sizes, seed, label kind, digests of the index lists
+    (and for ``dvc`` data, the commit and DVC's digest of the bytes)."""
     key = _key(data, recipe_dir)
     spec = json.loads(key)["spec"]
     loaded = _loaded(key)
@@ -137,6 +141,9 @@ def split_info(data: dict, recipe_dir: Path) -> dict:
             info["channels"] = record["channels"]
     if loaded.class_names is not None:
         info["classes"] = list(loaded.class_names)
+    if spec["source"] == "dvc":  # which bytes: the commit and the digest DVC recorded there
+        out = _dvc_out(key)
+        info["dvc"] = {"rev": out.commit, "md5": out.md5, "format": spec["format"]}
     return info
 
 
@@ -251,18 +258,26 @@ def _spec(data: Any) -> dict:
     return spec
 
 
+def _format(spec: dict) -> str:
+    """How the data is read: the source, or for ``dvc`` the format of the tracked path (filled in by DataSpec)."""
+    return spec["format"] if spec["source"] == "dvc" else spec["source"]
+
+
 def _modality(spec: dict) -> str:
     if spec.get("text") is not None:
         return "text"
-    if spec["source"] in ("csv", "parquet", "jsonl"):
+    if _format(spec) in ("csv", "parquet", "jsonl"):
         return "table"
-    return "npz" if spec["source"] == "npz" else "image"
+    return "npz" if _format(spec) == "npz" else "image"
 
 
 def _files(spec: dict, recipe_dir: Path) -> list[tuple[str, Path]]:
-    """(field, resolved path) of every file or folder the section reads."""
+    """(field, resolved path) of every file or folder the section reads; for ``dvc``, the pin file
+    that stands for the tracked path's bytes (`data.dvc.pin_file`)."""
     out = []
-    if spec["source"] != "digits":
+    if spec["source"] == "dvc":
+        out.append(("data.path", dvc.pin_file(dvc.pin(spec, recipe_dir))))
+    elif spec["source"] != "digits":
         out.append(("data.path", _resolve(spec["path"], recipe_dir, "data.path", want_dir=spec["source"] == "folder")))
     tokenizer = spec.get("tokenizer") or {}
     if tokenizer.get("path"):
@@ -286,7 +301,7 @@ def _resolve(given: str, recipe_dir: Path, field: str, want_dir: bool) -> Path:
 def _key(data: Any, recipe_dir: Path) -> str:
     """A string naming the section, the resolved files and their on-disk state (size, mtime)."""
     spec = _spec(data)
-    state = []
+    state: list[Any] = [["dvc", dvc.pin(spec, Path(recipe_dir)).to_json()]] if spec["source"] == "dvc" else []
     for field, p in _files(spec, Path(recipe_dir)):
         entry: list[Any] = [field, str(p)]
         if p.is_file():
@@ -303,7 +318,13 @@ def _key(data: Any, recipe_dir: Path) -> str:
 
 
 def _paths(key: str) -> dict[str, Path]:
-    return {entry[0]: Path(entry[1]) for entry in json.loads(key)["state"]}
+    return {entry[0]: Path(entry[1]) for entry in json.loads(key)["state"] if entry[0] != "dvc"}
+
+
+def _dvc_out(key: str) -> dvc.DvcOut:
+    [record] = [entry[1] for entry in json.loads(key)["state"] if entry[0] == "dvc"]
+    record.pop("schema_version")
+    return dvc.DvcOut(**record)
 
 
 @lru_cache(maxsize=4)
@@ -314,6 +335,8 @@ def _loaded(key: str) -> Loaded:
     if source == "digits":
         return images.load_digits(transform)
     path = _paths(key)["data.path"]
+    if source == "dvc":  # the bytes DVC tracks, read as the format they are in
+        path, spec, source = dvc.fetch(_dvc_out(key)), {**spec, "source": spec["format"]}, spec["format"]
     if source == "folder":
         return images.load_folder(path, spec["path"], transform)
     if source == "npz":

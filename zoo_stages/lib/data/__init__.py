@@ -8,6 +8,7 @@ The stages import `zoo_stages.lib.datasets` (the public API: `load_split`, `Spli
 - `npz`: numpy archives of named arrays (one per model input, plus the labels);
 - `tables`: CSV, Parquet and JSON-lines tables: columns, labels, standard normalisation;
 - `text`: Hugging Face `tokenizers`: a tokenizer file or one trained on the train split;
+- `dvc`: a file or folder tracked in a DVC repo at a full commit sha: its pin for keys, its bytes;
 - `split`: the deterministic sha256 shuffle and the (stratified) train/held-out split;
 - `loaded`: `Loaded`, what every source gives before the split.
 """
