@@ -130,16 +130,31 @@ def test_code_enters_the_key_the_kind_module_and_user_files(tmp_path):
     assert parts["code"]["kind:zoo_test_kinds"] == keys.StatCache(None).digest(keys.module_files("script")["zoo_test_kinds"])
     (tmp_path / "user.txt").write_text("two")
     assert _key(tmp_path, text, "s") != keys.key_of(parts)
-    # a file outside the recipe folder is labelled by its absolute path
+    # a file outside the recipe folder is labelled relative to it (the same on a machine that checks
+    # the project out elsewhere)
     outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
     outside.write_text("x")
     try:
         code = _parts(tmp_path, f"stages:\n  s: {{kind: script, config: {{file: {outside}}}}}\n", "s")["code"]
-        assert str(outside.resolve()) in code
+        assert f"../{outside.name}" in code
     finally:
         outside.unlink()
     files = keys.watched_files(load(tmp_path / "recipe.yaml"), planner.build(load(tmp_path / "recipe.yaml")).nodes["s"])
     assert outside.resolve() in files and keys.module_files("script")["zoo_test_kinds"] in files
+
+
+def test_files_in_zoo_home_or_the_cache_have_the_same_label_on_every_machine(tmp_path, monkeypatch):
+    """Two machines keep ZOO_HOME and the run cache at other paths: a `model.from` parent in the
+    zoo, or a DVC pin in the cache, must give both the same key (the remote run cache shares them)."""
+    labels = []
+    for machine in ("a", "b"):
+        home, cache, project = tmp_path / machine / "home", tmp_path / machine / "cache", tmp_path / machine / "proj"
+        monkeypatch.setenv("ZOO_HOME", str(home))
+        monkeypatch.setenv("ZOO_CACHE_DIR", str(cache))
+        labels.append((keys.dependency_label(home / "blobs" / "ab" / "cd", project),
+                       keys.dependency_label(cache / "dvc" / "pins" / "x" / "t.csv.json", project),
+                       keys.dependency_label(project / "data" / "t.csv", project)))
+    assert labels[0] == labels[1] == ("zoo-home:blobs/ab/cd", "cache:dvc/pins/x/t.csv.json", "data/t.csv")
 
 
 def test_a_folder_dependency_is_watched_with_every_file_in_it(tmp_path):

@@ -9,6 +9,8 @@ own (light) module.
 
 from __future__ import annotations
 
+import os
+
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -153,12 +155,25 @@ def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str
     ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
     for dep in cls().dependencies(node.instance.config, ctx):
         dep = Path(dep)
-        try:
-            label = dep.resolve().relative_to(recipe.path.parent).as_posix()
-        except ValueError:
-            label = str(dep.resolve())
-        out[label] = digest_path(dep, hashes)
+        out[dependency_label(dep, recipe.path.parent)] = digest_path(dep, hashes)
     return out
+
+
+def dependency_label(dep: Path, recipe_dir: Path) -> str:
+    """The name a dependency has in a key: the same file gets the same label on every machine, so
+    keys (and the remote run cache) are shared. Files in zoo's own folders are named from their
+    root (``zoo-home:models/…`` for a `model.from` parent, ``cache:dvc/pins/…`` for a DVC pin),
+    since ZOO_HOME and the cache live at other paths on other machines; anything else relative to
+    the recipe's folder (``data/x.csv``, ``../shared/net.py``), as a project checks out alike."""
+    from zoo import paths
+
+    dep = dep.resolve()
+    for prefix, root in (("zoo-home", paths.zoo_home()), ("cache", paths.cache_dir())):
+        try:
+            return f"{prefix}:{dep.relative_to(root.resolve()).as_posix()}"
+        except ValueError:
+            pass
+    return Path(os.path.relpath(dep, recipe_dir.resolve())).as_posix()
 
 
 def watched_files(recipe: Recipe, node: Node) -> list[Path]:
