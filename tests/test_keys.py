@@ -130,13 +130,12 @@ def test_code_enters_the_key_the_kind_module_and_user_files(tmp_path):
     assert parts["code"]["kind:zoo_test_kinds"] == keys.StatCache(None).digest(keys.module_files("script")["zoo_test_kinds"])
     (tmp_path / "user.txt").write_text("two")
     assert _key(tmp_path, text, "s") != keys.key_of(parts)
-    # a file outside the recipe folder is labelled relative to it (the same on a machine that checks
-    # the project out elsewhere)
+    # a file outside the recipe folder (and outside zoo's own folders) is labelled by its absolute path
     outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
     outside.write_text("x")
     try:
         code = _parts(tmp_path, f"stages:\n  s: {{kind: script, config: {{file: {outside}}}}}\n", "s")["code"]
-        assert f"../{outside.name}" in code
+        assert str(outside.resolve()) in code
     finally:
         outside.unlink()
     files = keys.watched_files(load(tmp_path / "recipe.yaml"), planner.build(load(tmp_path / "recipe.yaml")).nodes["s"])

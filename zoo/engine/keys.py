@@ -9,7 +9,6 @@ own (light) module.
 
 from __future__ import annotations
 
-import os
 
 from functools import lru_cache
 from pathlib import Path
@@ -160,11 +159,12 @@ def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str
 
 
 def dependency_label(dep: Path, recipe_dir: Path) -> str:
-    """The name a dependency has in a key: the same file gets the same label on every machine, so
-    keys (and the remote run cache) are shared. Files in zoo's own folders are named from their
-    root (``zoo-home:models/…`` for a `model.from` parent, ``cache:dvc/pins/…`` for a DVC pin),
-    since ZOO_HOME and the cache live at other paths on other machines; anything else relative to
-    the recipe's folder (``data/x.csv``, ``../shared/net.py``), as a project checks out alike."""
+    """The name a dependency has in a key, the same wherever the machine keeps its folders, so keys
+    (and the remote run cache) are shared: files in zoo's own folders are named from their root
+    (``zoo-home:blobs/…`` for a `model.from` parent, ``cache:dvc/pins/…`` for a DVC pin), since
+    ZOO_HOME and the cache live at other paths on other machines; files in the recipe's folder
+    relative to it (``data/x.csv``); anything else by its absolute path, which is how a recipe names
+    a file outside its project (a recipe that moves, as `zoo import`'s does when pulled, keeps it)."""
     from zoo import paths
 
     dep = dep.resolve()
@@ -173,7 +173,10 @@ def dependency_label(dep: Path, recipe_dir: Path) -> str:
             return f"{prefix}:{dep.relative_to(root.resolve()).as_posix()}"
         except ValueError:
             pass
-    return Path(os.path.relpath(dep, recipe_dir.resolve())).as_posix()
+    try:
+        return dep.relative_to(recipe_dir.resolve()).as_posix()
+    except ValueError:
+        return str(dep)
 
 
 def watched_files(recipe: Recipe, node: Node) -> list[Path]:
