@@ -435,8 +435,6 @@ def resource_amount(name: str, amount: Any) -> float:
     """A stage's need of one Dask worker resource as a number: ``1``, ``0.5``, ``"8GB"`` (bytes)."""
     if not re.match(RESOURCE_NAME_RE, str(name)):
         raise ValueError(f"resource name {_short(repr(name))} must be a word (letters, digits, _ . -)")
-    if isinstance(amount, bool):
-        raise ValueError(f"resource {name}: a number or a size such as 8GB, not {amount}")
     if isinstance(amount, str):
         m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", amount)
         if not m or m.group(2).lower() not in _SIZE_UNITS:
@@ -457,11 +455,20 @@ class StageSpec(_Strict):
     cache: Literal["default", "recompute", "disable"] = "default"
     matrix: dict[str, list[str | int | float | bool]] | None = Field(
         None, description="expand into one stage per value, e.g. {build: [cpu-fp32, cpu-int8]}")
+    description: str = ""
     resources: dict[str, float | int | str] = Field(
         default_factory=dict,
         description="what a worker must offer to run this stage on a Dask cluster, e.g. {GPU: 1, memory: 8GB} "
                     "(numbers; sizes with KB/MB/GB/TB or KiB/MiB/GiB/TiB become bytes); ignored by local runs, "
                     "not part of the cache key")
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _no_flags(cls, v):
+        for name, amount in (v.items() if isinstance(v, dict) else ()):
+            if isinstance(amount, bool):  # pydantic would take `true` for 1
+                raise ValueError(f"resource {name}: a number or a size such as 8GB, not {str(amount).lower()}")
+        return v
 
     @field_validator("resources")
     @classmethod
