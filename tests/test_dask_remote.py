@@ -11,8 +11,9 @@ import pytest
 
 import zoo
 from cli_helpers import write_recipe, zoo as zoo_cli
-from dask_cluster import WorkerSpec, cluster
+from dask_cluster import WorkerSpec, can_hide, cluster
 from zoo.engine.cache import Cache
+from zoo.errors import InvalidInput
 from zoo.registry.store import LocalZoo
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is part of the dev set-up")
@@ -112,3 +113,36 @@ def test_a_stage_no_worker_offers_resources_for_fails_at_once(tmp_path, workers,
     cli = zoo_cli("run", recipe, "--executor", f"{workers['address']}?resource_wait=0", "--cache-remote", remote)
     assert cli.code == 2 and "TPU=1" in cli.text
 
+
+
+@pytest.fixture(scope="module")
+def blind_worker(tmp_path_factory, s3_endpoint):
+    """One worker that does not see the folder holding the caller's cache (its own mount namespace)."""
+    if not can_hide():
+        pytest.skip("hiding a folder from a worker needs `unshare -m` and mount (root)")
+    hidden = tmp_path_factory.mktemp("callers-disk")
+    spec = WorkerSpec("blind", tmp_path_factory.mktemp("blind"), env={"AWS_ENDPOINT_URL": s3_endpoint}, hide=hidden)
+    with cluster([spec]) as address:
+        yield address, hidden
+
+
+BLIND = RECIPE.replace(", resources: {GPU: 1}", "").replace(", resources: {memory: 8GB}", "")
+
+
+def test_workers_that_cannot_read_the_cache_and_no_remote_are_refused_at_the_start(tmp_path, blind_worker):
+    address, hidden = blind_worker
+    recipe = write_recipe(tmp_path, BLIND)
+    with pytest.raises(InvalidInput) as e:
+        zoo.run(recipe, executor=address, cache_dir=hidden / "cache", cache_remote="none")
+    assert "cannot read the run cache" in e.value.message and "no remote run cache is set" in e.value.message
+    assert "--cache-remote" in e.value.hint
+    cli = zoo_cli("run", recipe, "--executor", address, "--cache-dir", hidden / "cache", "--cache-remote", "none")
+    assert cli.code == 2 and "cannot read the run cache" in cli.text
+
+
+def test_the_same_workers_run_it_through_the_remote(tmp_path, blind_worker, remote):
+    address, hidden = blind_worker
+    result = zoo.run(write_recipe(tmp_path, BLIND), executor=address, cache_dir=hidden / "cache-2",
+                     cache_remote=remote)
+    assert [s.state for s in result.stages] == ["done", "done", "done"], [s.error for s in result.stages]
+    assert [(e.kind, e.ref) for e in result.stages[2].effects] == [("shipped", "shipped@1.0.0")]
