@@ -42,7 +42,10 @@ def run(
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Run up to N independent stages in parallel processes."),
     frozen: bool = typer.Option(False, "--frozen", help="Fail, with a diff, if the lockfile would change (for CI)."),
     cache_dir: Optional[Path] = CacheDirOpt,
-    executor: Optional[str] = typer.Option(None, "--executor", help="'local' (default) or 'dask://HOST:PORT'."),
+    executor: Optional[str] = typer.Option(
+        None, "--executor",
+        help="'local' (default) or 'dask://HOST:PORT' (with a remote run cache the workers need no shared disk; "
+             "?resource_wait=SECONDS: how long a stage waits for a worker offering its resources)."),
     cache_remote: Optional[str] = typer.Option(
         None, "--cache-remote", metavar="URL",
         help="Remote run cache (a folder, s3://…, webdav+https://…, or a `zoo remote` name; 'none' for none) "

@@ -2,8 +2,12 @@
 
 - `ProcessExecutor` (default): a pool of spawned local processes, so heavy kinds that hold the
   GIL run in parallel with ``-j N``;
-- `DaskExecutor`: a dask.distributed cluster (``--executor dask://HOST:PORT``); the cache dir must
-  be on a filesystem shared with the workers.
+- `DaskExecutor`: a dask.distributed cluster (``--executor dask://HOST:PORT``). Its workers may be
+  on other machines (``remote_workers``): with a remote run cache they use their own caches and
+  move a stage's inputs and outputs through it (zoo/engine/remote_stage.py); without one, they
+  need the caller's cache dir at the same path (``sees`` checks it when the run starts). A stage's
+  recipe ``resources:`` go with it (``client.submit(..., resources=...)``), so it runs only on a
+  worker that declares them; one that no worker of the cluster offers fails at submission.
 """
 
 from __future__ import annotations
@@ -13,14 +17,21 @@ import sys
 import threading
 from concurrent.futures import Future
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator, Mapping, Protocol
+from urllib.parse import parse_qs, urlsplit
 
 from zoo.errors import InvalidInput
-from zoo.engine.worker import StageTask, execute
+from zoo.engine.worker import StageResult, StageTask, WorkerError, execute
 
 
 class Executor(Protocol):
-    """Submit a stage with its inputs and resource needs; get a future of its `StageResult`."""
+    """Submit a stage with its inputs and resource needs; get a future of its `StageResult`.
+
+    An executor whose workers may be on other machines (their own disks, their own zoo) also has
+    ``remote_workers = True`` and ``sees(folder) -> bool`` (whether every worker reads the
+    caller's `folder` at the same path); the runner then keeps effects at the caller and, with a
+    remote run cache, ships stages through it (zoo/engine/remote_stage.py)."""
 
     def submit(self, task: StageTask) -> Future: ...
 
@@ -105,29 +116,104 @@ class ProcessExecutor:
 
 
 class DaskExecutor:
-    """Runs stages on a dask.distributed scheduler through its concurrent.futures interface."""
+    """Runs stages on a dask.distributed scheduler through its concurrent.futures interface.
 
-    def __init__(self, address: str):
+    `resource_wait_s`: how long a stage whose resources no worker offers waits for such a worker
+    to join before it fails (a busy worker that offers them is waited for by Dask, unbounded)."""
+
+    remote_workers = True
+
+    def __init__(self, address: str, *, resource_wait_s: float = 30.0):
         try:
             from distributed import Client
         except ImportError:
             raise InvalidInput("the dask executor needs dask.distributed",
                                hint="pip install 'zoo-onnx[dask]'") from None
+        self.address = address
+        self.resource_wait_s = resource_wait_s
         self._client = Client(address, set_as_default=False)
         self._executor = self._client.get_executor(pure=False)
 
     def submit(self, task: StageTask) -> Future:
-        return self._executor.submit(execute, task)
+        if task.resources and (missing := self._unoffered(task.resources)):
+            return _failed(task, missing, self.address)
+        if task.transfer is not None:
+            from zoo.engine.remote_stage import execute_shipped
+
+            return self._executor.submit(execute_shipped, task, resources=task.resources or None)
+        return self._executor.submit(execute, task, resources=task.resources or None)
+
+    def sees(self, folder: Path) -> bool:
+        """True when every worker reads a file written in `folder` here (a shared filesystem at the same path)."""
+        import secrets
+
+        token = secrets.token_hex(16)
+        probe = Path(folder) / f".zoo-probe-{token}"
+        probe.write_text(token, encoding="utf-8")
+        try:
+            answers = self._client.run(_holds, str(probe), token)
+        finally:
+            probe.unlink(missing_ok=True)
+        return all(answers.values())
+
+    def _unoffered(self, wanted: Mapping[str, float]) -> str:
+        """'' when a worker of the cluster offers `wanted`, else what none offers (after waiting
+        up to `resource_wait_s` for one to join)."""
+        import time
+
+        deadline = time.monotonic() + self.resource_wait_s
+        while True:
+            offered = [w.get("resources") or {} for w in self._client.scheduler_info(n_workers=-1)["workers"].values()]
+            if any(all(res.get(k, 0) >= v for k, v in wanted.items()) for res in offered):
+                return ""
+            if time.monotonic() >= deadline:
+                have = sorted({f"{k}={v:g}" for res in offered for k, v in res.items()})
+                return (f"{_resource_text(wanted)} (the {len(offered)} worker(s) offer "
+                        f"{', '.join(have) or 'no resources'})")
+            time.sleep(0.5)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=True)
         self._client.close()
 
 
+def _holds(path: str, token: str) -> bool:
+    """On a worker: whether `path` exists there with `token` in it."""
+    try:
+        return Path(path).read_text(encoding="utf-8") == token
+    except OSError:
+        return False
+
+
+def _resource_text(resources: Mapping[str, float]) -> str:
+    return " ".join(f"{k}={v:g}" for k, v in resources.items())
+
+
+def _failed(task: StageTask, missing: str, address: str) -> Future:
+    """A finished future: the stage failed because no worker of the cluster offers its resources."""
+    error = InvalidInput(f"stage {task.stage_id} needs {missing}; no worker of the Dask cluster at {address} can run it",
+                         hint=f"start a worker that declares them (`dask worker {address} --resources "
+                              f"\"{_resource_text(task.resources)}\"`), or change the stage's `resources:`")
+    future: Future = Future()
+    future.set_result(StageResult(error=WorkerError.from_exception(error)))
+    return future
+
+
 def make_executor(spec: str | None, jobs: int) -> Executor:
-    """`None`/'local' → ProcessExecutor(jobs); 'dask://host:port' or 'tcp://…' → DaskExecutor."""
+    """`None`/'local' → ProcessExecutor(jobs); 'dask://host:port' or 'tcp://…' → DaskExecutor
+    (``?resource_wait=SECONDS``: how long a stage waits for a worker offering its resources)."""
     if not spec or spec == "local":
         return ProcessExecutor(jobs)
     if spec.startswith(("dask://", "tcp://")):
-        return DaskExecutor(spec.replace("dask://", "tcp://", 1))
+        parts = urlsplit(spec)
+        query = parse_qs(parts.query)
+        unknown = sorted(set(query) - {"resource_wait"})
+        if unknown:
+            raise InvalidInput(f"unknown executor option {', '.join(unknown)} in {spec!r}",
+                               hint="dask://HOST:PORT?resource_wait=SECONDS")
+        try:
+            wait_s = float(query.get("resource_wait", ["30"])[-1])
+        except ValueError:
+            raise InvalidInput(f"resource_wait in {spec!r} is not a number of seconds") from None
+        return DaskExecutor(f"tcp://{parts.netloc}", resource_wait_s=wait_s)
     raise InvalidInput(f"unknown executor {spec!r}", hint="use 'local' or 'dask://HOST:PORT'")

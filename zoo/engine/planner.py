@@ -23,6 +23,8 @@ class Node:
     instance: Instance
     needs: list[str] = field(default_factory=list)
     cache_policy: str = "default"
+    # what a Dask worker must offer to run it (recipe `resources:`); not part of the key
+    resources: dict[str, float] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -105,7 +107,8 @@ def build(recipe: Recipe) -> Dag:
                     if t not in seen:
                         seen.add(t)
                         needs.append(t)
-            nodes[inst.id] = Node(instance=inst, needs=needs, cache_policy=spec.cache)
+            nodes[inst.id] = Node(instance=inst, needs=needs, cache_policy=spec.cache,
+                                 resources=dict(spec.resources))
     return Dag(recipe=recipe, nodes=_toposort(nodes, recipe))
 
 

@@ -1,7 +1,7 @@
 """The recipe format: pydantic models, loading with positions, and errors that point at the YAML.
 
 A recipe is validated in two steps, so errors can name the exact field:
-1. the envelope (top level, recipe-wide sections, each stage's ``kind/needs/config/cache/matrix``);
+1. the envelope (top level, recipe-wide sections, each stage's ``kind/needs/config/cache/matrix/resources``);
 2. each stage's ``config`` against its kind's static config class (``extra="forbid"``).
 """
 
@@ -426,6 +426,26 @@ def task_kind(task: str) -> str:
     return "generic"
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+RESOURCE_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+
+
+def resource_amount(name: str, amount: Any) -> float:
+    """A stage's need of one Dask worker resource as a number: ``1``, ``0.5``, ``"8GB"`` (bytes)."""
+    if not re.match(RESOURCE_NAME_RE, str(name)):
+        raise ValueError(f"resource name {_short(repr(name))} must be a word (letters, digits, _ . -)")
+    if isinstance(amount, str):
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", amount)
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ValueError(f"resource {name}: {_short(repr(amount))} is not a number or a size "
+                             "(units: KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+        amount = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if not math.isfinite(amount) or amount <= 0:
+        raise ValueError(f"resource {name}: the amount must be a positive number, not {amount}")
+    return int(amount) if float(amount).is_integer() else float(amount)
+
+
 class StageSpec(_Strict):
     """One entry of `stages:`; `config` is validated later against the kind's config class."""
 
@@ -436,6 +456,24 @@ class StageSpec(_Strict):
     matrix: dict[str, list[str | int | float | bool]] | None = Field(
         None, description="expand into one stage per value, e.g. {build: [cpu-fp32, cpu-int8]}")
     description: str = ""
+    resources: dict[str, float | int | str] = Field(
+        default_factory=dict,
+        description="what a worker must offer to run this stage on a Dask cluster, e.g. {GPU: 1, memory: 8GB} "
+                    "(numbers; sizes with KB/MB/GB/TB or KiB/MiB/GiB/TiB become bytes); ignored by local runs, "
+                    "not part of the cache key")
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _no_flags(cls, v):
+        for name, amount in (v.items() if isinstance(v, dict) else ()):
+            if isinstance(amount, bool):  # pydantic would take `true` for 1
+                raise ValueError(f"resource {name}: a number or a size such as 8GB, not {str(amount).lower()}")
+        return v
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, v):
+        return {str(name): resource_amount(name, amount) for name, amount in v.items()}
 
     @field_validator("matrix")
     @classmethod

@@ -72,9 +72,7 @@ class RemoteCache:
             found = self.remote_entry(key)
             if found is None:
                 return None
-            entry, sha = found
-            self.cache.hold(keys=[key], digests=[m["digest"] for m in entry.files.values()])
-            verified = self._download_all(entry, sha)
+            self.install(*found)
         except (SourceUnreachable, AccessDenied) as e:
             self._went_offline(e)
             return None
@@ -83,10 +81,18 @@ class RemoteCache:
         except StorageError as e:  # the remote answered with an error of its own: carry on without it
             self._went_offline(e)
             return None
+        return self.cache.lookup(key)
+
+    def install(self, entry: Entry, sha: dict[str, str], *, record: bool = True) -> None:
+        """Download the objects of `entry` the local cache lacks (`sha`: their sha256 by blake3),
+        every one verified before any is installed, then record the entry (unless not `record`:
+        a stage of cache policy `disable`, whose objects its dependents read). Errors raise."""
+        self.cache.hold(keys=[entry.key], digests=[m["digest"] for m in entry.files.values()])
+        verified = self._download_all(entry, sha)
         for digest, path in verified.items():
             self.cache.install_object(path, digest)
-        self.cache.record(entry)
-        return self.cache.lookup(key)
+        if record:
+            self.cache.record(entry)
 
     def _download_all(self, entry: Entry, sha: dict[str, str]) -> dict[str, Path]:
         """{blake3: verified file in partial/} for each object of `entry` the local cache lacks.
@@ -145,11 +151,29 @@ class RemoteCache:
 
         Returns {"created", "objects", "bytes"}; created is 0 when the entry was there already
         (it is never overwritten). Unreachable/refusing remotes raise (callers decide)."""
+        if self.store.read_entry(entry.key) is not None:
+            return {"created": 0, "objects": 0, "bytes": 0}
+        sha, uploaded, nbytes = self._upload(entry)
+        created = self.create_entry(entry, sha)
+        return {"created": int(created), "objects": uploaded, "bytes": nbytes}
+
+    def push_objects(self, entry: Entry) -> dict[str, str]:
+        """Upload the objects of `entry` the remote lacks, and no entry; {blake3: sha256} of each.
+
+        How a stage's inputs and outputs travel between the machines of one run
+        (zoo/engine/remote_stage.py), whatever its cache policy."""
+        return self._upload(entry)[0]
+
+    def create_entry(self, entry: Entry, sha: dict[str, str]) -> bool:
+        """Write the entry document of `entry`, whose objects are on the remote (create-exclusive)."""
+        doc = {"schema_version": REMOTE_ENTRY_SCHEMA_VERSION, "key": entry.key, "entry": entry.to_json(), "sha256": sha}
+        return self.store.create_entry(entry.key, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+    def _upload(self, entry: Entry) -> tuple[dict[str, str], int, int]:
+        """({blake3: sha256}, objects uploaded, bytes uploaded); each local object is checked first."""
         from zoo.files import sha256_and_size
         from zoo.engine.hashing import hash_file_uncached
 
-        if self.store.read_entry(entry.key) is not None:
-            return {"created": 0, "objects": 0, "bytes": 0}
         sha: dict[str, str] = {}
         uploaded = nbytes = 0
         for meta in entry.files.values():
@@ -166,9 +190,7 @@ class RemoteCache:
                 self.store.put_object(local, sha256)
                 uploaded += 1
                 nbytes += size
-        doc = {"schema_version": REMOTE_ENTRY_SCHEMA_VERSION, "key": entry.key, "entry": entry.to_json(), "sha256": sha}
-        created = self.store.create_entry(entry.key, json.dumps(doc, indent=1, sort_keys=True).encode())
-        return {"created": int(created), "objects": uploaded, "bytes": nbytes}
+        return sha, uploaded, nbytes
 
     def share(self, entry: Entry) -> None:
         """Push what a run computed, unless pushing is off; an unreachable remote is noted, and a

@@ -5,7 +5,9 @@ key needs its inputs' digests, so it is computed when all its needs are done. In
 run in parallel on the executor; a failure stops new scheduling, keeps completed results, and
 leaves dependents unscheduled. With a remote run cache (zoo/engine/remote_cache.py), a stage
 missing locally is looked up there before it runs (`_remote_hit`), and what a stage computes is
-pushed there (`_share`).
+pushed there (`_share`). On an executor whose workers may be on other machines (Dask), effects
+happen here, never on a worker (`_effects_here`), and with a remote run cache the workers take
+inputs from it and push outputs to it (`_submit`, `_take`: zoo/engine/remote_stage.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from zoo.engine.worker import StageResult, StageTask, WorkerError
 
 if TYPE_CHECKING:
     from zoo.engine.remote_cache import RemoteCache
+    from zoo.engine.remote_stage import Shipper
 
 
 class StageState(StrEnum):
@@ -124,6 +127,10 @@ class Runner:
         self.here = host.platform_class()  # whose records explain why a stage reruns
         self.remote = remote
         self._remote_asked: set[str] = set()  # stages the remote lacked (asked once per run)
+        # workers on other machines: they publish nothing (effects happen here), and with a remote
+        # run cache they move inputs and outputs through it (`_shipper`, set when the run starts)
+        self._effects_here = bool(getattr(executor, "remote_workers", False))
+        self._shipper: "Shipper | None" = None
         self.hashes: StatCache = cache.hashes
         self.reports = {nid: StageReport(id=nid, kind=n.kind, needs=list(n.needs)) for nid, n in dag.nodes.items()}
         self.entries: dict[str, Entry] = {}
@@ -147,7 +154,10 @@ class Runner:
         return self.reports
 
     def _run(self) -> None:
+        from zoo.engine.remote_stage import workers_need_shipping
+
         try:
+            self._shipper = workers_need_shipping(self.executor, self.cache, self.remote)
             while True:
                 started = self._start_ready()
                 if not self._running:
@@ -253,8 +263,25 @@ class Runner:
         report.state, report.reasons, report.started = StageState.RUNNING, reasons, time.time()
         report.log_path = str(self.cache.log_path(key))
         self.on_update(report)
-        self._running[self.executor.submit(task)] = (nid, lock, tmp)
+        self._running[self._submit(node, task)] = (nid, lock, tmp)
         return True
+
+    def _submit(self, node: Node, task: StageTask) -> Future:
+        """Hand `task` to the executor with its resource needs; for workers elsewhere, without
+        publishing, and with a shipper, with the Transfer that brings its inputs from the remote
+        (a failure to upload them fails the stage, through a finished future)."""
+        task.resources = dict(node.resources)
+        if self._effects_here:
+            task.publish = False  # the caller redoes the effects once it holds the outputs (`_finish`)
+        if self._shipper is not None:
+            try:
+                task.transfer = self._shipper.transfer(task, {up: self.entries[up] for up in node.needs},
+                                                       self.parts[node.id], node.cache_policy)
+            except ZooError as e:
+                failed: Future = Future()
+                failed.set_result(StageResult(error=WorkerError.from_exception(e)))
+                return failed
+        return self.executor.submit(task)
 
     def _remote_hit(self, node: Node, report: StageReport, key: str) -> bool:
         """True when the stage was settled from the remote run cache: taken from it (cached), or
@@ -296,7 +323,8 @@ class Runner:
         self.on_update(report)
 
     def _redo_effects(self, report: StageReport, entry: Entry) -> None:
-        """A cache hit skips run(): let the kind redo what it does outside the cache (deploy publishes)."""
+        """A cache hit skips run(), and a worker elsewhere publishes nothing: let the kind do here
+        what it does outside the cache (deploy publishes to this machine's zoo)."""
         from zoo.stage import StageContext, StageKind
 
         node = self.dag.nodes[report.id]
@@ -354,6 +382,8 @@ class Runner:
                 result = StageResult(duration_s=time.time() - (report.started or time.time()),
                                      error=WorkerError(type=type(e).__name__, message=f"the stage's process died: {e}"))
             report.duration_s = result.duration_s
+            if result.shipped is not None:  # the log comes back from a worker with its own disk
+                (tmp / "stage.log").write_text(result.shipped.log, encoding="utf-8")
             self._keep_log(tmp / "stage.log", report.key)
             if result.ok and (mismatch := environment_mismatch(self.parts[nid], result.environment)):
                 result = StageResult(error=WorkerError(
@@ -364,20 +394,19 @@ class Runner:
                          "(pip install -c constraints.txt)"))
             if result.ok:
                 try:
-                    entry = self.cache.commit(key=report.key, stage=nid, kind=node.kind, out_dir=tmp / "out",
-                                              outputs=result.outputs, metrics=result.metrics,
-                                              parts=self.parts[nid], duration_s=report.duration_s,
-                                              record=node.cache_policy != "disable", host=result.host)
+                    entry = self._take(node, report, result, tmp)
                 except ZooError as e:  # outputs missing, disk full: the stage failed and nothing was recorded
                     result = StageResult(error=WorkerError.from_exception(e))
             if result.ok:
                 self.entries[nid] = entry
-                self._share(node, entry)
+                if result.shipped is None:  # a worker that shipped it pushed it already
+                    self._share(node, entry)
                 report.state, report.metrics = StageState.RAN, result.metrics
                 report.effects = list(result.effects)
                 report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
                 report.built_on = host.platform_class(entry.host)
-                self._locked_still(nid)
+                if self._locked_still(nid) and self._effects_here and self.publish:
+                    self._redo_effects(report, entry)
             else:
                 report.state, report.error = StageState.FAILED, result.error
                 self.failed = True
@@ -385,6 +414,16 @@ class Runner:
             lock.release()
             shutil.rmtree(tmp, ignore_errors=True)
         self.on_update(report)
+
+    def _take(self, node: Node, report: StageReport, result: StageResult, tmp: Path) -> Entry:
+        """The entry of a stage that ran: its outputs committed from the workspace, or (a worker
+        that shipped them) downloaded from the remote run cache."""
+        if result.shipped is not None and self._shipper is not None:
+            return self._shipper.receive(report.key, result.shipped, node.cache_policy)
+        return self.cache.commit(key=report.key, stage=node.id, kind=node.kind, out_dir=tmp / "out",
+                                 outputs=result.outputs, metrics=result.metrics, parts=self.parts[node.id],
+                                 duration_s=report.duration_s, record=node.cache_policy != "disable",
+                                 host=result.host)
 
     def _keep_log(self, src: Path, key: str) -> None:
         if src.exists():

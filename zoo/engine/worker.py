@@ -38,8 +38,11 @@ class StageTask:
     threads: int = 1
     publish: bool = True
     lineage: dict[str, Any] = field(default_factory=dict)
-    resources: dict[str, Any] = field(default_factory=dict)
+    resources: dict[str, Any] = field(default_factory=dict)  # what a Dask worker must offer (recipe `resources:`)
     storage_root: str = ""  # the cache dir, named when its disk fills ("no space left on <cache>")
+    # a zoo.engine.remote_stage.Transfer when the worker shares no disk with the caller: the remote
+    # run cache and the upstream entries it fetches the inputs from (the paths above are then its own)
+    transfer: Any = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class StageResult:
     environment: dict[str, dict[str, str]] | None = None  # see key_environment
     error: WorkerError | None = None
     effects: list[Effect] = field(default_factory=list)  # what the stage did outside the cache
+    shipped: Any = None  # a zoo.engine.remote_stage.Shipped: the entry a worker pushed, and its log
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,148 @@
+"""Dask across machines (tests/plugins kinds): a real scheduler and two `dask worker` processes,
+each with its own cache, ZOO_HOME and HOME and its own declared resources, and a real S3 server
+(moto) as the remote run cache. Stages go to the worker that offers their `resources:`, inputs
+and outputs move through the remote, and the shipper's publication lands in the caller's zoo only."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+import zoo
+from cli_helpers import write_recipe, zoo as zoo_cli
+from dask_cluster import WorkerSpec, can_hide, cluster
+from zoo.engine.cache import Cache
+from zoo.errors import InvalidInput
+from zoo.registry.store import LocalZoo
+
+distributed = pytest.importorskip("distributed", reason="the dask extra is part of the dev set-up")
+
+RECIPE = """\
+schema_version: 1
+name: shipped
+version: 1.0.0
+stages:
+  a: {kind: writer, config: {text: "made on the gpu worker"}, resources: {GPU: 1}}
+  b: {kind: concat, needs: [a], resources: {memory: 8GB}}
+  ship: {kind: shipper, needs: [b]}
+"""
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory, s3_endpoint):
+    """Two worker "machines": one offers GPU=1, the other memory=16e9; both reach the moto S3."""
+    base = tmp_path_factory.mktemp("workers")
+    specs = [WorkerSpec("gpu", base / "gpu", "GPU=1", {"AWS_ENDPOINT_URL": s3_endpoint}),
+             WorkerSpec("mem", base / "mem", "memory=16e9", {"AWS_ENDPOINT_URL": s3_endpoint})]
+    with cluster(specs) as address:
+        yield {"address": address, "gpu": specs[0], "mem": specs[1]}
+
+
+@pytest.fixture
+def remote(s3_endpoint, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)  # the caller reaches moto the way the workers do
+    return f"s3://zoo/{uuid.uuid4().hex[:10]}"
+
+
+def _keys(result) -> dict[str, str]:
+    return {s.id: s.key for s in result.stages}
+
+
+def test_stages_run_where_their_resources_are_and_move_through_the_remote(tmp_path, workers, remote,
+                                                                          isolated_zoo_paths):
+    recipe = write_recipe(tmp_path, RECIPE)
+    result = zoo.run(recipe, executor=workers["address"], cache_remote=remote)
+    assert result.ok, [(s.id, s.error) for s in result.stages]
+    assert [s.state for s in result.stages] == ["done", "done", "done"]
+    assert result.stages[0].metrics["pid"] == workers["gpu"].pid
+    # each worker's own cache holds what it computed, and only that: b read a's output from the remote
+    keys = _keys(result)
+    on_gpu = {e.key for e in Cache(workers["gpu"].cache).iter_entries()}
+    on_mem = {e.key for e in Cache(workers["mem"].cache).iter_entries()}
+    assert keys["a"] in on_gpu and keys["a"] not in on_mem
+    assert keys["b"] in on_mem and keys["b"] not in on_gpu
+    # the caller's cache ends as after a local run: every entry with its objects
+    caller = Cache(isolated_zoo_paths / "cache")
+    assert all(caller.lookup(k) is not None for k in keys.values())
+    assert caller.log_path(keys["b"]).read_text()  # the worker's log came back
+    # the effect happened at the caller, and only there
+    ship = result.stages[2]
+    assert [(e.kind, e.ref) for e in ship.effects] == [("shipped", "shipped@1.0.0")]
+    assert LocalZoo().resolve("shipped@1.0.0").builds["data"]
+    for w in (workers["gpu"], workers["mem"]):
+        assert LocalZoo(w.home).list() == []
+
+
+def test_the_result_equals_a_local_run(tmp_path, workers, remote):
+    recipe = write_recipe(tmp_path, RECIPE.replace("made on the gpu worker", "same bytes anywhere"))
+    on_cluster = zoo.run(recipe, executor=workers["address"], cache_remote=remote)
+    local = zoo.run(recipe, cache_dir=tmp_path / "local-cache", cache_remote="none")
+    assert on_cluster.ok and local.ok
+    assert [s.state for s in local.stages] == ["done", "done", "done"]  # built afresh, not taken from anywhere
+    # resources are not part of the key: the same keys, the same bytes
+    assert _keys(on_cluster) == _keys(local)
+    assert {s.id: s.outputs for s in on_cluster.stages} == {s.id: s.outputs for s in local.stages}
+
+
+def test_a_second_run_takes_everything_from_the_callers_cache(tmp_path, workers, remote):
+    recipe = write_recipe(tmp_path, RECIPE.replace("made on the gpu worker", "twice"))
+    assert zoo.run(recipe, executor=workers["address"], cache_remote=remote).ok
+    again = zoo.run(recipe, executor=workers["address"], cache_remote=remote)
+    assert [s.state for s in again.stages] == ["cached"] * 3 and again.executed == []
+    assert [(e.kind, e.ref) for e in again.stages[2].effects] == [("shipped", "shipped@1.0.0")]
+
+
+def test_a_machine_with_a_fresh_cache_gets_it_from_the_remote(tmp_path, workers, remote):
+    recipe = write_recipe(tmp_path, RECIPE.replace("made on the gpu worker", "for another caller"))
+    first = zoo.run(recipe, executor=workers["address"], cache_remote=remote)
+    other = zoo.run(recipe, executor=workers["address"], cache_remote=remote, cache_dir=tmp_path / "fresh")
+    assert first.ok and other.ok
+    assert [s.state for s in other.stages] == ["cached"] * 3
+    assert {s.id: s.outputs for s in other.stages} == {s.id: s.outputs for s in first.stages}
+
+
+def test_a_stage_no_worker_offers_resources_for_fails_at_once(tmp_path, workers, remote):
+    recipe = write_recipe(tmp_path, RECIPE.replace("resources: {GPU: 1}", "resources: {GPU: 2, TPU: 1}"))
+    result = zoo.run(recipe, executor=f"{workers['address']}?resource_wait=0", cache_remote=remote)
+    assert [s.state for s in result.stages] == ["failed", "skipped", "skipped"]
+    error = result.stages[0].error
+    assert error.type == "InvalidInput" and error.exit_code == 2
+    assert "GPU=2 TPU=1" in error.message and "GPU=1" in error.message and "memory=1.6e+10" in error.message
+    assert "--resources" in error.hint
+    cli = zoo_cli("run", recipe, "--executor", f"{workers['address']}?resource_wait=0", "--cache-remote", remote)
+    assert cli.code == 2 and "TPU=1" in cli.text
+
+
+
+@pytest.fixture(scope="module")
+def blind_worker(tmp_path_factory, s3_endpoint):
+    """One worker that does not see the folder holding the caller's cache (its own mount namespace)."""
+    if not can_hide():
+        pytest.skip("hiding a folder from a worker needs `unshare -m` and mount (root)")
+    hidden = tmp_path_factory.mktemp("callers-disk")
+    spec = WorkerSpec("blind", tmp_path_factory.mktemp("blind"), env={"AWS_ENDPOINT_URL": s3_endpoint}, hide=hidden)
+    with cluster([spec]) as address:
+        yield address, hidden
+
+
+BLIND = RECIPE.replace(", resources: {GPU: 1}", "").replace(", resources: {memory: 8GB}", "")
+
+
+def test_workers_that_cannot_read_the_cache_and_no_remote_are_refused_at_the_start(tmp_path, blind_worker):
+    address, hidden = blind_worker
+    recipe = write_recipe(tmp_path, BLIND)
+    with pytest.raises(InvalidInput) as e:
+        zoo.run(recipe, executor=address, cache_dir=hidden / "cache", cache_remote="none")
+    assert "cannot read the run cache" in e.value.message and "no remote run cache is set" in e.value.message
+    assert "--cache-remote" in e.value.hint
+    cli = zoo_cli("run", recipe, "--executor", address, "--cache-dir", hidden / "cache", "--cache-remote", "none")
+    assert cli.code == 2 and "cannot read the run cache" in cli.text
+
+
+def test_the_same_workers_run_it_through_the_remote(tmp_path, blind_worker, remote):
+    address, hidden = blind_worker
+    result = zoo.run(write_recipe(tmp_path, BLIND), executor=address, cache_dir=hidden / "cache-2",
+                     cache_remote=remote)
+    assert [s.state for s in result.stages] == ["done", "done", "done"], [s.error for s in result.stages]
+    assert [(e.kind, e.ref) for e in result.stages[2].effects] == [("shipped", "shipped@1.0.0")]
