@@ -19,7 +19,7 @@ B's runs alternate with the raw downloads (and the zoo and DVC B-sides with each
 pair sees the same machine state; `--repeat` sets how many pairs.
 
     .venv/bin/python bench/bench_remote_cache.py [--recipe recipes/alexnet.yaml] [--repeat 3]
-        [--size-mb 230] [--dvc-venv DIR] [--skip-dvc] [--profile]
+        [--size-mb 230] [--dvc-venv DIR] [--skip-dvc] [--profile [FILE]]
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def raw_download(endpoint: str, keys: list[str], dest: Path, env: dict) -> float
 
 
 # --- part 1: a real recipe ---------------------------------------------------------------------
-def bench_recipe(work: Path, recipe: Path, endpoint: str, env: dict, repeat: int, profile: bool) -> dict:
+def bench_recipe(work: Path, recipe: Path, endpoint: str, env: dict, repeat: int, profile: str | None) -> dict:
     import boto3
     import yaml
 
@@ -181,26 +181,49 @@ def bench_recipe(work: Path, recipe: Path, endpoint: str, env: dict, repeat: int
     print(f"[{meta['name']}] B took all {len(stage_keys)} stages from the remote and published "
           f"{len(a_builds)} builds identical to A's (sha256); it read {len(keys)} S3 objects, "
           f"{nbytes / 1e6:.0f} MB (the remote holds {n_objects} objects, {stored / 1e6:.0f} MB)", flush=True)
-    if profile:
-        profile_b(work, recipe, remote, env)
+    if profile is not None:
+        profile_b(work, recipe, remote, env, Path(profile).resolve() if profile else None)
     a.remove()
     return {"name": meta["name"], "cold": cold, "b": statistics.median(b_times), "raw": statistics.median(raw_times),
             "b_all": b_times, "raw_all": raw_times, "mb": nbytes / 1e6, "files": len(keys)}
 
 
-def profile_b(work: Path, recipe: Path, remote: str, env: dict) -> None:
-    """One more machine B under cProfile: where its wall time goes (top functions by own time)."""
+def profile_b(work: Path, recipe: Path, remote: str, env: dict, keep: Path | None) -> None:
+    """One more machine B under cProfile: where its wall time goes (a breakdown, then the top
+    functions by own time). `keep`: where to leave the cProfile data."""
     import pstats
 
     b = Machine(work / "Bprof", recipe.parent, env)
-    out = work / "b.prof"
+    out = keep or work / "b.prof"
     seconds, _ = timed([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "zoo", "run", recipe.name,
                         "--cache-remote", remote, "--json"], b.folder, b.env)
-    print(f"\nprofile of one B run ({seconds:.2f} s under cProfile), cumulative:")
     stats = pstats.Stats(str(out))
-    stats.sort_stats("cumulative").print_stats(30)
+    total = stats.total_tt
+
+    def cumulative(module: str, function: str) -> float:
+        return sum(v[3] for (path, _, name), v in stats.stats.items()
+                   if name == function and path.replace(os.sep, "/").endswith(module))
+
+    def own(function: str) -> float:
+        return sum(v[2] for (_, _, name), v in stats.stats.items() if name == function)
+
+    download = cumulative("zoo/download.py", "download")
+    parts = [
+        ("the whole process", total),
+        ("  stage lookups on the remote (runner._remote_hit)", cumulative("zoo/engine/runner.py", "_remote_hit")),
+        ("    objects downloaded, one at a time (zoo.download)", download),
+        ("      of which sha256 while streaming (hashlib update)", own("<method 'update' of '_hashlib.HASH' objects>")),
+        ("      of which writing the files", own("<method 'write' of '_io.BufferedWriter' objects>")),
+        ("      of which fsync", own("<built-in method posix.fsync>")),
+        ("      of which waiting on s3fs's event loop", own("<method 'acquire' of '_thread.lock' objects>")),
+        ("    blake3 of each download (hash_file_uncached)", cumulative("zoo/engine/hashing.py", "hash_file_uncached")),
+        ("    cached deploy publishes into B's zoo (_redo_effects)", cumulative("zoo/engine/runner.py", "_redo_effects")),
+    ]
+    print(f"\nprofile of one B run ({seconds:.2f} s wall under cProfile; profiled time {total:.2f} s):")
+    for what, s in parts:
+        print(f"  {what:<62}{s:7.2f} s")
     print("by own time:")
-    stats.sort_stats("tottime").print_stats(20)
+    stats.sort_stats("tottime").print_stats(15)
     b.remove()
 
 
@@ -214,9 +237,10 @@ def bench_six_stages(work: Path, endpoint: str, env: dict, size_mb: int, repeat:
     source.mkdir()
     (source / "bench.yaml").write_text(zoo_recipe(size_mb))
     remote = f"s3://{BUCKET}/run-cache-six"
-    a = Machine(work / "zA", source, zenv)
-    z_cold, _ = a.zoo_run("bench.yaml", remote)
-    print(f"[6 stages] zoo A, cold run with --cache-remote: {z_cold:.2f} s", flush=True)
+    z_local, _ = Machine(work / "zA0", source, zenv).zoo_run("bench.yaml", "none")
+    z_cold, _ = Machine(work / "zA", source, zenv).zoo_run("bench.yaml", remote)
+    print(f"[6 stages] zoo A, cold run: without a remote {z_local:.2f} s, with --cache-remote "
+          f"(runs and pushes) {z_cold:.2f} s", flush=True)
 
     dvc = ensure_dvc_venv(dvc_venv or work / "dvc-venv")
     denv = dict(env, PATH=f"{dvc.parent}{os.pathsep}{env['PATH']}", DVC_NO_ANALYTICS="1")
@@ -260,7 +284,7 @@ def bench_six_stages(work: Path, endpoint: str, env: dict, size_mb: int, repeat:
         print(f"[6 stages] pair {i + 1}: zoo B {seconds:.2f} s (raw boto3 {raw_times[-1]:.2f} s); "
               f"dvc B pull --run-cache {pull:.2f} s + repro {repro:.2f} s", flush=True)
     print(f"[6 stages] dvc B's last `dvc repro` said: {' | '.join(out.strip().splitlines()[-3:])}")
-    return {"z_cold": z_cold, "d_cold": d_cold, "d_push": d_push, "zb": statistics.median(zb),
+    return {"z_local": z_local, "z_cold": z_cold, "d_cold": d_cold, "d_push": d_push, "zb": statistics.median(zb),
             "dpull": statistics.median(dpull), "drepro": statistics.median(drepro),
             "raw": statistics.median(raw_times)}
 
@@ -300,14 +324,18 @@ def print_tables(r: dict, six: dict | None, size_mb: int) -> None:
         return
     print(f"\n6 stages, {size_mb} MB artifact, through S3 on the same server (B: medians):")
     print(f"{'':<44}{'zoo':>8}{'dvc':>8}")
-    print(f"{'A: cold run':<44}{six['z_cold']:>8.2f}{six['d_cold']:>8.2f}")
-    print(f"{'A: push (zoo: during the run)':<44}{'—':>8}{six['d_push']:>8.2f}")
+    print(f"{'A: cold run (no remote)':<44}{six['z_local']:>8.2f}{six['d_cold']:>8.2f}")
+    print(f"{'A: cold run + push (zoo: --cache-remote)':<44}{six['z_cold']:>8.2f}{six['d_cold'] + six['d_push']:>8.2f}")
     dvc_b = six["dpull"] + six["drepro"]
     print(f"{'B: fetch (dvc pull --run-cache)':<44}{'—':>8}{six['dpull']:>8.2f}")
     print(f"{'B: run (zoo run --cache-remote / dvc repro)':<44}{six['zb']:>8.2f}{six['drepro']:>8.2f}")
     print(f"{'B: total':<44}{six['zb']:>8.2f}{dvc_b:>8.2f}")
     print(f"zoo B / dvc B = {six['zb'] / dvc_b:.2f}; zoo B / raw boto3 of its objects ({six['raw']:.2f} s) = "
           f"{six['zb'] / six['raw']:.2f}×")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -317,7 +345,8 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=230, help="the 6-stage project's artifact")
     parser.add_argument("--dvc-venv", type=Path, default=None, help="a venv with dvc and dvc-s3 (default: a new temp one)")
     parser.add_argument("--skip-dvc", action="store_true", help="only the recipe, not the 6-stage zoo/DVC part")
-    parser.add_argument("--profile", action="store_true", help="profile one more B run (cProfile)")
+    parser.add_argument("--profile", nargs="?", const="", default=None, metavar="FILE",
+                        help="profile one more B run (cProfile); FILE keeps the profile data")
     args = parser.parse_args()
 
     from zoo.registry.testing import moto_s3
@@ -327,10 +356,11 @@ def main() -> None:
         with moto_s3(BUCKET) as endpoint:  # sets fake AWS credentials in os.environ
             # zoo reads the endpoint of an s3:// remote from AWS_ENDPOINT_URL (botocore), as CI would set it
             env = dict(os.environ, AWS_ENDPOINT_URL=endpoint)
-            print(f"moto S3 at {endpoint}; work folder {work}", flush=True)
+            print(f"moto S3 at {endpoint}; work folder {work}; load average {load()}", flush=True)
             r = bench_recipe(work, args.recipe.resolve(), endpoint, env, args.repeat, args.profile)
             six = None if args.skip_dvc else bench_six_stages(work, endpoint, env, args.size_mb, args.repeat, args.dvc_venv)
         print_tables(r, six, args.size_mb)
+        print(f"load average at the end: {load()}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
