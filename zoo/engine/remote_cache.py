@@ -36,6 +36,7 @@ from zoo.errors import AccessDenied, IntegrityError, NoSpace, SourceUnreachable,
 
 REMOTE_ENTRY_SCHEMA_VERSION = 1
 PARTIAL = "partial"  # under the cache root: downloads in progress (resumed by the next run)
+DOWNLOAD_THREADS = 4  # objects of one stage downloaded side by side
 
 
 class RemoteCache:
@@ -97,31 +98,50 @@ class RemoteCache:
     def _download_all(self, entry: Entry, sha: dict[str, str]) -> dict[str, Path]:
         """{blake3: verified file in partial/} for each object of `entry` the local cache lacks.
 
-        sha256 is checked while the bytes stream (zoo.download: resumable), blake3 after; on any
-        failure the files this call verified are removed, so a refused stage installs nothing."""
-        from zoo.engine.hashing import hash_file_uncached
+        The objects download side by side (`DOWNLOAD_THREADS`: a stage's files are often one large
+        model and a few small ones, and one stream rarely fills the link); sha256 is checked while
+        the bytes stream (zoo.download: resumable), blake3 after. On any failure the files this
+        call verified are removed, so a refused stage installs nothing."""
+        from concurrent.futures import ThreadPoolExecutor
 
         partial = self.cache.root / PARTIAL
+        wanted: dict[str, int] = {}
+        for meta in entry.files.values():
+            digest = meta["digest"]
+            if digest not in wanted and not self.cache.object_path(digest).exists():
+                wanted[digest] = meta["size"]
         verified: dict[str, Path] = {}
-        try:
-            for meta in entry.files.values():
-                digest = meta["digest"]
-                if digest in verified or self.cache.object_path(digest).exists():
+        # the largest first, so the long download starts at once
+        order = sorted(wanted, key=lambda d: -wanted[d])
+        with ThreadPoolExecutor(max_workers=max(1, min(DOWNLOAD_THREADS, len(order)))) as pool:
+            futures = {pool.submit(self._download_verified, entry, d, sha[d], wanted[d], partial): d for d in order}
+            failure: BaseException | None = None
+            for future, digest in futures.items():
+                try:
+                    path = future.result()
+                except BaseException as e:  # keep collecting: every verified file must be known to remove it
+                    failure = failure or e
                     continue
-                path = self._download_one(entry, digest, sha[digest], meta["size"], partial)
-                if path is None:
-                    continue  # a concurrent fetch installed it meanwhile
-                verified[digest] = path
-                if hash_file_uncached(path) != digest:
-                    raise IntegrityError(f"remote cache {self.url}: stage {entry.stage}'s entry names an object "
-                                         "whose blake3 and sha256 digests disagree; nothing was installed",
-                                         hint="the remote entry was tampered with: remove it from the remote, "
-                                              "then run again")
-        except BaseException:
+                if path is not None:  # None: a concurrent fetch installed it meanwhile
+                    verified[digest] = path
+        if failure is not None:
             for path in verified.values():
                 path.unlink(missing_ok=True)
-            raise
+            raise failure
         return verified
+
+    def _download_verified(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
+        """One object downloaded (sha256 checked while it streams) and its blake3 checked too."""
+        from zoo.engine.hashing import hash_file_uncached
+
+        path = self._download_one(entry, digest, sha256, size, partial)
+        if path is not None and hash_file_uncached(path) != digest:
+            path.unlink(missing_ok=True)
+            raise IntegrityError(f"remote cache {self.url}: stage {entry.stage}'s entry names an object "
+                                 "whose blake3 and sha256 digests disagree; nothing was installed",
+                                 hint="the remote entry was tampered with: remove it from the remote, "
+                                      "then run again")
+        return path
 
     def _download_one(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
         """Download one object (sha256 verified) and take it under a name of this process's own, so
