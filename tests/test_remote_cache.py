@@ -80,6 +80,35 @@ def test_machine_b_takes_every_stage_from_the_remote_and_runs_nothing(tmp_path, 
             assert (cb.materialize(eb) / rel).read_bytes() == (ca.materialize(ea) / rel).read_bytes()
 
 
+def test_plan_and_status_on_machine_b_see_what_the_remote_holds_without_downloading(tmp_path, remote):
+    recipe = _recipe(tmp_path)
+    a, b = _machine(tmp_path, "a"), _machine(tmp_path, "b")
+    _user_config(a, remote)
+    _user_config(b, remote)
+    assert _run(recipe, a)[0] == 0
+    recipe.with_suffix(".lock").unlink()
+    plan = zoo_cli("plan", recipe, "--json", env=b)
+    assert plan.code == 0, plan.text
+    got = json.loads(plan.out)
+    assert {s["state"] for s in got["stages"]} == {"cached"}  # c's key follows from a's and b's remote entries
+    assert all(s["reasons"] == [f"cached: on the remote cache {remote.url}"] for s in got["stages"])
+    assert got["cache_remote"] == remote.url and got["notes"] == []
+    cache_b = Path(b["ZOO_CACHE_DIR"])
+    assert not (cache_b / "objects").exists() or not any((cache_b / "objects").rglob("*.*"))  # nothing downloaded
+    status = zoo_cli("status", recipe, env=b)
+    assert status.code == 0 and "Everything is up to date." in status.out, status.text
+    local_only = json.loads(zoo_cli("plan", recipe, "--json", "--cache-remote", "none", env=b).out)
+    assert {s["state"] for s in local_only["stages"]} != {"cached"}
+    if remote.kind == "folder":
+        return  # a folder cannot be unreachable; the servers below can
+    url, options = remote.dead_options()
+    (Path(b["ZOO_HOME"]) / "config.yaml").write_text(
+        json.dumps({"schema_version": 1, "cache": {"remote": url, "options": options}}))
+    offline = zoo_cli("plan", recipe, "--json", env=b)
+    assert offline.code == 0 and "note: remote cache" in offline.err, offline.text
+    assert json.loads(offline.out)["stages"][0]["state"] != "cached"
+
+
 def test_a_tampered_remote_object_fails_with_exit_4_and_installs_nothing(tmp_path, remote):
     recipe = _recipe(tmp_path)
     a, b = _machine(tmp_path, "a"), _machine(tmp_path, "b")

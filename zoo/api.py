@@ -20,6 +20,7 @@ from zoo import paths
 from zoo.engine.cache import Cache
 from zoo.errors import ExitCode, LockOutOfDate, StorageError  # noqa: F401 (part of the API: zoo.api.LockOutOfDate)
 from zoo.engine.executors import Executor, make_executor
+from zoo.engine.explain import Reason, ReasonCode
 from zoo.engine.runner import Runner, StageReport, StageState, decide
 from zoo.stage import ReportTable
 
@@ -69,12 +70,24 @@ def load(path: str | Path | planner.Dag) -> planner.Dag:
     return planner.build(recipe_mod.load(path))
 
 
-def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, force: Iterable[str] | bool = ()) -> Result:
-    """Which stages would run and why, without running anything or writing to the cache."""
-    return _plan(load(path), cache_dir, force)[0]
+def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, force: Iterable[str] | bool = (),
+         cache_remote: str | None = None) -> Result:
+    """Which stages would run and why, without running anything or writing to the cache.
+
+    With a remote run cache (`cache_remote`, or the configured one: zoo/engine/cache_config.py), a
+    stage missing here that the remote holds is reported cached, "on the remote cache" (its entry
+    is read, nothing is downloaded); an unreachable remote is a note."""
+    dag = load(path)
+    cache = Cache(paths.cache_dir(cache_dir))
+    remote = _remote_cache(cache, cache_remote, dag)
+    result = _plan(dag, cache_dir, force, remote)[0]
+    if remote is not None:
+        result.cache_remote, result.notes = remote.url, list(remote.notes)
+    return result
 
 
-def _plan(dag: planner.Dag, cache_dir: str | Path | None, force: Iterable[str] | bool) -> tuple[Result, dict[str, dict]]:
+def _plan(dag: planner.Dag, cache_dir: str | Path | None, force: Iterable[str] | bool,
+          remote: Any = None) -> tuple[Result, dict[str, dict]]:
     """The plan, and the key parts of every stage whose key it could compute (for `--frozen`)."""
     from zoo import host
 
@@ -95,6 +108,11 @@ def _plan(dag: planner.Dag, cache_dir: str | Path | None, force: Iterable[str] |
             all_parts[nid] = parts
         prev = previous.reference(nid, here) if previous else None
         state, reasons, entry = decide(node, parts, key, cache, prev, nid in forced, pending)
+        if remote is not None and state == StageState.WILL_RUN and key is not None and nid not in forced \
+                and node.cache_policy == "default":
+            entry = remote.peek(key)
+            if entry is not None:  # a run takes it from the remote instead of computing it
+                state, reasons = StageState.CACHED, [Reason(ReasonCode.CACHED, f"on the remote cache {remote.url}")]
         if state == StageState.CACHED:
             entries[nid] = entry
             report.outputs = entry.output_digests()  # what `--frozen` compares with the lock

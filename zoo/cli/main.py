@@ -27,6 +27,10 @@ app = typer.Typer(
 RecipeArg = typer.Argument(..., help="Path to a recipe YAML file.", show_default=False)
 CacheDirOpt = typer.Option(None, "--cache-dir", help="Run cache folder [default: $ZOO_CACHE_DIR or ./cache].")
 JsonOpt = typer.Option(False, "--json", help="Print a machine-readable JSON summary instead of tables.")
+CacheRemoteOpt = typer.Option(
+    None, "--cache-remote", metavar="URL",
+    help="Remote run cache (a folder, s3://…, webdav+https://…, or a `zoo remote` name; 'none' for none) "
+         "[default: cache.remote of .zoo/config.yaml, else $ZOO_HOME/config.yaml].")
 
 
 def _echo(text: str = "", err: bool = False) -> None:
@@ -46,10 +50,7 @@ def run(
         None, "--executor",
         help="'local' (default) or 'dask://HOST:PORT' (with a remote run cache the workers need no shared disk; "
              "?resource_wait=SECONDS: how long a stage waits for a worker offering its resources)."),
-    cache_remote: Optional[str] = typer.Option(
-        None, "--cache-remote", metavar="URL",
-        help="Remote run cache (a folder, s3://…, webdav+https://…, or a `zoo remote` name; 'none' for none) "
-             "[default: cache.remote of .zoo/config.yaml, else $ZOO_HOME/config.yaml]."),
+    cache_remote: Optional[str] = CacheRemoteOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Run a recipe. Stages whose inputs did not change are taken from the cache (local, then remote)."""
@@ -74,11 +75,15 @@ def run(
 
 
 @app.command()
-def plan(recipe: Path = RecipeArg, cache_dir: Optional[Path] = CacheDirOpt, as_json: bool = JsonOpt) -> None:
-    """Show the DAG and, per stage, whether it will run and why (runs nothing)."""
+def plan(recipe: Path = RecipeArg, cache_dir: Optional[Path] = CacheDirOpt,
+         cache_remote: Optional[str] = CacheRemoteOpt, as_json: bool = JsonOpt) -> None:
+    """Show the DAG and, per stage, whether it will run and why (runs nothing; a stage the remote
+    run cache holds is cached there: its entry is read, nothing downloaded)."""
     from zoo import api
 
-    result = api.plan(recipe, cache_dir=cache_dir)
+    result = api.plan(recipe, cache_dir=cache_dir, cache_remote=cache_remote)
+    for note in result.notes:
+        _echo(f"note: {note}", err=True)
     if as_json:
         _echo(json.dumps(result.to_json(), indent=2))
         return
@@ -87,13 +92,17 @@ def plan(recipe: Path = RecipeArg, cache_dir: Optional[Path] = CacheDirOpt, as_j
 
 @app.command()
 def status(recipe: Path = RecipeArg, why: bool = typer.Option(False, "--why", help="Say why each stage would run."),
-           cache_dir: Optional[Path] = CacheDirOpt, as_json: bool = JsonOpt) -> None:
-    """Which stages are up to date and which would run (runs nothing). Exit 0 either way."""
+           cache_dir: Optional[Path] = CacheDirOpt, cache_remote: Optional[str] = CacheRemoteOpt,
+           as_json: bool = JsonOpt) -> None:
+    """Which stages are up to date (here or on the remote run cache) and which would run (runs
+    nothing). Exit 0 either way."""
     from zoo import api
 
     from zoo.engine.runner import StageState
 
-    result = api.status(recipe, cache_dir=cache_dir)
+    result = api.status(recipe, cache_dir=cache_dir, cache_remote=cache_remote)
+    for note in result.notes:
+        _echo(f"note: {note}", err=True)
     if as_json:
         _echo(json.dumps(result.to_json(), indent=2))
         return

@@ -63,6 +63,23 @@ class RemoteCache:
         data = self.store.read_entry(key)
         return None if data is None else parse_entry(data, key, self.url)
 
+    def peek(self, key: str) -> Entry | None:
+        """The remote's entry for `key` without downloading its objects (for `zoo plan` / `status`),
+        or None when the remote lacks it, cannot be reached, or serves an invalid entry (noted)."""
+        if self.offline:
+            return None
+        try:
+            found = self.remote_entry(key)
+        except (SourceUnreachable, AccessDenied, StorageError) as e:
+            if isinstance(e, NoSpace):
+                raise
+            self._went_offline(e)
+            return None
+        except IntegrityError as e:
+            self.notes.append(e.message)
+            return None
+        return None if found is None else found[0]
+
     def fetch(self, key: str) -> Entry | None:
         """Make `key` a local hit from the remote: download its objects (every one verified before
         any is installed), then record the local entry. None when the remote lacks it or cannot be
