@@ -18,8 +18,7 @@ import numpy as np
 import onnx
 import pytest
 
-from zoo.engine.recipe import load as load_recipe
-from zoo.errors import GateFailed, IntegrityError, InvalidInput, RecipeError
+from zoo.errors import GateFailed, IntegrityError, InvalidInput
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages import exporters
 from zoo_stages.export import Export
@@ -201,30 +200,6 @@ def test_jax_parameters_are_nested_dicts_of_arrays_and_the_checkpoint_is_checked
     save_file(flat, str(foreign), metadata={"format": "pt"})  # a torch state dict, say
     with pytest.raises(IntegrityError, match="not a zoo JAX checkpoint"):
         jax_models.load(foreign, MODELS["jax"], RECIPES)
-
-
-_RECIPE = """schema_version: 1
-name: r
-version: 1.0.0
-model:
-  {model}
-stages:
-  train: {{}}
-"""
-
-
-@pytest.mark.parametrize("model, line, message", [
-    ("framework: jax", 5, "needs `model.entry: file.py:function`"),
-    ("framework: keras\n  entry: m.py:build", 6, "keeps the architecture in its checkpoint"),
-    ("framework: keras\n  estimator: Ridge", 6, "does not apply to framework keras"),
-    ("framework: jax\n  entry: m.py:apply\n  arch: mlp", 7, "model.arch does not apply to framework jax"),
-])
-def test_the_model_section_is_checked_at_load(tmp_path, model, line, message):
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(_RECIPE.format(model=model))
-    with pytest.raises(RecipeError) as err:
-        load_recipe(recipe)
-    assert f"r.yaml:{line}:" in str(err.value) and message in f"{err.value} {err.value.hint}"
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)

@@ -168,6 +168,10 @@ stages:
     ("framework: transformers\n  architecture: BertModel\n  arch: mlp", 7, "does not apply to framework transformers"),
     ("arch: mlp\n  architecture: BertModel", 6, "applies to framework transformers, not torch"),
     ("framework: sklearn\n  estimator: Ridge\n  config: {a: 1}", 7, "applies to framework transformers, not sklearn"),
+    ("framework: jax", 5, "needs `model.entry: file.py:function`"),
+    ("framework: keras\n  entry: m.py:build", 6, "keeps the architecture in its checkpoint"),
+    ("framework: keras\n  estimator: Ridge", 6, "does not apply to framework keras"),
+    ("framework: jax\n  entry: m.py:apply\n  arch: mlp", 7, "model.arch does not apply to framework jax"),
 ])
 def test_the_model_section_is_checked_by_its_frameworks_exporter(tmp_path, model, line, message):
     recipe = tmp_path / "r.yaml"

@@ -5,14 +5,12 @@ metrics must follow its task; its card and manifest must list every port and the
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from cli_helpers import zoo as zoo_cli
-from conftest import REPO
+from shipped_recipes import run_shipped
 
 pytestmark = pytest.mark.slow
 
@@ -29,23 +27,9 @@ RECIPES = {
 TEXT_RECIPES = ("bert-tiny-text", "transformers-distilbert-languages")  # the ones that ship a tokenizer
 
 
-def _copy_recipe(name: str, dest: Path) -> Path:
-    """The recipe and what it reads (recipes/data, recipes/models, recipes/entries), as a fresh clone has them."""
-    for sub in ("data", "models", "entries"):
-        if (REPO / "recipes" / sub).is_dir():
-            shutil.copytree(REPO / "recipes" / sub, dest / sub)
-    shutil.copy(REPO / "recipes" / f"{name}.yaml", dest / f"{name}.yaml")
-    return dest / f"{name}.yaml"
-
-
 @pytest.fixture(scope="module", params=sorted(RECIPES))
 def run(request, tmp_path_factory):
-    base = tmp_path_factory.mktemp(request.param)
-    recipe = _copy_recipe(request.param, base)
-    env = {"ZOO_CACHE_DIR": str(base / "cache"), "ZOO_HOME": str(base / "home")}
-    cli = zoo_cli("run", recipe, "--json", env=env, timeout=900)
-    assert cli.code == 0, cli.text
-    return {"name": request.param, "dir": base, "recipe": recipe, "env": env, "result": json.loads(cli.out)}
+    return run_shipped(request.param, tmp_path_factory.mktemp(request.param))
 
 
 def test_every_stage_runs_and_the_gates_pass(run):

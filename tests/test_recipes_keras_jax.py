@@ -7,14 +7,13 @@ the second run is cached."""
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cli_helpers import zoo as zoo_cli
-from test_recipes_any_model import _copy_recipe
+from shipped_recipes import run_shipped
 
 pytestmark = pytest.mark.slow
 
@@ -24,12 +23,7 @@ RECIPES = {"keras-mlp-breast-cancer": "keras", "jax-mlp-breast-cancer": "jax"}
 
 @pytest.fixture(scope="module", params=sorted(RECIPES))
 def run(request, tmp_path_factory):
-    base = tmp_path_factory.mktemp(request.param)
-    recipe = _copy_recipe(request.param, base)
-    env = {"ZOO_CACHE_DIR": str(base / "cache"), "ZOO_HOME": str(base / "home")}
-    cli = zoo_cli("run", recipe, "--json", env=env, timeout=900)
-    assert cli.code == 0, cli.text
-    return {"name": request.param, "dir": base, "recipe": recipe, "env": env, "result": json.loads(cli.out)}
+    return run_shipped(request.param, tmp_path_factory.mktemp(request.param))
 
 
 def test_every_stage_runs_the_gates_pass_and_the_version_is_published(run):
