@@ -69,9 +69,9 @@ class FsCacheStore(CacheStore):
     """A `CacheStore` on one fsspec location, through the remote zoo's byte-level backend."""
 
     def __init__(self, url: str, options: dict | None = None):
-        from zoo.registry.fsbackend import FsBackend
+        from zoo.registry.fsbackend import open_backend
 
-        self.backend = FsBackend(url, options)
+        self.backend = open_backend(url, options)
         self.url = url
         self.read_only = self.backend.read_only
         self._marked = False

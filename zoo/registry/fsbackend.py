@@ -64,6 +64,21 @@ def _mtime(info: dict) -> float | None:
     return None
 
 
+# schemes whose backend lives in a module of its own (a subclass of FsBackend): module, class
+SCHEME_BACKENDS: dict[str, tuple[str, str]] = {}
+
+
+def open_backend(url: str, options: dict | None = None) -> "FsBackend":
+    """The backend for `url`: a scheme's own subclass where SCHEME_BACKENDS names one, else FsBackend."""
+    import importlib
+
+    scheme = scheme_of(url)
+    if scheme in SCHEME_BACKENDS:
+        module, name = SCHEME_BACKENDS[scheme]
+        return getattr(importlib.import_module(module), name)(url, options)
+    return FsBackend(url, options)
+
+
 class FsBackend:
     """One remote location (URL) and the filesystem that reaches it."""
 

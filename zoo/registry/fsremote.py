@@ -65,12 +65,12 @@ class FsRemoteZoo(RemoteZoo):
 
     def __init__(self, config: "RemoteConfig"):
         from zoo.registry.config import scheme_of
-        from zoo.registry.fsbackend import FsBackend
+        from zoo.registry.fsbackend import open_backend
 
         self.name = config.name
         self.config = config
-        self.primary = FsBackend(config.url, config.options)
-        self.mirrors = [FsBackend(u, config.options if scheme_of(u) == config.scheme else {}) for u in config.mirrors]
+        self.primary = open_backend(config.url, config.options)
+        self.mirrors = [open_backend(u, config.options if scheme_of(u) == config.scheme else {}) for u in config.mirrors]
         self.read_only = self.primary.read_only
         self._dead: set[str] = set()  # URLs found unreachable during this object's life
 
