@@ -284,3 +284,61 @@ def test_relinked_compares_inode_size_and_mtime(store, tmp_path, hashes, field):
     hashes.clear()
     store.relinked(SHA, SimpleNamespace(**before))
     assert store.has(SHA) and hashes == [path]  # not refreshed: hashed again
+
+
+def _read_only_source(tmp_path: Path, data: bytes = DATA) -> Path:
+    """A file as the run cache keeps its objects: read-only for everyone."""
+    src = tmp_path / "cache-object"
+    src.write_bytes(data)
+    os.chmod(src, 0o444)
+    return src
+
+
+def test_add_by_link_shares_the_source_inode_and_is_verified(store, tmp_path):
+    src = _read_only_source(tmp_path)
+    dest = store.add(src, SHA, len(DATA), "x", link=True)
+    assert os.path.samefile(src, dest)
+    assert store.check(SHA, len(DATA)) == "ok"
+    assert not os.stat(dest).st_mode & 0o222
+
+
+def test_add_by_link_refuses_a_source_whose_bytes_differ_and_leaves_nothing(store, tmp_path):
+    src = _read_only_source(tmp_path, DATA[:-1] + b"?")
+    with pytest.raises(IntegrityError, match="does not match"):
+        store.add(src, SHA, len(DATA), "x", link=True)
+    assert not store.present(SHA)
+    assert sorted(p.name for p in store.path(SHA).parent.iterdir()) == []  # no temp link left behind
+
+
+def test_add_by_link_copies_where_the_file_system_cannot_link(store, tmp_path, monkeypatch):
+    src = _read_only_source(tmp_path)
+
+    def no_links(*a, **k):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(files.os, "link", no_links)
+    dest = store.add(src, SHA, len(DATA), "x", link=True)
+    assert not os.path.samefile(src, dest) and dest.read_bytes() == DATA
+
+
+def test_removing_a_linked_blob_leaves_the_run_cache_object_read_only(store, tmp_path):
+    src = _read_only_source(tmp_path)
+    store.add(src, SHA, len(DATA), "x", link=True)
+    store.remove(SHA)
+    assert not store.present(SHA)
+    assert src.read_bytes() == DATA and not os.stat(src).st_mode & 0o222
+
+
+def test_publish_links_only_when_asked(tmp_path):
+    """A user's folder is copied (a later write to it must not reach the zoo); a cached release,
+    whose files are run cache objects, is linked."""
+    for link in (False, True):
+        staging = make_staging(tmp_path / f"s{link}")
+        for p in staging.rglob("*"):
+            if p.is_file():
+                os.chmod(p, 0o444)
+        zoo = LocalZoo(tmp_path / f"home{link}")
+        manifest = zoo.publish(staging, link=link)
+        for ref in manifest.all_files():
+            shared = os.path.samefile(staging / ref.path, zoo.blobs.path(ref.sha256))
+            assert shared is link, ref.path

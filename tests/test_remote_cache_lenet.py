@@ -67,6 +67,24 @@ def test_machine_b_publishes_builds_byte_identical_to_machine_a(machines):
             assert zoos["b"].blobs.path(f.sha256).read_bytes() == zoos["a"].blobs.path(f.sha256).read_bytes()
 
 
+def test_machine_b_stores_its_builds_as_links_to_its_run_cache_objects(machines):
+    """B's deploy was a cache hit: its release's files are read-only run cache objects, so the zoo
+    links them instead of copying them (B holds each build's bytes once)."""
+
+    from zoo.registry.store import LocalZoo
+
+    b = machines["b"]["env"]
+    manifest = LocalZoo(Path(b["ZOO_HOME"])).resolve("lenet-digits@1.0.0")
+    objects = {(st.st_dev, st.st_ino) for p in (Path(b["ZOO_CACHE_DIR"]) / "objects").rglob("*") if p.is_file()
+               for st in [p.stat()]}
+    blobs = LocalZoo(Path(b["ZOO_HOME"])).blobs
+    for build in manifest.builds.values():
+        for f in build.all_files():
+            st = blobs.path(f.sha256).stat()
+            assert (st.st_dev, st.st_ino) in objects, f.path
+            assert not st.st_mode & 0o222
+
+
 def test_cache_status_on_b_shows_every_stage_on_both_sides(machines):
     b = machines["b"]
     cli = zoo_cli("cache", "status", b["recipe"], "--remote", machines["url"], env=b["env"])

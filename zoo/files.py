@@ -235,6 +235,42 @@ def copy_verified(src: Path | BinaryIO | Iterable[bytes], dest: Path, sha256: st
         _fill_verified(out, src, sha256, size, what)
 
 
+def link_verified(src: Path, dest: Path, sha256: str, size: int, what: str) -> None:
+    """Place read-only `src` at `dest` as a hard link, only if its bytes hash to `sha256` and are
+    `size` long (IntegrityError naming `what` otherwise, nothing left at `dest`); a copy
+    (`copy_verified`) where the file system cannot link.
+
+    For a file nobody writes to, whose owner keeps it read-only: zoo's own run cache objects. The
+    link is made first and the bytes hashed through it, so what was checked is what `dest` holds.
+    The source was fsynced when it was stored; only the folder entry is synced here.
+    """
+    dest = Path(dest)
+    tmp = temp_path(dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.link(src, tmp)
+    except OSError as e:
+        if is_no_space(e):
+            raise storage_error(dest, e, "place") from e
+        copy_verified(src, dest, sha256, size, what)  # another device, or no hard links here
+        return
+    try:
+        with open(tmp, "rb") as f:
+            _fill_verified(_Discard(), f, sha256, size, what)
+        _install(tmp, dest, fsync=True)
+    except OSError as e:
+        raise storage_error(dest, e, "place") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class _Discard:
+    """A sink for `_fill_verified` when the bytes are checked in place rather than copied."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
 def _fill_verified(out: BinaryIO, src, sha256: str, size: int, what: str) -> None:
     """Write the bytes of `src` to the empty file `out`; IntegrityError unless they hash
     to `sha256` and are `size` long (reading stops one chunk past `size`)."""

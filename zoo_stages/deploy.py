@@ -206,7 +206,7 @@ class Deploy(NumericOutputs, StageKind):
         the run that measured them).
         """
         if config.publish and context.publish:
-            _publish(Path(outputs["release"]), context)
+            _publish(Path(outputs["release"]), context, link=True)
 
     def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
         """The builds of the version this run published, read back from the local zoo."""
@@ -224,11 +224,13 @@ class Deploy(NumericOutputs, StageKind):
         return release_problems(read(STATEMENT_FILE), build_files)
 
 
-def _publish(folder: Path, context: StageContext) -> None:
+def _publish(folder: Path, context: StageContext, *, link: bool = False) -> None:
+    """Publish `folder` to this machine's local zoo and record the effect. `link`: the folder is
+    the run cache's (read-only objects), so its files become blobs as hard links, not copies."""
     from zoo.registry.store import LocalZoo
 
     zoo = LocalZoo()
-    published = zoo.publish(folder)
+    published = zoo.publish(folder, link=link)
     # evidence that the version is still in this zoo: its manifest and every blob (`zoo rm` or a
     # `zoo fsck --repair` that removed a bad blob undoes the effect, and the next run publishes again)
     evidence = [zoo.manifest_path(published.name, published.version)]

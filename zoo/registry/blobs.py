@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO, Iterable, Literal
 
-from zoo.files import copy_verified
+from zoo.files import copy_verified, link_verified
 
 State = Literal["ok", "missing", "corrupt"]
 
@@ -101,12 +101,15 @@ class BlobStore:
         if (st.st_ino, st.st_size, st.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns):
             self.mark_verified(sha256, st)
 
-    def add(self, src: Path | BinaryIO | Iterable[bytes], sha256: str, size: int, what: str) -> Path:
+    def add(self, src: Path | BinaryIO | Iterable[bytes], sha256: str, size: int, what: str, *,
+            link: bool = False) -> Path:
         """Store bytes as a blob after checking them against (sha256, size); IntegrityError otherwise.
 
         The source is always hashed, even when the blob exists, so a wrong source file is
         never accepted just because a blob with the claimed digest is already present. A
-        stored blob whose bytes went bad is replaced by the (verified) new bytes.
+        stored blob whose bytes went bad is replaced by the (verified) new bytes. `link`: the
+        source is a read-only file of zoo's own run cache, stored as a hard link to it rather
+        than a copy (`zoo.files.link_verified`).
         """
         dest = self.path(sha256)
         if self.has(sha256, size):
@@ -121,7 +124,10 @@ class BlobStore:
                                          f"(expected sha256 {sha256[:12]}…, got {got[:12]}…)",
                                          hint="the file was modified after the manifest was written")
                 return dest
-        copy_verified(src, dest, sha256, size, what)
+        if link and isinstance(src, (str, Path)):
+            link_verified(Path(src), dest, sha256, size, what)
+        else:
+            copy_verified(src, dest, sha256, size, what)
         self.mark_verified(sha256)
         return dest
 
@@ -129,7 +135,9 @@ class BlobStore:
         self._memo_path(sha256).unlink(missing_ok=True)
         p = self.path(sha256)
         try:
-            os.chmod(p, 0o644)
-            p.unlink()
+            p.unlink()  # no chmod first: the blob may be a hard link to a run cache object, which stays read-only
         except FileNotFoundError:
             pass
+        except PermissionError:  # file systems that refuse to remove a read-only file
+            os.chmod(p, 0o644)
+            p.unlink(missing_ok=True)

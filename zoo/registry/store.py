@@ -225,8 +225,12 @@ class LocalZoo:
         return [f for f in files if not self.blobs.has(f.sha256, f.size)]
 
     # ---- publishing ---------------------------------------------------------------------
-    def publish(self, staging_dir: Path) -> Manifest:
+    def publish(self, staging_dir: Path, *, link: bool = False) -> Manifest:
         """Publish a staging folder (MANIFEST_FILE + every file it lists) as a new version.
+
+        `link`: the folder's files are read-only run cache objects (a cached deploy's release),
+        stored as hard links rather than copies; a user's folder is always copied, since a later
+        write to a linked file would change the zoo's blob too.
 
         Verifies every file's sha256 and size (IntegrityError), refuses unsafe paths and ONNX
         external data outside the version (UnsafePath), writes blobs first and the manifest last
@@ -257,7 +261,7 @@ class LocalZoo:
             return kept
         # blobs first (each verified while copied); an unreferenced blob left by a failure is harmless
         for ref in manifest.all_files():
-            self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}")
+            self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}", link=link)
         self._check_onnx(manifest, lambda ref: self.blobs.path(ref.sha256))
         return self._commit(manifest.model_copy(update={"created": utc_now()}))
 
