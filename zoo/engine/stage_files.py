@@ -167,8 +167,11 @@ def check_digests(task: "StageTask", code: dict[str, str]) -> None:
         # the private project lies in this worker's cache: its files are named as the caller named them
         label = resolved.relative_to(project).as_posix() if resolved.is_relative_to(project) else \
             dependency_label(dep, project)
-        got = digest_path(dep) if dep.exists() else "absent"
-        if code.get(label) != got:
+        if not dep.exists():
+            raise InvalidInput(f"stage {task.stage_id} reads {dep}, which is not on this worker",
+                               hint="name files of the recipe's folder by paths relative to the recipe; a file of "
+                                    "zoo's folders is shipped only to where this worker's zoo keeps it")
+        if code.get(label) != digest_path(dep):
             raise IntegrityError(f"stage {task.stage_id}: the file {label} shipped to this worker does not have "
                                  "the digest in the stage's key; nothing was run or pushed",
                                  hint="a file changed on the caller while the run shipped it, or the remote was "
