@@ -1,16 +1,21 @@
 """Dask across machines (tests/plugins kinds): a real scheduler and two `dask worker` processes,
 each with its own cache, ZOO_HOME and HOME and its own declared resources, and a real S3 server
 (moto) as the remote run cache. Stages go to the worker that offers their `resources:`, inputs
-and outputs move through the remote, and the shipper's publication lands in the caller's zoo only."""
+and outputs move through the remote, and the shipper's publication lands in the caller's zoo only.
+A worker that cannot see the caller's disk at all (its own mount namespace) runs recipes whose
+stages read files of their folder (a test kind's folder and files; tabular-mlp's CSV) from what
+the caller shipped through the remote."""
 
 from __future__ import annotations
 
+import shutil
 import uuid
 
 import pytest
 
 import zoo
 from cli_helpers import write_recipe, zoo as zoo_cli
+from conftest import REPO
 from dask_cluster import WorkerSpec, can_hide, cluster
 from zoo.engine.cache import Cache
 from zoo.errors import InvalidInput
@@ -123,14 +128,14 @@ def blind_worker(tmp_path_factory, s3_endpoint):
     hidden = tmp_path_factory.mktemp("callers-disk")
     spec = WorkerSpec("blind", tmp_path_factory.mktemp("blind"), env={"AWS_ENDPOINT_URL": s3_endpoint}, hide=hidden)
     with cluster([spec]) as address:
-        yield address, hidden
+        yield address, hidden, spec
 
 
 BLIND = RECIPE.replace(", resources: {GPU: 1}", "").replace(", resources: {memory: 8GB}", "")
 
 
 def test_workers_that_cannot_read_the_cache_and_no_remote_are_refused_at_the_start(tmp_path, blind_worker):
-    address, hidden = blind_worker
+    address, hidden, _ = blind_worker
     recipe = write_recipe(tmp_path, BLIND)
     with pytest.raises(InvalidInput) as e:
         zoo.run(recipe, executor=address, cache_dir=hidden / "cache", cache_remote="none")
@@ -141,8 +146,72 @@ def test_workers_that_cannot_read_the_cache_and_no_remote_are_refused_at_the_sta
 
 
 def test_the_same_workers_run_it_through_the_remote(tmp_path, blind_worker, remote):
-    address, hidden = blind_worker
+    address, hidden, _ = blind_worker
     result = zoo.run(write_recipe(tmp_path, BLIND), executor=address, cache_dir=hidden / "cache-2",
                      cache_remote=remote)
     assert [s.state for s in result.stages] == ["done", "done", "done"], [s.error for s in result.stages]
     assert [(e.kind, e.ref) for e in result.stages[2].effects] == [("shipped", "shipped@1.0.0")]
+
+
+FILES = """\
+schema_version: 1
+name: reads-its-folder
+version: 1.0.0
+stages:
+  listing: {kind: tree, config: {folder: tokenizer, notes: data/notes.txt}}
+  copy: {kind: script, needs: [listing], config: {file: model.py}}
+"""
+
+
+def test_a_worker_that_cannot_see_the_project_runs_its_stages_from_the_shipped_files(blind_worker, remote):
+    """The project (recipe, a folder, a data file, a code file) lies in the folder the worker cannot
+    see: its stages read what was shipped, in a private project folder of the worker's cache."""
+    address, hidden, spec = blind_worker
+    project = hidden / "project"
+    (project / "tokenizer" / "sub").mkdir(parents=True)
+    (project / "tokenizer" / "vocab.txt").write_text("a b c")
+    (project / "tokenizer" / "sub" / "merges.txt").write_text("ab")
+    (project / "data").mkdir()
+    (project / "data" / "notes.txt").write_text("notes")
+    (project / "model.py").write_text("print('model')\n")
+    recipe = write_recipe(project, FILES)
+    shipped = zoo.run(recipe, executor=address, cache_dir=hidden / "cache-files", cache_remote=remote)
+    assert [s.state for s in shipped.stages] == ["done", "done"], [s.error for s in shipped.stages]
+    ran_in = shipped.stages[0].metrics["recipe_dir"]
+    assert ran_in.startswith(str(spec.cache / "tmp")), ran_in
+    assert {e.stage for e in Cache(spec.cache).iter_entries()} >= {"listing", "copy"}
+    local = zoo.run(recipe, cache_dir=hidden / "cache-local", cache_remote="none")
+    assert [s.state for s in local.stages] == ["done", "done"]
+    assert {s.id: s.key for s in shipped.stages} == {s.id: s.key for s in local.stages}
+    assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}
+
+
+def test_a_file_outside_the_project_is_refused_before_the_stage_is_submitted(tmp_path, blind_worker, remote):
+    address, hidden, _ = blind_worker
+    outside = tmp_path / "outside.py"
+    outside.write_text("x = 1\n")
+    recipe = write_recipe(hidden, BLIND.replace("kind: concat, needs: [a]", f"kind: script, needs: [a], "
+                                                                           f"config: {{file: {outside}}}"))
+    result = zoo.run(recipe, executor=address, cache_dir=hidden / "cache-outside", cache_remote=remote)
+    assert [s.state for s in result.stages] == ["done", "failed", "skipped"]
+    error = result.stages[1].error
+    assert error.exit_code == 2 and str(outside) in error.message and "recipe's folder" in error.hint
+
+
+def test_a_shipped_recipe_reading_a_csv_of_its_folder_equals_a_local_run(blind_worker, remote):
+    """tabular-mlp's train and export (torch, onnxruntime) read data/breast-cancer.csv beside the
+    recipe; the project lies where the worker cannot see it. Keys and bytes equal a local run's."""
+    pytest.importorskip("torch")
+    address, hidden, spec = blind_worker
+    project = hidden / "tabular"
+    (project / "data").mkdir(parents=True)
+    shutil.copy(REPO / "recipes" / "data" / "breast-cancer.csv", project / "data")
+    text = (REPO / "recipes" / "tabular-mlp.yaml").read_text()
+    recipe = write_recipe(project, text[:text.index("  optimize:\n")], "tabular-mlp.yaml")  # train and export
+    shipped = zoo.run(recipe, executor=address, cache_dir=hidden / "cache-tabular", cache_remote=remote)
+    assert [s.state for s in shipped.stages] == ["done", "done"], [s.error for s in shipped.stages]
+    assert {s.key for s in shipped.stages} <= {e.key for e in Cache(spec.cache).iter_entries()}  # ran there
+    local = zoo.run(recipe, cache_dir=hidden / "cache-tabular-local", cache_remote="none")
+    assert [s.state for s in local.stages] == ["done", "done"]
+    assert {s.id: s.key for s in shipped.stages} == {s.id: s.key for s in local.stages}
+    assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}

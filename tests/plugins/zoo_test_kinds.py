@@ -112,6 +112,33 @@ class Script(StageKind):
         return {"data": out}
 
 
+class TreeConfig(KindConfig):
+    folder: str
+    notes: str = ""  # a single file, besides the folder
+
+
+class Tree(StageKind):
+    """Writes every file of a folder (and `notes`) in the recipe's project: path and bytes, sorted.
+    Both enter the key (user data); `recipe_dir` (a metric) says where the stage found them."""
+
+    name = "tree"
+    Config = TreeConfig
+    outputs = ("data",)
+
+    def dependencies(self, config, ctx):
+        return [ctx.resolve(config.folder)] + ([ctx.resolve(config.notes)] if config.notes else [])
+
+    def run(self, inputs, config, context):
+        root = context.resolve(config.folder)
+        parts = [f"{p.relative_to(root).as_posix()}:{p.read_text()}" for p in sorted(root.rglob("*")) if p.is_file()]
+        if config.notes:
+            parts.append(context.resolve(config.notes).read_text())
+        out = context.output_path("data.txt")
+        out.write_text("\n".join(parts))
+        context.metrics["recipe_dir"] = str(context.recipe.dir)
+        return {"data": out}
+
+
 class BlobConfig(KindConfig):
     size_mb: int = 1
     seed: int = 0

@@ -2,18 +2,27 @@
 remote run cache (zoo/engine/remote_cache.py).
 
 The caller (`Shipper`, on the runner's side) makes sure the objects of the stage's upstream
-entries are on the remote, and sends the worker a `Transfer`: the remote's URL and options, those
-entries, the sha256 of each of their objects, and the stage's key parts. The worker
-(`execute_shipped`, in a Dask worker process) fetches the objects its own cache lacks (sha256
-while they stream, blake3 after: a tampered object is an IntegrityError, exit 4), runs the stage
-in a workspace of its own cache, checks that its tool versions and kind code are those of the key
-(else nothing is pushed), commits the outputs to its cache, pushes the objects and then (cache
+entries, and the files the stage reads from the recipe's folder and zoo's folders (its keyed
+dependencies: zoo/engine/stage_files.py), are on the remote, and sends the worker a `Transfer`:
+the remote's URL and options, those entries, the sha256 of each of their objects, the manifest of
+those files, and the stage's key parts. The worker (`execute_shipped`, in a Dask worker process)
+fetches the objects its own cache lacks (sha256 while they stream, blake3 after: a tampered object
+is an IntegrityError, exit 4), puts the files in a private project folder (and its own ZOO_HOME /
+cache), checks their digests against the key (else nothing runs: IntegrityError), runs the stage
+in a workspace of its own cache with the recipe in that project folder, checks that its tool
+versions and kind code are those of the key (else nothing is pushed), commits the outputs to its cache, pushes the objects and then (cache
 policy `default`) the entry, and returns the entry with its log (`Shipped`). The caller downloads
 the objects it lacks from the remote (verified the same way) and records the entry: its cache
 ends as a local run leaves it, so the lockfile, the no-op fast path, `zoo release` and the stage's
 effects (on_cached, at the caller) work as after a local run.
 
-Credentials for the remote come from each worker's own environment, never from the caller.
+Credentials for the remote come from each worker's own environment, never from the caller. A
+worker needs zoo (and the kinds' packages) installed, those credentials, and the remote: no
+shared disk, and no copy of the project.
+
+Thread counts stay the caller's (`StageTask.threads`): train's checkpoint bytes depend on them
+(GEMM splits) and they are not in the key, so a worker choosing its own would put other bytes
+under the key a local run fills.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.engine.cache import Cache, Entry
 from zoo.engine.cache_config import RemoteCacheSetting
+from zoo.engine.stage_files import FileManifest, FileShipper, check_digests, dependency_codes, materialise, shipped_task
 from zoo.engine.worker import StageResult, StageTask, WorkerError, execute
 from zoo.errors import IntegrityError, InvalidInput, ZooError
 
@@ -42,6 +52,7 @@ class Transfer:
     sha256: dict[str, str]  # blake3 -> sha256 of every upstream object (the remote names objects by sha256)
     parts: dict[str, Any]  # the stage's key parts (the entry records them; the worker checks its versions against them)
     cache_policy: str = "default"  # default: the entry is pushed too; disable: not recorded anywhere
+    files: FileManifest = field(default_factory=FileManifest)  # what the stage reads outside the cache (stage_files.py)
 
 
 @dataclass(frozen=True)
@@ -78,17 +89,21 @@ class Shipper:
     def __init__(self, remote: "RemoteCache"):
         self.remote = remote
         self.sha: dict[str, str] = {}  # blake3 -> sha256 of objects known to be on the remote
+        self.files = FileShipper(remote.store)
 
     def transfer(self, task: StageTask, upstream: dict[str, Entry], parts: dict[str, Any],
                  cache_policy: str) -> Transfer:
         """The task's Transfer, after uploading the upstream objects the remote may lack (an
-        upstream taken from the caller's own cache may never have been pushed)."""
+        upstream taken from the caller's own cache may never have been pushed) and the files the
+        stage reads from the recipe's folder and zoo's folders (InvalidInput for one elsewhere)."""
+        files = self.files.manifest(task, dependency_codes(parts))
         for entry in upstream.values():
             if any(m["digest"] not in self.sha for m in entry.files.values()):
                 self.sha.update(self.remote.push_objects(entry))
         digests = {m["digest"] for e in upstream.values() for m in e.files.values()}
         return Transfer(setting=self.remote.setting, upstream={sid: e.to_json() for sid, e in upstream.items()},
-                        sha256={d: self.sha[d] for d in sorted(digests)}, parts=parts, cache_policy=cache_policy)
+                        sha256={d: self.sha[d] for d in sorted(digests)}, parts=parts, cache_policy=cache_policy,
+                        files=files)
 
     def receive(self, key: str, shipped: Shipped, cache_policy: str) -> Entry:
         """The entry a worker pushed for `key`, its objects downloaded into the caller's cache (verified)."""
@@ -115,10 +130,13 @@ def execute_shipped(task: StageTask) -> StageResult:
         try:
             try:
                 upstream = _fetch_upstream(task, transfer, remote)
-            except ZooError as e:
+                materialise(transfer.files, remote.store, tmp / "project", url=remote.url)
+                local = replace(shipped_task(task, tmp / "project"), upstream=upstream, out_dir=str(tmp / "out"),
+                                work_dir=str(tmp / "work"), log_path=str(log), storage_root=str(cache.root),
+                                transfer=None)
+                check_digests(local, dependency_codes(transfer.parts))
+            except Exception as e:  # nothing was run: the inputs are not those of the key, or cannot be had
                 return StageResult(error=WorkerError.from_exception(e), shipped=Shipped())
-            local = replace(task, upstream=upstream, out_dir=str(tmp / "out"), work_dir=str(tmp / "work"),
-                            log_path=str(log), storage_root=str(cache.root), transfer=None)
             result = execute(local)
             if result.ok:
                 result = _push(local, transfer, result, cache, remote, tmp / "out")

@@ -1,0 +1,224 @@
+"""Files a stage reads, shipped to a worker that shares no disk with the caller (zoo/engine/stage_files.py).
+
+The "worker" here is a machine of its own inside this process: `execute_shipped` with its own
+ZOO_CACHE_DIR and ZOO_HOME, while the caller's project folder is moved away, so the stage can
+read its files only from what was shipped. The remote run cache is a folder. The real cluster
+(dask workers, S3) runs the same recipe in tests/test_dask_remote.py."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import zoo
+from cli_helpers import write_recipe
+from zoo.engine.cache import Cache
+from zoo.engine.cache_store import open_store
+from zoo.engine.remote_stage import execute_shipped
+from zoo.engine.stage_files import FileManifest, materialise, place
+from zoo.errors import IntegrityError, UnsafePath
+from zoo.files import sha256_and_size
+
+RECIPE = """\
+schema_version: 1
+name: shipped-files
+version: 1.0.0
+stages:
+  listing: {kind: tree, config: {folder: tokenizer, notes: data/notes.txt}}
+  copy: {kind: script, needs: [listing], config: {file: model.py}}
+"""
+
+
+def _project(folder: Path) -> Path:
+    """A project whose stages read a folder (two files, one nested), a data file and a code file."""
+    (folder / "tokenizer" / "sub").mkdir(parents=True)
+    (folder / "tokenizer" / "vocab.txt").write_text("a b c")
+    (folder / "tokenizer" / "sub" / "merges.txt").write_text("ab")
+    (folder / "data").mkdir()
+    (folder / "data" / "notes.txt").write_text("notes")
+    (folder / "model.py").write_text("print('model')\n")
+    return write_recipe(folder, RECIPE)
+
+
+@contextmanager
+def _env(**values: str):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Worker:
+    """A worker "machine" with its own cache and ZOO_HOME that cannot see the caller's `project`
+    (moved away while a stage runs). `tamper(transfer, store)` may change what it receives."""
+
+    remote_workers = True
+    address = "in-process worker"
+
+    def __init__(self, base: Path, project: Path, tamper=None):
+        self.base, self.project, self.tamper = base, project, tamper
+        self.ran: list[str] = []
+        self.submitted: list[str] = []
+
+    @property
+    def cache(self) -> Path:
+        return self.base / "cache"
+
+    def sees(self, folder: Path) -> bool:
+        return False
+
+    def submit(self, task) -> Future:
+        self.submitted.append(task.stage_id)
+        if self.tamper is not None:
+            task.transfer = self.tamper(task.transfer, open_store(task.transfer.setting.url, {}))
+        hidden = self.project.with_name(self.project.name + "-away")
+        os.rename(self.project, hidden)
+        try:
+            with _env(ZOO_CACHE_DIR=str(self.cache), ZOO_HOME=str(self.base / "home")):
+                result = execute_shipped(task)
+        finally:
+            os.rename(hidden, self.project)
+        if result.ok:
+            self.ran.append(task.stage_id)
+        future: Future = Future()
+        future.set_result(result)
+        return future
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_a_stage_reads_the_shipped_files_in_a_private_project_and_equals_a_local_run(tmp_path):
+    project = tmp_path / "project"
+    recipe = _project(project)
+    worker = Worker(tmp_path / "worker", project)
+    shipped = zoo.run(recipe, executor=worker, cache_remote=str(tmp_path / "remote"))
+    assert shipped.ok, [(s.id, s.error) for s in shipped.stages]
+    assert worker.ran == ["listing", "copy"]
+    recipe_dir = Path(shipped.stages[0].metrics["recipe_dir"])
+    assert recipe_dir.is_relative_to(worker.cache / "tmp") and not recipe_dir.exists()  # private, and cleaned up
+    local = zoo.run(recipe, cache_dir=tmp_path / "local-cache", cache_remote="none")
+    assert [s.state for s in local.stages] == ["done", "done"]
+    assert {s.id: s.key for s in shipped.stages} == {s.id: s.key for s in local.stages}
+    assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}
+    caller = Cache(Path(os.environ["ZOO_CACHE_DIR"]))
+    out = caller.output_paths(caller.lookup(shipped.stages[0].key))["data"]
+    assert Path(out).read_text() == "sub/merges.txt:ab\nvocab.txt:a b c\nnotes"
+
+
+def test_a_file_changed_in_the_project_is_shipped_again_under_a_new_key(tmp_path):
+    project = tmp_path / "project"
+    recipe = _project(project)
+    worker = Worker(tmp_path / "worker", project)
+    first = zoo.run(recipe, executor=worker, cache_remote=str(tmp_path / "remote"))
+    (project / "tokenizer" / "sub" / "merges.txt").write_text("ba")
+    second = zoo.run(recipe, executor=worker, cache_remote=str(tmp_path / "remote"))
+    assert first.ok and second.ok
+    assert [s.state for s in second.stages] == ["done", "done"]
+    assert first.stages[0].key != second.stages[0].key
+    assert first.stages[0].outputs != second.stages[0].outputs
+
+
+def test_a_file_outside_the_project_is_refused_before_anything_is_submitted(tmp_path):
+    project = tmp_path / "project"
+    _project(project)
+    elsewhere = tmp_path / "elsewhere.py"
+    elsewhere.write_text("x = 1\n")
+    recipe = write_recipe(project, RECIPE.replace("file: model.py", f"file: {elsewhere}"))
+    worker = Worker(tmp_path / "worker", project)
+    result = zoo.run(recipe, executor=worker, cache_remote=str(tmp_path / "remote"))
+    assert [s.state for s in result.stages] == ["done", "failed"]
+    assert worker.submitted == ["listing"]
+    error = result.stages[1].error
+    assert error.type == "InvalidInput" and error.exit_code == 2
+    assert str(elsewhere) in error.message and "move it into the recipe's folder" in error.hint
+
+
+def _swap(label: str, data: bytes):
+    """A tamper that ships `data` (uploaded, its own sha256) as the file `label`."""
+    def tamper(transfer, store):
+        other = Path(transfer.setting.url).parent / "other-bytes"
+        other.write_bytes(data)
+        sha256, size = sha256_and_size(other)
+        store.put_object(other, sha256)
+        files = {**transfer.files.files, label: (sha256, size)}
+        return replace(transfer, files=FileManifest(files=files, folders=transfer.files.folders))
+    return tamper
+
+
+def _corrupt_object(label: str):
+    """A tamper that overwrites the remote's object of `label` with other bytes of the same length."""
+    def tamper(transfer, store):
+        sha256, size = transfer.files.files[label]
+        path, = (p for p in Path(transfer.setting.url).rglob(f"*{sha256}*") if p.is_file())
+        path.write_bytes(b"x" * size)
+        return transfer
+    return tamper
+
+
+@pytest.mark.parametrize("tamper", [_corrupt_object("model.py"), _swap("model.py", b"print('evil')\n")],
+                         ids=["object-tampered-on-the-remote", "manifest-names-other-bytes"])
+def test_a_tampered_shipped_file_fails_with_exit_4_and_nothing_runs(tmp_path, tamper):
+    project = tmp_path / "project"
+    recipe = _project(project)
+    (tmp_path / "remote").mkdir()
+    worker = Worker(tmp_path / "worker", project,
+                    tamper=lambda t, s: tamper(t, s) if any(k == "model.py" for k in t.files.files) else t)
+    result = zoo.run(recipe, executor=worker, cache_remote=str(tmp_path / "remote"))
+    assert [s.state for s in result.stages] == ["done", "failed"]
+    assert worker.ran == ["listing"]
+    error = result.stages[1].error
+    assert error.type == "IntegrityError" and error.exit_code == 4, error
+    assert all(e.stage != "copy" for e in Cache(worker.cache).iter_entries())
+
+
+@pytest.mark.parametrize("label", ["../x", "/etc/passwd", "a/../../x", "zoo-home:../x", "cache:/etc/passwd",
+                                   "zoo-home:", "a\\..\\x", "C:/x"])
+def test_a_label_that_leaves_its_folder_is_refused(tmp_path, label):
+    with pytest.raises(UnsafePath):
+        place(label, tmp_path / "project")
+
+
+def test_a_label_through_a_symbolic_link_out_of_the_folder_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    home = Path(os.environ["ZOO_HOME"])
+    (home / "blobs").mkdir(parents=True)
+    (home / "blobs" / "ab").symlink_to(outside)
+    with pytest.raises(UnsafePath):
+        place("zoo-home:blobs/ab/cd", tmp_path / "project")
+    store = open_store(str(tmp_path / "remote"), {})
+    with pytest.raises(UnsafePath):
+        materialise(FileManifest(files={"zoo-home:blobs/ab/cd": ("0" * 64, 1)}), store, tmp_path / "project")
+    assert list(outside.iterdir()) == []
+
+
+def test_zoo_folder_files_go_into_the_workers_own_zoo_home_and_cache(tmp_path):
+    src = tmp_path / "src"
+    src.write_bytes(b"parent model")
+    sha256, size = sha256_and_size(src)
+    store = open_store(str(tmp_path / "remote"), {})
+    store.put_object(src, sha256)
+    manifest = FileManifest(files={f"zoo-home:blobs/sha256/{sha256}": (sha256, size),
+                                   "cache:dvc/pins/pin.json": (sha256, size), "data/x.csv": (sha256, size)})
+    materialise(manifest, store, tmp_path / "project")
+    assert (Path(os.environ["ZOO_HOME"]) / "blobs" / "sha256" / sha256).read_bytes() == b"parent model"
+    assert (Path(os.environ["ZOO_CACHE_DIR"]) / "dvc" / "pins" / "pin.json").read_bytes() == b"parent model"
+    assert (tmp_path / "project" / "data" / "x.csv").read_bytes() == b"parent model"
+    # a worker's own copy with other bytes is never overwritten
+    (Path(os.environ["ZOO_CACHE_DIR"]) / "dvc" / "pins" / "pin.json").write_bytes(b"the worker's own")
+    with pytest.raises(IntegrityError) as e:
+        materialise(manifest, store, tmp_path / "project-2")
+    assert e.value.exit_code == 4
+    assert (Path(os.environ["ZOO_CACHE_DIR"]) / "dvc" / "pins" / "pin.json").read_bytes() == b"the worker's own"
