@@ -39,7 +39,8 @@ from typing import Iterator
 from urllib.parse import unquote, urlsplit
 
 from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable
-from zoo.registry.fsbackend import CHUNK, FsBackend, credentials_hint
+from zoo.registry import fsbackend
+from zoo.registry.fsbackend import FsBackend, credentials_hint
 
 DEFAULT_CONNECT_TIMEOUT_S = 5
 IO_TIMEOUT_S = 120
@@ -203,7 +204,7 @@ class SshBackend(FsBackend):
             pos = offset
             while pos < end:
                 with self._errors(f"download {rpath}"):
-                    chunk = f.read(min(CHUNK, end - pos))
+                    chunk = f.read(min(fsbackend.CHUNK, end - pos))
                 if not chunk:
                     return
                 pos += len(chunk)
@@ -271,7 +272,7 @@ class SshBackend(FsBackend):
 
         def copy(f):
             with open(local, "rb") as src:
-                shutil.copyfileobj(src, f, CHUNK)
+                shutil.copyfileobj(src, f, fsbackend.CHUNK)
 
         self._replace_with(self._upload_tmp(rpath, copy), rpath)
 
