@@ -178,3 +178,26 @@ def test_help_validate_and_a_cached_run_import_no_ssh_driver(tmp_path):
                  ["run", str(recipe), "--cache-remote", "ssh://nobody@127.0.0.1:1/nowhere"]):
         proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env)
         assert "EXIT 0" in proc.stderr and "SSH []" in proc.stderr, (args, proc.stderr)
+
+
+def test_cache_push_then_pull_over_ssh_gives_machine_b_every_stage(tmp_path, request, monkeypatch):
+    """`zoo cache push` from machine A and `zoo cache pull` on machine B through an SSH run cache
+    (the setting in each machine's config, with the key and known_hosts options): B then runs
+    the recipe with the remote off and every stage is a local hit."""
+    from cli_helpers import zoo as zoo_cli
+    from remote_fixtures import Backend
+    from test_remote_cache import _machine, _recipe, _run, _user_config
+
+    remote = Backend("ssh", request, tmp_path, monkeypatch)
+    recipe = _recipe(tmp_path)
+    a, b = _machine(tmp_path, "a"), _machine(tmp_path, "b")
+    assert _run(recipe, a, "--cache-remote", "none")[0] == 0
+    _user_config(a, remote)
+    _user_config(b, remote)
+    pushed = zoo_cli("cache", "push", recipe, "--json", env=a)
+    assert pushed.code == 0 and json.loads(pushed.out)["entries"] == 3, pushed.text
+    pulled = zoo_cli("cache", "pull", recipe, "--json", env=b)
+    assert pulled.code == 0 and json.loads(pulled.out)["pulled"] == 3, pulled.text
+    code, got, _ = _run(recipe, b, "--cache-remote", "none")
+    assert code == 0 and {s["state"] for s in got["stages"]} == {"cached"}
+    assert _leftovers(remote.root) == []
