@@ -7,7 +7,7 @@ there yet" before either writes. What settles the race is then only the create-e
 
     publish ZOO_ROOT STAGING BARRIER_DIR ME   LocalZoo.publish; waits at its first `get`
     push ZOO_ROOT BARRIER_DIR ME KIND         `zoo push tiny@1.0.0 --to origin`; waits at the
-                                              create-exclusive step (FsBackend.create, or
+                                              create-exclusive step (the backend class's create, or
                                               HfApi.create_tag of the version for KIND hf)
 """
 
@@ -64,9 +64,9 @@ def push(root: Path, folder: Path, me: str, kind: str) -> dict:
 
         attr = "create_tag"
     else:
-        from zoo.registry.fsbackend import FsBackend as owner
+        from remote_fixtures import fs_backend_class
 
-        attr = "create"
+        owner, attr = fs_backend_class(kind), "create"
     real = getattr(owner, attr)
 
     def racing(self, *args, **kwargs):

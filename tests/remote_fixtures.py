@@ -3,7 +3,7 @@ conftest.py as a plugin): test_registry_remotes.py, test_registry_remote_integri
 test_registry_remote_contract.py all use these.
 
 Servers (module-scoped, started only when a test asks for one): moto S3, wsgidav WebDAV (also
-serving folders as plain read-only HTTP), and a Hugging Face endpoint that is partly a stand-in:
+serving folders as plain read-only HTTP), OpenSSH's sshd (session-scoped; ssh_server.py), and a Hugging Face endpoint that is partly a stand-in:
 reads go to olah (a real Hub mirror serving git repos), the Hub's write API is
 `zoo.registry.testing.HubWriteApp`; tests using it carry `hf-stand-in-write-api` in their ids.
 
@@ -25,7 +25,7 @@ from zoo.registry import api
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import free_port, hub_server, make_staging, moto_s3, webdav_server
 
-BACKENDS = ["folder", "s3", "webdav", "hf"]  # every writable kind
+BACKENDS = ["folder", "s3", "webdav", "ssh", "hf"]  # every writable kind
 KINDS = [*BACKENDS, "http"]  # http: a folder remote served read-only over plain HTTP
 
 
@@ -41,6 +41,15 @@ def dav(tmp_path_factory):
     root = tmp_path_factory.mktemp("dav")
     with webdav_server(root, user="zoo", password="dav-secret") as url:
         yield url, root
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """OpenSSH's sshd on 127.0.0.1 serving this machine's folders (an `ssh_server.SshServer`)."""
+    from ssh_server import sshd_server
+
+    with sshd_server(tmp_path_factory.mktemp("sshd")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +103,11 @@ class Backend:
             self.base = base
             self.url = f"webdav+{base}/{self.uid}"
             self.options = {"user": "zoo", "password_env": "TEST_DAV_PASSWORD"}
+        elif kind == "ssh":  # the server runs on this machine: the remote is a local folder it serves
+            self.sshd = request.getfixturevalue("sshd")
+            self.root = tmp_path / "ssh-remote"
+            self.url = self.sshd.url(self.root)
+            self.options = self.sshd.options
         elif kind == "hf":
             request.getfixturevalue("hf_online")
             self.hub = request.getfixturevalue("hub")
@@ -116,6 +130,8 @@ class Backend:
             return self.url, {"endpoint": f"http://127.0.0.1:{port}"}
         if self.kind == "http":
             return f"http://127.0.0.1:{port}/{self.uid}", {}
+        if self.kind == "ssh":
+            return f"ssh://{self.sshd.user}@127.0.0.1:{port}{self.root}", self.options
         raise AssertionError("a folder cannot be unreachable")
 
     def tamper(self, name: str, version: str, path: str, sha256: str) -> None:
@@ -133,8 +149,8 @@ class Backend:
 
     def flip(self, key: str) -> None:
         """Flip the last byte of the file at `key` (a path under the remote's root), bypassing zoo
-        (folder, http, s3 and webdav remotes)."""
-        if self.kind in ("folder", "http"):
+        (folder, http, s3, webdav and ssh remotes)."""
+        if self.kind in ("folder", "http", "ssh"):
             p = self.root / key
             p.chmod(0o644)
             p.write_bytes(_flip(p.read_bytes()))
@@ -153,6 +169,19 @@ class Backend:
 
 def _flip(data: bytes) -> bytes:
     return data[:-1] + bytes([data[-1] ^ 0xFF])
+
+
+def fs_backend_class(kind: str):
+    """The `FsBackend` class that serves a kind of remote (a scheme's own subclass, e.g. SSH's), for
+    tests that wrap one of its methods."""
+    import importlib
+
+    from zoo.registry.fsbackend import SCHEME_BACKENDS, FsBackend
+
+    if kind in SCHEME_BACKENDS:
+        module, name = SCHEME_BACKENDS[kind]
+        return getattr(importlib.import_module(module), name)
+    return FsBackend
 
 
 def backend_id(kind: str) -> str:

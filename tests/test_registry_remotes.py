@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_fixtures import backend_id
+from remote_fixtures import backend_id, fs_backend_class
 from zoo import download
 from zoo.errors import IntegrityError, InvalidInput, NotFound, SourceUnreachable, StorageError
 from zoo.registry import api
@@ -106,9 +106,7 @@ def test_interrupted_push_leaves_no_version_and_resumes(backend, publisher, cons
 
         owner, attr = HfApi, "create_tag"  # files are committed, the version tag is not
     else:
-        from zoo.registry.fsbackend import FsBackend
-
-        owner, attr = FsBackend, "put_file"  # the first blob goes up, the second does not
+        owner, attr = fs_backend_class(backend.kind), "put_file"  # the first blob goes up, the second does not
     real = getattr(owner, attr)
     calls = []
 
@@ -149,11 +147,11 @@ def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consu
         assert 0 < resumed_at <= ref.size // 2, (backend.hub.ranges, path)
     else:
         from zoo.registry import fsbackend
-        from zoo.registry.fsbackend import FsBackend
 
+        owner = fs_backend_class(backend.kind)
         monkeypatch.setattr(fsbackend, "CHUNK", 1024)
         monkeypatch.setattr(fsbackend, "STREAM_CHUNK", 1024)
-        real = FsBackend.iter_from
+        real = owner.iter_from
         offsets = []
 
         def flaky(self, rpath, offset, size):
@@ -163,7 +161,7 @@ def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consu
                     raise SourceUnreachable("connection reset")
                 yield chunk
 
-        monkeypatch.setattr(FsBackend, "iter_from", flaky)
+        monkeypatch.setattr(owner, "iter_from", flaky)
         # the temporary file of a download that an earlier process (now gone) left is resumed too
         gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True, check=True).stdout.strip()

@@ -53,7 +53,7 @@ def _recipe(tmp_path: Path, folder: str = "project") -> Path:
     return write_recipe(tmp_path / folder, RECIPE)
 
 
-@pytest.fixture(params=["folder", "s3", "webdav"])
+@pytest.fixture(params=["folder", "s3", "webdav", "ssh"])
 def remote(request, tmp_path, monkeypatch) -> Backend:
     return Backend(request.param, request, tmp_path, monkeypatch)
 
@@ -143,7 +143,7 @@ def _remote_entry(remote: Backend, key: str) -> dict:
     return json.loads(FsCacheStore(remote.url, remote.options).read_entry(key))
 
 
-@pytest.mark.parametrize("remote", ["s3", "webdav"], indirect=True)
+@pytest.mark.parametrize("remote", ["s3", "webdav", "ssh"], indirect=True)
 def test_an_unreachable_remote_degrades_to_a_local_run_with_a_note(tmp_path, remote):
     recipe = _recipe(tmp_path)
     env = _machine(tmp_path, "a")
@@ -264,7 +264,7 @@ def test_a_cached_run_with_a_remote_set_contacts_nothing_and_imports_nothing_hea
     assert _run(recipe, env, "--cache-remote", "none")[0] == 0
     code = ("import sys\nsys.argv = ['zoo', 'run', sys.argv[1], '--cache-remote', 's3://nowhere/cache', '--json']\n"
             "from zoo.entry import main\ntry:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, file=sys.stderr)\n"
-            "heavy = ('torch', 'onnx', 'onnxruntime', 'boto3', 'botocore', 's3fs', 'dvc')\n"
+            "heavy = ('torch', 'onnx', 'onnxruntime', 'boto3', 'botocore', 's3fs', 'dvc', 'paramiko')\n"
             "print('HEAVY', [m for m in heavy if m in sys.modules], file=sys.stderr)\n")
     proc = subprocess.run([sys.executable, "-c", code, str(recipe)], capture_output=True, text=True,
                           env={**os.environ, **env})

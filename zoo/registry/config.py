@@ -2,7 +2,8 @@
 
 Credentials are never stored here (nor in any manifest): S3 uses the usual AWS chain
 (environment variables or a named ``profile``), WebDAV reads its password from the
-environment variable named by ``password_env``, Hugging Face uses ``HF_TOKEN`` / the
+environment variable named by ``password_env``, SSH uses the ssh-agent / ``~/.ssh`` keys (or
+``key_filename``) and checks ``known_hosts``, Hugging Face uses ``HF_TOKEN`` / the
 huggingface_hub login (or the variable named by ``token_env``).
 """
 
@@ -26,6 +27,8 @@ OPTIONS: dict[str, dict[str, type]] = {
     "file": {"gc_grace": int},
     "s3": {"endpoint_url": str, "profile": str, "region": str, "anon": bool, "gc_grace": int},
     "webdav": {"user": str, "password_env": str, "verify_ssl": bool, "gc_grace": int},
+    "ssh": {"username": str, "key_filename": str, "known_hosts": str, "password_env": str, "connect_timeout": int,
+            "gc_grace": int},
     "http": {},
     "hf": {"endpoint": str, "token_env": str, "private": bool},
 }
@@ -33,10 +36,12 @@ _SECRET_WORDS = ("password", "secret", "token", "credential", "access_key", "api
 
 
 def scheme_of(url: str) -> str:
-    """The kind of remote a URL names: file, s3, webdav, http or hf."""
+    """The kind of remote a URL names: file, s3, webdav, ssh, http or hf."""
     low = url.lower()
     if low.startswith("s3://"):
         return "s3"
+    if low.startswith(("ssh://", "sftp://")):
+        return "ssh"
     if low.startswith(("webdav+http://", "webdav+https://")):
         return "webdav"
     if low.startswith(("http://", "https://")):
@@ -46,7 +51,7 @@ def scheme_of(url: str) -> str:
     if low.startswith("file://") or url.startswith(("/", "~", ".")):
         return "file"
     raise InvalidInput(f"unsupported remote URL {url!r}",
-                       hint="use a folder path, file://, s3://bucket/prefix, webdav+https://host/path, https://… (read-only) or hf://namespace")
+                       hint="use a folder path, file://, s3://bucket/prefix, webdav+https://host/path, ssh://[user@]host[:port]/abs/path, https://… (read-only) or hf://namespace")
 
 
 class RemoteConfig(BaseModel):

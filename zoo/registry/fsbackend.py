@@ -8,6 +8,8 @@ atomic primitive it supports:
 - WebDAV (webdav4): upload to a temp name, then ``MOVE`` with ``Overwrite: F`` for create-exclusive;
 - HTTP(S) (fsspec's HTTPFileSystem): read-only.
 
+Schemes with a module of their own (`SCHEME_BACKENDS`): SSH/SFTP (`zoo.registry.backend_ssh`).
+
 fsspec and the scheme's driver are imported when a backend is opened, never at module import.
 Errors are sorted with `zoo.download.refusal_reason` and `zoo.download.is_connection_error`, the
 same rules every download uses.
@@ -40,6 +42,10 @@ def credentials_hint(scheme: str, options: dict) -> str:
         user = options.get("user")
         who = f"user {user}" if user else "a user (`zoo remote add NAME URL --replace -o user=NAME`)"
         return f"set the WebDAV password of {who} in ${env} (remote option `-o password_env=VAR`); --offline uses only the local zoo"
+    if scheme == "ssh":
+        return ("zoo logs in with your ssh-agent or ~/.ssh keys (or `-o key_filename=PATH`) as the URL's user "
+                "(or `-o username=NAME`); check that `ssh -p PORT user@host` works without a prompt; a password "
+                "only from the variable named by `-o password_env=VAR`; --offline uses only the local zoo")
     if scheme == "file":
         return "check the folder's permissions; --offline uses only the local zoo"
     return "this server needs credentials zoo cannot send to a plain HTTP remote; --offline uses only the local zoo"
@@ -65,7 +71,9 @@ def _mtime(info: dict) -> float | None:
 
 
 # schemes whose backend lives in a module of its own (a subclass of FsBackend): module, class
-SCHEME_BACKENDS: dict[str, tuple[str, str]] = {}
+SCHEME_BACKENDS: dict[str, tuple[str, str]] = {
+    "ssh": ("zoo.registry.backend_ssh", "SshBackend"),
+}
 
 
 def open_backend(url: str, options: dict | None = None) -> "FsBackend":
