@@ -1,6 +1,6 @@
 """The remote run cache's store contract (`zoo.engine.cache_store.CacheStore`), and the promises
 `RemoteCache` builds on it, checked on every backend against a real server: a local folder, S3
-(moto) and WebDAV (wsgidav). A new backend joins `STORE_KINDS`."""
+(moto), Google Cloud Storage (fake-gcs-server), Azure Blob (azurite) and WebDAV (wsgidav). A new backend joins `STORE_KINDS`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from zoo.engine.remote_cache import RemoteCache
 from zoo.errors import IntegrityError, SourceUnreachable
 from zoo.files import sha256_and_size
 
-STORE_KINDS = ["folder", "s3", "webdav"]
+STORE_KINDS = ["folder", "s3", "gcs", "azure", "webdav"]
 KEY = "ab" * 32
 
 
@@ -97,7 +97,7 @@ def test_only_hex_keys_become_remote_paths(remote):
         _store(remote).read_entry("../../etc/passwd")
 
 
-@pytest.mark.parametrize("remote", ["s3", "webdav"], indirect=True)
+@pytest.mark.parametrize("remote", ["s3", "gcs", "azure", "webdav"], indirect=True)
 def test_an_unreachable_store_raises_source_unreachable(remote):
     url, options = remote.dead_options()
     with pytest.raises(SourceUnreachable):

@@ -26,6 +26,8 @@ OPTIONS: dict[str, dict[str, type]] = {
     "file": {"gc_grace": int},
     "s3": {"endpoint_url": str, "profile": str, "region": str, "anon": bool, "gc_grace": int},
     "webdav": {"user": str, "password_env": str, "verify_ssl": bool, "gc_grace": int},
+    "gcs": {"endpoint_url": str, "project": str, "anon": bool, "gc_grace": int},
+    "azure": {"account_name": str, "connection_string_env": str, "anon": bool, "gc_grace": int},
     "http": {},
     "hf": {"endpoint": str, "token_env": str, "private": bool},
 }
@@ -33,10 +35,14 @@ _SECRET_WORDS = ("password", "secret", "token", "credential", "access_key", "api
 
 
 def scheme_of(url: str) -> str:
-    """The kind of remote a URL names: file, s3, webdav, http or hf."""
+    """The kind of remote a URL names: file, s3, gcs, azure, webdav, http or hf."""
     low = url.lower()
     if low.startswith("s3://"):
         return "s3"
+    if low.startswith(("gs://", "gcs://")):
+        return "gcs"
+    if low.startswith(("az://", "abfs://", "abfss://")):
+        return "azure"
     if low.startswith(("webdav+http://", "webdav+https://")):
         return "webdav"
     if low.startswith(("http://", "https://")):
@@ -46,7 +52,7 @@ def scheme_of(url: str) -> str:
     if low.startswith("file://") or url.startswith(("/", "~", ".")):
         return "file"
     raise InvalidInput(f"unsupported remote URL {url!r}",
-                       hint="use a folder path, file://, s3://bucket/prefix, webdav+https://host/path, https://… (read-only) or hf://namespace")
+                       hint="use a folder path, file://, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, webdav+https://host/path, https://… (read-only) or hf://namespace")
 
 
 class RemoteConfig(BaseModel):

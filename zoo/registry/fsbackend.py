@@ -40,6 +40,15 @@ def credentials_hint(scheme: str, options: dict) -> str:
         user = options.get("user")
         who = f"user {user}" if user else "a user (`zoo remote add NAME URL --replace -o user=NAME`)"
         return f"set the WebDAV password of {who} in ${env} (remote option `-o password_env=VAR`); --offline uses only the local zoo"
+    if scheme == "gcs":
+        return ("set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or sign in with "
+                "`gcloud auth application-default login` (zoo uses Google's default credentials); for a public bucket, "
+                "`zoo remote add NAME URL --replace -o anon=true`; --offline uses only the local zoo")
+    if scheme == "azure":
+        env = options.get("connection_string_env") or "AZURE_STORAGE_CONNECTION_STRING"
+        return (f"set ${env} to the storage account's connection string, or AZURE_STORAGE_ACCOUNT_NAME with "
+                "AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN (or sign in with `az login`; name the account with "
+                "`-o account_name=NAME`); for a public container, `-o anon=true`; --offline uses only the local zoo")
     if scheme == "file":
         return "check the folder's permissions; --offline uses only the local zoo"
     return "this server needs credentials zoo cannot send to a plain HTTP remote; --offline uses only the local zoo"
@@ -65,7 +74,10 @@ def _mtime(info: dict) -> float | None:
 
 
 # schemes whose backend lives in a module of its own (a subclass of FsBackend): module, class
-SCHEME_BACKENDS: dict[str, tuple[str, str]] = {}
+SCHEME_BACKENDS: dict[str, tuple[str, str]] = {
+    "gcs": ("zoo.registry.backend_gcs", "GcsBackend"),
+    "azure": ("zoo.registry.backend_azure", "AzureBackend"),
+}
 
 
 def open_backend(url: str, options: dict | None = None) -> "FsBackend":
