@@ -64,9 +64,9 @@ def push(root: Path, folder: Path, me: str, kind: str) -> dict:
 
         attr = "create_tag"
     else:
-        from zoo.registry.fsbackend import FsBackend as owner
+        from remote_fixtures import backend_class
 
-        attr = "create"
+        owner, attr = backend_class(kind), "create"
     real = getattr(owner, attr)
 
     def racing(self, *args, **kwargs):

@@ -106,9 +106,9 @@ def test_interrupted_push_leaves_no_version_and_resumes(backend, publisher, cons
 
         owner, attr = HfApi, "create_tag"  # files are committed, the version tag is not
     else:
-        from zoo.registry.fsbackend import FsBackend
+        from remote_fixtures import backend_class
 
-        owner, attr = FsBackend, "put_file"  # the first blob goes up, the second does not
+        owner, attr = backend_class(backend.kind), "put_file"  # the first blob goes up, the second does not
     real = getattr(owner, attr)
     calls = []
 

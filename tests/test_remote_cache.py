@@ -1,7 +1,8 @@
 """`zoo run` with a remote run cache, as users run it (the CLI in subprocesses), with the test kinds:
 two machines (each its own ZOO_CACHE_DIR and ZOO_HOME) sharing a remote; a tampered object; an
 unreachable remote; a process killed between a push's objects and its entry; where the setting
-comes from; `zoo cache push | pull | status`. The lenet-digits run through S3 is in
+comes from; `zoo cache push | pull | status`; on a folder, S3 (moto), GCS (fake-gcs-server), Azure
+Blob (azurite) and WebDAV (wsgidav). The lenet-digits run through S3 is in
 test_remote_cache_lenet.py; the store contract on every backend in test_cache_store_contract.py."""
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _recipe(tmp_path: Path, folder: str = "project") -> Path:
     return write_recipe(tmp_path / folder, RECIPE)
 
 
-@pytest.fixture(params=["folder", "s3", "webdav"])
+@pytest.fixture(params=["folder", "s3", "gcs", "azure", "webdav"])
 def remote(request, tmp_path, monkeypatch) -> Backend:
     return Backend(request.param, request, tmp_path, monkeypatch)
 
@@ -143,7 +144,7 @@ def _remote_entry(remote: Backend, key: str) -> dict:
     return json.loads(FsCacheStore(remote.url, remote.options).read_entry(key))
 
 
-@pytest.mark.parametrize("remote", ["s3", "webdav"], indirect=True)
+@pytest.mark.parametrize("remote", ["s3", "gcs", "azure", "webdav"], indirect=True)
 def test_an_unreachable_remote_degrades_to_a_local_run_with_a_note(tmp_path, remote):
     recipe = _recipe(tmp_path)
     env = _machine(tmp_path, "a")
