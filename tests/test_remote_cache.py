@@ -257,17 +257,19 @@ def test_cache_commands_without_a_remote_say_how_to_set_one(tmp_path):
     assert cli.code == 2 and "no remote run cache is set" in cli.err and "--remote" in cli.err
 
 
-def test_a_cached_run_with_a_remote_set_contacts_nothing_and_imports_nothing_heavy(tmp_path):
-    """Every stage a local hit: the remote (here an S3 URL nothing serves) is never opened, so
-    neither its driver nor torch, onnx, onnxruntime, boto3 are imported (the full path: a flag)."""
+@pytest.mark.parametrize("url", ["s3://nowhere/cache", "gs://nowhere/cache", "az://nowhere/cache"])
+def test_a_cached_run_with_a_remote_set_contacts_nothing_and_imports_nothing_heavy(tmp_path, url):
+    """Every stage a local hit: the remote (a URL nothing serves) is never opened, so neither its
+    driver nor torch, onnx, onnxruntime are imported (the full path: a flag)."""
     recipe = _recipe(tmp_path)
     env = _machine(tmp_path, "a")
     assert _run(recipe, env, "--cache-remote", "none")[0] == 0
-    code = ("import sys\nsys.argv = ['zoo', 'run', sys.argv[1], '--cache-remote', 's3://nowhere/cache', '--json']\n"
+    code = ("import sys\nsys.argv = ['zoo', 'run', sys.argv[1], '--cache-remote', sys.argv[2], '--json']\n"
             "from zoo.entry import main\ntry:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, file=sys.stderr)\n"
-            "heavy = ('torch', 'onnx', 'onnxruntime', 'boto3', 'botocore', 's3fs', 'dvc')\n"
+            "heavy = ('torch', 'onnx', 'onnxruntime', 'boto3', 'botocore', 's3fs', 'gcsfs', 'google.cloud', 'adlfs',\n"
+            "         'azure', 'dvc')\n"
             "print('HEAVY', [m for m in heavy if m in sys.modules], file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(recipe)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", code, str(recipe), url], capture_output=True, text=True,
                           env={**os.environ, **env})
     assert "EXIT 0" in proc.stderr and "HEAVY []" in proc.stderr, proc.stderr
     result = json.loads(proc.stdout)
