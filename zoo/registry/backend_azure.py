@@ -4,8 +4,9 @@ through adlfs.
 The primitives the store promises rest on (zoo/engine/cache_store.py):
 
 - create-exclusive: ``upload_blob(overwrite=False)`` sends ``If-None-Match: *`` (adlfs does for
-  ``pipe_file(..., mode="create")``); the service answers 409 BlobAlreadyExists when the blob
-  exists, which adlfs raises as FileExistsError: someone else created it first;
+  ``pipe_file(..., mode="create")``); when the blob exists the service answers 409
+  BlobAlreadyExists or 412 ConditionNotMet, both ResourceExistsError in the SDK and
+  FileExistsError from adlfs: someone else created it first;
 - absent-or-complete: a blob appears only when its single Put Blob completes, or when the block
   list of a chunked upload is committed (staged blocks are invisible), never in part;
 - ranged reads: ``cat_file(start, end)`` is one Get Blob with a byte range (FsBackend's

@@ -7,6 +7,8 @@ atomic primitive it supports:
 - S3 (s3fs): PUT is atomic; create-exclusive is ``PUT If-None-Match: *`` (412 → already there);
 - WebDAV (webdav4): upload to a temp name, then ``MOVE`` with ``Overwrite: F`` for create-exclusive;
 - HTTP(S) (fsspec's HTTPFileSystem): read-only.
+- Google Cloud Storage and Azure Blob: subclasses in backend_gcs.py and backend_azure.py, named
+  in SCHEME_BACKENDS.
 
 fsspec and the scheme's driver are imported when a backend is opened, never at module import.
 Errors are sorted with `zoo.download.refusal_reason` and `zoo.download.is_connection_error`, the
