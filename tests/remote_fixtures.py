@@ -199,6 +199,13 @@ class Backend:
         """The bytes at `key` under the remote's root, read around zoo (gcs and azure remotes)."""
         return self._cloud_fs().cat_file(f"zoo/{self.uid}/{key}")
 
+    def stat_size(self, key: str) -> int | None:
+        """The size of what is at `key` under the remote's root, or None, asked around zoo (gcs, azure)."""
+        try:
+            return self._cloud_fs().info(f"zoo/{self.uid}/{key}")["size"]
+        except FileNotFoundError:
+            return None
+
     def put(self, key: str, data: bytes) -> None:
         """Replace the bytes at `key` under the remote's root, around zoo (gcs and azure remotes)."""
         self._cloud_fs().pipe_file(f"zoo/{self.uid}/{key}", data)

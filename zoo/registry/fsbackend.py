@@ -6,7 +6,7 @@ atomic primitive it supports:
 - local folder: temp file + rename; create-exclusive by hard link (fails if the name exists);
 - S3 (s3fs): PUT is atomic; create-exclusive is ``PUT If-None-Match: *`` (412 → already there);
 - WebDAV (webdav4): upload to a temp name, then ``MOVE`` with ``Overwrite: F`` for create-exclusive;
-- HTTP(S) (fsspec's HTTPFileSystem): read-only.
+- HTTP(S) (fsspec's HTTPFileSystem): read-only;
 - Google Cloud Storage and Azure Blob: subclasses in backend_gcs.py and backend_azure.py, named
   in SCHEME_BACKENDS.
 
