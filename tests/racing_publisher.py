@@ -64,9 +64,9 @@ def push(root: Path, folder: Path, me: str, kind: str) -> dict:
 
         attr = "create_tag"
     else:
-        from remote_fixtures import fs_backend_class
+        from remote_fixtures import backend_class
 
-        owner, attr = fs_backend_class(kind), "create"
+        owner, attr = backend_class(kind), "create"
     real = getattr(owner, attr)
 
     def racing(self, *args, **kwargs):

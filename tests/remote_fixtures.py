@@ -3,7 +3,9 @@ conftest.py as a plugin): test_registry_remotes.py, test_registry_remote_integri
 test_registry_remote_contract.py all use these.
 
 Servers (module-scoped, started only when a test asks for one): moto S3, wsgidav WebDAV (also
-serving folders as plain read-only HTTP), OpenSSH's sshd (session-scoped; ssh_server.py), and a Hugging Face endpoint that is partly a stand-in:
+serving folders as plain read-only HTTP), OpenSSH's sshd (session-scoped; ssh_server.py),
+fake-gcs-server and azurite (session-scoped, see cloud_servers.py), and a Hugging Face endpoint
+that is partly a stand-in:
 reads go to olah (a real Hub mirror serving git repos), the Hub's write API is
 `zoo.registry.testing.HubWriteApp`; tests using it carry `hf-stand-in-write-api` in their ids.
 
@@ -25,7 +27,7 @@ from zoo.registry import api
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import free_port, hub_server, make_staging, moto_s3, webdav_server
 
-BACKENDS = ["folder", "s3", "webdav", "ssh", "hf"]  # every writable kind
+BACKENDS = ["folder", "s3", "gcs", "azure", "webdav", "ssh", "hf"]  # every writable kind
 KINDS = [*BACKENDS, "http"]  # http: a folder remote served read-only over plain HTTP
 
 
@@ -34,6 +36,22 @@ KINDS = [*BACKENDS, "http"]  # http: a folder remote served read-only over plain
 def s3_endpoint():
     with moto_s3("zoo") as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint():
+    from cloud_servers import fake_gcs
+
+    with fake_gcs("zoo") as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def azure_connection(tmp_path_factory):
+    from cloud_servers import azurite
+
+    with azurite(tmp_path_factory.mktemp("azurite"), "zoo") as conn:
+        yield conn
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +102,7 @@ class Backend:
 
     def __init__(self, kind: str, request, tmp_path: Path, monkeypatch):
         self.kind = kind
+        self.monkeypatch = monkeypatch
         self.uid = uuid.uuid4().hex[:10]
         self.options: dict[str, str] = {}
         if kind == "folder":
@@ -97,6 +116,15 @@ class Backend:
             self.endpoint = request.getfixturevalue("s3_endpoint")
             self.url = f"s3://zoo/{self.uid}"
             self.options = {"endpoint_url": self.endpoint}
+        elif kind == "gcs":
+            self.endpoint = request.getfixturevalue("gcs_endpoint")
+            self.url = f"gs://zoo/{self.uid}"
+            self.options = {"endpoint_url": self.endpoint, "anon": True}
+        elif kind == "azure":
+            self.connection = request.getfixturevalue("azure_connection")
+            monkeypatch.setenv("TEST_AZURE_CONNECTION", self.connection)
+            self.url = f"az://zoo/{self.uid}"
+            self.options = {"connection_string_env": "TEST_AZURE_CONNECTION"}
         elif kind == "webdav":
             base, self.dav_root = request.getfixturevalue("dav")
             monkeypatch.setenv("TEST_DAV_PASSWORD", "dav-secret")
@@ -122,8 +150,13 @@ class Backend:
     def dead_options(self) -> tuple[str, dict]:
         """The same remote behind a port where nothing listens."""
         port = free_port()
-        if self.kind == "s3":
+        if self.kind in ("s3", "gcs"):
             return self.url, {**self.options, "endpoint_url": f"http://127.0.0.1:{port}"}
+        if self.kind == "azure":
+            from cloud_servers import azurite_connection_string
+
+            self.monkeypatch.setenv("TEST_AZURE_DEAD_CONNECTION", azurite_connection_string(port))
+            return self.url, {"connection_string_env": "TEST_AZURE_DEAD_CONNECTION"}
         if self.kind == "webdav":
             return f"webdav+http://127.0.0.1:{port}/{self.uid}", self.options
         if self.kind == "hf":
@@ -160,11 +193,51 @@ class Backend:
             s3 = boto3.client("s3", endpoint_url=self.endpoint)
             obj = f"{self.uid}/{key}"
             s3.put_object(Bucket="zoo", Key=obj, Body=_flip(s3.get_object(Bucket="zoo", Key=obj)["Body"].read()))
+        elif self.kind in ("gcs", "azure"):
+            self.put(key, _flip(self.get(key)))
         elif self.kind == "webdav":
             p = self.dav_root / self.uid / key
             p.write_bytes(_flip(p.read_bytes()))
         else:
             raise AssertionError(f"cannot flip a byte on a {self.kind} remote")
+
+
+    def _cloud_fs(self):
+        """The cloud store's own driver, not zoo's backend (gcsfs's JSON API class; adlfs)."""
+        if self.kind == "gcs":
+            from gcsfs.core import GCSFileSystem
+
+            return GCSFileSystem(endpoint_url=self.endpoint, token="anon", use_listings_cache=False)
+        from adlfs import AzureBlobFileSystem
+
+        return AzureBlobFileSystem(connection_string=self.connection, use_listings_cache=False)
+
+    def get(self, key: str) -> bytes:
+        """The bytes at `key` under the remote's root, read around zoo (gcs and azure remotes)."""
+        return self._cloud_fs().cat_file(f"zoo/{self.uid}/{key}")
+
+    def stat_size(self, key: str) -> int | None:
+        """The size of what is at `key` under the remote's root, or None, asked around zoo (gcs, azure)."""
+        try:
+            return self._cloud_fs().info(f"zoo/{self.uid}/{key}")["size"]
+        except FileNotFoundError:
+            return None
+
+    def put(self, key: str, data: bytes) -> None:
+        """Replace the bytes at `key` under the remote's root, around zoo (gcs and azure remotes)."""
+        self._cloud_fs().pipe_file(f"zoo/{self.uid}/{key}", data)
+
+
+def backend_class(kind: str) -> type:
+    """The FsBackend class zoo opens for a test kind (tests patch it to stop a push mid-way)."""
+    import importlib
+
+    from zoo.registry.fsbackend import SCHEME_BACKENDS, FsBackend
+
+    if kind in SCHEME_BACKENDS:
+        module, name = SCHEME_BACKENDS[kind]
+        return getattr(importlib.import_module(module), name)
+    return FsBackend
 
 
 def _flip(data: bytes) -> bytes:

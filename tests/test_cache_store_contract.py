@@ -1,9 +1,11 @@
 """The remote run cache's store contract (`zoo.engine.cache_store.CacheStore`), and the promises
 `RemoteCache` builds on it, checked on every backend against a real server: a local folder, S3
-(moto), WebDAV (wsgidav) and SSH/SFTP (OpenSSH's sshd). A new backend joins `STORE_KINDS`."""
+(moto), Google Cloud Storage (fake-gcs-server), Azure Blob (azurite), WebDAV (wsgidav) and SSH/SFTP
+(OpenSSH's sshd). A new backend joins `STORE_KINDS`."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from pathlib import Path
@@ -18,7 +20,7 @@ from zoo.engine.remote_cache import RemoteCache
 from zoo.errors import IntegrityError, SourceUnreachable
 from zoo.files import sha256_and_size
 
-STORE_KINDS = ["folder", "s3", "webdav", "ssh"]
+STORE_KINDS = ["folder", "s3", "gcs", "azure", "webdav", "ssh"]
 KEY = "ab" * 32
 
 
@@ -97,7 +99,7 @@ def test_only_hex_keys_become_remote_paths(remote):
         _store(remote).read_entry("../../etc/passwd")
 
 
-@pytest.mark.parametrize("remote", ["s3", "webdav", "ssh"], indirect=True)
+@pytest.mark.parametrize("remote", ["s3", "gcs", "azure", "webdav", "ssh"], indirect=True)
 def test_an_unreachable_store_raises_source_unreachable(remote):
     url, options = remote.dead_options()
     with pytest.raises(SourceUnreachable):
@@ -214,3 +216,32 @@ def test_an_interrupted_fetch_resumes_from_what_it_had(remote, tmp_path):
     fetched = RemoteCache(b, RemoteCacheSetting(remote.url, dict(remote.options)), store=store).fetch(KEY)
     assert fetched is not None and (b.materialize(fetched) / "model.bin").read_bytes() == data
     assert 4000 in offsets and not leftover.exists()
+
+
+@pytest.mark.parametrize("remote", ["gcs"], indirect=True)
+def test_a_gcs_upload_cut_off_mid_way_leaves_no_object(remote, tmp_path, monkeypatch):
+    """An object over gcsfs's single-request limit (5 MiB) goes up as a resumable upload, which GCS
+    shows only once finalised: a connection lost between its chunks leaves nothing behind; the
+    retry uploads it whole."""
+    import gcsfs.core
+
+    data = bytes(range(256)) * (6 * 4096 + 7)  # 6 MiB and a bit
+    local = tmp_path / "big"
+    local.write_bytes(data)
+    sha, size = sha256_and_size(local)
+    store = _store(remote)
+    real = gcsfs.core.upload_chunk
+
+    async def lost(fs, location, bit, offset, total, content_type):
+        raise ConnectionResetError("connection lost mid-upload")
+
+    monkeypatch.setattr(gcsfs.core, "upload_chunk", lost)
+    monkeypatch.setattr(gcsfs.core.GCSFileSystem, "_put_file",
+                        functools.partialmethod(gcsfs.core.GCSFileSystem._put_file, chunksize=1 << 20))
+    with pytest.raises(SourceUnreachable):
+        store.put_object(local, sha)
+    assert not store.has_object(sha, size) and remote.stat_size(f"objects/sha256/{sha[:2]}/{sha}") is None
+    monkeypatch.setattr(gcsfs.core, "upload_chunk", real)
+    store.put_object(local, sha)
+    assert store.has_object(sha, size)
+    assert b"".join(store.object_source(sha, size).open_from(5_000_000)) == data[5_000_000:]

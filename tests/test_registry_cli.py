@@ -10,7 +10,8 @@ from cli_helpers import zoo
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import make_staging
 
-HEAVY = ("onnx", "onnxruntime", "torch", "fsspec", "dvc", "huggingface_hub", "boto3", "s3fs", "paramiko", "rich")
+HEAVY = ("onnx", "onnxruntime", "torch", "fsspec", "dvc", "huggingface_hub", "boto3", "s3fs", "gcsfs", "adlfs", "azure",
+         "paramiko", "rich")
 
 
 def _publish(tmp_path: Path, **kw) -> LocalZoo:

@@ -1,5 +1,6 @@
 """The `RemoteZoo` contract (zoo/registry/remote.py), checked through the interface itself on every
-backend against a real server on 127.0.0.1: a folder, S3 (moto), WebDAV (wsgidav), SSH/SFTP (sshd), plain HTTP
+backend against a real server on 127.0.0.1: a folder, S3 (moto), Google Cloud Storage
+(fake-gcs-server), Azure Blob (azurite), WebDAV (wsgidav), SSH/SFTP (sshd), plain HTTP
 (a folder served read-only) and a Hugging Face endpoint (olah for reads; the write API is the
 `HubWriteApp` stand-in, so those ids carry `hf-stand-in-write-api`). Fixtures: remote_fixtures.py.
 What a backend cannot do (write over HTTP, gc on the Hub) must raise InvalidInput.
@@ -20,8 +21,8 @@ from zoo.registry.remote import RemoteZoo, open_remote
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import make_staging
 
-WRITABLE = {"folder", "s3", "webdav", "ssh", "hf"}
-LOOSE_BLOBS = {"folder", "s3", "webdav", "ssh"}  # backends whose gc frees blobs
+WRITABLE = {"folder", "s3", "gcs", "azure", "webdav", "ssh", "hf"}
+LOOSE_BLOBS = {"folder", "s3", "gcs", "azure", "webdav", "ssh"}  # backends whose gc frees blobs
 FREED_KEYS = {"remote", "blobs_freed", "bytes_freed", "kept_young"}
 
 every_kind = pytest.mark.parametrize("backend", KINDS, indirect=True, ids=backend_id)
@@ -65,7 +66,7 @@ def test_every_implementation_is_in_this_suite():
     def concrete(cls):
         for sub in cls.__subclasses__():
             yield from ([sub] if not sub.__abstractmethods__ else []) + list(concrete(sub))
-    # KINDS reach two classes: FsRemoteZoo (folder, s3, webdav, ssh, http) and HfRemoteZoo (hf)
+    # KINDS reach two classes: FsRemoteZoo (folder, s3, gcs, azure, webdav, ssh, http) and HfRemoteZoo (hf)
     covered = {type(open_remote(RemoteConfig(name="x", url=url))).__name__ for url in ("/tmp/x", "hf://ns")}
     assert {c.__name__ for c in concrete(RemoteZoo) if c.__module__.startswith("zoo.")} == covered
 

@@ -153,11 +153,18 @@ def _refuse(backend: Backend, monkeypatch, tmp_path, request) -> str:
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         s3fs.S3FileSystem.clear_instance_cache()  # fsspec reuses clients made with the old credentials
         return "AWS_ACCESS_KEY_ID"
+    if backend.kind == "azure":
+        from cloud_servers import AZURITE_KEY
+
+        wrong = backend.connection.replace(AZURITE_KEY, "d3Jvbmcta2V5" * 8)  # azurite answers 403
+        monkeypatch.setenv("TEST_AZURE_CONNECTION", wrong)
+        return "TEST_AZURE_CONNECTION"
     monkeypatch.setenv("TEST_DAV_PASSWORD", "wrong-password")  # wsgidav answers 401
     return "TEST_DAV_PASSWORD"
 
 
-@pytest.mark.parametrize("backend", ["s3", "webdav"], indirect=True)
+# (fake-gcs-server checks no credentials, so GCS's refusal cannot be tested against it)
+@pytest.mark.parametrize("backend", ["s3", "azure", "webdav"], indirect=True)
 def test_a_refusing_remote_falls_back_to_the_local_zoo_with_a_note(backend, publisher, consumer, monkeypatch, tmp_path,
                                                                    request):
     from cli_helpers import zoo as zoo_cli

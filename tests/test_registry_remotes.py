@@ -106,7 +106,9 @@ def test_interrupted_push_leaves_no_version_and_resumes(backend, publisher, cons
 
         owner, attr = HfApi, "create_tag"  # files are committed, the version tag is not
     else:
-        owner, attr = fs_backend_class(backend.kind), "put_file"  # the first blob goes up, the second does not
+        from remote_fixtures import backend_class
+
+        owner, attr = backend_class(backend.kind), "put_file"  # the first blob goes up, the second does not
     real = getattr(owner, attr)
     calls = []
 
@@ -225,6 +227,27 @@ def test_http_remote_is_read_only_and_pulls(tmp_path):
         api.remote_add("web", url, zoo=publisher_web)
         with pytest.raises(InvalidInput, match="read-only"):
             api.push("tiny@1.0.0", "web", zoo=publisher_web)
+
+
+def test_cloud_store_urls_options_and_where_their_credentials_come_from(tmp_path, monkeypatch):
+    from zoo.errors import AccessDenied
+    from zoo.registry.config import scheme_of
+    from zoo.registry.fsbackend import credentials_hint, open_backend
+
+    assert [scheme_of(u) for u in ("gs://b/p", "gcs://b/p", "az://c/p", "abfs://c/p", "abfss://c/p")] == \
+        ["gcs", "gcs", "azure", "azure", "azure"]
+    zoo = LocalZoo(tmp_path / "z")
+    api.remote_add("g", "gs://bucket/zoo", options={"anon": "true", "project": "p"}, zoo=zoo)
+    api.remote_add("a", "az://container/zoo", options={"account_name": "acct", "connection_string_env": "MY_CS"}, zoo=zoo)
+    for key in ("token", "account_key"):  # secrets stay in the environment
+        with pytest.raises(InvalidInput):
+            api.remote_add("x", "az://c/p", options={key: "x"}, zoo=zoo)
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in credentials_hint("gcs", {})
+    assert "$MY_CS" in credentials_hint("azure", {"connection_string_env": "MY_CS"})
+    monkeypatch.delenv("MY_CS", raising=False)
+    with pytest.raises(AccessDenied, match="MY_CS") as e:
+        open_backend("az://container/zoo", {"connection_string_env": "MY_CS"})
+    assert "AZURE_STORAGE_ACCOUNT_KEY" in (e.value.hint or "")
 
 
 def test_remote_config_refuses_credentials_and_keeps_a_schema_version(tmp_path):

@@ -1,7 +1,8 @@
 """`zoo run` with a remote run cache, as users run it (the CLI in subprocesses), with the test kinds:
 two machines (each its own ZOO_CACHE_DIR and ZOO_HOME) sharing a remote; a tampered object; an
 unreachable remote; a process killed between a push's objects and its entry; where the setting
-comes from; `zoo cache push | pull | status`. The lenet-digits run through S3 is in
+comes from; `zoo cache push | pull | status`; on a folder, S3 (moto), GCS (fake-gcs-server), Azure
+Blob (azurite) and WebDAV (wsgidav). The lenet-digits run through S3 is in
 test_remote_cache_lenet.py; the store contract on every backend in test_cache_store_contract.py."""
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _recipe(tmp_path: Path, folder: str = "project") -> Path:
     return write_recipe(tmp_path / folder, RECIPE)
 
 
-@pytest.fixture(params=["folder", "s3", "webdav", "ssh"])
+@pytest.fixture(params=["folder", "s3", "gcs", "azure", "webdav", "ssh"])
 def remote(request, tmp_path, monkeypatch) -> Backend:
     return Backend(request.param, request, tmp_path, monkeypatch)
 
@@ -143,7 +144,7 @@ def _remote_entry(remote: Backend, key: str) -> dict:
     return json.loads(FsCacheStore(remote.url, remote.options).read_entry(key))
 
 
-@pytest.mark.parametrize("remote", ["s3", "webdav", "ssh"], indirect=True)
+@pytest.mark.parametrize("remote", ["s3", "gcs", "azure", "webdav", "ssh"], indirect=True)
 def test_an_unreachable_remote_degrades_to_a_local_run_with_a_note(tmp_path, remote):
     recipe = _recipe(tmp_path)
     env = _machine(tmp_path, "a")
@@ -256,17 +257,19 @@ def test_cache_commands_without_a_remote_say_how_to_set_one(tmp_path):
     assert cli.code == 2 and "no remote run cache is set" in cli.err and "--remote" in cli.err
 
 
-def test_a_cached_run_with_a_remote_set_contacts_nothing_and_imports_nothing_heavy(tmp_path):
-    """Every stage a local hit: the remote (here an S3 URL nothing serves) is never opened, so
-    neither its driver nor torch, onnx, onnxruntime, boto3 are imported (the full path: a flag)."""
+@pytest.mark.parametrize("url", ["s3://nowhere/cache", "gs://nowhere/cache", "az://nowhere/cache"])
+def test_a_cached_run_with_a_remote_set_contacts_nothing_and_imports_nothing_heavy(tmp_path, url):
+    """Every stage a local hit: the remote (a URL nothing serves) is never opened, so neither its
+    driver nor torch, onnx, onnxruntime are imported (the full path: a flag)."""
     recipe = _recipe(tmp_path)
     env = _machine(tmp_path, "a")
     assert _run(recipe, env, "--cache-remote", "none")[0] == 0
-    code = ("import sys\nsys.argv = ['zoo', 'run', sys.argv[1], '--cache-remote', 's3://nowhere/cache', '--json']\n"
+    code = ("import sys\nsys.argv = ['zoo', 'run', sys.argv[1], '--cache-remote', sys.argv[2], '--json']\n"
             "from zoo.entry import main\ntry:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, file=sys.stderr)\n"
-            "heavy = ('torch', 'onnx', 'onnxruntime', 'boto3', 'botocore', 's3fs', 'dvc', 'paramiko')\n"
+            "heavy = ('torch', 'onnx', 'onnxruntime', 'boto3', 'botocore', 's3fs', 'gcsfs', 'google.cloud', 'adlfs',\n"
+            "         'azure', 'dvc', 'paramiko')\n"
             "print('HEAVY', [m for m in heavy if m in sys.modules], file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(recipe)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", code, str(recipe), url], capture_output=True, text=True,
                           env={**os.environ, **env})
     assert "EXIT 0" in proc.stderr and "HEAVY []" in proc.stderr, proc.stderr
     result = json.loads(proc.stdout)

@@ -29,6 +29,8 @@ OPTIONS: dict[str, dict[str, type]] = {
     "webdav": {"user": str, "password_env": str, "verify_ssl": bool, "gc_grace": int},
     "ssh": {"username": str, "key_filename": str, "known_hosts": str, "password_env": str, "connect_timeout": int,
             "gc_grace": int},
+    "gcs": {"endpoint_url": str, "project": str, "anon": bool, "gc_grace": int},
+    "azure": {"account_name": str, "connection_string_env": str, "anon": bool, "gc_grace": int},
     "http": {},
     "hf": {"endpoint": str, "token_env": str, "private": bool},
 }
@@ -42,6 +44,14 @@ def scheme_of(url: str) -> str:
         return "s3"
     if low.startswith(("ssh://", "sftp://")):
         return "ssh"
+    """The kind of remote a URL names: file, s3, gcs, azure, webdav, http or hf."""
+    low = url.lower()
+    if low.startswith("s3://"):
+        return "s3"
+    if low.startswith(("gs://", "gcs://")):
+        return "gcs"
+    if low.startswith(("az://", "abfs://", "abfss://")):
+        return "azure"
     if low.startswith(("webdav+http://", "webdav+https://")):
         return "webdav"
     if low.startswith(("http://", "https://")):
@@ -51,7 +61,7 @@ def scheme_of(url: str) -> str:
     if low.startswith("file://") or url.startswith(("/", "~", ".")):
         return "file"
     raise InvalidInput(f"unsupported remote URL {url!r}",
-                       hint="use a folder path, file://, s3://bucket/prefix, webdav+https://host/path, ssh://[user@]host[:port]/abs/path, https://… (read-only) or hf://namespace")
+                       hint="use a folder path, file://, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, webdav+https://host/path, ssh://[user@]host[:port]/abs/path, https://… (read-only) or hf://namespace")
 
 
 class RemoteConfig(BaseModel):

@@ -6,9 +6,9 @@ atomic primitive it supports:
 - local folder: temp file + rename; create-exclusive by hard link (fails if the name exists);
 - S3 (s3fs): PUT is atomic; create-exclusive is ``PUT If-None-Match: *`` (412 → already there);
 - WebDAV (webdav4): upload to a temp name, then ``MOVE`` with ``Overwrite: F`` for create-exclusive;
-- HTTP(S) (fsspec's HTTPFileSystem): read-only.
-
-Schemes with a module of their own (`SCHEME_BACKENDS`): SSH/SFTP (`zoo.registry.backend_ssh`).
+- HTTP(S) (fsspec's HTTPFileSystem): read-only;
+- Google Cloud Storage, Azure Blob and SSH/SFTP: subclasses in backend_gcs.py, backend_azure.py
+  and backend_ssh.py, named in SCHEME_BACKENDS.
 
 fsspec and the scheme's driver are imported when a backend is opened, never at module import.
 Errors are sorted with `zoo.download.refusal_reason` and `zoo.download.is_connection_error`, the
@@ -46,6 +46,15 @@ def credentials_hint(scheme: str, options: dict) -> str:
         return ("zoo logs in with your ssh-agent or ~/.ssh keys (or `-o key_filename=PATH`) as the URL's user "
                 "(or `-o username=NAME`); check that `ssh -p PORT user@host` works without a prompt; a password "
                 "only from the variable named by `-o password_env=VAR`; --offline uses only the local zoo")
+    if scheme == "gcs":
+        return ("set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or sign in with "
+                "`gcloud auth application-default login` (zoo uses Google's default credentials); for a public bucket, "
+                "`zoo remote add NAME URL --replace -o anon=true`; --offline uses only the local zoo")
+    if scheme == "azure":
+        env = options.get("connection_string_env") or "AZURE_STORAGE_CONNECTION_STRING"
+        return (f"set ${env} to the storage account's connection string, or AZURE_STORAGE_ACCOUNT_NAME with "
+                "AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN (or sign in with `az login`; name the account with "
+                "`-o account_name=NAME`); for a public container, `-o anon=true`; --offline uses only the local zoo")
     if scheme == "file":
         return "check the folder's permissions; --offline uses only the local zoo"
     return "this server needs credentials zoo cannot send to a plain HTTP remote; --offline uses only the local zoo"
@@ -73,6 +82,8 @@ def _mtime(info: dict) -> float | None:
 # schemes whose backend lives in a module of its own (a subclass of FsBackend): module, class
 SCHEME_BACKENDS: dict[str, tuple[str, str]] = {
     "ssh": ("zoo.registry.backend_ssh", "SshBackend"),
+    "gcs": ("zoo.registry.backend_gcs", "GcsBackend"),
+    "azure": ("zoo.registry.backend_azure", "AzureBackend"),
 }
 
 
