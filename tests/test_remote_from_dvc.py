@@ -36,6 +36,17 @@ def dvc_project(tmp_path_factory):
     dvc(repo, "remote", "modify", "dav", "user", "bob")
     dvc(repo, "remote", "modify", "--local", "dav", "password", "dav-pa55")
     dvc(repo, "remote", "add", "gcs", "gs://bucket/path")
+    dvc(repo, "remote", "modify", "gcs", "projectname", "vision-team")
+    dvc(repo, "remote", "modify", "--local", "gcs", "credentialpath", "/secrets/sa.json")
+    dvc(repo, "remote", "add", "blob", "azure://datasets/team")
+    dvc(repo, "remote", "modify", "blob", "account_name", "zoostore")
+    dvc(repo, "remote", "modify", "--local", "blob", "account_key", "azure-k3y")
+    dvc(repo, "remote", "add", "box", "ssh://build-box/srv/dvc")
+    dvc(repo, "remote", "modify", "box", "user", "ci")
+    dvc(repo, "remote", "modify", "box", "port", "2222")
+    dvc(repo, "remote", "modify", "box", "keyfile", "/home/ci/.ssh/id_ed25519")
+    dvc(repo, "remote", "modify", "--local", "box", "password", "ssh-pa55")
+    dvc(repo, "remote", "add", "hadoop", "hdfs://namenode/data")
     return repo
 
 
@@ -83,11 +94,27 @@ def test_a_webdav_dvc_remote_takes_the_password_from_a_variable_given_with_o(dvc
     assert "not copied (credentials): password" in added.err
 
 
+@pytest.mark.parametrize("dvc_name, url, options, secret, not_copied", [
+    ("gcs", "gs://bucket/path", {"project": "vision-team"}, "/secrets/sa.json", "credentialpath"),
+    ("blob", "az://datasets/team", {"account_name": "zoostore"}, "azure-k3y", "account_key"),
+    ("box", "ssh://build-box:2222/srv/dvc", {"username": "ci", "key_filename": "/home/ci/.ssh/id_ed25519"},
+     "ssh-pa55", "password"),
+])
+def test_gcs_azure_and_ssh_dvc_remotes_keep_their_settings_but_never_their_credentials(
+        dvc_project, dvc_name, url, options, secret, not_copied):
+    added = zoo("remote", "add", "r", "--from-dvc", dvc_name, "--dvc-repo", dvc_project)
+    assert added.code == 0, added.text
+    [remote] = _remotes()["remotes"]
+    assert (remote["url"], remote["options"]) == (url, options)
+    assert secret not in (LocalZoo().root / "remotes.json").read_text()
+    assert f"not copied (credentials): {not_copied}" in added.err
+
+
 def test_what_cannot_be_reused_is_refused_with_a_hint(dvc_project, tmp_path):
     typo = zoo("remote", "add", "x", "--from-dvc", "minoi", "--dvc-repo", dvc_project)
     assert typo.code == 2 and "no remote 'minoi' (did you mean 'minio'?)" in typo.err, typo.text
-    gcs = zoo("remote", "add", "x", "--from-dvc", "gcs", "--dvc-repo", dvc_project)
-    assert gcs.code == 2 and "zoo has no gs remotes" in gcs.err, gcs.text
+    hdfs = zoo("remote", "add", "x", "--from-dvc", "hadoop", "--dvc-repo", dvc_project)
+    assert hdfs.code == 2 and "zoo has no hdfs remotes" in hdfs.err, hdfs.text
     not_dvc = zoo("remote", "add", "x", "--from-dvc", "storage", "--dvc-repo", tmp_path)
     assert not_dvc.code == 2 and "is not a DVC repo" in not_dvc.err, not_dvc.text
     both = zoo("remote", "add", "x", "s3://b/p", "--from-dvc", "minio", "--dvc-repo", dvc_project)

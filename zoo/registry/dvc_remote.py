@@ -24,6 +24,9 @@ DVC_EXTRA = "pip install 'zoo-onnx[dvc]'"
 _OPTIONS = {
     "s3": {"endpointurl": "endpoint_url", "region": "region", "profile": "profile", "allow_anonymous_login": "anon"},
     "webdav": {"user": "user", "ssl_verify": "verify_ssl"},
+    "gcs": {"projectname": "project", "endpointurl": "endpoint_url"},
+    "azure": {"account_name": "account_name"},
+    "ssh": {"user": "username", "keyfile": "key_filename", "timeout": "connect_timeout"},
     "file": {},
     "http": {},
 }
@@ -31,10 +34,14 @@ _OPTIONS = {
 _CREDENTIALS_FROM = {
     "s3": "the AWS variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or -o profile=NAME",
     "webdav": "an environment variable named by -o password_env=VAR",
+    "gcs": "Google's default credentials (GOOGLE_APPLICATION_CREDENTIALS names a service-account key file)",
+    "azure": "AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_KEY / AZURE_STORAGE_SAS_TOKEN, or `az login`",
+    "ssh": "your ssh-agent and ~/.ssh keys (or -o key_filename=PATH); a password only from -o password_env=VAR",
     "http": "nowhere: zoo's https remotes are read-only and anonymous",
     "file": "nowhere: a folder needs none",
 }
-_SECRET_WORDS = ("password", "secret", "token", "key_id", "credential", "auth", "customer_key", "passphrase")
+_SECRET_WORDS = ("password", "secret", "token", "key_id", "credential", "auth", "customer_key", "passphrase",
+                 "account_key", "connection_string")
 
 
 @dataclass
@@ -84,11 +91,11 @@ def read(remote: str, repo: Path) -> DvcRemote:
         raise InvalidInput(f"the DVC repo {repo} has no remote {remote!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
                            hint=f"its remotes: {', '.join(sorted(remotes))}" if remotes else "add one with `dvc remote add`")
     settings = remotes[remote]
-    url = _zoo_url(str(settings.get("url") or ""), remote)
+    url = _zoo_url(str(settings.get("url") or ""), remote, settings)
     kind = _kind(url)
     found = DvcRemote(name=remote, url=url, config=str(dvc_dir / "config"))
     for key, value in sorted(settings.items()):
-        if key == "url":
+        if key == "url" or (key == "port" and kind == "ssh"):  # the port went into the URL
             continue
         if any(word in key.lower() for word in _SECRET_WORDS) or key == "ask_password":
             found.credentials.append(key)
@@ -99,18 +106,28 @@ def read(remote: str, repo: Path) -> DvcRemote:
     return found
 
 
-def _zoo_url(url: str, remote: str) -> str:
-    """DVC's remote URL as zoo spells it (webdav[s]:// becomes webdav+http[s]://)."""
+def _zoo_url(url: str, remote: str, settings: dict | None = None) -> str:
+    """DVC's remote URL as zoo spells it: webdav[s]:// becomes webdav+http[s]://, azure:// az://,
+    and an ssh remote's `port` setting joins its URL (zoo reads the port from the URL)."""
     low = url.lower()
     if low.startswith("webdavs://"):
         return "webdav+https://" + url[len("webdavs://"):]
     if low.startswith("webdav://"):
         return "webdav+http://" + url[len("webdav://"):]
-    if low.startswith(("s3://", "http://", "https://", "file://")) or url.startswith("/"):
+    if low.startswith("azure://"):
+        return "az://" + url[len("azure://"):]
+    if low.startswith("ssh://"):
+        port = (settings or {}).get("port")
+        netloc, _, path = url[len("ssh://"):].partition("/")
+        if port and ":" not in netloc.rsplit("@", 1)[-1]:
+            netloc = f"{netloc}:{port}"
+        return f"ssh://{netloc}/{path}"
+    if low.startswith(("s3://", "gs://", "http://", "https://", "file://")) or url.startswith("/"):
         return url
     scheme = url.split("://", 1)[0] if "://" in url else "?"
     raise InvalidInput(f"DVC remote {remote!r} is {url!r}: zoo has no {scheme} remotes",
-                       hint="zoo reuses DVC remotes that are folders, s3://, webdav(s):// or http(s)://")
+                       hint="zoo reuses DVC remotes that are folders, s3://, gs://, azure://, ssh://, webdav(s):// "
+                            "or http(s)://")
 
 
 def _kind(url: str) -> str:
