@@ -144,9 +144,10 @@ def _context(tmp: Path, name: str) -> StageContext:
                         threads=2, key="key-deploy")
 
 
-def _deploy(up: dict, tmp: Path, name: str = "run", *, builds=None, with_verify=True, **config):
+def _deploy(up: dict, tmp: Path, name: str = "run", *, builds=None, with_verify=True, locked=None, **config):
     cfg = Deploy.Config.model_validate({"builds": builds or BUILDS, "publish": False, **config})
     ctx = _context(tmp, name)
+    ctx.locked_outputs = locked
     out = Deploy().run(_inputs(up, with_verify=with_verify), cfg, ctx)
     return out["release"], ctx
 
@@ -475,6 +476,18 @@ def test_publish_to_local_zoo_is_idempotent_and_immutable(upstream, tmp_path, is
     # different bytes under the same version are refused
     with pytest.raises(Conflict):
         _deploy(upstream, tmp_path, "pub-changed", publish=True, intended_use="Something else entirely.")
+
+
+def test_under_frozen_a_release_that_differs_from_the_lock_is_not_published(upstream, tmp_path, isolated_zoo_paths):
+    """`--frozen` hands deploy the lock's digest of its release: other bytes are never published
+    (the run is refused after the stage); the locked bytes are."""
+    from zoo.engine.cache import output_digest
+    from zoo.registry.store import LocalZoo
+
+    release, ctx = _deploy(upstream, tmp_path, "frozen-bad", publish=True, locked={"release": "0" * 64})
+    assert ctx.effects == [] and LocalZoo().get("tiny-digits", "1.2.3") is None
+    _, ctx = _deploy(upstream, tmp_path, "frozen-good", publish=True, locked={"release": output_digest(release)})
+    assert [str(e) for e in ctx.effects] == ["published tiny-digits@1.2.3"]
 
 
 def test_release_hooks_name_the_release_check_its_provenance_and_report_its_builds(upstream, tmp_path):

@@ -367,3 +367,30 @@ def test_release_on_an_empty_cache_refuses_a_build_that_differs_and_publishes_no
     assert e.value.message.endswith("nothing was released")
     assert LocalZoo().get("shipped", "0.1.0") is None  # the run stopped before the shipper
     assert lockfile.read(recipe.with_suffix(".lock")) is not None
+
+
+def test_frozen_run_whose_publishing_stage_differs_from_the_lock_publishes_nothing(tmp_path):
+    """The publishing stage's own output differs from its record (same key): the guard refuses the
+    run after it, and the stage asked first (StageContext.lock_mismatch), so the local zoo is left
+    without a version the lockfile does not describe."""
+    from zoo.registry.store import LocalZoo
+
+    recipe = write_recipe(tmp_path, SHIPPED)
+    assert zoo.run(recipe, cache_dir=tmp_path / "first").ok
+    assert zoo_cli("rm", "shipped@0.1.0").code == 0
+    lock_path = recipe.with_suffix(".lock")
+    lock = lockfile.read(lock_path)
+    [platform] = lock.platforms
+    locked = lock.platforms[platform]["ship"].outputs["release"]
+    lock.platforms[platform]["ship"].outputs["release"] = "0" * len(locked)
+    lockfile.write(lock_path, lock)
+    with pytest.raises(LockOutOfDate) as e:
+        zoo.run(recipe, cache_dir=tmp_path / "empty", frozen=True)
+    assert f"output 'release': built {locked}, locked {'0' * len(locked)}" in e.value.message
+    assert LocalZoo().get("shipped", "0.1.0") is None
+    # the same run with the true record publishes (the check is what held it back)
+    lock.platforms[platform]["ship"].outputs["release"] = locked
+    lockfile.write(lock_path, lock)
+    assert zoo.run(recipe, cache_dir=tmp_path / "empty2", frozen=True).ok
+    assert LocalZoo().get("shipped", "0.1.0") is not None
+

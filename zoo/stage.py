@@ -269,6 +269,9 @@ class StageContext:
     key: str = ""
     publish: bool = True  # False while `zoo repro` rebuilds: no side effects outside out_dir
     lineage: Mapping[str, Any] = field(default_factory=dict)  # ancestor id -> lock record (kinds with lineage=True)
+    # under `zoo run --frozen` / `zoo release`: the lockfile's output digests for this key on this
+    # platform (see `lock_mismatch`); None otherwise
+    locked_outputs: Mapping[str, str] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     effects: list[Effect] = field(default_factory=list)  # what the stage did outside the cache (not cached)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("zoo.stage"))
@@ -277,6 +280,19 @@ class StageContext:
         """A path from the recipe, relative to the recipe's folder (absolute paths kept)."""
         p = Path(path).expanduser()
         return p if p.is_absolute() else (self.recipe.dir / p)
+
+    def lock_mismatch(self, outputs: Mapping[str, str | Path]) -> list[str]:
+        """Under `--frozen`, the names among `outputs` ({name: path}) whose bytes differ from the
+        lockfile's record of this stage on this platform; [] when the run is not frozen or all match.
+
+        A kind with an effect outside the cache (deploy publishing to the local zoo) asks before it
+        acts, so a run the lockfile refuses leaves nothing outside the cache behind.
+        """
+        if self.locked_outputs is None:
+            return []
+        from zoo.engine.cache import output_digest
+
+        return [name for name, path in outputs.items() if self.locked_outputs.get(name) != output_digest(Path(path))]
 
     def output_path(self, relative: str) -> Path:
         """A path inside out_dir, refusing names that would escape it."""

@@ -195,7 +195,12 @@ class Deploy(NumericOutputs, StageKind):
         context.metrics["builds"] = list(manifest.builds)
         context.metrics["release_files"] = len(manifest.all_files()) + 1
         if config.publish and context.publish:
-            _publish(job.publication(manifest), context)
+            if context.lock_mismatch({"release": release}):
+                # --frozen and the release is not the locked one: the run is refused after this
+                # stage, and the local zoo must not keep a version the lockfile does not describe
+                context.log.warning("the release differs from the lockfile's: not published (--frozen)")
+            else:
+                _publish(job.publication(manifest), context)
         return {"release": release}
 
     def on_cached(self, outputs: Mapping[str, Path], config: DeployConfig, context: StageContext) -> None:

@@ -433,7 +433,7 @@ class Shipper(StageKind):
         manifest = Manifest(name=context.recipe.name, version=context.recipe.version, builds={"data": build},
                             files=[_file_ref(folder, notice)])
         (folder / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))
-        if config.publish and context.publish:
+        if config.publish and context.publish and not context.lock_mismatch({"release": folder}):
             _ship(folder, context)
         return {"release": folder}
 

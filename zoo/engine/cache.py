@@ -241,8 +241,7 @@ class Cache:
                 digest = files[rel]["digest"]
             else:  # a folder (the same digest as ever: lockfiles pin it)
                 prefix = rel.rstrip("/") + "/"
-                inside = {k[len(prefix):]: v["digest"] for k, v in files.items() if k.startswith(prefix)}
-                digest = digest_json({"tree": inside})
+                digest = tree_digest({k[len(prefix):]: v["digest"] for k, v in files.items() if k.startswith(prefix)})
             named[name] = {"path": rel, "digest": digest}
         bad = missing_outputs(named, files)
         if bad:
@@ -413,3 +412,16 @@ def _tree_size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def tree_digest(files: dict[str, str]) -> str:
+    """The digest of a folder output from {relative path: blake3} of its files (lockfiles pin it)."""
+    return digest_json({"tree": files})
+
+
+def output_digest(path: Path) -> str:
+    """The digest `Cache.commit` gives an output at `path`: a file's blake3, or its folder's `tree_digest`."""
+    path = Path(path)
+    if path.is_file():
+        return hash_file_uncached(path)
+    return tree_digest({p.relative_to(path).as_posix(): hash_file_uncached(p) for p in tree_files(path)})

@@ -102,6 +102,12 @@ class Guard:
             self.problems.append(problem)
         return not problem
 
+    def locked_outputs(self, stage_id: str, key: str, platform: str) -> dict[str, str]:
+        """The output digests the lock pins for `stage_id` built with `key` on `platform` ({} when it
+        pins none: the run is refused after the stage anyway), for the stage's effects to check."""
+        locked = self.lock.record(stage_id, platform)
+        return dict(locked.outputs) if locked is not None and locked.key == key else {}
+
     def after(self, stage_id: str, platform: str, record: StageLock) -> bool:
         """False (and a problem noted) when a completed stage's record differs from its platform's."""
         problem = compare(self.lock, stage_id, platform, record)

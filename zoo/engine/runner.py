@@ -369,7 +369,8 @@ class Runner:
                          matrix=dict(node.instance.matrix), shared=keys.shared_sections(self.dag.recipe, node),
                          recipe=keys.recipe_info(self.dag.recipe), upstream=upstream,
                          out_dir=str(tmp / "out"), work_dir=str(tmp / "work"), log_path=str(tmp / "stage.log"),
-                         threads=threads, publish=self.publish, lineage=lineage, storage_root=str(self.cache.root))
+                         threads=threads, publish=self.publish, lineage=lineage, storage_root=str(self.cache.root),
+                         locked_outputs=self.guard.locked_outputs(node.id, key, self.here) if self.guard else None)
         return task, tmp
 
     def _finish(self, future: Future) -> None:

@@ -38,6 +38,7 @@ class StageTask:
     threads: int = 1
     publish: bool = True
     lineage: dict[str, Any] = field(default_factory=dict)
+    locked_outputs: dict[str, str] | None = None  # --frozen: the lock's output digests for this key here
     resources: dict[str, Any] = field(default_factory=dict)  # what a Dask worker must offer (recipe `resources:`)
     storage_root: str = ""  # the cache dir, named when its disk fills ("no space left on <cache>")
     # a zoo.engine.remote_stage.Transfer when the worker shares no disk with the caller: the remote
@@ -190,7 +191,8 @@ def execute(task: StageTask) -> StageResult:
             inputs = Inputs(task.upstream)
             context = StageContext(stage_id=task.stage_id, out_dir=out_dir, work_dir=work_dir, recipe=task.recipe,
                                    shared=task.shared, matrix=task.matrix, threads=task.threads, key=task.key,
-                                   publish=task.publish, lineage=task.lineage, log=logger)
+                                   publish=task.publish, lineage=task.lineage,
+                                   locked_outputs=task.locked_outputs, log=logger)
             logger.info("stage %s (%s) starting with %d thread(s)", task.stage_id, task.kind, task.threads)
             returned = kind.run(inputs, config, context) or {}
             outputs = _relative_outputs(returned, out_dir, cls)
