@@ -16,8 +16,8 @@ command runs in a fresh process, as a user would run it.
    --run-cache`; B, a `git clone` without .dvc/cache: `dvc pull --run-cache` + `dvc repro`).
    DVC with dvc-s3 runs from a separate venv (created in a temp folder unless `--dvc-venv`).
 
-B's runs alternate with the raw downloads (and the zoo and DVC B-sides with each other), so each
-pair sees the same machine state; `--repeat` sets how many pairs.
+B's runs take turns with the raw downloads (each at each place of a round: a run slows the next one
+with its disk's writeback), and the zoo and DVC B-sides alternate; `--repeat` sets how many rounds.
 
     .venv/bin/python bench/bench_remote_cache.py [--recipe recipes/alexnet.yaml] [--repeat 3]
         [--size-mb 230] [--dvc-venv DIR] [--skip-dvc] [--profile [FILE]]
@@ -80,7 +80,12 @@ for i, key in enumerate(keys):
 
 # --- processes ---------------------------------------------------------------------------------
 def timed(cmd: list[str], cwd: Path, env: dict) -> tuple[float, str]:
-    """Wall time of `cmd` and its stdout; exits the benchmark if it fails."""
+    """Wall time of `cmd` and its stdout; exits the benchmark if it fails.
+
+    The page cache is flushed first (`os.sync`): each command writes up to a gigabyte, and without
+    it the next command timed would pay for the previous one's writeback (a raw download timed right
+    after a B run came out slower than the same download doing more work)."""
+    os.sync()
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
@@ -181,24 +186,36 @@ def bench_recipe(work: Path, recipe: Path, endpoint: str, env: dict, repeat: int
           f"{cold:.1f} s", flush=True)
     a_builds = a.builds(ref)
 
-    b_times, raw_times, raw_sha_times, keys, nbytes = [], [], [], [], 0
-    for i in range(repeat):
+    found: dict = {"keys": [], "bytes": 0, "stage_keys": []}
+
+    def run_b(i: int) -> float:
         b = Machine(work / f"B{i}", recipe.parent, env)
         seconds, report = b.zoo_run(recipe.name, remote)
-        stage_keys = check_all_remote(report, f"B run {i}")
+        found["stage_keys"] = check_all_remote(report, f"B run {i}")
         b_builds = b.builds(ref)
         if b_builds != a_builds:
             raise SystemExit(f"B's builds differ from A's:\nA {a_builds}\nB {b_builds}")
         b.remove()
-        if not keys:
-            keys, nbytes = needed_keys(s3, prefix, stage_keys)
-        raw = raw_download(endpoint, keys, work / f"raw{i}", env)
-        raw_sha = raw_download(endpoint, keys, work / f"rawsha{i}", env, sha256=True)
-        b_times.append(seconds)
-        raw_times.append(raw)
-        raw_sha_times.append(raw_sha)
-        print(f"[{meta['name']}] pair {i + 1}: B via remote cache {seconds:.2f} s, raw boto3 {raw:.2f} s, "
-              f"raw boto3 + sha256 {raw_sha:.2f} s", flush=True)
+        if not found["keys"]:
+            found["keys"], found["bytes"] = needed_keys(s3, prefix, found["stage_keys"])
+        return seconds
+
+    runs = {"b": run_b,
+            "raw": lambda i: raw_download(endpoint, found["keys"], work / f"raw{i}", env),
+            "sha": lambda i: raw_download(endpoint, found["keys"], work / f"rawsha{i}", env, sha256=True)}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(repeat):
+        # the three take turns at each place in a round (B first in the first: it finds the keys),
+        # so none always follows the same one: whatever a run leaves the disk doing (writeback, the
+        # discards of the folder it deleted) slows the next run, whichever it is
+        order = ["b", "raw", "sha"][i % 3:] + ["b", "raw", "sha"][:i % 3]
+        now = {name: runs[name](i) for name in order}
+        for name, seconds in now.items():
+            times[name].append(seconds)
+        print(f"[{meta['name']}] round {i + 1} ({', '.join(order)}): B via remote cache {now['b']:.2f} s, "
+              f"raw boto3 {now['raw']:.2f} s, raw boto3 + sha256 {now['sha']:.2f} s", flush=True)
+    b_times, raw_times, raw_sha_times = times["b"], times["raw"], times["sha"]
+    keys, nbytes, stage_keys = found["keys"], found["bytes"], found["stage_keys"]
     n_objects, stored = remote_listing(s3, prefix)
     print(f"[{meta['name']}] B took all {len(stage_keys)} stages from the remote and published "
           f"{len(a_builds)} builds identical to A's (sha256); it read {len(keys)} S3 objects, "
