@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from zoo.errors import AccessDenied, IntegrityError, NotFound, SourceUnreachable, StorageError, ZooError
+from zoo.files import remember_sha256
 
 RETRIES = 3  # resumptions per source after a transfer broke off mid-way (only while it progresses)
 HTTP_TIMEOUT = float(os.environ.get("ZOO_HTTP_TIMEOUT", "10"))  # seconds to connect, and per read
@@ -155,6 +156,7 @@ def _transfer(src: Source, tmp: Path, dest: Path, sha256: str, size: int | None,
     dest.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(tmp, 0o444)
     os.replace(tmp, dest)
+    remember_sha256(dest, sha256)  # placing it again in this process (a hard link) need not re-hash it
 
 
 def _prefetch(chunks: Iterable[bytes], depth: int = 2) -> Iterator[bytes]:

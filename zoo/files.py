@@ -235,13 +235,33 @@ def copy_verified(src: Path | BinaryIO | Iterable[bytes], dest: Path, sha256: st
         _fill_verified(out, src, sha256, size, what)
 
 
+# (device, inode, size, mtime_ns) -> sha256 of the files this process verified while downloading
+# them (`remember_sha256`), so placing one of them again (`link_verified`) need not hash it again.
+# ctime is left out on purpose: every hard link moves it. In memory only: a later process hashes.
+_VERIFIED_SHA256: dict[tuple[int, int, int, int], str] = {}
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def remember_sha256(path: Path, sha256: str) -> None:
+    """Record that this process just verified the read-only file at `path` to hash to `sha256`."""
+    try:
+        _VERIFIED_SHA256[_identity(os.stat(path))] = sha256
+    except OSError:
+        pass
+
+
 def link_verified(src: Path, dest: Path, sha256: str, size: int, what: str) -> None:
     """Place read-only `src` at `dest` as a hard link, only if its bytes hash to `sha256` and are
     `size` long (IntegrityError naming `what` otherwise, nothing left at `dest`); a copy
     (`copy_verified`) where the file system cannot link.
 
     For a file nobody writes to, whose owner keeps it read-only: zoo's own run cache objects. The
-    link is made first and the bytes hashed through it, so what was checked is what `dest` holds.
+    link is made first and the bytes hashed through it, so what was checked is what `dest` holds;
+    a file this process downloaded and verified (`remember_sha256`: same inode, size and mtime)
+    is not hashed again.
     The source was fsynced when it was stored; only the folder entry is synced here.
     """
     dest = Path(dest)
@@ -255,8 +275,10 @@ def link_verified(src: Path, dest: Path, sha256: str, size: int, what: str) -> N
         copy_verified(src, dest, sha256, size, what)  # another device, or no hard links here
         return
     try:
-        with open(tmp, "rb") as f:
-            _fill_verified(_Discard(), f, sha256, size, what)
+        st = os.stat(tmp)
+        if _VERIFIED_SHA256.get(_identity(st)) != sha256 or st.st_size != size:
+            with open(tmp, "rb") as f:
+                _fill_verified(_Discard(), f, sha256, size, what)
         _install(tmp, dest, fsync=True)
     except OSError as e:
         raise storage_error(dest, e, "place") from e

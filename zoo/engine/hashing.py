@@ -21,7 +21,8 @@ ALGORITHM = "blake3"
 _CHUNK = 1 << 22
 
 
-def _hasher():
+def content_hasher():
+    """A new blake3 hasher, as content digests use (update it with bytes, then `hexdigest()`)."""
     from blake3 import blake3
 
     # max_threads lets blake3 use both cores on large files
@@ -29,14 +30,14 @@ def _hasher():
 
 
 def digest_bytes(data: bytes) -> str:
-    h = _hasher()
+    h = content_hasher()
     h.update(data)
     return h.hexdigest()
 
 
 def hash_file_uncached(path: Path) -> str:
     """blake3 of a file's bytes (memory-mapped where possible)."""
-    h = _hasher()
+    h = content_hasher()
     try:
         h.update_mmap(str(path))
     except (AttributeError, OSError, ValueError):

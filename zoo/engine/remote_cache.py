@@ -28,11 +28,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 from zoo.engine.cache import Cache, Entry, missing_outputs
 from zoo.engine.cache_config import RemoteCacheSetting
 from zoo.engine.cache_store import CacheStore, open_store
 from zoo.errors import AccessDenied, IntegrityError, NoSpace, SourceUnreachable, StorageError, ZooError
+
+if TYPE_CHECKING:
+    from zoo.download import Source
 
 REMOTE_ENTRY_SCHEMA_VERSION = 1
 PARTIAL = "partial"  # under the cache root: downloads in progress (resumed by the next run)
@@ -148,11 +152,15 @@ class RemoteCache:
         return verified
 
     def _download_verified(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
-        """One object downloaded (sha256 checked while it streams) and its blake3 checked too."""
+        """One object downloaded (sha256 checked while it streams) and its blake3 checked too:
+        computed from the same stream where the download ran from the start in one go, else by
+        reading the file."""
         from zoo.engine.hashing import hash_file_uncached
 
-        path = self._download_one(entry, digest, sha256, size, partial)
-        if path is not None and hash_file_uncached(path) != digest:
+        tap = _Blake3Tap(self.store.object_source(sha256, size), size)
+        path = self._download_one(entry, digest, sha256, size, partial, tap.source)
+        blake3 = tap.digest() if path is not None else None
+        if path is not None and (blake3 or hash_file_uncached(path)) != digest:
             path.unlink(missing_ok=True)
             raise IntegrityError(f"remote cache {self.url}: stage {entry.stage}'s entry names an object "
                                  "whose blake3 and sha256 digests disagree; nothing was installed",
@@ -160,7 +168,8 @@ class RemoteCache:
                                       "then run again")
         return path
 
-    def _download_one(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
+    def _download_one(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path,
+                      source: "Source") -> Path | None:
         """Download one object (sha256 verified) and take it under a name of this process's own, so
         a concurrent fetch of the same bytes (another run on this cache) cannot move it away;
         None when that other fetch installed the object first."""
@@ -170,7 +179,7 @@ class RemoteCache:
 
         dest = partial / sha256
         for _ in range(3):
-            download([self.store.object_source(sha256, size)], dest, sha256=sha256, size=size,
+            download([source], dest, sha256=sha256, size=size,
                      what=f"remote cache {self.url}: an output of stage {entry.stage}", tmp_dir=partial)
             mine = partial / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.verified"
             try:
@@ -247,6 +256,34 @@ class RemoteCache:
             "is unreachable" if isinstance(e, SourceUnreachable) else "failed"
         self.notes.append(f"remote cache {self.url} {what} ({type(e).__name__}); the rest of this run used "
                           "the local cache only")
+
+
+class _Blake3Tap:
+    """A download source that also computes blake3 of the bytes as they stream (on the download's
+    reading thread), so a verified object need not be read again. `digest()` is None unless the
+    last transfer started at byte 0 and delivered exactly `size` bytes (a resumed download is
+    hashed from its file instead)."""
+
+    def __init__(self, source: "Source", size: int):
+        from zoo.download import Source
+
+        self._inner, self._size = source, size
+        self._hasher = None
+        self._seen = 0
+        self.source = Source(source.label, self._open_from)
+
+    def _open_from(self, offset: int) -> Iterator[bytes]:
+        from zoo.engine.hashing import content_hasher
+
+        self._hasher, self._seen = (content_hasher() if offset == 0 else None), 0
+        for chunk in self._inner.open_from(offset):
+            if self._hasher is not None:
+                self._hasher.update(chunk)
+                self._seen += len(chunk)
+            yield chunk
+
+    def digest(self) -> str | None:
+        return self._hasher.hexdigest() if self._hasher is not None and self._seen == self._size else None
 
 
 def parse_entry(data: bytes, key: str, url: str) -> tuple[Entry, dict[str, str]]:
