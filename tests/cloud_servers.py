@@ -16,7 +16,7 @@ import contextlib
 import subprocess
 from pathlib import Path
 
-from zoo.registry.testing import _wait_port, free_port
+from zoo.registry.testing import free_port, stop_process, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE = ROOT / ".tools" / "node_modules" / ".bin" / "azurite-blob"
@@ -29,15 +29,6 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 def azurite_connection_string(port: int) -> str:
     return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
             f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 @contextlib.contextmanager
@@ -54,14 +45,14 @@ def fake_gcs(bucket: str = "zoo"):
                              "-backend", "memory", "-external-url", endpoint, "-log-level", "error"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_port(port, proc=proc)
+        wait_port(port, proc=proc)
         import requests
 
         r = requests.post(f"{endpoint}/storage/v1/b", params={"project": "test"}, json={"name": bucket}, timeout=10)
         r.raise_for_status()
         yield endpoint
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 @contextlib.contextmanager
@@ -76,11 +67,11 @@ def azurite(location: Path, container: str = "zoo"):
                              str(location), "--skipApiVersionCheck", "--loose", "--silent"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_port(port, proc=proc)
+        wait_port(port, proc=proc)
         from azure.storage.blob import BlobServiceClient
 
         conn = azurite_connection_string(port)
         BlobServiceClient.from_connection_string(conn).create_container(container)
         yield conn
     finally:
-        _stop(proc)
+        stop_process(proc)

@@ -244,19 +244,6 @@ def _flip(data: bytes) -> bytes:
     return data[:-1] + bytes([data[-1] ^ 0xFF])
 
 
-def fs_backend_class(kind: str):
-    """The `FsBackend` class that serves a kind of remote (a scheme's own subclass, e.g. SSH's), for
-    tests that wrap one of its methods."""
-    import importlib
-
-    from zoo.registry.fsbackend import SCHEME_BACKENDS, FsBackend
-
-    if kind in SCHEME_BACKENDS:
-        module, name = SCHEME_BACKENDS[kind]
-        return getattr(importlib.import_module(module), name)
-    return FsBackend
-
-
 def backend_id(kind: str) -> str:
     return "hf-stand-in-write-api" if kind == "hf" else kind
 

@@ -9,13 +9,11 @@ import contextlib
 import getpass
 import os
 import shutil
-import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.registry.testing import free_port
+from zoo.registry.testing import free_port, stop_process, wait_port
 
 SSHD = "/usr/sbin/sshd"
 INSTALL = "apt-get install -y openssh-server (./dev setup does it)"
@@ -79,21 +77,11 @@ def sshd_server(work: Path):
     os.makedirs("/run/sshd", exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config), "-p", str(port)], stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"sshd exited with {proc.returncode}: {(work / 'sshd.log').read_text()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"sshd did not listen on port {port}: {(work / 'sshd.log').read_text()}")
-            time.sleep(0.05)
+        try:
+            wait_port(port, 20, proc)
+        except RuntimeError as e:
+            raise AssertionError(f"sshd did not start ({e}): {(work / 'sshd.log').read_text()}") from None
         yield SshServer("127.0.0.1", port, getpass.getuser(), client_key, known_hosts)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()

@@ -23,6 +23,7 @@ import yaml
 
 import zoo
 from cli_helpers import write_recipe, zoo as zoo_cli
+from test_kind_hooks import SHIPPED  # a writer, an inspector with a gate, a shipper that publishes
 from zoo import host
 from zoo.engine import lockfile
 from zoo.errors import LockOutOfDate
@@ -326,17 +327,6 @@ def test_stand_in_cpu_repro_cli_says_equivalent_not_bit_identical(tmp_path, mach
 
 
 # --- release on an empty cache --------------------------------------------------------------
-
-SHIPPED = """\
-schema_version: 1
-name: shipped
-version: 0.1.0
-stages:
-  a: {kind: writer, config: {text: "payload"}}
-  check: {kind: inspector, config: {minimum: 3}}
-  ship: {kind: shipper, needs: [check]}
-"""
-
 
 def test_release_on_an_empty_cache_builds_and_releases_under_the_lock(tmp_path):
     from zoo.registry import api as registry

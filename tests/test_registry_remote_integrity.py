@@ -22,10 +22,11 @@ class _Killed(BaseException):
     """Stands for kill -9: nothing after the raise point runs, no handler cleans up."""
 
 
-def _cut_off_after_manifest(monkeypatch, version: str) -> None:
-    from zoo.registry.fsbackend import FsBackend
+def _cut_off_after_manifest(monkeypatch, version: str, kind: str) -> None:
+    from remote_fixtures import backend_class
 
-    real = FsBackend.create
+    owner = backend_class(kind)
+    real = owner.create
 
     def create_then_die(self, rpath, data):
         done = real(self, rpath, data)
@@ -33,7 +34,7 @@ def _cut_off_after_manifest(monkeypatch, version: str) -> None:
             raise _Killed()
         return done
 
-    monkeypatch.setattr(FsBackend, "create", create_then_die)
+    monkeypatch.setattr(owner, "create", create_then_die)
 
 
 def _versions(remote: str, zoo: LocalZoo) -> list[str]:
@@ -44,7 +45,7 @@ def _versions(remote: str, zoo: LocalZoo) -> list[str]:
 def test_a_push_cut_off_after_its_manifest_is_finished_by_the_retry(backend, publisher, consumer, monkeypatch):
     api.push("tiny@1.0.0", "origin", zoo=publisher)
     with monkeypatch.context() as m:
-        _cut_off_after_manifest(m, "1.1.0")
+        _cut_off_after_manifest(m, "1.1.0", backend.kind)
         with pytest.raises(_Killed):
             api.push("tiny@1.1.0", "origin", zoo=publisher)
     # the half-published state the issue describes
@@ -64,7 +65,7 @@ def test_a_push_cut_off_after_its_manifest_is_finished_by_the_retry(backend, pub
 @folder_and_s3
 def test_a_first_push_cut_off_after_its_manifest_is_listed_after_the_retry(backend, publisher, consumer, monkeypatch):
     with monkeypatch.context() as m:
-        _cut_off_after_manifest(m, "1.0.0")
+        _cut_off_after_manifest(m, "1.0.0", backend.kind)
         with pytest.raises(_Killed):
             api.push("tiny@1.0.0", "origin", zoo=publisher)
     assert api.list_models(remote="origin", zoo=consumer) == []
@@ -248,20 +249,21 @@ def test_remote_gc_keeps_young_blobs_and_frees_old_unreferenced_ones(backend, pu
 @folder_and_s3
 def test_a_gc_between_a_push_finding_a_blob_and_writing_its_manifest_does_not_break_the_version(
         backend, publisher, tmp_path, monkeypatch):
-    from zoo.registry.fsbackend import FsBackend
+    from remote_fixtures import backend_class
 
     api.push("tiny@1.0.0", "origin", zoo=publisher)
     api.rm("tiny@1.0.0", remote="origin", zoo=publisher)  # blobs stay (young) and unreferenced
-    real = FsBackend.create
+    owner = backend_class(backend.kind)
+    real = owner.create
 
     def gc_then_create(self, rpath, data):
         if "/versions/" in rpath:  # the push found every blob present; now a gc frees them all
             assert api.remote_gc("origin", grace_s=0, zoo=publisher)["blobs_freed"] > 0
         return real(self, rpath, data)
 
-    monkeypatch.setattr(FsBackend, "create", gc_then_create)
+    monkeypatch.setattr(owner, "create", gc_then_create)
     api.push("tiny@1.0.0", "origin", zoo=publisher)
-    monkeypatch.setattr(FsBackend, "create", real)
+    monkeypatch.setattr(owner, "create", real)
     assert _remote_blobs(backend) == _shas(publisher, "tiny@1.0.0")
     fresh = LocalZoo(tmp_path / "fresh")
     backend.add_to(fresh)

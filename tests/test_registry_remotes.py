@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_fixtures import backend_id, fs_backend_class
+from remote_fixtures import backend_class, backend_id
 from zoo import download
 from zoo.errors import IntegrityError, InvalidInput, NotFound, SourceUnreachable, StorageError
 from zoo.registry import api
@@ -106,8 +106,6 @@ def test_interrupted_push_leaves_no_version_and_resumes(backend, publisher, cons
 
         owner, attr = HfApi, "create_tag"  # files are committed, the version tag is not
     else:
-        from remote_fixtures import backend_class
-
         owner, attr = backend_class(backend.kind), "put_file"  # the first blob goes up, the second does not
     real = getattr(owner, attr)
     calls = []
@@ -150,7 +148,7 @@ def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consu
     else:
         from zoo.registry import fsbackend
 
-        owner = fs_backend_class(backend.kind)
+        owner = backend_class(backend.kind)
         monkeypatch.setattr(fsbackend, "CHUNK", 1024)
         monkeypatch.setattr(fsbackend, "STREAM_CHUNK", 1024)
         real = owner.iter_from

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -45,20 +44,6 @@ def _project(folder: Path) -> Path:
     return write_recipe(folder, RECIPE)
 
 
-@contextmanager
-def _env(**values: str):
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 class Worker:
     """A worker "machine" with its own cache and ZOO_HOME that cannot see the caller's `project`
     (moved away while a stage runs). `tamper(transfer, store)` may change what it receives."""
@@ -85,7 +70,9 @@ class Worker:
         hidden = self.project.with_name(self.project.name + "-away")
         os.rename(self.project, hidden)
         try:
-            with _env(ZOO_CACHE_DIR=str(self.cache), ZOO_HOME=str(self.base / "home")):
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv("ZOO_CACHE_DIR", str(self.cache))
+                env.setenv("ZOO_HOME", str(self.base / "home"))
                 result = execute_shipped(task)
         finally:
             os.rename(hidden, self.project)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from zoo.errors import AccessDenied, InvalidInput
-from zoo.registry.fsbackend import FsBackend, credentials_hint
+from zoo.registry.fsbackend import ObjectStoreBackend, credentials_hint
 
 # an unreachable remote should fall back to the local cache in seconds: the Azure SDK retries a
 # failed request 3 times, the first after 15 s; our own transfers resume anyway
@@ -32,7 +32,7 @@ RETRIES = 2
 BACKOFF_S = 0.5
 
 
-class AzureBackend(FsBackend):
+class AzureBackend(ObjectStoreBackend):
     """A `FsBackend` on one Azure Blob container and prefix."""
 
     def _open(self):
@@ -58,28 +58,6 @@ class AzureBackend(FsBackend):
                                hint=credentials_hint(self.scheme, o)) from e
         _quick_retries(fs)
         return fs, self.url.split("://", 1)[1].rstrip("/")
-
-    def write(self, rpath: str, data: bytes) -> None:
-        """Write (replace) a small blob: one Put Blob, visible only when complete."""
-        self._writable()
-        with self._errors(f"write {rpath}"):
-            self.fs.pipe_file(rpath, data)
-
-    def create(self, rpath: str, data: bytes) -> bool:
-        """Create `rpath` only if absent (``If-None-Match: *``); False when it exists."""
-        self._writable()
-        try:
-            with self._errors(f"create {rpath}"):
-                self.fs.pipe_file(rpath, data, mode="create")
-        except FileExistsError:
-            return False
-        return True
-
-    def put_file(self, local, rpath: str) -> None:
-        """Upload a local file; the blob appears when its Put Blob or block list commits, never in part."""
-        self._writable()
-        with self._errors(f"upload {rpath}"):
-            self.fs.put_file(str(local), rpath)
 
 
 def _quick_retries(fs) -> None:

@@ -22,7 +22,7 @@ import contextlib
 import functools
 
 from zoo.errors import AccessDenied, InvalidInput
-from zoo.registry.fsbackend import FsBackend, credentials_hint
+from zoo.registry.fsbackend import ObjectStoreBackend, credentials_hint
 
 # an unreachable remote should fall back to the local cache in seconds: gcsfs retries a failed
 # request 6 times with up to 32 s between tries; our own transfers resume anyway
@@ -48,7 +48,7 @@ def _filesystem_class():
     return QuickGcsFileSystem
 
 
-class GcsBackend(FsBackend):
+class GcsBackend(ObjectStoreBackend):
     """A `FsBackend` on one GCS bucket and prefix."""
 
     def _open(self):
@@ -82,25 +82,3 @@ class GcsBackend(FsBackend):
                 raise AccessDenied(f"{self.url} refused access: {name}: {str(cause).splitlines()[0]} ({what})",
                                    hint=credentials_hint(self.scheme, self.options)) from e
             raise
-
-    def write(self, rpath: str, data: bytes) -> None:
-        """Write (replace) a small object: one upload request, visible only when complete."""
-        self._writable()
-        with self._errors(f"write {rpath}"):
-            self.fs.pipe_file(rpath, data)
-
-    def create(self, rpath: str, data: bytes) -> bool:
-        """Create `rpath` only if absent (``ifGenerationMatch=0``); False when it exists (HTTP 412)."""
-        self._writable()
-        try:
-            with self._errors(f"create {rpath}"):
-                self.fs.pipe_file(rpath, data, mode="create")
-        except FileExistsError:
-            return False
-        return True
-
-    def put_file(self, local, rpath: str) -> None:
-        """Upload a local file; the object appears when its upload is finalised, never in part."""
-        self._writable()
-        with self._errors(f"upload {rpath}"):
-            self.fs.put_file(str(local), rpath)

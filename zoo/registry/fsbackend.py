@@ -81,6 +81,7 @@ def _mtime(info: dict) -> float | None:
 
 # schemes whose backend lives in a module of its own (a subclass of FsBackend): module, class
 SCHEME_BACKENDS: dict[str, tuple[str, str]] = {
+    "s3": ("zoo.registry.fsbackend", "ObjectStoreBackend"),
     "ssh": ("zoo.registry.backend_ssh", "SshBackend"),
     "gcs": ("zoo.registry.backend_gcs", "GcsBackend"),
     "azure": ("zoo.registry.backend_azure", "AzureBackend"),
@@ -343,9 +344,6 @@ class FsBackend:
             from zoo.files import atomic_write
 
             atomic_write(Path(rpath), data)
-        elif self.scheme == "s3":
-            with self._errors(f"write {rpath}"):
-                self.fs.pipe_file(rpath, data)
         else:
             tmp = self._tmp_name(rpath)
             with self._errors(f"write {rpath}"):
@@ -360,13 +358,6 @@ class FsBackend:
             from zoo.files import create_exclusive
 
             return create_exclusive(Path(rpath), data)
-        if self.scheme == "s3":
-            try:
-                with self._errors(f"create {rpath}"):
-                    self.fs.pipe_file(rpath, data, mode="create")
-                return True
-            except FileExistsError:
-                return False
         from webdav4.client import ResourceAlreadyExists
 
         tmp = self._tmp_name(rpath)
@@ -402,10 +393,6 @@ class FsBackend:
             finally:
                 tmp.unlink(missing_ok=True)
             return
-        if self.scheme == "s3":  # a PUT or a completed multipart upload is atomic
-            with self._errors(f"upload {rpath}"):
-                self.fs.put_file(str(local), rpath)
-            return
         tmp = self._tmp_name(rpath)
         with self._errors(f"upload {rpath}"):
             self.fs.put_file(str(local), tmp)
@@ -421,3 +408,33 @@ class FsBackend:
                     self.fs.rm_file(rpath)
         except FileNotFoundError:
             pass
+
+
+class ObjectStoreBackend(FsBackend):
+    """An object store (S3; GCS and Azure Blob subclass it) whose single upload is atomic: an
+    object appears when its PUT, last chunk or block list commits, never in part; and whose
+    driver turns `pipe_file(..., mode="create")` into a conditional create (S3 and Azure
+    ``If-None-Match: *``, GCS ``ifGenerationMatch=0``), raising FileExistsError when the object
+    exists. So no temporary names are needed, unlike on a folder, WebDAV or SFTP."""
+
+    def write(self, rpath: str, data: bytes) -> None:
+        """Write (replace) a small object: one upload, visible only when complete."""
+        self._writable()
+        with self._errors(f"write {rpath}"):
+            self.fs.pipe_file(rpath, data)
+
+    def create(self, rpath: str, data: bytes) -> bool:
+        """Create `rpath` only if absent (the store's conditional create); False when it exists."""
+        self._writable()
+        try:
+            with self._errors(f"create {rpath}"):
+                self.fs.pipe_file(rpath, data, mode="create")
+        except FileExistsError:
+            return False
+        return True
+
+    def put_file(self, local: Path, rpath: str) -> None:
+        """Upload a local file; the object appears when its upload completes, never in part."""
+        self._writable()
+        with self._errors(f"upload {rpath}"):
+            self.fs.put_file(str(local), rpath)

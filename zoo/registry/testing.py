@@ -92,7 +92,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_port(port: int, timeout: float = 30.0, proc=None) -> None:
+def wait_port(port: int, timeout: float = 30.0, proc=None) -> None:
+    """Return once something listens on 127.0.0.1:`port`; RuntimeError if `proc` exits or time runs out."""
     deadline = _time.monotonic() + timeout
     while _time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -101,6 +102,16 @@ def _wait_port(port: int, timeout: float = 30.0, proc=None) -> None:
             return
         _time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def stop_process(proc) -> None:
+    """Stop a test server: SIGTERM, then SIGKILL if it has not exited within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except _subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @_contextlib.contextmanager
@@ -190,14 +201,10 @@ def olah_server(mirrors: Path, work: Path):
     proc = _subprocess.Popen([_sys.executable, "-m", "olah.server", "-c", str(cfg), "--log-path", str(work / "logs")],
                              cwd=work, stdout=log, stderr=_subprocess.STDOUT)
     try:
-        _wait_port(port, 60, proc)
+        wait_port(port, 60, proc)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except _subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.close()
 
 
