@@ -146,11 +146,11 @@ def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consu
         [resumed_at] = [start for p, start in backend.hub.ranges if p == path]
         assert 0 < resumed_at <= ref.size // 2, (backend.hub.ranges, path)
     else:
-        from zoo.registry import fsbackend
+        from zoo.registry import backend_s3, fsbackend
 
         owner = backend_class(backend.kind)
         monkeypatch.setattr(fsbackend, "CHUNK", 1024)
-        monkeypatch.setattr(fsbackend, "STREAM_CHUNK", 1024)
+        monkeypatch.setattr(backend_s3, "STREAM_CHUNK", 1024)
         real = owner.iter_from
         offsets = []
 

@@ -4,11 +4,12 @@ One class, `FsBackend`, with the few operations the remote zoo needs. Each schem
 atomic primitive it supports:
 
 - local folder: temp file + rename; create-exclusive by hard link (fails if the name exists);
-- S3 (s3fs): PUT is atomic; create-exclusive is ``PUT If-None-Match: *`` (412 → already there);
+- S3: PUT is atomic; create-exclusive is ``PUT If-None-Match: *`` (412 → already there); reads
+  through botocore, writes through s3fs (backend_s3.py);
 - WebDAV (webdav4): upload to a temp name, then ``MOVE`` with ``Overwrite: F`` for create-exclusive;
 - HTTP(S) (fsspec's HTTPFileSystem): read-only;
-- Google Cloud Storage, Azure Blob and SSH/SFTP: subclasses in backend_gcs.py, backend_azure.py
-  and backend_ssh.py, named in SCHEME_BACKENDS.
+- S3, Google Cloud Storage, Azure Blob and SSH/SFTP: subclasses in backend_s3.py, backend_gcs.py,
+  backend_azure.py and backend_ssh.py, named in SCHEME_BACKENDS.
 
 fsspec and the scheme's driver are imported when a backend is opened, never at module import.
 Errors are sorted with `zoo.download.refusal_reason` and `zoo.download.is_connection_error`, the
@@ -28,7 +29,6 @@ from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable, StorageErr
 from zoo.registry.config import scheme_of
 
 CHUNK = 32 << 20  # ranged requests (WebDAV, HTTP) and local reads
-STREAM_CHUNK = 8 << 20  # reads from one streaming S3 GET
 
 
 def credentials_hint(scheme: str, options: dict) -> str:
@@ -81,7 +81,7 @@ def _mtime(info: dict) -> float | None:
 
 # schemes whose backend lives in a module of its own (a subclass of FsBackend): module, class
 SCHEME_BACKENDS: dict[str, tuple[str, str]] = {
-    "s3": ("zoo.registry.fsbackend", "ObjectStoreBackend"),
+    "s3": ("zoo.registry.backend_s3", "S3Backend"),
     "ssh": ("zoo.registry.backend_ssh", "SshBackend"),
     "gcs": ("zoo.registry.backend_gcs", "GcsBackend"),
     "azure": ("zoo.registry.backend_azure", "AzureBackend"),
@@ -116,24 +116,6 @@ class FsBackend:
             from fsspec.implementations.local import LocalFileSystem
 
             return LocalFileSystem(), str(Path(self.url.removeprefix("file://")).expanduser().resolve())
-        if self.scheme == "s3":
-            try:
-                import s3fs
-            except ImportError as e:
-                raise InvalidInput("S3 remotes need s3fs", hint="pip install 'zoo-onnx[s3]'") from e
-            client_kwargs = {}
-            if o.get("endpoint_url"):
-                client_kwargs["endpoint_url"] = o["endpoint_url"]
-            if o.get("region"):
-                client_kwargs["region_name"] = o["region"]
-            # fsspec reuses one instance per argument set: creating an S3 client costs ~0.3 s
-            fs = s3fs.S3FileSystem(anon=bool(o.get("anon", False)), profile=o.get("profile"),
-                                   client_kwargs=client_kwargs, use_listings_cache=False,
-                                   config_kwargs={"connect_timeout": 10, "retries": {"max_attempts": 2}})
-            # s3fs retries failed calls 5 times with back-off; an unreachable remote should fall
-            # back to the cache in about a second, and our own transfers resume anyway
-            fs.retries = 2
-            return fs, self.url[len("s3://"):].rstrip("/")
         if self.scheme == "webdav":
             try:
                 from webdav4.fsspec import WebdavFileSystem
@@ -256,18 +238,15 @@ class FsBackend:
         so that the caller sees a file longer than its manifest says on every backend (a longer
         file is refused, never silently cut to size), and never reads more than that.
 
-        S3: one streaming GET with ``Range: bytes=offset-size`` (servers such as moto re-read an
-        object for every ranged request, so many small ranges are far slower); a local folder:
-        seek and read; WebDAV and HTTP: ranged requests of CHUNK bytes.
+        A local folder: seek and read; WebDAV and HTTP: ranged requests of CHUNK bytes (S3:
+        backend_s3.py).
         """
         if offset > size:
             return
         # a range must start inside the file: to look past the end of a complete prefix, start
         # one byte early and drop that byte
         start, skip = (size - 1, 1) if offset == size and size > 0 else (offset, 0)
-        if self.scheme == "s3":
-            chunks = self._iter_s3(rpath, start, size)
-        elif self.scheme == "file":
+        if self.scheme == "file":
             chunks = self._iter_local(rpath, start, size)
         else:
             chunks = self._iter_ranges(rpath, start, size)
@@ -300,30 +279,6 @@ class FsBackend:
             yield chunk
             if pos < end:
                 return  # the file ends here (shorter than expected: the caller's size check refuses it)
-
-    def _iter_s3(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
-        from fsspec.asyn import sync
-
-        bucket, key, _ = self.fs.split_path(rpath)
-        # up to byte `size` inclusive: one past the expected end, never the rest of a huge object
-        # (an empty object has no byte range: read it whole, the caller stops after size + 1)
-        extra = {"Range": f"bytes={start}-{size}"} if size > 0 else {}
-
-        async def open_body():
-            resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, **extra)
-            return resp["Body"]
-
-        with self._errors(f"download {rpath}"):
-            body = sync(self.fs.loop, open_body)
-        try:
-            while True:
-                with self._errors(f"download {rpath}"):
-                    chunk = sync(self.fs.loop, body.read, STREAM_CHUNK)
-                if not chunk:
-                    return
-                yield chunk
-        finally:
-            body.close()
 
     # ---- writing ------------------------------------------------------------------------
     def _tmp_name(self, rpath: str) -> str:
