@@ -7,12 +7,16 @@
   overwrites, so it cannot check create-exclusive.)
 - Azure Blob Storage: azurite (npm), installed by ./dev into `.tools/` (git-ignored).
 
+- Google's OAuth token endpoint, for a service-account key file (`oauth_token_endpoint`): a
+  stand-in of a few lines that checks the signed JWT assertion google-auth sends.
+
 A missing server binary is a test failure naming the install command, never a skip.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 from pathlib import Path
 
@@ -75,3 +79,49 @@ def azurite(location: Path, container: str = "zoo"):
         yield conn
     finally:
         stop_process(proc)
+
+
+@contextlib.contextmanager
+def oauth_token_endpoint(public_key_pem: bytes, client_email: str):
+    """A stand-in for Google's OAuth token endpoint (fake-gcs-server has none) on 127.0.0.1: it
+    grants an access token only for a JWT-bearer assertion that `client_email` signed with the
+    private key of `public_key_pem` (what google-auth sends for a service-account key file).
+    Yields (token URL, the list of issuers it granted tokens to)."""
+    import threading
+    import urllib.parse
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from google.auth import jwt
+
+    granted: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            try:
+                claims = jwt.decode(form["assertion"][0], certs=public_key_pem.decode(), verify=True,
+                                    audience="https://oauth2.googleapis.com/token")  # google-auth's audience
+                assert claims["iss"] == client_email
+            except Exception as e:  # a wrong key, issuer or audience: refused as Google would
+                body, status = json.dumps({"error": "invalid_grant", "error_description": str(e)}).encode(), 400
+            else:
+                granted.append(claims["iss"])
+                body, status = json.dumps({"access_token": "stand-in-token", "expires_in": 3600,
+                                           "token_type": "Bearer"}).encode(), 200
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/token", granted
+    finally:
+        server.shutdown()
+        server.server_close()

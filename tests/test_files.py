@@ -210,3 +210,29 @@ def test_the_file_layer_imports_nothing_heavy():
             "print(sorted(m for m in ('onnx', 'onnxruntime', 'torch', 'numpy', 'pydantic', 'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_verified_sha256_memo_keeps_only_the_most_recently_used_files(tmp_path, monkeypatch):
+    """remember_sha256's memo is bounded: past VERIFIED_MEMO_SIZE files the least recently used
+    one is forgotten (placing it hashes it again), while one looked up since is kept."""
+    monkeypatch.setattr(files, "VERIFIED_MEMO_SIZE", 3)
+    monkeypatch.setattr(files, "_VERIFIED_SHA256", type(files._VERIFIED_SHA256)())
+    objects = []
+    for i in range(4):
+        src = tmp_path / f"object{i}"
+        src.write_bytes(b"object %d\n" % i)
+        os.chmod(src, 0o444)
+        objects.append((src, *files.sha256_and_size(src)))
+    hashed: list[str] = []
+    real = files._fill_verified
+    monkeypatch.setattr(files, "_fill_verified", lambda out, src, sha, size, what: (hashed.append(what), real(out, src, sha, size, what))[1])
+    for src, sha, _ in objects[:3]:
+        files.remember_sha256(src, sha)
+    src, sha, size = objects[0]
+    files.link_verified(src, tmp_path / "again0", sha, size, "object0")  # used: now the most recent
+    assert hashed == []
+    files.remember_sha256(objects[3][0], objects[3][1])  # one too many: object1 (least recent) goes
+    assert len(files._VERIFIED_SHA256) == 3
+    for i, (src, sha, size) in enumerate(objects):
+        files.link_verified(src, tmp_path / f"blob{i}", sha, size, f"object{i}")
+    assert hashed == ["object1"]

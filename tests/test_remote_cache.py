@@ -79,6 +79,10 @@ def test_machine_b_takes_every_stage_from_the_remote_and_runs_nothing(tmp_path, 
         assert eb is not None
         for rel in ea.files:
             assert (cb.materialize(eb) / rel).read_bytes() == (ca.materialize(ea) / rel).read_bytes()
+        # the log B prints is there, with what A's stage wrote
+        assert stage["log"] == str(cb.log_path(stage["key"]))
+        assert Path(stage["log"]).read_bytes() == ca.log_path(stage["key"]).read_bytes()
+    assert "writer wrote data.txt" in Path(got["stages"][0]["log"]).read_text()
 
 
 def test_plan_and_status_on_machine_b_see_what_the_remote_holds_without_downloading(tmp_path, remote):
@@ -136,6 +140,79 @@ def test_a_tampered_remote_object_fails_with_exit_4_and_installs_nothing(tmp_pat
     assert cb.read_entry(key_a) is None and not cb.object_path(entry_a.files["data.txt"]["digest"]).exists()
     # the stage was not run either: nothing of it is in B's cache
     assert not (cb.root / "logs" / f"{key_a}.log").exists()
+
+
+def _pushed_from_a(tmp_path: Path) -> tuple[Path, dict, dict, dict, Path]:
+    """Machine A runs the recipe with a folder remote run cache; (recipe, A's env, B's env (same
+    remote), A's run report, the remote folder)."""
+    recipe = _recipe(tmp_path)
+    folder = tmp_path / "remote"
+    a, b = _machine(tmp_path, "a"), _machine(tmp_path, "b")
+    _user_config(a, str(folder))
+    _user_config(b, str(folder))
+    code, ran, err = _run(recipe, a)
+    assert code == 0, err
+    recipe.with_suffix(".lock").unlink()
+    return recipe, a, b, ran, folder
+
+
+def _remote_doc_path(folder: Path, key: str) -> Path:
+    return folder / "entries" / key[:2] / f"{key}.json"
+
+
+def test_a_pushed_entry_names_its_log_as_a_content_addressed_object(tmp_path):
+    import hashlib
+
+    _, a, _, ran, folder = _pushed_from_a(tmp_path)
+    for stage in ran["stages"]:
+        doc = json.loads(_remote_doc_path(folder, stage["key"]).read_text())
+        log = Path(stage["log"]).read_bytes()
+        assert doc["schema_version"] == 1
+        assert doc["log"] == {"sha256": hashlib.sha256(log).hexdigest(), "size": len(log)}
+        sha = doc["log"]["sha256"]
+        assert (folder / "objects" / "sha256" / sha[:2] / sha).read_bytes() == log
+
+
+def test_an_entry_without_a_log_still_installs_its_outputs(tmp_path):
+    """Entries pushed by older zoos name no log: B takes the stage, quietly without a log."""
+    recipe, _, b, ran, folder = _pushed_from_a(tmp_path)
+    for stage in ran["stages"]:
+        path = _remote_doc_path(folder, stage["key"])
+        doc = json.loads(path.read_text())
+        del doc["log"]
+        path.chmod(0o644)
+        path.write_text(json.dumps(doc))
+    code, got, err = _run(recipe, b)
+    assert code == 0 and {s["state"] for s in got["stages"]} == {"cached"} and got["notes"] == [], err
+    assert not any(Path(s["log"]).exists() for s in got["stages"])
+
+
+def test_a_tampered_log_is_not_installed_and_the_stage_is_still_taken_with_a_note(tmp_path):
+    recipe, _, b, ran, folder = _pushed_from_a(tmp_path)
+    first = ran["stages"][0]
+    sha = json.loads(_remote_doc_path(folder, first["key"]).read_text())["log"]["sha256"]
+    obj = folder / "objects" / "sha256" / sha[:2] / sha
+    obj.chmod(0o644)
+    obj.write_bytes(obj.read_bytes()[:-1] + b"!")
+    code, got, err = _run(recipe, b)
+    assert code == 0 and {s["state"] for s in got["stages"]} == {"cached"}, err
+    stages = {s["id"]: s for s in got["stages"]}
+    assert not Path(stages[first["id"]]["log"]).exists()
+    assert all(Path(s["log"]).exists() for s in got["stages"] if s["id"] != first["id"])
+    assert [n for n in got["notes"] if "without its log" in n and f"stage {first['id']}" in n], got["notes"]
+
+
+def test_a_malformed_log_reference_is_an_integrity_error():
+    from zoo.engine.remote_cache import parse_log_ref
+    from zoo.errors import IntegrityError
+
+    assert parse_log_ref(b'{"schema_version": 1}', "k" * 64, "u") is None
+    assert parse_log_ref(json.dumps({"log": {"sha256": "a" * 64, "size": 3}}).encode(), "k" * 64, "u") == \
+        {"sha256": "a" * 64, "size": 3}
+    for bad in ({"sha256": "a" * 63, "size": 3}, {"sha256": "A" * 64, "size": 3}, {"sha256": "a" * 64, "size": -1},
+                {"sha256": "a" * 64, "size": True}, {"sha256": "a" * 64}, "a" * 64):
+        with pytest.raises(IntegrityError, match="malformed log"):
+            parse_log_ref(json.dumps({"log": bad}).encode(), "k" * 64, "u")
 
 
 def _remote_entry(remote: Backend, key: str) -> dict:

@@ -1,7 +1,9 @@
 """What the SSH/SFTP backend (zoo/registry/backend_ssh.py) adds to the contract suites, against
 OpenSSH's sshd on 127.0.0.1 (ssh_server.py): create-exclusive under a real race, uploads that
-leave nothing partial, host keys checked (unknown and changed keys refused), credentials refused
-with a hint, a server that never answers timing out, the URL forms, and the import discipline.
+leave nothing partial, host keys checked (unknown and changed keys refused; the user's and the
+system's known_hosts files, read only), ~/.ssh/config host aliases (in a temporary HOME),
+credentials refused with a hint, a server that never answers timing out, the URL forms, and the
+import discipline.
 
 The store and remote-zoo promises on SSH are in test_cache_store_contract.py and
 test_registry_remote_contract.py; `zoo run` A/B through an SSH run cache in test_remote_cache.py."""
@@ -19,7 +21,8 @@ import pytest
 
 from cli_helpers import write_recipe
 from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable
-from zoo.registry.backend_ssh import SshBackend
+from zoo.registry import backend_ssh
+from zoo.registry.backend_ssh import SshBackend, resolve_target
 from zoo.registry.config import parse_options, scheme_of
 from zoo.registry.fsbackend import open_backend
 
@@ -125,6 +128,114 @@ def test_a_changed_host_key_is_refused(sshd, tmp_path):
     b = open_backend(sshd.url(tmp_path / "r"), {**sshd.options, "known_hosts": str(forged)})
     with pytest.raises(AccessDenied, match="CHANGED"):
         b.read(b.path("x"))
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A temporary HOME with an empty ~/.ssh, and no system known_hosts (tests name their own)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(backend_ssh, "SYSTEM_KNOWN_HOSTS", (str(tmp_path / "etc" / "ssh_known_hosts"),))
+    return home
+
+
+def test_host_keys_are_read_from_the_users_file_then_the_systems(sshd, home, tmp_path):
+    """As OpenSSH: ~/.ssh/known_hosts (the default user file) and the system file are both read,
+    a key listed in either is accepted, and neither file is written."""
+    listing = sshd.known_hosts.read_text()
+    options = {"key_filename": str(sshd.client_key)}  # no known_hosts option: the defaults apply
+    unknown = open_backend(sshd.url(tmp_path / "r0"), options)
+    with pytest.raises(AccessDenied, match="not in") as e:
+        unknown.read(unknown.path("x"))
+    assert f">> {home / '.ssh' / 'known_hosts'}" in e.value.hint
+    system = tmp_path / "etc" / "ssh_known_hosts"
+    system.parent.mkdir()
+    system.write_text(listing)
+    (home / ".ssh" / "known_hosts").write_text("# the user's file lists other hosts only\n")
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (system, home / ".ssh" / "known_hosts")}
+    b = open_backend(sshd.url(tmp_path / "r1"), options)
+    b.write(b.path("x"), b"via the system file")
+    assert (tmp_path / "r1" / "x").read_bytes() == b"via the system file"
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in before} == before
+
+
+def test_a_key_listed_in_any_file_is_accepted_a_key_listed_as_other_in_all_is_changed(sshd, home, tmp_path):
+    other = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    kind, key = other.with_suffix(".pub").read_text().split()[:2]
+    forged = tmp_path / "forged_known_hosts"
+    forged.write_text(f"[127.0.0.1]:{sshd.port} {kind} {key}\n")
+    system = tmp_path / "etc" / "ssh_known_hosts"
+    system.parent.mkdir()
+    system.write_text(forged.read_text())
+    b = open_backend(sshd.url(tmp_path / "r"), {**sshd.options, "known_hosts": str(forged)})
+    with pytest.raises(AccessDenied, match="CHANGED") as e:
+        b.read(b.path("x"))
+    assert f"ssh-keygen -R 127.0.0.1 -f {forged}" in e.value.hint
+    system.write_text(sshd.known_hosts.read_text())  # the system file has the right key: accepted
+    b = open_backend(sshd.url(tmp_path / "r2"), {**sshd.options, "known_hosts": str(forged)})
+    b.write(b.path("x"), b"ok")
+    assert (tmp_path / "r2" / "x").read_bytes() == b"ok"
+
+
+def _ssh_config(home, text: str) -> None:
+    (home / ".ssh" / "config").write_text(text)
+
+
+def test_a_host_alias_of_ssh_config_gives_host_port_user_key_and_known_hosts(sshd, home, tmp_path):
+    _ssh_config(home, f"Host teamcache\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+                      f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n")
+    b = open_backend(f"ssh://teamcache{tmp_path / 'r'}", {})
+    assert (b.host, b.port, b.username) == ("127.0.0.1", sshd.port, sshd.user)
+    b.write(b.path("a", "b.txt"), b"through the alias")
+    assert (tmp_path / "r" / "a" / "b.txt").read_bytes() == b"through the alias"
+
+
+def test_the_url_and_the_options_win_over_ssh_config(home, tmp_path):
+    _ssh_config(home, "Host teamcache\n  HostName cache.example.com\n  Port 2200\n  User alice\n"
+                      "  IdentityFile ~/.ssh/id_team\n  UserKnownHostsFile ~/.ssh/team_hosts\n"
+                      f"  GlobalKnownHostsFile {tmp_path / 'global_hosts'}\nHost *\n  User everyone\n")
+    (home / ".ssh" / "id_team").write_text("a key")
+    t = resolve_target("ssh://teamcache/srv/zoo", {})
+    assert (t.host, t.port, t.user) == ("cache.example.com", 2200, "alice")
+    assert t.key_filenames == (str(home / ".ssh" / "id_team"),)
+    assert t.known_hosts == (str(home / ".ssh" / "team_hosts"), str(tmp_path / "global_hosts"))
+    t = resolve_target("ssh://bob@teamcache:2222/srv/zoo", {"key_filename": "/k", "known_hosts": "/kh"})
+    assert (t.port, t.user, t.key_filenames, t.user_known_hosts) == (2222, "bob", ("/k",), ("/kh",))
+    assert resolve_target("ssh://teamcache/srv", {"username": "carol"}).user == "carol"
+    assert resolve_target("ssh://elsewhere/srv", {}).user == "everyone"  # Host * applies to any host
+    assert resolve_target("ssh://elsewhere/srv", {}).host == "elsewhere"
+
+
+def test_a_proxy_command_of_ssh_config_carries_the_connection(sshd, home, tmp_path):
+    """ProxyCommand (here a relay script that notes it ran) carries the SSH connection."""
+    relay = tmp_path / "relay.py"
+    ran = tmp_path / "relay-ran"
+    relay.write_text(
+        "import socket, sys, threading\n"
+        f"open({str(ran)!r}, 'w').write(sys.argv[1] + ':' + sys.argv[2])\n"
+        "s = socket.create_connection((sys.argv[1], int(sys.argv[2])))\n"
+        "def up():\n"
+        "    while data := sys.stdin.buffer.read1(65536):\n"
+        "        s.sendall(data)\n"
+        "    s.shutdown(socket.SHUT_WR)\n"
+        "threading.Thread(target=up, daemon=True).start()\n"
+        "while data := s.recv(65536):\n"
+        "    sys.stdout.buffer.write(data); sys.stdout.buffer.flush()\n")
+    _ssh_config(home, f"Host behind-bastion\n  HostName 127.0.0.1\n  Port {sshd.port}\n"
+                      f"  ProxyCommand {sys.executable} {relay} %h %p\n")
+    b = open_backend(f"ssh://behind-bastion{tmp_path / 'r'}", sshd.options)
+    b.write(b.path("x"), b"relayed")
+    assert (tmp_path / "r" / "x").read_bytes() == b"relayed"
+    assert ran.read_text() == f"127.0.0.1:{sshd.port}"
+
+
+def test_proxy_jump_is_refused_with_the_proxy_command_to_write(home):
+    _ssh_config(home, "Host inside\n  ProxyJump bastion.example.com\n")
+    with pytest.raises(InvalidInput, match="ProxyJump") as e:
+        open_backend("ssh://inside/srv/zoo", {})
+    assert "ProxyCommand ssh -W %h:%p bastion.example.com" in e.value.hint
 
 
 def test_a_key_the_server_does_not_accept_is_access_denied_with_the_credentials_hint(sshd, tmp_path):

@@ -23,6 +23,8 @@ import hashlib
 import json
 import os
 import shutil
+import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
@@ -238,7 +240,11 @@ def copy_verified(src: Path | BinaryIO | Iterable[bytes], dest: Path, sha256: st
 # (device, inode, size, mtime_ns) -> sha256 of the files this process verified while downloading
 # them (`remember_sha256`), so placing one of them again (`link_verified`) need not hash it again.
 # ctime is left out on purpose: every hard link moves it. In memory only: a later process hashes.
-_VERIFIED_SHA256: dict[tuple[int, int, int, int], str] = {}
+# Bounded, least recently used first out: a download is placed right after it is verified, so a
+# few thousand entries cover every file in flight, and a long-lived worker does not grow forever.
+VERIFIED_MEMO_SIZE = 4096
+_VERIFIED_SHA256: OrderedDict[tuple[int, int, int, int], str] = OrderedDict()
+_VERIFIED_LOCK = threading.Lock()  # downloads run in a thread pool
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -246,11 +252,27 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def remember_sha256(path: Path, sha256: str) -> None:
-    """Record that this process just verified the read-only file at `path` to hash to `sha256`."""
+    """Record that this process just verified the read-only file at `path` to hash to `sha256`
+    (the last VERIFIED_MEMO_SIZE files are remembered)."""
     try:
-        _VERIFIED_SHA256[_identity(os.stat(path))] = sha256
+        identity = _identity(os.stat(path))
     except OSError:
-        pass
+        return
+    with _VERIFIED_LOCK:
+        _VERIFIED_SHA256[identity] = sha256
+        _VERIFIED_SHA256.move_to_end(identity)
+        while len(_VERIFIED_SHA256) > VERIFIED_MEMO_SIZE:
+            _VERIFIED_SHA256.popitem(last=False)
+
+
+def _remembered_sha256(st: os.stat_result) -> str | None:
+    """The sha256 `remember_sha256` recorded for the file `st` describes, if it is still remembered."""
+    identity = _identity(st)
+    with _VERIFIED_LOCK:
+        sha = _VERIFIED_SHA256.get(identity)
+        if sha is not None:
+            _VERIFIED_SHA256.move_to_end(identity)
+        return sha
 
 
 def link_verified(src: Path, dest: Path, sha256: str, size: int, what: str) -> None:
@@ -276,7 +298,7 @@ def link_verified(src: Path, dest: Path, sha256: str, size: int, what: str) -> N
         return
     try:
         st = os.stat(tmp)
-        if _VERIFIED_SHA256.get(_identity(st)) != sha256 or st.st_size != size:
+        if _remembered_sha256(st) != sha256 or st.st_size != size:
             with open(tmp, "rb") as f:
                 _fill_verified(_Discard(), f, sha256, size, what)
         _install(tmp, dest, fsync=True)

@@ -10,7 +10,14 @@ key finds it there and is fine (same key, same inputs).
 An entry document (schema_version 1)::
 
     {"schema_version": 1, "key": KEY, "entry": <the local cache entry, zoo.engine.cache.Entry>,
-     "sha256": {<blake3 digest of a file>: <its sha256>}}
+     "sha256": {<blake3 digest of a file>: <its sha256>},
+     "log": {"sha256": <sha256>, "size": <bytes>}}
+
+``log`` names the stage's captured output, pushed as one more object (content-addressed like the
+outputs, uploaded before the entry). It is optional: entries pushed by older zoos, or of a stage
+whose log is missing, lack it, and older zoos ignore it, so the schema stays 1. A remote hit
+installs it as the local cache's log of the key (sha256-verified); a log that cannot be had or is
+not what the entry names is a note, never a failure of the stage, and is not installed.
 
 The local cache names objects by blake3; the remote by sha256, which `zoo.download` verifies
 while the bytes stream (resumable, from a temporary file in the cache's ``partial/``). After the
@@ -64,8 +71,16 @@ class RemoteCache:
     def remote_entry(self, key: str) -> tuple[Entry, dict[str, str]] | None:
         """The remote's entry for `key` and its {blake3: sha256} map, or None. IntegrityError when
         the document is not a valid entry for this key."""
+        found = self._read_entry(key)
+        return None if found is None else found[:2]
+
+    def _read_entry(self, key: str) -> tuple[Entry, dict[str, str], dict[str, object] | None] | None:
+        """`remote_entry` and the entry's log reference ({"sha256", "size"}, or None)."""
         data = self.store.read_entry(key)
-        return None if data is None else parse_entry(data, key, self.url)
+        if data is None:
+            return None
+        entry, sha = parse_entry(data, key, self.url)
+        return entry, sha, parse_log_ref(data, key, self.url)
 
     def peek(self, key: str) -> Entry | None:
         """The remote's entry for `key` without downloading its objects (for `zoo plan` / `status`),
@@ -91,10 +106,13 @@ class RemoteCache:
         if self.offline:
             return None
         try:
-            found = self.remote_entry(key)
+            found = self._read_entry(key)
             if found is None:
                 return None
-            self.install(*found)
+            entry, sha, log = found
+            self.install(entry, sha)
+            if log is not None:
+                self._install_log(entry, log)
         except (SourceUnreachable, AccessDenied) as e:
             self._went_offline(e)
             return None
@@ -191,6 +209,21 @@ class RemoteCache:
         raise StorageError(f"remote cache {self.url}: could not keep a download in {partial}",
                            hint="another process keeps removing it; run again")
 
+    def _install_log(self, entry: Entry, log: dict) -> None:
+        """Download the stage's log (sha256-verified) to the local cache's log of its key; a log
+        that cannot be had or is not the one named is a note (the outputs are installed already)."""
+        from zoo.download import download
+
+        try:
+            download([self.store.object_source(str(log["sha256"]), int(log["size"]))], self.cache.log_path(entry.key),
+                     sha256=str(log["sha256"]), size=int(log["size"]),
+                     what=f"remote cache {self.url}: the log of stage {entry.stage}", tmp_dir=self.cache.root / PARTIAL)
+        except NoSpace:
+            raise
+        except ZooError as e:
+            self.notes.append(f"stage {entry.stage} was taken from the remote cache {self.url} without its log: "
+                              f"{e.message}")
+
     # --- writing -------------------------------------------------------------------------
     def push(self, entry: Entry) -> dict[str, int]:
         """Upload `entry` (objects the remote lacks, then the entry, create-exclusive).
@@ -210,10 +243,41 @@ class RemoteCache:
         (zoo/engine/remote_stage.py), whatever its cache policy."""
         return self._upload(entry)[0]
 
-    def create_entry(self, entry: Entry, sha: dict[str, str]) -> bool:
-        """Write the entry document of `entry`, whose objects are on the remote (create-exclusive)."""
+    def create_entry(self, entry: Entry, sha: dict[str, str], *, log: Path | None = None) -> bool:
+        """Write the entry document of `entry`, whose objects are on the remote (create-exclusive),
+        naming the stage's log: `log`, else the local cache's log of the key, uploaded first when
+        there is one."""
         doc = {"schema_version": REMOTE_ENTRY_SCHEMA_VERSION, "key": entry.key, "entry": entry.to_json(), "sha256": sha}
+        ref = self._push_log(Path(log) if log is not None else self.cache.log_path(entry.key))
+        if ref is not None:
+            doc["log"] = ref
         return self.store.create_entry(entry.key, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+    def _push_log(self, path: Path) -> dict[str, object] | None:
+        """Upload the log at `path` as an object unless the remote has it; its reference, or None
+        when there is no log. The bytes are read once, so the object is named by what is uploaded
+        even if a rerun replaces the file meanwhile."""
+        import hashlib
+        import secrets
+
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StorageError(f"cannot read the log {path}: {e}") from e
+        ref = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        if not self.store.has_object(ref["sha256"], ref["size"]):
+            snapshot = self.cache.root / PARTIAL / f"log.{os.getpid()}.{secrets.token_hex(4)}"
+            try:
+                snapshot.parent.mkdir(parents=True, exist_ok=True)
+                snapshot.write_bytes(data)
+                self.store.put_object(snapshot, ref["sha256"])
+            except OSError as e:
+                raise StorageError(f"cannot stage the log {path} for upload: {e}") from e
+            finally:
+                snapshot.unlink(missing_ok=True)
+        return ref
 
     def _upload(self, entry: Entry) -> tuple[dict[str, str], int, int]:
         """({blake3: sha256}, objects uploaded, bytes uploaded); each local object is checked first."""
@@ -318,6 +382,20 @@ def parse_entry(data: bytes, key: str, url: str) -> tuple[Entry, dict[str, str]]
     if missing_outputs(entry.outputs, entry.files):
         raise bad("lacks a declared output")
     return entry, sha
+
+
+def parse_log_ref(data: bytes, key: str, url: str) -> dict[str, object] | None:
+    """The ``log`` reference of a remote entry document ({"sha256", "size"}), or None when it names
+    none (an entry pushed by an older zoo). IntegrityError when it is malformed."""
+    log = json.loads(data).get("log")
+    if log is None:
+        return None
+    if not isinstance(log, dict) or not _hex(str(log.get("sha256", ""))) or len(str(log.get("sha256"))) != 64 \
+            or not isinstance(log.get("size"), int) or isinstance(log.get("size"), bool) or log["size"] < 0:
+        raise IntegrityError(f"remote cache {url}: the entry for key {key[:16]}… names a malformed log; "
+                             "nothing was installed",
+                             hint="remove that entry from the remote (it is damaged or was tampered with), then run again")
+    return {"sha256": str(log["sha256"]), "size": log["size"]}
 
 
 def _hex(value: str) -> bool:

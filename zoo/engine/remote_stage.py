@@ -170,7 +170,8 @@ def _push(task: StageTask, transfer: Transfer, result: StageResult, cache: Cache
                              host=result.host)
         sha = remote.push_objects(entry)
         if transfer.cache_policy == "default":
-            remote.create_entry(entry, sha)  # False: another run pushed this key first, with its own bytes
+            # False: another run pushed this key first, with its own bytes
+            remote.create_entry(entry, sha, log=Path(task.log_path))
     except ZooError as e:
         return replace(result, error=WorkerError.from_exception(e))
     return replace(result, shipped=Shipped(entry=entry.to_json(), sha256=sha))

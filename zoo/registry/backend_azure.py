@@ -1,5 +1,13 @@
-"""A remote on Azure Blob Storage (``az://container/prefix``, also ``abfs://`` and ``abfss://``)
-through adlfs.
+"""A remote on Azure Blob Storage through adlfs, in the URL forms adlfs itself accepts
+(`parse_azure_url`), with ``az://``, ``abfs://`` or ``abfss://`` alike:
+
+- ``az://container/prefix``: the account comes from the credentials (below);
+- ``abfss://container@account.dfs.core.windows.net/prefix`` (or ``….blob.core.windows.net``):
+  the account is the host's first label;
+- ``abfss://account.dfs.core.windows.net/container/prefix``: the same, container first in the path.
+
+An account named by the URL must agree with ``-o account_name=`` and with the account of the
+connection string in use (a connection string would otherwise silently win over the URL).
 
 The primitives the store promises rest on (zoo/engine/cache_store.py):
 
@@ -22,6 +30,8 @@ container. adlfs is imported when a backend is opened, never at module import.
 from __future__ import annotations
 
 import os
+import re
+from urllib.parse import unquote, urlsplit
 
 from zoo.errors import AccessDenied, InvalidInput
 from zoo.registry.fsbackend import ObjectStoreBackend, credentials_hint
@@ -30,6 +40,48 @@ from zoo.registry.fsbackend import ObjectStoreBackend, credentials_hint
 # failed request 3 times, the first after 15 s; our own transfers resume anyway
 RETRIES = 2
 BACKOFF_S = 0.5
+
+# the account host of Azure's public cloud, as adlfs recognises it (a container name has no dots)
+_ACCOUNT_HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(dfs|blob)\.core\.windows\.net$")
+URL_FORMS = ("az://container/prefix, abfss://container@account.dfs.core.windows.net/prefix or "
+             "abfss://account.dfs.core.windows.net/container/prefix (abfs:// and az:// alike)")
+
+
+def parse_azure_url(url: str) -> tuple[str | None, str]:
+    """(storage account or None, ``container/prefix``) of an ``az://``, ``abfs://`` or ``abfss://`` URL."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        raise InvalidInput("an Azure URL holds no password or key (not shown here)",
+                           hint="credentials come from the environment: " + credentials_hint("azure", {}))
+    host = (parts.hostname or "").lower()  # urlsplit drops a user part from hostname
+    container = unquote(parts.username) if parts.username else None
+    path = unquote(parts.path).strip("/")
+    account = None
+    if "." in host:
+        match = _ACCOUNT_HOST.match(host)
+        if match is None:
+            raise InvalidInput(f"{url!r}: {host!r} is neither a container nor an Azure storage account host",
+                               hint=f"write {URL_FORMS}")
+        account = match["account"]
+        if container is None:  # account host first, then the container in the path
+            container, _, path = path.partition("/")
+    elif container is not None:
+        raise InvalidInput(f"{url!r}: after the @ comes the storage account's host",
+                           hint=f"write {URL_FORMS}")
+    else:
+        container = parts.netloc
+    if not container:
+        raise InvalidInput(f"{url!r} names no Azure container", hint=f"write {URL_FORMS}")
+    return account, f"{container}/{path}".rstrip("/")
+
+
+def _connection_string_account(connection_string: str) -> str | None:
+    """The AccountName of a connection string (its only part read here: the rest is secret)."""
+    for part in connection_string.split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "accountname":
+            return value.strip()
+    return None
 
 
 class AzureBackend(ObjectStoreBackend):
@@ -41,14 +93,27 @@ class AzureBackend(ObjectStoreBackend):
         except ImportError as e:
             raise InvalidInput("Azure Blob Storage remotes need adlfs", hint="pip install 'zoo-onnx[azure]'") from e
         o = self.options
+        url_account, root = parse_azure_url(self.url)
         kwargs: dict = {"use_listings_cache": False, "connection_timeout": 10, "read_timeout": 60}
         env = o.get("connection_string_env")
         if env:
             if not os.environ.get(env):
                 raise AccessDenied(f"{self.url}: ${env} is not set", hint=credentials_hint(self.scheme, o))
             kwargs["connection_string"] = os.environ[env]
-        if o.get("account_name"):
-            kwargs["account_name"] = o["account_name"]
+        account = o.get("account_name") or url_account
+        if url_account and o.get("account_name") and o["account_name"] != url_account:
+            raise InvalidInput(f"{self.url} names storage account {url_account!r}, the option account_name "
+                               f"{o['account_name']!r}", hint="drop one of them, or make them agree")
+        if account:
+            kwargs["account_name"] = account
+        # adlfs prefers a connection string (also AZURE_STORAGE_CONNECTION_STRING) to the account
+        connection_string = kwargs.get("connection_string") or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+        in_use = _connection_string_account(connection_string) if connection_string else None
+        if url_account and in_use and in_use.lower() != url_account:
+            where = f"${env}" if env else "$AZURE_STORAGE_CONNECTION_STRING"
+            raise InvalidInput(f"{self.url} names storage account {url_account!r}, but the connection string in "
+                               f"{where} is for account {in_use!r}",
+                               hint="set the connection string of the account the URL names, or name no account in the URL")
         if "anon" in o:
             kwargs["anon"] = bool(o["anon"])
         try:
@@ -57,7 +122,7 @@ class AzureBackend(ObjectStoreBackend):
             raise AccessDenied(f"{self.url}: no Azure storage account or credentials were found ({e})",
                                hint=credentials_hint(self.scheme, o)) from e
         _quick_retries(fs)
-        return fs, self.url.split("://", 1)[1].rstrip("/")
+        return fs, root
 
 
 def _quick_retries(fs) -> None:

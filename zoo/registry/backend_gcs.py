@@ -11,8 +11,9 @@ The primitives the store promises rest on (zoo/engine/cache_store.py):
   `_iter_ranges`), so an interrupted download resumes where it stopped.
 
 Credentials come from Google's default chain (GOOGLE_APPLICATION_CREDENTIALS, gcloud's
-application-default login, the metadata server on Google Cloud) or none at all with
-``-o anon=true``; zoo never stores them. ``-o endpoint_url=`` (or STORAGE_EMULATOR_HOST) points
+application-default login, the metadata server on Google Cloud), from the service-account key
+file named by ``-o credentials_file=PATH`` (gcsfs ``token=PATH``; zoo stores the path, never the
+key), or none at all with ``-o anon=true``; zoo never stores them. ``-o endpoint_url=`` (or STORAGE_EMULATOR_HOST) points
 at an emulator. gcsfs is imported when a backend is opened, never at module import.
 """
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import os
 
 from zoo.errors import AccessDenied, InvalidInput
 from zoo.registry.fsbackend import ObjectStoreBackend, credentials_hint
@@ -54,8 +57,7 @@ class GcsBackend(ObjectStoreBackend):
     def _open(self):
         cls = _filesystem_class()
         o = self.options
-        kwargs = {"token": "anon" if o.get("anon") else "google_default", "use_listings_cache": False,
-                  "requests_timeout": 30}
+        kwargs = {"token": self._token(), "use_listings_cache": False, "requests_timeout": 30}
         if o.get("endpoint_url"):
             kwargs["endpoint_url"] = o["endpoint_url"]
         if o.get("project"):
@@ -64,6 +66,32 @@ class GcsBackend(ObjectStoreBackend):
             fs = cls(**kwargs)
         root = self.url.split("://", 1)[1].rstrip("/")
         return fs, root
+
+    def _token(self) -> str:
+        """gcsfs's ``token``: "anon", the path of a service-account key file, or Google's default chain."""
+        o = self.options
+        if not o.get("credentials_file"):
+            return "anon" if o.get("anon") else "google_default"
+        if o.get("anon"):
+            raise InvalidInput(f"{self.url}: the options anon and credentials_file contradict each other",
+                               hint="drop one: anon=true reads a public bucket without credentials")
+        path = os.path.expanduser(str(o["credentials_file"]))
+        # checked here: gcsfs takes a `token` naming no file for an access token itself
+        try:
+            with open(path, "rb") as f:
+                kind = json.load(f).get("type")
+        except FileNotFoundError:
+            raise AccessDenied(f"{self.url}: the credentials file {path} does not exist",
+                               hint=credentials_hint(self.scheme, o)) from None
+        except (OSError, ValueError, AttributeError) as e:
+            raise AccessDenied(f"{self.url}: cannot read the credentials file {path} as a key file ({type(e).__name__})",
+                               hint="download a service account's JSON key (IAM > Service accounts > Keys) and name it "
+                                    "with -o credentials_file=PATH") from None
+        if kind not in ("service_account", "authorized_user"):
+            raise AccessDenied(f"{self.url}: {path} is not a service-account key file (its type is {kind!r})",
+                               hint="download a service account's JSON key (IAM > Service accounts > Keys) and name it "
+                                    "with -o credentials_file=PATH")
+        return path
 
     @contextlib.contextmanager
     def _errors(self, what: str):

@@ -18,12 +18,22 @@ The atomic primitives (what `zoo.engine.cache_store` and `zoo.registry.fsremote`
 - reads: seek and read, one byte past the expected end (as `FsBackend.iter_from` promises), with
   paramiko's pipelined prefetch of just that range.
 
-Credentials are the user's: the ssh-agent and ``~/.ssh/id_*`` keys, or ``-o key_filename=PATH``;
-the user is the URL's, else ``-o username=``, else the local user; a password only from the
-environment variable named by ``-o password_env=VAR``. Host keys are checked against
-``~/.ssh/known_hosts`` (or ``-o known_hosts=PATH``): an unknown or changed host key is refused
-(AccessDenied), never trusted on first use. Connections time out after ``-o connect_timeout``
-seconds (default 5), so an unreachable run cache degrades to a local run quickly.
+The URL's host may be a ``Host`` alias of ``~/.ssh/config`` (read with paramiko's SSHConfig, as
+``ssh`` reads it: ``Host *`` stanzas too), whose HostName, User, Port, IdentityFile,
+UserKnownHostsFile, GlobalKnownHostsFile and ProxyCommand apply; what the URL and the ``-o``
+options say wins over the config, as ssh's command line does (`resolve_target`).
+
+Credentials are the user's: the ssh-agent and ``~/.ssh/id_*`` keys, or ``-o key_filename=PATH``
+(else the config's IdentityFile); the user is the URL's, else ``-o username=``, else the config's
+User, else the local user; a password only from the environment variable named by
+``-o password_env=VAR``. Host keys are checked as OpenSSH checks them: the user's files first
+(``-o known_hosts=PATH``, else the config's UserKnownHostsFile, else ``~/.ssh/known_hosts`` and
+``known_hosts2``), then the system's (the config's GlobalKnownHostsFile, else
+``/etc/ssh/ssh_known_hosts`` and ``ssh_known_hosts2``), all read, never written. A key listed in
+any of them is accepted; a host listed with another key of that type is refused as changed, an
+unlisted one as unknown (AccessDenied): never trusted on first use. Connections time out after
+``-o connect_timeout`` seconds (default 5), so an unreachable run cache degrades to a local run
+quickly.
 
 One SSH connection per server and credentials is shared by every backend in the process; each
 thread opens its own SFTP channel on it (paramiko's SFTP client is not meant to be shared
@@ -35,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from dataclasses import dataclass
 from typing import Iterator
 from urllib.parse import unquote, urlsplit
 
@@ -46,7 +57,11 @@ DEFAULT_CONNECT_TIMEOUT_S = 5
 IO_TIMEOUT_S = 120
 SSH_EXTRA = "pip install 'zoo-onnx[ssh]'"
 
-_connections: dict[tuple, object] = {}  # (host, port, user, key, known_hosts, password_env) -> paramiko.SSHClient
+SSH_CONFIG = "~/.ssh/config"
+USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")  # OpenSSH's defaults
+SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+
+_connections: dict[tuple, object] = {}  # SshTarget and password_env -> paramiko.SSHClient
 _connections_lock = threading.Lock()
 
 
@@ -54,35 +69,110 @@ class UnknownHostKey(Exception):
     """The server's host key is not in known_hosts (zoo never trusts a host on first use)."""
 
 
-def parse_ssh_url(url: str) -> tuple[str | None, str, int, str]:
-    """(user or None, host, port, absolute path) of an ``ssh://`` or ``sftp://`` URL."""
+def parse_ssh_url(url: str) -> tuple[str | None, str, int | None, str]:
+    """(user or None, host, port or None, absolute path) of an ``ssh://`` or ``sftp://`` URL."""
     parts = urlsplit(url)
     if not parts.hostname or not parts.path.startswith("/"):
         raise InvalidInput(f"{url!r} is not an SSH remote URL",
                            hint="write ssh://[user@]host[:port]/absolute/path (or sftp://…)")
     try:
-        port = parts.port or 22
+        port = parts.port
     except ValueError:
         raise InvalidInput(f"{url!r}: the port is not a number", hint="write ssh://host:2222/path") from None
     path = unquote(parts.path).rstrip("/") or "/"
     return (unquote(parts.username) if parts.username else None), parts.hostname, port, path
 
 
-def _known_hosts_policy(path: str):
-    """A paramiko policy for host keys not already loaded: accept exactly the keys `path` lists
-    for the host, refuse a changed one and an unknown one."""
+@dataclass(frozen=True)
+class SshTarget:
+    """Where and as whom to connect, once the URL, the options and ~/.ssh/config are combined."""
+
+    host: str  # the real host name (what known_hosts lists)
+    port: int
+    user: str
+    key_filenames: tuple[str, ...]  # besides the agent and ~/.ssh/id_*
+    user_known_hosts: tuple[str, ...]
+    system_known_hosts: tuple[str, ...]
+    proxy_command: str | None
+
+    @property
+    def known_hosts(self) -> tuple[str, ...]:
+        """Every known_hosts file, in the order OpenSSH reads them: the user's, then the system's."""
+        return self.user_known_hosts + self.system_known_hosts
+
+
+def _ssh_config(alias: str) -> dict:
+    """What ``~/.ssh/config`` says for host `alias` ({} without a config file)."""
+    import paramiko
+
+    path = os.path.expanduser(SSH_CONFIG)
+    if not os.path.exists(path):
+        return {}
+    try:
+        return dict(paramiko.SSHConfig.from_path(path).lookup(alias))
+    except (OSError, paramiko.ssh_exception.ConfigParseError, ImportError) as e:  # ImportError: Match exec needs invoke
+        raise InvalidInput(f"{path}: cannot read it for host {alias!r}: {type(e).__name__}: {e}",
+                           hint="fix the file (`ssh -G HOST` shows what ssh makes of it)") from e
+
+
+def _paths(value) -> tuple[str, ...]:
+    """File names from an option or ssh_config value (whitespace-separated, or a list), ~ expanded."""
+    names = value.split() if isinstance(value, str) else list(value or [])
+    return tuple(os.path.expanduser(n) for n in names if n.lower() != "none")
+
+
+def resolve_target(url: str, options: dict) -> SshTarget:
+    """The connection an ``ssh://`` URL and its options describe, with ``~/.ssh/config``'s entry for
+    the URL's host filling what they leave open (the URL and the options win, as on ssh's command line)."""
+    url_user, alias, url_port, _ = parse_ssh_url(url)
+    cfg = _ssh_config(alias)
+    if cfg.get("proxyjump"):
+        raise InvalidInput(f"{SSH_CONFIG} reaches {alias} through ProxyJump {cfg['proxyjump']}, which zoo does not follow",
+                           hint=f"add `ProxyCommand ssh -W %h:%p {cfg['proxyjump']}` to the Host entry instead")
+    try:
+        port = url_port or int(cfg.get("port") or 22)
+    except ValueError:
+        raise InvalidInput(f"{SSH_CONFIG}: Port {cfg.get('port')!r} of {alias} is not a number") from None
+    keys = _paths(options.get("key_filename")) or _paths(cfg.get("identityfile"))
+    return SshTarget(
+        host=cfg.get("hostname") or alias,
+        port=port,
+        user=url_user or options.get("username") or cfg.get("user") or _local_user(),
+        key_filenames=tuple(k for k in keys if options.get("key_filename") or os.path.exists(k)),
+        user_known_hosts=_paths(options.get("known_hosts")) or _paths(cfg.get("userknownhostsfile")) or _paths(USER_KNOWN_HOSTS),
+        system_known_hosts=_paths(cfg.get("globalknownhostsfile")) or _paths(SYSTEM_KNOWN_HOSTS),
+        proxy_command=cfg.get("proxycommand") if str(cfg.get("proxycommand", "")).lower() != "none" else None,
+    )
+
+
+class HostKeyChanged(Exception):
+    """A known_hosts file lists the host with another key of the type the server offered."""
+
+    def __init__(self, hostname: str, key_type: str, path: str):
+        super().__init__(f"the host key of {hostname} ({key_type}) has CHANGED since it was recorded in {path}")
+        self.path = path
+
+
+def _known_hosts_policy(files: tuple[str, ...]):
+    """A paramiko policy for host keys: accept a key any of `files` lists for the host; refuse a
+    host listed with another key of that type (changed) and an unlisted one (unknown)."""
     import paramiko
 
     class KnownHosts(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client, hostname, key):
-            known = paramiko.HostKeys()
-            with contextlib.suppress(FileNotFoundError):
-                known.load(path)
-            entry = known.lookup(hostname)
-            if entry is None or key.get_name() not in entry:
-                raise UnknownHostKey(f"the host key of {hostname} ({key.get_name()}) is not in {path}")
-            if entry[key.get_name()] != key:
-                raise paramiko.BadHostKeyException(hostname, key, entry[key.get_name()])
+            changed_in = None
+            for path in files:
+                known = paramiko.HostKeys()
+                with contextlib.suppress(FileNotFoundError, PermissionError, IsADirectoryError):
+                    known.load(path)
+                listed = (known.lookup(hostname) or {}).get(key.get_name())
+                if listed == key:
+                    return
+                if listed is not None and changed_in is None:
+                    changed_in = path
+            if changed_in is not None:
+                raise HostKeyChanged(hostname, key.get_name(), changed_in)
+            raise UnknownHostKey(f"the host key of {hostname} ({key.get_name()}) is not in {' nor '.join(files)}")
 
     return KnownHosts()
 
@@ -92,13 +182,13 @@ class SshBackend(FsBackend):
 
     # ---- opening ------------------------------------------------------------------------
     def _open(self):
-        user, self.host, self.port, root = parse_ssh_url(self.url)
-        o = self.options
-        self.username = user or o.get("username") or _local_user()
+        *_, root = parse_ssh_url(self.url)
         try:
             from fsspec.implementations.sftp import SFTPFileSystem
         except ImportError as e:
             raise InvalidInput("SSH remotes need paramiko", hint=SSH_EXTRA) from e
+        self.target = resolve_target(self.url, self.options)
+        self.host, self.port, self.username = self.target.host, self.target.port, self.target.user
         backend = self
 
         class LazySFTP(SFTPFileSystem):
@@ -121,11 +211,7 @@ class SshBackend(FsBackend):
         return fs, root.rstrip("/") if root != "/" else ""
 
     def _connection_key(self) -> tuple:
-        o = self.options
-        return (self.host, self.port, self.username, o.get("key_filename"), self._known_hosts(), o.get("password_env"))
-
-    def _known_hosts(self) -> str:
-        return os.path.expanduser(str(self.options.get("known_hosts") or "~/.ssh/known_hosts"))
+        return (self.target, self.options.get("password_env"))
 
     def _client(self):
         """The process's SSH connection for this server and these credentials (opened if needed)."""
@@ -142,20 +228,22 @@ class SshBackend(FsBackend):
     def _connect(self):
         import paramiko
 
-        o = self.options
+        o, t = self.options, self.target
         timeout = float(o.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT_S)
         client = paramiko.SSHClient()
-        client.set_missing_host_key_policy(_known_hosts_policy(self._known_hosts()))
+        client.set_missing_host_key_policy(_known_hosts_policy(t.known_hosts))
         password = None
         if o.get("password_env"):
             password = os.environ.get(str(o["password_env"])) or None
-        key_filename = os.path.expanduser(str(o["key_filename"])) if o.get("key_filename") else None
+        sock = paramiko.ProxyCommand(t.proxy_command) if t.proxy_command else None
         try:
-            client.connect(self.host, port=self.port, username=self.username, password=password,
-                           key_filename=key_filename, timeout=timeout, banner_timeout=timeout,
-                           auth_timeout=timeout, channel_timeout=timeout)
+            client.connect(t.host, port=t.port, username=t.user, password=password,
+                           key_filename=list(t.key_filenames) or None, timeout=timeout, banner_timeout=timeout,
+                           auth_timeout=timeout, channel_timeout=timeout, sock=sock)
         except BaseException:
             client.close()
+            if sock is not None:
+                sock.close()
             raise
         return client
 
@@ -169,16 +257,15 @@ class SshBackend(FsBackend):
             except UnknownHostKey as e:
                 raise AccessDenied(f"{self.url}: {e}; zoo does not trust a host on first use ({what})",
                                    hint=f"check the key with the server's admin, then `ssh-keyscan -p {self.port} "
-                                        f"{self.host} >> {self._known_hosts()}` (or point -o known_hosts=PATH "
+                                        f"{self.host} >> {self.target.user_known_hosts[0]}` (or point -o known_hosts=PATH "
                                         "at a file that lists it)") from e
+            except HostKeyChanged as e:
+                raise AccessDenied(f"{self.url}: {e} ({what})",
+                                   hint="someone may be impersonating the server; if the change is expected, "
+                                        f"remove the old key with `ssh-keygen -R {self.host} -f {e.path}` and add the new one") from e
             except Exception as e:
                 import paramiko
 
-                if isinstance(e, paramiko.BadHostKeyException):
-                    raise AccessDenied(f"{self.url}: the host key of {self.host} has CHANGED since it was recorded in "
-                                       f"{self._known_hosts()} ({what})",
-                                       hint="someone may be impersonating the server; if the change is expected, "
-                                            f"remove the old key with `ssh-keygen -R {self.host}` and add the new one") from e
                 if isinstance(e, paramiko.AuthenticationException):
                     raise AccessDenied(f"{self.url} refused access: {type(e).__name__}: {e} ({what})",
                                        hint=credentials_hint(self.scheme, self.options)) from e

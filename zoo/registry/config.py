@@ -3,8 +3,10 @@
 Credentials are never stored here (nor in any manifest): S3 uses the usual AWS chain
 (environment variables or a named ``profile``), WebDAV reads its password from the
 environment variable named by ``password_env``, SSH uses the ssh-agent / ``~/.ssh`` keys (or
-``key_filename``) and checks ``known_hosts``, Hugging Face uses ``HF_TOKEN`` / the
-huggingface_hub login (or the variable named by ``token_env``).
+``key_filename``) and checks ``known_hosts``, GCS uses Google's default credentials (or the
+service-account key file named by ``credentials_file``), Azure a connection string or key from
+the environment, Hugging Face uses ``HF_TOKEN`` / the huggingface_hub login (or the variable
+named by ``token_env``). Options may name where a secret is (``*_env``, ``*_file``), never hold it.
 """
 
 from __future__ import annotations
@@ -29,25 +31,23 @@ OPTIONS: dict[str, dict[str, type]] = {
     "webdav": {"user": str, "password_env": str, "verify_ssl": bool, "gc_grace": int},
     "ssh": {"username": str, "key_filename": str, "known_hosts": str, "password_env": str, "connect_timeout": int,
             "gc_grace": int},
-    "gcs": {"endpoint_url": str, "project": str, "anon": bool, "gc_grace": int},
+    "gcs": {"endpoint_url": str, "project": str, "anon": bool, "credentials_file": str, "gc_grace": int},
     "azure": {"account_name": str, "connection_string_env": str, "anon": bool, "gc_grace": int},
     "http": {},
     "hf": {"endpoint": str, "token_env": str, "private": bool},
 }
 _SECRET_WORDS = ("password", "secret", "token", "credential", "access_key", "apikey", "api_key")
+# an option that names where a secret is (a variable, a file) holds no secret itself
+_POINTER_SUFFIXES = ("_env", "_file", "_filename")
 
 
 def scheme_of(url: str) -> str:
-    """The kind of remote a URL names: file, s3, webdav, ssh, http or hf."""
+    """The kind of remote a URL names: file, s3, gcs, azure, ssh, webdav, http or hf."""
     low = url.lower()
     if low.startswith("s3://"):
         return "s3"
     if low.startswith(("ssh://", "sftp://")):
         return "ssh"
-    """The kind of remote a URL names: file, s3, gcs, azure, webdav, http or hf."""
-    low = url.lower()
-    if low.startswith("s3://"):
-        return "s3"
     if low.startswith(("gs://", "gcs://")):
         return "gcs"
     if low.startswith(("az://", "abfs://", "abfss://")):
@@ -94,7 +94,7 @@ def parse_options(scheme: str, pairs: dict[str, str]) -> dict[str, str | bool]:
     out: dict[str, str | bool] = {}
     for key, value in pairs.items():
         low = key.lower()
-        if not low.endswith("_env") and any(w in low for w in _SECRET_WORDS):
+        if not low.endswith(_POINTER_SUFFIXES) and any(w in low for w in _SECRET_WORDS):
             raise InvalidInput(f"option {key!r} looks like a credential; zoo never stores credentials",
                                hint="put the secret in an environment variable and pass its name, e.g. password_env=ZOO_DAV_PASSWORD")
         if key not in allowed:

@@ -47,7 +47,11 @@ def credentials_hint(scheme: str, options: dict) -> str:
                 "(or `-o username=NAME`); check that `ssh -p PORT user@host` works without a prompt; a password "
                 "only from the variable named by `-o password_env=VAR`; --offline uses only the local zoo")
     if scheme == "gcs":
-        return ("set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or sign in with "
+        if options.get("credentials_file"):
+            return (f"check that the service account in {options['credentials_file']} (option credentials_file) may "
+                    "read and write the bucket; --offline uses only the local zoo")
+        return ("set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file (or name one with "
+                "`zoo remote add NAME URL --replace -o credentials_file=PATH`), or sign in with "
                 "`gcloud auth application-default login` (zoo uses Google's default credentials); for a public bucket, "
                 "`zoo remote add NAME URL --replace -o anon=true`; --offline uses only the local zoo")
     if scheme == "azure":
