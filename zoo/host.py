@@ -15,7 +15,7 @@ sizes, avx512_bf16) choose no other float32 kernel, so they would only split the
 without making them truer:
 
 =====================  ==========================================================================
-class                  CPU features (from /proc/cpuinfo)
+class                  CPU features
 =====================  ==========================================================================
 x86-64-amx             AMX (amx_int8 or amx_bf16) with AVX-512 F/BW/VL (Sapphire Rapids and later)
 x86-64-avx512-vnni     AVX-512 F/BW/VL with avx512_vnni (Cascade Lake, Ice Lake, Zen 4)
@@ -30,6 +30,10 @@ arm64                  NEON only
 ARCH-unknown           no feature list (no /proc/cpuinfo: macOS, Windows): the architecture only
 ARCH                   any other architecture (ppc64le, s390x, riscv64...)
 =====================  ==========================================================================
+
+Features come from the CPUID instruction on x86-64 (zoo/cpuid.py: what the kernels' dispatch
+reads, also under an emulator's CPU model, which /proc/cpuinfo does not show), else from
+/proc/cpuinfo (arm64 Linux), else none (``ARCH-unknown``).
 
 The class is derived from a `describe()` record, so the producer's class of any cache entry
 (which records its host) can be named on another machine.
@@ -67,12 +71,19 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
 
 def cpu_model() -> str:
     """The CPU's model name, or the architecture when unknown."""
-    return _cpuinfo()[0] or platform.processor() or platform.machine()
+    from zoo import cpuid
+
+    return cpuid.brand() or _cpuinfo()[0] or platform.processor() or platform.machine()
 
 
 def kernel_features() -> list[str]:
-    """The SIMD features of this CPU among KERNEL_FEATURES, sorted."""
-    flags = _cpuinfo()[1]
+    """The SIMD features of this CPU among KERNEL_FEATURES, sorted: CPUID's where it can be read
+    (x86-64), else /proc/cpuinfo's."""
+    from zoo import cpuid
+
+    flags = cpuid.features()
+    if flags is None:
+        flags = _cpuinfo()[1]
     return sorted(f for f in KERNEL_FEATURES if f in flags)
 
 
