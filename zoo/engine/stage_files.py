@@ -2,8 +2,8 @@
 the caller (zoo/engine/remote_stage.py).
 
 What a stage reads from the recipe's folder (model code, a training script, a CSV, a tokenizer
-folder) and from zoo's own folders (``zoo-home:blobs/…`` of a `model.from` parent, ``cache:dvc/…``
-of a DVC pin) is what its kind's `dependencies` names: the list whose digests enter the stage's key
+folder) and from zoo's own folders (``zoo-home:models/…`` and ``cache:parents/…`` of a `model.from`
+parent: its ONNX file and pin; ``cache:dvc/…`` of a DVC pin) is what its kind's `dependencies` names: the list whose digests enter the stage's key
 (zoo.engine.keys.code_digests). Shipping exactly that list means nothing the stage reads goes
 unshipped and nothing shipped is unkeyed.
 
@@ -20,8 +20,12 @@ its sha256 checked while it streams (zoo.download). Recipe-relative files go int
 folder in the worker's cache tmp, and the stage runs with its `RecipeInfo` pointing there, so
 relative paths in its config resolve there. Files of zoo's folders go into this worker's own
 ZOO_HOME / cache at the same relative paths (where they are content-addressed), each placed by a
-rename once verified, and never over a different file. Then the stage's dependency digests are
-computed again as its key's were: any difference is an IntegrityError and the stage does not run.
+rename once verified, and never over a different file. A recipe that lies in zoo's folders (`zoo
+import` writes its recipes to ``<cache>/imports/…``) runs at its place in this worker's own, where
+the files beside it were put. Absolute paths that the config or the recipe's sections name inside
+the recipe's folder or zoo's folders (`FileManifest.paths`, listed by the caller) are rewritten to
+this worker's places (`shipped_task`). Then the stage's dependency digests are computed again as
+its key's were: any difference is an IntegrityError and the stage does not run.
 """
 
 from __future__ import annotations
