@@ -275,3 +275,35 @@ def test_a_model_from_parent_in_the_callers_zoo_only_runs_on_the_worker(blind_wo
     local = zoo.run(recipe, cache_dir=hidden / "cache-parent-local", cache_remote="none")
     assert [s.state for s in local.stages] == ["done"]
     assert shipped.stages[0].key == local.stages[0].key and shipped.stages[0].outputs == local.stages[0].outputs
+
+
+def test_a_zoo_import_recipe_of_a_file_in_the_callers_source_store_runs_on_the_worker(
+        tmp_path, blind_worker, remote, monkeypatch):
+    """The recipe `zoo import` generates for a model file kept in the caller's source store
+    (`python -m zoo.sources add`), written where `zoo import` writes it (`<cache>/imports/…`):
+    export (passing the file through), verify and deploy run on a worker that sees neither the
+    cache nor the file, and give a local run's keys and bytes."""
+    import hashlib
+
+    from zoo import sources
+    from zoo.registry.testing import tiny_onnx
+    from zoo.release import import_source
+    from zoo.release.importer import recipe_text
+
+    address, hidden, spec = blind_worker
+    cache = hidden / "cache-imported"
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(cache))
+    monkeypatch.setenv("ZOO_HOME", str(hidden / "home-imported"))
+    stored = sources.add(tiny_onnx(tmp_path / "tiny.onnx"), cache)
+    text = recipe_text(import_source.resolve(str(stored)), "tiny-import", "1.0.0")
+    assert str(stored) in text  # the recipe names the file by its absolute path in the cache
+    folder = cache / "imports" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder.mkdir(parents=True)
+    recipe = write_recipe(folder, text)
+    shipped = zoo.run(recipe, executor=address, cache_dir=cache, cache_remote=remote)
+    assert [s.state for s in shipped.stages] == ["done"] * 3, [s.error for s in shipped.stages]
+    assert {s.key for s in shipped.stages} <= {e.key for e in Cache(spec.cache).iter_entries()}  # ran there
+    local = zoo.run(recipe, cache_dir=hidden / "cache-imported-local", cache_remote="none")
+    assert [s.state for s in local.stages] == ["done"] * 3
+    assert {s.id: s.key for s in shipped.stages} == {s.id: s.key for s in local.stages}
+    assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}
