@@ -275,3 +275,36 @@ def test_an_absolute_path_into_the_project_is_rewritten_to_the_workers_copy(tmp_
     local = zoo.run(recipe, cache_dir=tmp_path / "local-cache", cache_remote="none")
     assert {s.id: s.key for s in shipped.stages} == {s.id: s.key for s in local.stages}
     assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}
+
+
+def test_the_parent_pin_records_what_is_read_and_stands_in_where_the_zoo_lacks_the_version(tmp_path, monkeypatch):
+    import json
+
+    from zoo.errors import InvalidInput
+    from zoo.registry.store import LocalZoo
+    from zoo.registry.testing import make_staging
+    from zoo_stages.lib import finetune
+
+    LocalZoo().publish(make_staging(tmp_path / "staging"))
+    section = {"from": "zoo:tiny@1.0.0", "build": "cpu-fp32"}
+    found = finetune.parent(section, tmp_path)
+    pin = finetune.pin_path("tiny", "1.0.0", "cpu-fp32")
+    assert json.loads(pin.read_text()) == {"schema_version": 1, "ref": "tiny@1.0.0", "build": "cpu-fp32",
+                                           "file": "builds/cpu-fp32/model.onnx", "sha256": found.sha256,
+                                           "license": "mit", "outputs": [4]}
+    # a zoo without the version, holding only the file where a pull puts it (as a Dask worker's does)
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "worker-home"))
+    copy = LocalZoo().version_dir("tiny", "1.0.0") / "builds" / "cpu-fp32" / "model.onnx"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(found.path.read_bytes())
+    assert finetune.parent(section, tmp_path) == replace(found, path=copy)
+    copy.write_bytes(b"other bytes")
+    with pytest.raises(IntegrityError):
+        finetune.parent(section, tmp_path)
+    pin.write_text(pin.read_text().replace("tiny@1.0.0", "tiny@2.0.0"))
+    with pytest.raises(InvalidInput, match="not a pin of tiny@1.0.0"):
+        finetune.parent(section, tmp_path)
+    copy.unlink()
+    pin.unlink()
+    with pytest.raises(InvalidInput, match="not in the local zoo"):
+        finetune.parent(section, tmp_path)

@@ -200,7 +200,8 @@ class Deploy(NumericOutputs, StageKind):
                 # stage, and the local zoo must not keep a version the lockfile does not describe
                 context.log.warning("the release differs from the lockfile's: not published (--frozen)")
             else:
-                _publish(job.publication(manifest), context)
+                _publish(_publication(release, manifest, job.verify, config, job.data_spec, job.provenance_section,
+                                      work), context)
         return {"release": release}
 
     def on_cached(self, outputs: Mapping[str, Path], config: DeployConfig, context: StageContext) -> None:
@@ -679,11 +680,6 @@ class _Release:
                        hint=f"set builds.{name}.verified_as to the verify build that checked this model")
 
     # -- manifest parts -----------------------------------------------------------------------
-
-    def publication(self, manifest: Manifest) -> Path:
-        """The folder to publish: the release with verify's timings added (`_publication`)."""
-        return _publication(self.release, manifest, self.verify, self.config, self.data_spec,
-                            self.provenance_section, self.work)
 
     def _lineage(self) -> Lineage:
         recipe = self.ctx.recipe

@@ -76,7 +76,7 @@ def parent(model_section: Mapping[str, Any], recipe_dir: Path) -> Parent | None:
     try:
         manifest = zoo.resolve(pinned)
     except NotFound:
-        found = _from_pin(pin, zoo)
+        found = _from_pin(pin, zoo, f"{pinned.name}@{pinned.version}")
         if found is None:
             raise _missing(ref, recipe_dir) from None
         return found
@@ -117,9 +117,9 @@ def _write_pin(pin: Path, found: Parent, zoo: Any) -> None:
     atomic_write_text(pin, text)
 
 
-def _from_pin(pin: Path, zoo: Any) -> Parent | None:
-    """The parent a pin describes, when its file is in the zoo's version folder with the pinned
-    sha256 (IntegrityError when it holds other bytes); None without a pin or its file."""
+def _from_pin(pin: Path, zoo: Any, ref: str) -> Parent | None:
+    """The parent `ref` as its pin describes it, when the pin's file is in the zoo's version folder
+    with the pinned sha256 (IntegrityError when it holds other bytes); None without a pin or its file."""
     import json
 
     from zoo.errors import IntegrityError
@@ -132,16 +132,19 @@ def _from_pin(pin: Path, zoo: Any) -> Parent | None:
         return None
     except (OSError, ValueError) as e:
         raise InvalidInput(f"the parent pin {pin} cannot be read: {e}", hint=f"remove {pin}") from None
-    if not isinstance(record, dict) or record.get("schema_version") != PIN_SCHEMA:
-        raise InvalidInput(f"the parent pin {pin} has an unknown schema_version", hint=f"remove {pin}")
-    name, version = str(record["ref"]).split("@", 1)
+    fields = ("ref", "build", "file", "sha256", "license", "outputs")
+    if not isinstance(record, dict) or record.get("schema_version") != PIN_SCHEMA or record.get("ref") != ref \
+            or any(f not in record for f in fields) or not isinstance(record["outputs"], list):
+        raise InvalidInput(f"the parent pin {pin} is not a pin of {ref} (schema_version {PIN_SCHEMA})",
+                           hint=f"remove {pin}; it is written again from a zoo that holds {ref}")
+    name, version = ref.split("@", 1)
     path = safe_join(zoo.version_dir(name, version), str(record["file"]), what="parent pin file")
     if not path.is_file():
         return None
     if sha256_file(path) != record["sha256"]:
         raise IntegrityError(f"{path} does not hold the bytes its pin {pin} names (sha256 {record['sha256']})",
-                             hint=f"remove {path} and `zoo pull {record['ref']}`")
-    return Parent(ref=str(record["ref"]), build=str(record["build"]), path=path, sha256=str(record["sha256"]),
+                             hint=f"remove {path} and `zoo pull {ref}`")
+    return Parent(ref=ref, build=str(record["build"]), path=path, sha256=str(record["sha256"]),
                   license=str(record["license"]), outputs=tuple(record["outputs"]))
 
 
