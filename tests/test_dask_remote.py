@@ -215,3 +215,95 @@ def test_a_shipped_recipe_reading_a_csv_of_its_folder_equals_a_local_run(blind_w
     assert [s.state for s in local.stages] == ["done", "done"]
     assert {s.id: s.key for s in shipped.stages} == {s.id: s.key for s in local.stages}
     assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}
+
+
+def test_a_recipe_in_the_callers_cache_naming_absolute_paths_in_its_cache_and_zoo_home_runs_on_the_worker(
+        blind_worker, remote, monkeypatch):
+    """As `zoo import` leaves them: the recipe lies in the caller's run cache (imports/…), with a
+    folder beside it, and its config names files by absolute paths inside the caller's cache and
+    ZOO_HOME, all where the worker cannot see them. The worker puts them at the same places of its
+    own cache and ZOO_HOME, runs the recipe there with those paths rewritten, and equals a local run."""
+    address, hidden, spec = blind_worker
+    cache, home = hidden / "cache-import", hidden / "home-import"
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(cache))  # the caller's folders, as the `cache:`/`zoo-home:` labels see them
+    monkeypatch.setenv("ZOO_HOME", str(home))
+    folder = cache / "imports" / "0123456789abcdef"
+    (folder / "tokenizer").mkdir(parents=True)
+    (folder / "tokenizer" / "vocab.txt").write_text("a b c")
+    source = cache / "sources" / "sha256" / "ab" / ("ab" * 32)
+    source.parent.mkdir(parents=True)
+    source.write_text("a source file in the cache")
+    (home / "scripts").mkdir(parents=True)
+    (home / "scripts" / "model.py").write_text("print('in the zoo home')\n")
+    recipe = write_recipe(folder, FILES.replace("notes: data/notes.txt", f"notes: {source}")
+                          .replace("file: model.py", f"file: {home / 'scripts' / 'model.py'}"))
+    shipped = zoo.run(recipe, executor=address, cache_dir=cache, cache_remote=remote)
+    assert [s.state for s in shipped.stages] == ["done", "done"], [s.error for s in shipped.stages]
+    assert shipped.stages[0].metrics["recipe_dir"] == str(spec.cache / "imports" / "0123456789abcdef")
+    assert (spec.home / "scripts" / "model.py").read_text() == "print('in the zoo home')\n"
+    local = zoo.run(recipe, cache_dir=hidden / "cache-import-local", cache_remote="none")
+    assert [s.state for s in local.stages] == ["done", "done"]
+    assert {s.id: s.key for s in shipped.stages} == {s.id: s.key for s in local.stages}
+    assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}
+
+
+PARENT = """\
+schema_version: 1
+name: from-a-parent
+version: 1.0.0
+model: {from: "zoo:tiny@1.0.0", build: cpu-fp32}
+stages:
+  read: {kind: parent}
+"""
+
+
+def test_a_model_from_parent_in_the_callers_zoo_only_runs_on_the_worker(blind_worker, remote, monkeypatch):
+    """The parent is in the caller's zoo, where the worker cannot see it, and not in the worker's:
+    the stage reads it from its pin and file, shipped with it; no `zoo pull` on the worker."""
+    from zoo.registry.testing import make_staging
+
+    address, hidden, spec = blind_worker
+    monkeypatch.setenv("ZOO_HOME", str(hidden / "home-parent"))
+    LocalZoo().publish(make_staging(hidden / "staging"))
+    project = hidden / "parent-project"
+    project.mkdir()
+    recipe = write_recipe(project, PARENT)
+    shipped = zoo.run(recipe, executor=address, cache_dir=hidden / "cache-parent", cache_remote=remote)
+    assert [s.state for s in shipped.stages] == ["done"], [s.error for s in shipped.stages]
+    assert shipped.stages[0].metrics["parent_path"].startswith(str(spec.home / "models" / "tiny"))
+    assert LocalZoo(spec.home).list() == []
+    local = zoo.run(recipe, cache_dir=hidden / "cache-parent-local", cache_remote="none")
+    assert [s.state for s in local.stages] == ["done"]
+    assert shipped.stages[0].key == local.stages[0].key and shipped.stages[0].outputs == local.stages[0].outputs
+
+
+def test_a_zoo_import_recipe_of_a_file_in_the_callers_source_store_runs_on_the_worker(
+        tmp_path, blind_worker, remote, monkeypatch):
+    """The recipe `zoo import` generates for a model file kept in the caller's source store
+    (`python -m zoo.sources add`), written where `zoo import` writes it (`<cache>/imports/…`):
+    export (passing the file through), verify and deploy run on a worker that sees neither the
+    cache nor the file, and give a local run's keys and bytes."""
+    import hashlib
+
+    from zoo import sources
+    from zoo.registry.testing import tiny_onnx
+    from zoo.release import import_source
+    from zoo.release.importer import recipe_text
+
+    address, hidden, spec = blind_worker
+    cache = hidden / "cache-imported"
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(cache))
+    monkeypatch.setenv("ZOO_HOME", str(hidden / "home-imported"))
+    stored = sources.add(tiny_onnx(tmp_path / "tiny.onnx"), cache)
+    text = recipe_text(import_source.resolve(str(stored)), "tiny-import", "1.0.0")
+    assert str(stored) in text  # the recipe names the file by its absolute path in the cache
+    folder = cache / "imports" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder.mkdir(parents=True)
+    recipe = write_recipe(folder, text)
+    shipped = zoo.run(recipe, executor=address, cache_dir=cache, cache_remote=remote)
+    assert [s.state for s in shipped.stages] == ["done"] * 3, [s.error for s in shipped.stages]
+    assert {s.key for s in shipped.stages} <= {e.key for e in Cache(spec.cache).iter_entries()}  # ran there
+    local = zoo.run(recipe, cache_dir=hidden / "cache-imported-local", cache_remote="none")
+    assert [s.state for s in local.stages] == ["done"] * 3
+    assert {s.id: s.key for s in shipped.stages} == {s.id: s.key for s in local.stages}
+    assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}

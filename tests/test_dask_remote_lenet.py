@@ -1,8 +1,11 @@
 """The issue's Dask scenario with the shipped lenet-digits recipe: a real scheduler and two
 `dask worker` processes, each with its own cache, ZOO_HOME and HOME (one declares GPU=1, the
-other memory=16e9), and a real S3 server (moto) as the only thing they share. The caller (its own
-cache and zoo, `zoo run --executor dask://… --cache-remote s3://…`) ends with every build
-published in its zoo, bit for bit those of a local run, while the workers' zoos stay empty."""
+other memory=16e9), and a real S3 server (moto) as the only thing they share; where this machine
+allows it, the workers cannot see the caller's folder at all (their own mount namespace). The
+caller (its own cache and zoo, `zoo run --executor dask://… --cache-remote s3://…`) ends with
+every build published in its zoo, bit for bit those of a local run, with the timings its verify
+entry holds, while the workers' zoos stay empty. Then lenet-digits-finetune, whose `model.from`
+parent is in the caller's zoo only, runs on the same workers with nothing pulled there."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 
 from cli_helpers import zoo as zoo_cli
 from conftest import REPO
-from dask_cluster import WorkerSpec, cluster
+from dask_cluster import WorkerSpec, can_hide, cluster
 from zoo.engine.cache import Cache
 from zoo.registry.store import LocalZoo
 
@@ -34,20 +37,28 @@ def runs(tmp_path_factory, s3_endpoint):
     tagged = text.replace("  train:\n", "  train:\n    resources: {GPU: 1}\n", 1) \
                  .replace("  export:\n", "  export:\n    resources: {memory: 8GB}\n", 1)
     assert tagged.count("resources:") == 2
-    workers = {"gpu": WorkerSpec("gpu", base / "gpu", "GPU=1", {"AWS_ENDPOINT_URL": s3_endpoint}),
-               "mem": WorkerSpec("mem", base / "mem", "memory=16e9", {"AWS_ENDPOINT_URL": s3_endpoint})}
+    hidden = base / "caller"  # the caller's recipes, cache and zoo
+    hidden.mkdir()
+    hide = hidden if can_hide() else None
+    workers = {"gpu": WorkerSpec("gpu", base / "gpu", "GPU=1", {"AWS_ENDPOINT_URL": s3_endpoint}, hide=hide),
+               "mem": WorkerSpec("mem", base / "mem", "memory=16e9", {"AWS_ENDPOINT_URL": s3_endpoint}, hide=hide)}
     out = {"workers": workers}
     with cluster(list(workers.values())) as address:
         for name, extra in [("caller", ["--executor", address, "--cache-remote", f"s3://zoo/{uuid.uuid4().hex[:10]}"]),
                             ("local", ["--cache-remote", "none"])]:
             folder = base / name
-            folder.mkdir()
+            folder.mkdir(exist_ok=True)
             (folder / "lenet-digits.yaml").write_text(tagged)
+            shutil.copy(REPO / "recipes" / "lenet-digits-finetune.yaml", folder)
             env = {"ZOO_CACHE_DIR": str(folder / "cache"), "ZOO_HOME": str(folder / "home"),
                    "AWS_ENDPOINT_URL": s3_endpoint}
             cli = zoo_cli("run", folder / "lenet-digits.yaml", *extra, "--json", env=env, timeout=1200)
             assert cli.code == 0, cli.text
             out[name] = {"folder": folder, "result": json.loads(cli.out)}
+            # the parent is now in this machine's zoo (and in no worker's)
+            cli = zoo_cli("run", folder / "lenet-digits-finetune.yaml", *extra, "--json", env=env, timeout=1200)
+            assert cli.code == 0, cli.text
+            out[f"{name}-finetune"] = {"folder": folder, "result": json.loads(cli.out)}
     (base / "untagged").mkdir()
     (base / "untagged" / "lenet-digits.yaml").write_text(text)
     cli = zoo_cli("plan", base / "untagged" / "lenet-digits.yaml", "--json",
@@ -98,6 +109,33 @@ def test_the_callers_zoo_holds_the_builds_of_a_local_run_and_the_workers_zoos_st
             assert zoos["caller"].blobs.path(f.sha256).read_bytes() == zoos["local"].blobs.path(f.sha256).read_bytes()
     for w in runs["workers"].values():
         assert LocalZoo(w.home).list() == []
+
+
+def test_the_version_published_from_a_worker_has_the_timings_of_its_verify_entry(runs):
+    """deploy ran on a worker; the caller publishes what a local deploy on that verify result
+    publishes: verify's timings (measured on a worker, carried in its entry) in the manifest."""
+    stages = _stages(runs["caller"])
+    verify = Cache(runs["caller"]["folder"] / "cache").lookup(stages["verify"]["key"])
+    published = LocalZoo(runs["caller"]["folder"] / "home").resolve("lenet-digits@1.0.0")
+    measured = published.extra["deploy"]["measured"]
+    assert measured["builds"] and set(measured["builds"]) <= set(published.builds)
+    for name in measured["builds"]:
+        timings = {k: v for k, v in published.builds[name].metrics.items() if k.startswith(("latency", "throughput"))}
+        assert timings and all(verify.metrics["builds"][name][k] == v for k, v in timings.items()), name
+
+
+def test_a_model_from_parent_in_the_callers_zoo_only_trains_on_the_workers_as_locally(runs):
+    """lenet-digits-finetune's train and export read lenet-digits@1.0.0, which only the caller's zoo
+    holds: the workers get its pin and ONNX file with the stage, and nothing was pulled there."""
+    cluster_run, local = _stages(runs["caller-finetune"]), _stages(runs["local-finetune"])
+    assert {s["state"] for s in cluster_run.values()} == {"done"} == {s["state"] for s in local.values()}
+    assert {k: s["key"] for k, s in cluster_run.items()} == {k: s["key"] for k, s in local.items()}
+    assert {k: s["outputs"] for k, s in cluster_run.items()} == {k: s["outputs"] for k, s in local.items()}
+    held = set().union(*({e.key for e in Cache(w.cache).iter_entries()} for w in runs["workers"].values()))
+    assert cluster_run["train"]["key"] in held and cluster_run["export"]["key"] in held
+    for w in runs["workers"].values():
+        assert LocalZoo(w.home).list() == []
+    assert LocalZoo(runs["caller"]["folder"] / "home").resolve("lenet-digits-finetune@1.0.0").lineage.sources
 
 
 def test_the_callers_cache_holds_every_stage(runs):

@@ -555,3 +555,29 @@ def test_release_never_holds_timings_but_the_publication_does(upstream, tmp_path
     rel = Deploy().run(_timed_inputs(upstream, 0.05), cfg_plain, _context(tmp_path, "c"))["release"]
     assert _files(rel) == _files(first)
 
+
+def test_a_cached_release_is_published_with_the_timings_its_verify_entry_measured(upstream, tmp_path, monkeypatch):
+    """on_cached (a cache hit, or a deploy that ran on a Dask worker) gets verify's result in
+    `context.inputs`: the version it publishes is the one `run` publishes on the same verify
+    result (manifest and card), not the release without timings."""
+    from zoo.registry.codec import dump_manifest
+    from zoo.registry.store import LocalZoo
+
+    builds = {"cpu-fp32": {"from": "optimize"}, "cpu-int8": {"from": "quantize"}}
+    cfg = Deploy.Config.model_validate({"builds": builds, "publish": True})
+    ran_ctx = _context(tmp_path, "ran")
+    release = Deploy().run(_timed_inputs(upstream, 0.05), cfg, ran_ctx)["release"]
+    ran = LocalZoo().resolve(ran_ctx.effects[0].ref)
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "other-home"))  # another machine's zoo, the same cache
+    cached_ctx = _context(tmp_path, "cached")
+    cached_ctx.inputs = _timed_inputs(upstream, 0.05)
+    Deploy().on_cached({"release": release}, cfg, cached_ctx)
+    zoo_ = LocalZoo()
+    cached = zoo_.resolve(cached_ctx.effects[0].ref)
+    assert cached.builds["cpu-int8"].metrics["latency_p50_ms"] == 0.05
+    assert dump_manifest(cached.model_copy(update={"created": ran.created})) == dump_manifest(ran)
+    # without verify's result (a kind's own caller), the release as built, as before
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "third-home"))
+    Deploy().on_cached({"release": release}, cfg, _context(tmp_path, "bare"))
+    assert "latency_p50_ms" not in LocalZoo().resolve("tiny-digits@1.2.3").builds["cpu-int8"].metrics
+

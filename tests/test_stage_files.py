@@ -209,3 +209,102 @@ def test_zoo_folder_files_go_into_the_workers_own_zoo_home_and_cache(tmp_path):
         materialise(manifest, store, tmp_path / "project-2")
     assert e.value.exit_code == 4
     assert (Path(os.environ["ZOO_CACHE_DIR"]) / "dvc" / "pins" / "pin.json").read_bytes() == b"the worker's own"
+
+
+PARENT = """\
+schema_version: 1
+name: from-a-parent
+version: 1.0.0
+model: {from: "zoo:tiny@1.0.0", build: cpu-fp32}
+stages:
+  read: {kind: parent}
+"""
+
+
+def test_a_model_from_parent_needs_nothing_on_the_worker(tmp_path):
+    """The parent is in the caller's zoo only: the worker (its own empty ZOO_HOME and cache) is
+    given its pin and ONNX file, reads the same parent, and never holds it as a version."""
+    from zoo.registry.store import LocalZoo
+    from zoo.registry.testing import make_staging
+
+    LocalZoo().publish(make_staging(tmp_path / "staging"))
+    project = tmp_path / "project"
+    project.mkdir()
+    recipe = write_recipe(project, PARENT)
+    worker = Worker(tmp_path / "worker", project)
+    shipped = zoo.run(recipe, executor=worker, cache_remote=str(tmp_path / "remote"))
+    assert shipped.ok, [(s.id, s.error) for s in shipped.stages]
+    assert worker.ran == ["read"]
+    found = Path(shipped.stages[0].metrics["parent_path"])
+    assert found == tmp_path / "worker" / "home" / "models" / "tiny" / "versions" / "1.0.0" / "builds" / "cpu-fp32" / "model.onnx"
+    assert LocalZoo(tmp_path / "worker" / "home").list() == []  # a file where a pull puts it, not a version
+    local = zoo.run(recipe, cache_dir=tmp_path / "local-cache", cache_remote="none")
+    assert [s.state for s in local.stages] == ["done"]
+    assert shipped.stages[0].key == local.stages[0].key and shipped.stages[0].outputs == local.stages[0].outputs
+    pin = "cache:parents/tiny/1.0.0/cpu-fp32.json"
+    assert pin in Cache(Path(os.environ["ZOO_CACHE_DIR"])).lookup(shipped.stages[0].key).parts["code"]
+
+
+def test_a_worker_whose_own_zoo_has_other_bytes_for_the_parent_refuses_it(tmp_path):
+    """The worker's zoo holds tiny@1.0.0 with other bytes: the caller's file is not placed over
+    its own, and the stage does not run (exit 4)."""
+    from zoo.registry.store import LocalZoo
+    from zoo.registry.testing import make_staging
+
+    LocalZoo().publish(make_staging(tmp_path / "staging"))
+    LocalZoo(tmp_path / "worker" / "home").publish(make_staging(tmp_path / "other", scale=5.0))
+    project = tmp_path / "project"
+    project.mkdir()
+    recipe = write_recipe(project, PARENT)
+    worker = Worker(tmp_path / "worker", project)
+    result = zoo.run(recipe, executor=worker, cache_remote=str(tmp_path / "remote"))
+    assert [s.state for s in result.stages] == ["failed"] and worker.ran == []
+    assert result.stages[0].error.exit_code == 4, result.stages[0].error
+
+
+def test_an_absolute_path_into_the_project_is_rewritten_to_the_workers_copy(tmp_path):
+    """`file: /…/project/model.py`: the worker cannot read the caller's path (the project is moved
+    away), so it reads the shipped copy, through the config rewritten to its private project."""
+    project = tmp_path / "project"
+    recipe = _project(project)
+    write_recipe(project, RECIPE.replace("file: model.py", f"file: {project / 'model.py'}"))
+    worker = Worker(tmp_path / "worker", project)
+    shipped = zoo.run(recipe, executor=worker, cache_remote=str(tmp_path / "remote"))
+    assert shipped.ok, [(s.id, s.error) for s in shipped.stages]
+    assert worker.ran == ["listing", "copy"]
+    local = zoo.run(recipe, cache_dir=tmp_path / "local-cache", cache_remote="none")
+    assert {s.id: s.key for s in shipped.stages} == {s.id: s.key for s in local.stages}
+    assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}
+
+
+def test_the_parent_pin_records_what_is_read_and_stands_in_where_the_zoo_lacks_the_version(tmp_path, monkeypatch):
+    import json
+
+    from zoo.errors import InvalidInput
+    from zoo.registry.store import LocalZoo
+    from zoo.registry.testing import make_staging
+    from zoo_stages.lib import finetune
+
+    LocalZoo().publish(make_staging(tmp_path / "staging"))
+    section = {"from": "zoo:tiny@1.0.0", "build": "cpu-fp32"}
+    found = finetune.parent(section, tmp_path)
+    pin = finetune.pin_path("tiny", "1.0.0", "cpu-fp32")
+    assert json.loads(pin.read_text()) == {"schema_version": 1, "ref": "tiny@1.0.0", "build": "cpu-fp32",
+                                           "file": "builds/cpu-fp32/model.onnx", "sha256": found.sha256,
+                                           "license": "mit", "outputs": [4]}
+    # a zoo without the version, holding only the file where a pull puts it (as a Dask worker's does)
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "worker-home"))
+    copy = LocalZoo().version_dir("tiny", "1.0.0") / "builds" / "cpu-fp32" / "model.onnx"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(found.path.read_bytes())
+    assert finetune.parent(section, tmp_path) == replace(found, path=copy)
+    copy.write_bytes(b"other bytes")
+    with pytest.raises(IntegrityError):
+        finetune.parent(section, tmp_path)
+    pin.write_text(pin.read_text().replace("tiny@1.0.0", "tiny@2.0.0"))
+    with pytest.raises(InvalidInput, match="not a pin of tiny@1.0.0"):
+        finetune.parent(section, tmp_path)
+    copy.unlink()
+    pin.unlink()
+    with pytest.raises(InvalidInput, match="not in the local zoo"):
+        finetune.parent(section, tmp_path)

@@ -274,6 +274,9 @@ class StageContext:
     locked_outputs: Mapping[str, str] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     effects: list[Effect] = field(default_factory=list)  # what the stage did outside the cache (not cached)
+    # in `on_cached` only: the upstream results, as `run` got them (outputs in this machine's cache,
+    # each with the metrics of its entry), so an effect redone here can use what was measured upstream
+    inputs: Inputs | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("zoo.stage"))
 
     def resolve(self, path: str | Path) -> Path:
@@ -343,9 +346,10 @@ class StageKind:
         A cache hit skips `run`, so an effect beyond the outputs (deploy publishes to this
         machine's local zoo) would be missing where the cache is shared between machines or the
         zoo was reset. Called in the engine's process with the cached (read-only) outputs; must be
-        idempotent and cheap when the effect is already in place. Metrics set in context.metrics
-        are reported for this run (not cached), and so are the effects it declares in
-        context.effects. Never called while `zoo repro` rebuilds.
+        idempotent and cheap when the effect is already in place. `context.inputs` holds the
+        upstream results as `run` got them. Metrics set in context.metrics are reported for this
+        run (not cached), and so are the effects it declares in context.effects. Never called while
+        `zoo repro` rebuilds.
         """
 
     # -- what the engine asks after a run (see "The engine knows no kind by name" above) --------

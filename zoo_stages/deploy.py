@@ -200,18 +200,32 @@ class Deploy(NumericOutputs, StageKind):
                 # stage, and the local zoo must not keep a version the lockfile does not describe
                 context.log.warning("the release differs from the lockfile's: not published (--frozen)")
             else:
-                _publish(job.publication(manifest), context)
+                _publish(_publication(release, manifest, job.verify, config, job.data_spec, job.provenance_section,
+                                      work), context)
         return {"release": release}
 
     def on_cached(self, outputs: Mapping[str, Path], config: DeployConfig, context: StageContext) -> None:
         """Publish the cached release to this machine's local zoo when it is not there yet.
 
-        A no-op (one manifest comparison) when the zoo has the version; otherwise the release
-        folder is published as cached, without this host's timing measurements (those belong to
-        the run that measured them).
+        A no-op (one manifest comparison) when the zoo has the version; otherwise the release is
+        published as `run` publishes it, with the timings verify measured (the metrics of verify's
+        entry, in `context.inputs`). So a deploy taken from a cache, or run on a Dask worker and
+        published here, publishes the manifest and card a local run of deploy on the same verify
+        result would.
         """
-        if config.publish and context.publish:
-            _publish(Path(outputs["release"]), context, link=True)
+        if not (config.publish and context.publish):
+            return
+        from zoo.registry.codec import read_manifest_file
+        from zoo.registry.store import LocalZoo
+
+        release = Path(outputs["release"])
+        manifest = read_manifest_file(release / MANIFEST_FILE)
+        folder = release
+        if context.inputs is not None and LocalZoo().get(manifest.name, manifest.version) is None:
+            folder = _publication(release, manifest, read_verify_outputs(context.inputs, context.log), config,
+                                  context.shared.get("data") or None, _card_provenance(release),
+                                  Path(context.work_dir))
+        _publish(folder, context, link=True)
 
     def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
         """The builds of the version this run published, read back from the local zoo."""
@@ -242,6 +256,61 @@ def _publish(folder: Path, context: StageContext, *, link: bool = False) -> None
     evidence += [zoo.blobs.path(f.sha256) for f in published.all_files()]
     context.effects.append(Effect(PUBLISHED, published.ref, tuple(str(p) for p in evidence)))
     context.log.info("published %s to %s", published.ref, zoo.root)
+
+
+def _card_provenance(release: Path) -> str:
+    """The model card's Provenance section of a finished release, from its statement."""
+    import json
+
+    from zoo_stages.lib.provenance import card_section
+
+    statement = release / STATEMENT_FILE
+    return card_section(json.loads(statement.read_text(encoding="utf-8"))) if statement.is_file() else ""
+
+
+def _publication(release: Path, manifest: Manifest, verify: VerifyOutputs, config: DeployConfig,
+                 data_spec: Mapping[str, Any] | None, provenance_section: str, work: Path) -> Path:
+    """The folder to publish: `release` itself, or a copy whose manifest and card add verify's timings.
+
+    The copy hardlinks every build file, so it costs no space; only the manifest and the model
+    card are rewritten (read-only, as the release's files are), with the latency/throughput/speedup
+    metrics verify measured (the metrics of its stage entry: they travel with it from the host
+    that measured them).
+    """
+    verified_as = (manifest.extra.get("deploy") or {}).get("verified_as") or {}
+    timings = {}
+    for name in manifest.builds:
+        spec, vname = config.builds[name], verified_as.get(name)
+        if spec.convert is None and vname and vname in verify.measured:
+            timings[name] = verify.timings(vname)
+    if not config.measurements or not any(timings.values()):
+        return release
+    pub = work / "publish"
+    if pub.exists():
+        shutil.rmtree(pub)
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(release, pub, copy_function=os.link)
+    data = Manifest.model_validate(manifest.model_dump())
+    for name, extra in timings.items():
+        data.builds[name].metrics.update(extra)
+    verification = verify.summary(measured=True)
+    deploy_extra = dict(data.extra.get("deploy") or {})
+    if verification:
+        deploy_extra["verification"] = verification
+    deploy_extra["measured"] = {"threads": verify.threads, "builds": sorted(timings)}
+    data.extra["deploy"] = deploy_extra
+    from zoo_stages.lib.modelcard import render_card
+
+    card = render_card(data, dataset=data_spec, intended_use=config.intended_use, limitations=config.limitations,
+                       verification=verification, conversions=deploy_extra.get("conversions"),
+                       appendix=provenance_section)
+    # new files (the hardlinks to the release's card and manifest are replaced), read-only: a cached
+    # release's folder is published by hard links
+    atomic_write(pub / CARD_FILE, card.encode("utf-8"), fsync=False, mode=0o444)
+    data.card = file_ref(pub, pub / CARD_FILE)
+    data = Manifest.model_validate(data.model_dump())
+    atomic_write(pub / MANIFEST_FILE, data.model_dump_json(indent=2).encode("utf-8"), fsync=False, mode=0o444)
+    return pub
 
 
 def _builds_table(ref: str) -> ReportTable:
@@ -611,44 +680,6 @@ class _Release:
                        hint=f"set builds.{name}.verified_as to the verify build that checked this model")
 
     # -- manifest parts -----------------------------------------------------------------------
-
-    def publication(self, manifest: Manifest) -> Path:
-        """The folder to publish: the release itself, or a copy whose manifest and card add verify's timings.
-
-        The copy hardlinks every build file, so it costs no space; only the manifest and the model
-        card are rewritten, with the latency/throughput/speedup metrics verify measured on this host.
-        """
-        verified_as = (manifest.extra.get("deploy") or {}).get("verified_as") or {}
-        timings = {}
-        for name in manifest.builds:
-            spec, vname = self.config.builds[name], verified_as.get(name)
-            if spec.convert is None and vname and vname in self.verify.measured:
-                timings[name] = self.verify.timings(vname)
-        if not self.config.measurements or not any(timings.values()):
-            return self.release
-        pub = self.work / "publish"
-        if pub.exists():
-            shutil.rmtree(pub)
-        shutil.copytree(self.release, pub, copy_function=os.link)
-        data = Manifest.model_validate(manifest.model_dump())
-        for name, extra in timings.items():
-            data.builds[name].metrics.update(extra)
-        verification = self.verify.summary(measured=True)
-        deploy_extra = dict(data.extra.get("deploy") or {})
-        if verification:
-            deploy_extra["verification"] = verification
-        deploy_extra["measured"] = {"threads": self.verify.threads, "builds": sorted(timings)}
-        data.extra["deploy"] = deploy_extra
-        from zoo_stages.lib.modelcard import render_card
-
-        card = render_card(data, dataset=self.data_spec, intended_use=self.config.intended_use,
-                           limitations=self.config.limitations, verification=verification,
-                           conversions=deploy_extra.get("conversions"), appendix=self.provenance_section)
-        atomic_write(pub / CARD_FILE, card.encode("utf-8"), fsync=False)  # a new file: the hardlink to the release's card is replaced
-        data.card = file_ref(pub, pub / CARD_FILE)
-        data = Manifest.model_validate(data.model_dump())
-        atomic_write(pub / MANIFEST_FILE, data.model_dump_json(indent=2).encode("utf-8"), fsync=False)
-        return pub
 
     def _lineage(self) -> Lineage:
         recipe = self.ctx.recipe

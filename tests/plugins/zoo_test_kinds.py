@@ -112,6 +112,33 @@ class Script(StageKind):
         return {"data": out}
 
 
+class Parent(StageKind):
+    """Reads the recipe's `model.from` parent as train and export do (zoo_stages.lib.finetune: its
+    pin and ONNX file are its dependencies) and writes what it read: the pinned description and
+    the sha256 of the file it found."""
+
+    name = "parent"
+    shared = ("model.from", "model.build")
+    outputs = ("data",)
+
+    def dependencies(self, config, ctx):
+        from zoo_stages.lib import finetune
+
+        return finetune.dependencies(dict(ctx.shared.get("model") or {}), ctx.recipe.dir)
+
+    def run(self, inputs, config, context):
+        import hashlib
+
+        from zoo_stages.lib import finetune
+
+        found = finetune.parent(dict(context.shared.get("model") or {}), context.recipe.dir)
+        out = context.output_path("data.txt")
+        out.write_text(f"{found.ref} {found.build} {found.license} {list(found.outputs)} {found.sha256} "
+                       f"{hashlib.sha256(found.path.read_bytes()).hexdigest()}")
+        context.metrics["parent_path"] = str(found.path)
+        return {"data": out}
+
+
 class TreeConfig(KindConfig):
     folder: str
     notes: str = ""  # a single file, besides the folder

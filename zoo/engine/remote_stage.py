@@ -131,10 +131,10 @@ def execute_shipped(task: StageTask) -> StageResult:
             try:
                 upstream = _fetch_upstream(task, transfer, remote)
                 materialise(transfer.files, remote.store, tmp / "project", url=remote.url)
-                local = replace(shipped_task(task, tmp / "project"), upstream=upstream, out_dir=str(tmp / "out"),
-                                work_dir=str(tmp / "work"), log_path=str(log), storage_root=str(cache.root),
-                                transfer=None)
-                check_digests(local, dependency_codes(transfer.parts))
+                local = replace(shipped_task(task, transfer.files, tmp / "project"), upstream=upstream,
+                                out_dir=str(tmp / "out"), work_dir=str(tmp / "work"), log_path=str(log),
+                                storage_root=str(cache.root), transfer=None)
+                check_digests(local, dependency_codes(transfer.parts), private=not transfer.files.recipe_dir)
             except Exception as e:  # nothing was run: the inputs are not those of the key, or cannot be had
                 return StageResult(error=WorkerError.from_exception(e), shipped=Shipped())
             result = execute(local)

@@ -325,7 +325,7 @@ class Runner:
     def _redo_effects(self, report: StageReport, entry: Entry) -> None:
         """A cache hit skips run(), and a worker elsewhere publishes nothing: let the kind do here
         what it does outside the cache (deploy publishes to this machine's zoo)."""
-        from zoo.stage import StageContext, StageKind
+        from zoo.stage import Inputs, StageContext, StageKind
 
         node = self.dag.nodes[report.id]
         cls = kind_loader.get(node.kind)
@@ -335,7 +335,8 @@ class Runner:
         context = StageContext(stage_id=node.id, out_dir=tmp / "out", work_dir=tmp / "work",
                                recipe=keys.recipe_info(self.dag.recipe),
                                shared=keys.shared_sections(self.dag.recipe, node), matrix=dict(node.instance.matrix),
-                               key=entry.key, publish=True, log=logging.getLogger(f"zoo.stage.{node.id}"))
+                               key=entry.key, publish=True, log=logging.getLogger(f"zoo.stage.{node.id}"),
+                               inputs=Inputs(self._upstream(node)))
         try:
             cls().on_cached(self.cache.output_paths(entry), node.instance.config, context)
         except Exception as e:  # reported like a failure of the stage: the run did not do what it says
@@ -347,7 +348,8 @@ class Runner:
         report.metrics = {**entry.metrics, **context.metrics}
         report.effects = list(context.effects)
 
-    def _task(self, node: Node, key: str) -> tuple[StageTask, Path]:
+    def _upstream(self, node: Node) -> list[Upstream]:
+        """The results of `node`'s needs: their outputs in this cache, the metrics of their entries."""
         upstream = []
         for up in node.needs:
             entry = self.entries[up]
@@ -355,6 +357,10 @@ class Runner:
             up_node = self.dag.nodes[up]
             upstream.append(Upstream(stage_id=up, kind=up_node.kind, outputs=dict(paths), metrics=entry.metrics,
                                      matrix=dict(up_node.instance.matrix), key=entry.key))
+        return upstream
+
+    def _task(self, node: Node, key: str) -> tuple[StageTask, Path]:
+        upstream = self._upstream(node)
         lineage = {}
         if kind_loader.get(node.kind).lineage:
             for a in self.dag.ancestors(node.id):

@@ -2,8 +2,8 @@
 the caller (zoo/engine/remote_stage.py).
 
 What a stage reads from the recipe's folder (model code, a training script, a CSV, a tokenizer
-folder) and from zoo's own folders (``zoo-home:blobs/…`` of a `model.from` parent, ``cache:dvc/…``
-of a DVC pin) is what its kind's `dependencies` names: the list whose digests enter the stage's key
+folder) and from zoo's own folders (``zoo-home:models/…`` and ``cache:parents/…`` of a `model.from`
+parent: its ONNX file and pin; ``cache:dvc/…`` of a DVC pin) is what its kind's `dependencies` names: the list whose digests enter the stage's key
 (zoo.engine.keys.code_digests). Shipping exactly that list means nothing the stage reads goes
 unshipped and nothing shipped is unkeyed.
 
@@ -20,15 +20,19 @@ its sha256 checked while it streams (zoo.download). Recipe-relative files go int
 folder in the worker's cache tmp, and the stage runs with its `RecipeInfo` pointing there, so
 relative paths in its config resolve there. Files of zoo's folders go into this worker's own
 ZOO_HOME / cache at the same relative paths (where they are content-addressed), each placed by a
-rename once verified, and never over a different file. Then the stage's dependency digests are
-computed again as its key's were: any difference is an IntegrityError and the stage does not run.
+rename once verified, and never over a different file. A recipe that lies in zoo's folders (`zoo
+import` writes its recipes to ``<cache>/imports/…``) runs at its place in this worker's own, where
+the files beside it were put. Absolute paths that the config or the recipe's sections name inside
+the recipe's folder or zoo's folders (`FileManifest.paths`, listed by the caller) are rewritten to
+this worker's places (`shipped_task`). Then the stage's dependency digests are computed again as
+its key's were: any difference is an IntegrityError and the stage does not run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from zoo.errors import IntegrityError, InvalidInput, UnsafePath
 
@@ -41,11 +45,17 @@ ZOO_FOLDERS = ("zoo-home", "cache")  # label prefixes of files in zoo's own fold
 
 @dataclass(frozen=True)
 class FileManifest:
-    """The files a shipped stage reads: {label: (sha256, size)}, and the labels that are folders
-    (so an empty one exists on the worker too)."""
+    """The files a shipped stage reads: {label: (sha256, size)}, the labels that are folders (so an
+    empty one exists on the worker too), the absolute paths the stage's config and recipe sections
+    name inside the shipped folders ({the caller's path as written: its label}: the worker rewrites
+    them to where it places that label), and the label of the recipe's folder when it lies in one
+    of zoo's folders (``cache:imports/…``, as `zoo import`'s recipes do; "" otherwise: the stage
+    runs in a private project folder)."""
 
     files: dict[str, tuple[str, int]] = field(default_factory=dict)
     folders: tuple[str, ...] = ()
+    paths: dict[str, str] = field(default_factory=dict)
+    recipe_dir: str = ""
 
 
 def stage_dependencies(task: "StageTask") -> list[Path]:
@@ -74,6 +84,7 @@ class FileShipper:
 
         files: dict[str, tuple[str, int]] = {}
         folders: list[str] = []
+        recipe_dir = dependency_label(task.recipe.dir, task.recipe.dir)
         for dep in stage_dependencies(task):
             label = dependency_label(dep, task.recipe.dir)
             if _is_absolute(label):
@@ -91,7 +102,8 @@ class FileShipper:
             else:
                 tree_files(dep)  # refuses a symbolic link
                 files[label] = self._upload(dep)
-        return FileManifest(files=files, folders=tuple(folders))
+        return FileManifest(files=files, folders=tuple(folders), paths=named_paths(task),
+                            recipe_dir=recipe_dir if _in_zoo_folder(recipe_dir) else "")
 
     def _upload(self, path: Path) -> tuple[str, int]:
         from zoo.files import sha256_and_size
@@ -108,6 +120,53 @@ class FileShipper:
 
 def _is_absolute(label: str) -> bool:
     return label.startswith("/") or Path(label).is_absolute()
+
+
+def _in_zoo_folder(label: str) -> bool:
+    prefix, sep, _ = label.partition(":")
+    return bool(sep) and prefix in ZOO_FOLDERS
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a config or recipe section (nested mappings and lists)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def named_paths(task: "StageTask") -> dict[str, str]:
+    """{path: label} for the absolute paths `task`'s config and recipe sections name inside the
+    recipe's folder or zoo's folders (ZOO_HOME, the run cache): a worker has those files at other
+    paths, so it rewrites these strings (`rewrite_paths`). Paths elsewhere are left as written (a
+    dependency there is refused by `FileShipper.manifest`, and what is not a dependency is not shipped)."""
+    from zoo.engine.keys import dependency_label
+
+    named: dict[str, str] = {}
+    for text in _strings([task.config, task.shared]):
+        if "\n" in text or not text.startswith(("/", "~")):
+            continue
+        path = Path(text).expanduser()
+        if path.is_absolute() and path.exists():
+            label = dependency_label(path, task.recipe.dir)
+            if not _is_absolute(label):
+                named[text] = label
+    return named
+
+
+def rewrite_paths(value: Any, where: dict[str, str]) -> Any:
+    """`value` (a config or recipe section) with every string that is a key of `where` replaced by its value."""
+    if isinstance(value, str):
+        return where.get(value, value)
+    if isinstance(value, dict):
+        return {k: rewrite_paths(v, where) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rewrite_paths(v, where) for v in value]
+    return value
 
 
 def place(label: str, project: Path) -> Path:
@@ -150,14 +209,21 @@ def materialise(manifest: FileManifest, store: "CacheStore", project: Path, *, u
                  what=f"remote cache {url}: the stage's file {label}")
 
 
-def shipped_task(task: "StageTask", project: Path) -> "StageTask":
-    """`task` with its recipe in the private `project` folder (relative paths resolve there)."""
-    return replace(task, recipe=replace(task.recipe, path=project / task.recipe.path.name))
+def shipped_task(task: "StageTask", manifest: FileManifest, project: Path) -> "StageTask":
+    """`task` as this worker runs it: its recipe in the private `project` folder, or (a recipe of
+    zoo's folders) at the same place in this worker's own, so relative paths resolve where the files
+    were put; and the absolute paths its config and recipe sections name mapped to this worker's places."""
+    home = place(manifest.recipe_dir, project) if manifest.recipe_dir else project
+    home.mkdir(parents=True, exist_ok=True)
+    where = {text: str(place(label, project)) for text, label in manifest.paths.items()}
+    return replace(task, recipe=replace(task.recipe, path=home / task.recipe.path.name),
+                   config=rewrite_paths(task.config, where), shared=rewrite_paths(task.shared, where))
 
 
-def check_digests(task: "StageTask", code: dict[str, str]) -> None:
+def check_digests(task: "StageTask", code: dict[str, str], *, private: bool = True) -> None:
     """IntegrityError unless every dependency of `task` (as materialised here) has the digest its
-    key names (`code`: the key's code digests)."""
+    key names (`code`: the key's code digests). `private`: the recipe runs in a private project
+    folder (not at its place in zoo's folders)."""
     from zoo.engine.hashing import digest_path
     from zoo.engine.keys import dependency_label
 
@@ -165,7 +231,7 @@ def check_digests(task: "StageTask", code: dict[str, str]) -> None:
     for dep in stage_dependencies(task):
         resolved = dep.resolve()
         # the private project lies in this worker's cache: its files are named as the caller named them
-        label = resolved.relative_to(project).as_posix() if resolved.is_relative_to(project) else \
+        label = resolved.relative_to(project).as_posix() if private and resolved.is_relative_to(project) else \
             dependency_label(dep, project)
         if not dep.exists():
             raise InvalidInput(f"stage {task.stage_id} reads {dep}, which is not on this worker",

@@ -13,6 +13,16 @@ a dependency of both (its digest enters their keys: a republished parent retrain
 records it as an attribution source, which deploy writes into the version's lineage
 (``lineage.sources["zoo:NAME@VERSION"] = "sha256:..."``) and its model card.
 
+What the kinds read of the parent's manifest (the build chosen, its file and sha256, the license,
+the output shape) is written to a *pin*, ``<cache>/parents/<name>/<version>/<build>.json``
+(canonical JSON, rewritten only when it changes), which is a dependency too. So the keys hold
+exactly what is read of the parent, the same on every machine whose zoo has the same version
+(the manifest's publish time and timing figures are not read, and stay out of the keys), and a
+Dask worker that shares no disk with the caller is given the pin and the ONNX file like any
+other keyed file (zoo/engine/stage_files.py): where the local zoo lacks the version, the parent
+is taken from its pin, provided the file the pin names is in the zoo's version folder with the
+pinned sha256. The worker needs no `zoo pull`.
+
 `freeze` fixes parameters by name (``train.config.freeze``: fnmatch patterns such as
 ``features.*``) so that only the rest trains.
 """
@@ -28,6 +38,9 @@ from typing import Any, Mapping
 from zoo.errors import InvalidInput, NotFound
 
 PREFIX = "zoo:"
+PINS = "parents"  # <cache>/parents/<name>/<version>/<build or DEFAULT_BUILD>.json: what is read of a parent
+PIN_SCHEMA = 1
+DEFAULT_BUILD = "default"  # the pin of `model.from` without `model.build` (its float32 build)
 
 
 @dataclass(frozen=True)
@@ -47,22 +60,100 @@ class Parent:
 
 
 def parent(model_section: Mapping[str, Any], recipe_dir: Path) -> Parent | None:
-    """The parent the section names (None without ``from``); InvalidInput naming the command that
-    makes it when it is not in the local zoo."""
+    """The parent the section names (None without ``from``), from the local zoo (its pin written),
+    or from its pin where the zoo lacks the version (a Dask worker given both); InvalidInput naming
+    the command that makes it when neither has it."""
     spec = model_section.get("from")
     if not spec:
         return None
-    from zoo.registry.pull import pull
     from zoo.registry.refs import parse_pinned
-    from zoo.registry.select import float_build
     from zoo.registry.store import LocalZoo
 
     ref = str(spec).removeprefix(PREFIX)
+    pinned = parse_pinned(ref)
     zoo = LocalZoo()
+    pin = pin_path(pinned.name, str(pinned.version), model_section.get("build"))
     try:
-        manifest = zoo.resolve(parse_pinned(ref))
+        manifest = zoo.resolve(pinned)
     except NotFound:
-        raise _missing(ref, recipe_dir) from None
+        found = _from_pin(pin, zoo, f"{pinned.name}@{pinned.version}")
+        if found is None:
+            raise _missing(ref, recipe_dir) from None
+        return found
+    found = _from_zoo(zoo, manifest, model_section, spec)
+    _write_pin(pin, found, zoo)
+    return found
+
+
+def pin_path(name: str, version: str, build: str | None) -> Path:
+    """Where the pin of `name@version`'s `build` (None: its float32 build) lies in the run cache."""
+    from zoo import paths
+    from zoo.pathsafety import safe_join
+
+    return safe_join(paths.cache_dir(), f"{PINS}/{name}/{version}/{build or DEFAULT_BUILD}.json", what="parent pin")
+
+
+def _pin_text(found: Parent, zoo: Any) -> str:
+    import json
+
+    name, version = found.ref.split("@", 1)
+    record = {"schema_version": PIN_SCHEMA, "ref": found.ref, "build": found.build,
+              "file": found.path.relative_to(zoo.version_dir(name, version)).as_posix(), "sha256": found.sha256,
+              "license": found.license, "outputs": list(found.outputs)}
+    return json.dumps(record, sort_keys=True, indent=1) + "\n"
+
+
+def _write_pin(pin: Path, found: Parent, zoo: Any) -> None:
+    """Write the pin when it differs (its mtime stays, so the no-op fast path's stamp holds)."""
+    from zoo.files import atomic_write_text
+
+    text = _pin_text(found, zoo)
+    try:
+        if pin.read_text(encoding="utf-8") == text:
+            return
+    except OSError:
+        pass
+    pin.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(pin, text)
+
+
+def _from_pin(pin: Path, zoo: Any, ref: str) -> Parent | None:
+    """The parent `ref` as its pin describes it, when the pin's file is in the zoo's version folder
+    with the pinned sha256 (IntegrityError when it holds other bytes); None without a pin or its file."""
+    import json
+
+    from zoo.errors import IntegrityError
+    from zoo.files import sha256_file
+    from zoo.pathsafety import safe_join
+
+    try:
+        record = json.loads(pin.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise InvalidInput(f"the parent pin {pin} cannot be read: {e}", hint=f"remove {pin}") from None
+    fields = ("ref", "build", "file", "sha256", "license", "outputs")
+    if not isinstance(record, dict) or record.get("schema_version") != PIN_SCHEMA or record.get("ref") != ref \
+            or any(f not in record for f in fields) or not isinstance(record["outputs"], list):
+        raise InvalidInput(f"the parent pin {pin} is not a pin of {ref} (schema_version {PIN_SCHEMA})",
+                           hint=f"remove {pin}; it is written again from a zoo that holds {ref}")
+    name, version = ref.split("@", 1)
+    path = safe_join(zoo.version_dir(name, version), str(record["file"]), what="parent pin file")
+    if not path.is_file():
+        return None
+    if sha256_file(path) != record["sha256"]:
+        raise IntegrityError(f"{path} does not hold the bytes its pin {pin} names (sha256 {record['sha256']})",
+                             hint=f"remove {path} and `zoo pull {ref}`")
+    return Parent(ref=ref, build=str(record["build"]), path=path, sha256=str(record["sha256"]),
+                  license=str(record["license"]), outputs=tuple(record["outputs"]))
+
+
+def _from_zoo(zoo: Any, manifest: Any, model_section: Mapping[str, Any], spec: Any) -> Parent:
+    """The parent's build in the local zoo, placed in its version folder (checked against its sha256)."""
+    from zoo.registry.pull import pull
+    from zoo.registry.select import float_build
+
+    ref = manifest.ref
     try:
         build = manifest.builds[model_section["build"]] if model_section.get("build") else float_build(manifest)
     except KeyError:
@@ -104,9 +195,12 @@ def _recipe_making(name: str, version: str, recipe_dir: Path) -> str | None:
 
 
 def dependencies(model_section: Mapping[str, Any], recipe_dir: Path) -> list[Path]:
-    """The parent's ONNX file, whose content enters the key of every stage that builds the network."""
+    """The parent's pin and ONNX file, whose contents enter the key of every stage that builds the network."""
     found = parent(model_section, recipe_dir)
-    return [found.path] if found else []
+    if found is None:
+        return []
+    name, version = found.ref.split("@", 1)
+    return [pin_path(name, version, model_section.get("build")), found.path]
 
 
 def build_model(model_section: Mapping[str, Any], recipe_dir: Path, outputs: int) -> Any:
