@@ -155,6 +155,31 @@ def test_parsed_imports_are_remembered_by_file_version_across_processes(plugin, 
     assert sorted(parsed[len(first):]) == [str(plugin / "ikplug" / "leaf.py"), str(plugin / "ikplug" / "unrelated.py")]
 
 
+def test_stage_keys_on_a_fresh_run_cache_reuse_the_users_code_memo(tmp_path, monkeypatch):
+    """A new project (a machine taking stages from a remote cache, a CI job) starts with an empty
+    run cache, but zoo's own modules were parsed before: the user's code memo holds them."""
+    from zoo.engine import keys
+
+    parsed = []
+    real = import_closure.parse_statements
+    monkeypatch.setattr(import_closure, "parse_statements", lambda src, name: parsed.append(name) or real(src, name))
+    monkeypatch.setattr(import_closure, "_parsed", {})
+    monkeypatch.setattr(import_closure, "_code_memos", {})
+    first = keys.module_files("deploy")
+    assert len(parsed) == len(first) > 20 and import_closure.code_memo_path().is_file()
+    # another process in another project: only the user's memo is left, and nothing is parsed again
+    monkeypatch.setattr(import_closure, "_parsed", {})
+    monkeypatch.setattr(import_closure, "_code_memos", {})
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "another-project" / "cache"))
+    assert keys.module_files("deploy") == first
+    assert len(parsed) == len(first)
+    # a memo in another place (another user) parses again
+    monkeypatch.setattr(import_closure, "_parsed", {})
+    monkeypatch.setenv("ZOO_CODE_MEMO", str(tmp_path / "other-user.sqlite"))
+    assert keys.module_files("deploy") == first
+    assert len(parsed) == 2 * len(first)
+
+
 # ---------------------------------------------------------------------------------------------
 # keys
 

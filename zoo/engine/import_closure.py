@@ -14,9 +14,13 @@ Files are found the way the import system would find them: the top-level package
 below it. Not followed: imports by a computed name (``importlib.import_module(f"…")``); a kind
 that loads project code that way must name the files in its ``dependencies``.
 
-Parsing is the costly part (about 2 ms a file, 40 files for a built-in kind), so each file's
-import statements are remembered by (path, inode, size, mtime_ns): per process, and across
-processes in the run cache's `StatCache` when one is given.
+Parsing is the costly part (about 2 ms a file, 40 files for a built-in kind, 100 for a recipe's
+six), so each file's import statements are remembered by (path, inode, size, mtime_ns): per
+process, and across processes in the user's code memo (`code_memo`), or in the `StatCache` a
+caller gives. The statements are a fact about an installed file, not about a project, so they are
+kept where every project and run cache of the user finds them, as Python keeps a module's bytecode
+beside it: a new project, a CI job or a machine taking its stages from a remote cache (whose run
+cache starts empty) does not parse zoo's own modules again.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class Located:
 
 def closure(roots: Iterable[str], packages: Iterable[str], memo: StatCache | None = None) -> dict[str, Path]:
     """Module name -> source file of `roots` and every project module they import, transitively.
+
+    `memo` remembers parsed files across processes (default: the user's `code_memo`).
 
     `packages` are the top-level package names whose modules are followed (the roots' own
     top-level packages are always among them). A root that cannot be found as a file raises
@@ -144,6 +150,30 @@ def _is_type_checking(test: ast.expr) -> bool:
 _parsed: dict[tuple[str, int, int, int], list[Statement]] = {}
 
 
+def code_memo_path() -> Path:
+    """Where parsed import statements are remembered across runs and projects: ``$ZOO_CODE_MEMO``,
+    else ``code.sqlite`` in the user's cache folder (``~/.cache/zoo`` on Linux)."""
+    env = os.environ.get("ZOO_CODE_MEMO")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("zoo", appauthor=False)) / "code.sqlite"
+
+
+_code_memos: dict[Path, StatCache] = {}
+
+
+def code_memo() -> StatCache:
+    """The user's code memo (`code_memo_path`), opened once per process; entries are checked against
+    each file's (inode, size, mtime_ns), so a stale one is never used. Where the folder cannot be
+    written, it remembers in memory only."""
+    path = code_memo_path()
+    if path not in _code_memos:
+        _code_memos[path] = StatCache(path)
+    return _code_memos[path]
+
+
 def _statements(path: Path, memo: StatCache | None) -> list[Statement]:
     st = os.stat(path)
     ident = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
@@ -152,7 +182,7 @@ def _statements(path: Path, memo: StatCache | None) -> list[Statement]:
         def compute(p: Path) -> str:
             return json.dumps(parse_statements(p.read_bytes(), str(p)))
 
-        text = memo.remember(path, IMPORTS_FORMAT, compute) if memo is not None else compute(path)
+        text = (memo if memo is not None else code_memo()).remember(path, IMPORTS_FORMAT, compute)
         hit = _parsed[ident] = [(level, name, tuple(names) if names is not None else None)
                                 for level, name, names in json.loads(text)]
     return hit

@@ -129,11 +129,10 @@ def shared_sections(recipe: Recipe, node: Node) -> SharedView:
     return SharedView(view, kind=cls.name, undeclared=tuple(set(sections) - set(view)))
 
 
-def module_files(kind: str, memo: StatCache | None = None) -> dict[str, Path]:
+def module_files(kind: str) -> dict[str, Path]:
     """Module name -> source file of the code kind `kind` may run: its module and every module of
-    its distribution's packages that it imports, directly or not (read, not imported).
-
-    `memo` remembers each file's parsed imports across processes (see zoo.engine.import_closure).
+    its distribution's packages that it imports, directly or not (read, not imported; each file's
+    parsed imports are remembered in the user's code memo, see zoo.engine.import_closure).
     """
     from zoo.errors import InvalidInput
     from zoo.engine.import_closure import closure
@@ -141,7 +140,7 @@ def module_files(kind: str, memo: StatCache | None = None) -> dict[str, Path]:
     entry = kind_loader.entry(kind)
     roots = {entry.module, kind_loader.get(kind).__module__}
     try:
-        return closure(roots, entry.packages(), memo)
+        return closure(roots, entry.packages())
     except LookupError as e:
         raise InvalidInput(f"kind {kind!r}: {e}, so its code cannot enter the cache key",
                            hint="install the package that provides it from source files") from e
@@ -150,7 +149,7 @@ def module_files(kind: str, memo: StatCache | None = None) -> dict[str, Path]:
 def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str]:
     """Digests of the kind's code (`module_files`) and of the files its config names."""
     cls = kind_loader.get(node.kind)
-    out: dict[str, str] = {f"kind:{name}": hashes.digest(path) for name, path in module_files(node.kind, hashes).items()}
+    out: dict[str, str] = {f"kind:{name}": hashes.digest(path) for name, path in module_files(node.kind).items()}
     ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
     for dep in cls().dependencies(node.instance.config, ctx):
         dep = Path(dep)
