@@ -39,10 +39,12 @@ The engine knows no kind by name; what it shows or checks after a run, a kind sa
   one such stage published. ``release_files`` names the version-level files that release must
   carry (``zoo.lock``...), and ``check_release(manifest, read)`` lists problems with it (deploy:
   provenance subjects that do not match the builds);
-- ``equivalence(locked, rebuilt, config)``: whether outputs rebuilt on a CPU of another platform
-  class (zoo/host.py) are numerically equivalent to the locked ones (`Equivalence`), for
-  ``zoo repro --check``; None (the default) means the kind cannot say, so only identical bytes
-  pass. The built-in kinds compare with their parity rules (zoo_stages/lib/equivalence.py).
+- ``equivalence(locked, rebuilt, config, context)``: whether outputs rebuilt on a CPU of another
+  platform class (zoo/host.py) are equivalent to the locked ones (`Equivalence`), for
+  ``zoo repro --check``; `context` (`EquivalenceContext`) gives the recipe's shared sections
+  (the data, to judge quality on its held-out split) and the quality tolerance. None (the default)
+  means the kind cannot say, so only identical bytes pass. The built-in kinds judge ONNX models by
+  their outputs and training by held-out quality (zoo_stages/lib/equivalence.py).
 
 Kinds must import heavy libraries (torch, onnx, onnxruntime) inside ``run``, never at module
 level: the engine imports kind modules to compute cache keys, and a fully cached run must not
@@ -214,8 +216,8 @@ class Effect:
 
 @dataclass(frozen=True)
 class Equivalence:
-    """What `StageKind.equivalence` found: numerically equivalent within the kind's tolerance or not,
-    with one line per compared file (its figures, or why it is not equivalent)."""
+    """What `StageKind.equivalence` found: equivalent within the kind's tolerance or not, with one
+    line per compared file or measure (which kind of equivalence, its figures, or why not)."""
 
     equivalent: bool
     details: tuple[str, ...] = ()
@@ -319,6 +321,15 @@ class KeyContext:
         return p if p.is_absolute() else (self.recipe.dir / p)
 
 
+@dataclass(frozen=True)
+class EquivalenceContext(KeyContext):
+    """What `StageKind.equivalence` may use besides the two sets of outputs: the recipe's sections
+    (as for keys) and how far quality metrics may move (`quality_tolerance`: an absolute change of
+    accuracy-like metrics, 0.01 = one point; a relative change of error metrics)."""
+
+    quality_tolerance: float = 0.01
+
+
 class StageKind:
     """Base class of every stage kind; see the module docstring for the contract."""
 
@@ -376,10 +387,12 @@ class StageKind:
         """
         return []
 
-    def equivalence(self, locked: Mapping[str, Path], rebuilt: Mapping[str, Path],
-                    config: KindConfig) -> Equivalence | None:
-        """Whether `rebuilt` ({output name: path}, built here) is numerically equivalent to `locked`
-        (the same stage's outputs as a machine of another platform class built them); None when
-        the kind cannot say (then only identical bytes pass). Called by `zoo repro --check` in the
-        engine's process, with read-only files; may import heavy libraries."""
+    def equivalence(self, locked: Mapping[str, Path], rebuilt: Mapping[str, Path], config: KindConfig,
+                    context: EquivalenceContext) -> Equivalence | None:
+        """Whether `rebuilt` ({output name: path}, built here) is equivalent to `locked` (the same
+        stage's outputs, from the same inputs, as a machine of another platform class built them);
+        None when the kind cannot say (then only identical bytes pass). The verdict's lines say
+        which kind of equivalence was judged (model outputs, held-out quality...). Called by
+        `zoo repro --check` in the engine's process, with read-only files; may import heavy
+        libraries."""
         return None

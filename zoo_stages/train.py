@@ -69,7 +69,7 @@ from typing import Any, Literal, Mapping
 from pydantic import Field, model_validator
 
 from zoo.errors import InvalidInput
-from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
+from zoo.stage import Equivalence, EquivalenceContext, Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib import checkpoints
 from zoo_stages.lib.archs import BUILD_FIELDS
@@ -130,7 +130,8 @@ class Train(NumericOutputs, StageKind):
     # estimators (model.framework, zoo_stages.lib.estimators); 5: Hugging Face transformers models
     # (framework: transformers, zoo_stages.lib.hf_models) through the torch loop
     # 6: Keras and JAX models trained by config.entry (zoo_stages.lib.entry_models)
-    version = "6"
+    # 7: equivalence across platform classes judged by held-out quality (zoo_stages.lib.training_quality)
+    version = "7"
     Config = TrainConfig
     tools = ("torch", "numpy", "safetensors", "transformers", *ESTIMATOR_TOOLS, *ENTRY_MODEL_TOOLS)
     # the dataset (every field: the loader reads them all), the task (the loss) and what builds the
@@ -155,6 +156,20 @@ class Train(NumericOutputs, StageKind):
         if ctx.shared.get("data"):
             deps.extend(datasets.data_dependencies(dict(ctx.shared["data"]), ctx.recipe.dir))
         return deps
+
+    def equivalence(self, locked: Mapping[str, Path], rebuilt: Mapping[str, Path], config: TrainConfig,
+                    context: EquivalenceContext) -> Equivalence:
+        """A torch checkpoint trained on another platform class is judged by held-out quality
+        (`zoo_stages.lib.training_quality`): its weights are not numerically close. Estimators,
+        Keras and JAX checkpoints are compared as arrays within tolerance (`NumericOutputs`)."""
+        framework = (context.shared.get("model") or {}).get("framework")
+        if framework in ENTRY_FRAMEWORKS or framework in ESTIMATOR_FRAMEWORKS or set(locked) != {"checkpoint"}:
+            return super().equivalence(locked, rebuilt, config, context)
+        from zoo_stages.lib import training_quality
+
+        return training_quality.compare_checkpoints(Path(locked["checkpoint"]), Path(rebuilt["checkpoint"]),
+                                                    context.shared, context.recipe.dir,
+                                                    tolerance=context.quality_tolerance)
 
     def run(self, inputs: Inputs, config: TrainConfig, context: StageContext) -> Mapping[str, Path]:
         framework = (context.shared.get("model") or {}).get("framework")

@@ -33,14 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from zoo import api, host, paths
-from zoo.engine import kind_loader, lockfile
+from zoo.engine import keys, kind_loader, lockfile
 from zoo.engine.cache import Cache, Entry
 from zoo.files import hardlink_or_copy
 from zoo.errors import InvalidInput
 from zoo.engine.runner import StageState
+from zoo.stage import EquivalenceContext
 
 IDENTICAL, DIFFERS, REUSED, FAILED, UNLOCKED = "identical", "differs", "reused", "failed", "not in lockfile"
-EQUIVALENT = "equivalent"  # rebuilt on another platform class than any record's: numerically equivalent
+EQUIVALENT = "equivalent"  # rebuilt on another platform class than any record's: equivalent, not identical
+QUALITY_TOLERANCE = 0.01  # one point of held-out accuracy (EquivalenceContext.quality_tolerance)
 
 
 @dataclass
@@ -72,9 +74,11 @@ class ReproReport:
 
 
 def check(path: str | Path, *, stages: list[str] | None = None, cache_dir: str | Path | None = None,
-          jobs: int = 1, on_update=None) -> ReproReport:
+          jobs: int = 1, on_update=None, quality_tolerance: float = QUALITY_TOLERANCE) -> ReproReport:
     """Rebuild (all or `stages`) in a temporary cache and compare output digests with the lockfile
-    (with the records of the platform class each stage was rebuilt on; see the module docstring)."""
+    (with the records of the platform class each stage was rebuilt on; see the module docstring).
+    `quality_tolerance`: how far a quality metric may move where equivalence is judged by quality
+    (0.01: one point of accuracy; `EquivalenceContext`)."""
     dag = api.load(path)
     lock = lockfile.read(lockfile.lock_path(dag.recipe.path))
     if lock is None:
@@ -82,61 +86,138 @@ def check(path: str | Path, *, stages: list[str] | None = None, cache_dir: str |
                            hint=f"run `zoo run {path}` first and commit {lockfile.lock_path(dag.recipe.path).name}")
     real = Cache(paths.cache_dir(cache_dir))
     selected = dag.select(stages) if stages else set(dag.nodes)
+    here = host.platform_class()
+    # stages locked only by other classes: each rebuilt on its own, from that class's upstream outputs
+    foreign = {nid for nid in selected if lock.of_stage(nid) and lock.record(nid, here) is None}
     real.ensure()
-    # under a lease on the real cache: `zoo gc` leaves the scratch cache (in its tmp/) alone
+    # under a lease on the real cache: `zoo gc` leaves the scratch caches (in its tmp/) alone
     with real.leased(), tempfile.TemporaryDirectory(dir=real.lease.tmp, prefix="repro-") as tmp:  # same fs: hardlinks
-        scratch = Cache(Path(tmp)).ensure()
-        reused = _seed_upstream(dag, lock, real, scratch, selected)
-        result = api.run(dag, cache_dir=scratch.root, jobs=jobs, record=False, on_update=on_update)
-        checks = []
+        checker = _Checker(dag, lock, real, Path(tmp), jobs, on_update, quality_tolerance)
+        checks: dict[str, StageCheck] = {}
+        if selected - foreign:
+            checks.update(checker.rebuild_chain(selected, skip=foreign))
+        for nid in dag.order():
+            if nid in foreign:
+                checks[nid] = checker.rebuild_alone(nid)
+    return ReproReport(recipe=f"{dag.recipe.name}@{dag.recipe.version}",
+                       stages=[checks[nid] for nid in dag.order() if nid in checks])
+
+
+@dataclass
+class _Checker:
+    """Rebuilds stages in scratch caches under `tmp` and checks them against the lock."""
+
+    dag: Any
+    lock: lockfile.Lock
+    real: Cache
+    tmp: Path
+    jobs: int
+    on_update: Any
+    quality_tolerance: float
+
+    def rebuild_chain(self, selected: set[str], skip: set[str]) -> dict[str, StageCheck]:
+        """Rebuild every selected stage in one scratch cache, each from the rebuilt upstream (stages
+        not selected are taken from the real cache); check all but `skip`."""
+        scratch = Cache(self.tmp / "rebuild").ensure()
+        here = host.platform_class()
+        reused = _seed_upstream(self.dag, self.real, scratch, selected, lambda nid: self.lock.reference(nid, here))
+        result = api.run(self.dag, cache_dir=scratch.root, jobs=self.jobs, record=False, on_update=self.on_update)
+        checks = {}
         for report in result.stages:
             if report.id in reused:
-                checks.append(StageCheck(report.id, REUSED, ["taken from the cache (not selected)"]))
-            elif report.state == StageState.FAILED:
-                checks.append(StageCheck(report.id, FAILED, [report.error.message if report.error else ""]))
-            elif report.state not in (StageState.RAN, StageState.CACHED):
-                checks.append(StageCheck(report.id, FAILED, [f"not rebuilt ({report.state})"]))
-            elif not lock.of_stage(report.id):
-                checks.append(StageCheck(report.id, UNLOCKED, ["run `zoo run` to record it"]))
-            else:
-                checks.append(_compare(dag, report, lock, real, scratch))
-    return ReproReport(recipe=f"{dag.recipe.name}@{dag.recipe.version}", stages=checks)
+                checks[report.id] = StageCheck(report.id, REUSED, ["taken from the cache (not selected)"])
+            elif report.id not in skip:
+                checks[report.id] = self.checked(report, scratch, [])
+        return checks
 
+    def rebuild_alone(self, nid: str) -> StageCheck:
+        """Rebuild one stage that only other platform classes have records of, from the outputs its
+        upstream stages had when the chosen class built it (the real cache's entries of that class's
+        records), so that what is compared differs only by this stage's own kernels: rebuilt from
+        this host's upstream, an export would differ merely because training did. Where the cache
+        lacks those upstream outputs, the upstream is rebuilt here too, and the check says so."""
+        from zoo.engine.planner import Dag
 
-def _compare(dag, report, lock: lockfile.Lock, real: Cache, scratch: Cache) -> StageCheck:
-    """One rebuilt stage against the record of its platform class, or else against another's."""
-    sid, built_on = report.id, report.built_on
-    new_entry = scratch.lookup(report.key) or scratch.read_entry(report.key)
-    own = lock.record(sid, built_on)
-    if own is not None:
-        if report.outputs == own.outputs:
-            return StageCheck(sid, IDENTICAL)
-        details = _explain(own.outputs, report.outputs, _locked_entry(real, own), new_entry, real, scratch)
-        rebuilt_on = (new_entry.host if new_entry else {}) or host.describe()
-        if own.host and not host.same_kernels(own.host, rebuilt_on):
-            details.append(_other_host(own.host, rebuilt_on))
-        return StageCheck(sid, DIFFERS, details)
-    others = lock.of_stage(sid)
-    same = [p for p, r in others.items() if r.outputs == report.outputs]
-    if same:
-        return StageCheck(sid, IDENTICAL, [f"no {built_on} record; bit-identical to the {same[0]} record"])
-    # prefer a record of the same key (the same inputs), else the first class's
-    platform, locked = next(((p, r) for p, r in others.items() if r.key == report.key), next(iter(others.items())))
-    details = [f"rebuilt on {built_on}, which has no record: compared numerically with the {platform} record "
-               "(other CPU kernels round floats differently, so bytes cannot match)"]
-    old_entry = _locked_entry(real, locked)
-    if old_entry is None or new_entry is None:
-        details.append(f"the {platform} record's outputs are not in this cache, so equivalence cannot be checked "
-                       "(a cache shared with a machine of that class holds them)")
-        return StageCheck(sid, DIFFERS, details + _digest_lines(locked.outputs, report.outputs))
-    node = dag.nodes[sid]
-    real.hold(keys=[locked.key])
-    verdict = kind_loader.get(node.kind)().equivalence(real.output_paths(old_entry), scratch.output_paths(new_entry),
-                                                       node.instance.config)
-    if verdict is None:
-        details.append(f"kind {node.kind} cannot judge numerical equivalence, so only identical bytes would pass")
-        return StageCheck(sid, DIFFERS, details + _digest_lines(locked.outputs, report.outputs))
-    return StageCheck(sid, EQUIVALENT if verdict.equivalent else DIFFERS, details + list(verdict.details))
+        platform = self.reference_class(nid)
+        records = self.lock.records(platform)
+        ancestors = self.dag.ancestors(nid)
+        scratch = Cache(self.tmp / f"alone-{len(list(self.tmp.iterdir()))}").ensure()
+        seeded = _seed_upstream(self.dag, self.real, scratch, {nid}, lambda up: self.exact(records.get(up)),
+                                only=ancestors)
+        missing = [up for up in ancestors if up not in seeded]
+        note = []
+        if missing:
+            note = [f"the {platform} record's outputs of {', '.join(missing)} are not in this cache, so they were "
+                    "rebuilt here too: differences may come from upstream"]
+        elif ancestors:
+            note = [f"rebuilt from the {platform} record's upstream outputs ({', '.join(ancestors)}), from the cache"]
+        sub = Dag(recipe=self.dag.recipe,
+                  nodes={up: self.dag.nodes[up] for up in self.dag.order() if up in ancestors or up == nid})
+        result = api.run(sub, cache_dir=scratch.root, jobs=self.jobs, record=False, on_update=self.on_update)
+        return self.checked(next(r for r in result.stages if r.id == nid), scratch, note)
+
+    def reference_class(self, nid: str) -> str:
+        """The other class a stage is compared with: the first (by name) whose records of it and of
+        its upstream stages the cache holds, else the first whose record of it is held, else the first."""
+        classes = list(self.lock.of_stage(nid))
+        held = [p for p in classes if self.exact(self.lock.record(nid, p)) is not None]
+        complete = [p for p in held
+                    if all(self.exact(self.lock.record(up, p)) is not None for up in self.dag.ancestors(nid))]
+        return (complete or held or classes)[0]
+
+    def exact(self, record: lockfile.StageLock | None) -> lockfile.StageLock | None:
+        """`record` when the real cache holds exactly its outputs, else None."""
+        return record if record is not None and _locked_entry(self.real, record) is not None else None
+
+    def checked(self, report, scratch: Cache, upstream_note: list[str]) -> StageCheck:
+        """The check of one stage's rebuild, from its run report."""
+        if report.state == StageState.FAILED:
+            return StageCheck(report.id, FAILED, [report.error.message if report.error else "", *upstream_note])
+        if report.state not in (StageState.RAN, StageState.CACHED):
+            return StageCheck(report.id, FAILED, [f"not rebuilt ({report.state})"])
+        if not self.lock.of_stage(report.id):
+            return StageCheck(report.id, UNLOCKED, ["run `zoo run` to record it"])
+        return self.compare(report, scratch, upstream_note)
+
+    def compare(self, report, scratch: Cache, upstream_note: list[str]) -> StageCheck:
+        """One rebuilt stage against the record of its platform class, or else against another's."""
+        sid, built_on, lock, real = report.id, report.built_on, self.lock, self.real
+        new_entry = scratch.lookup(report.key) or scratch.read_entry(report.key)
+        own = lock.record(sid, built_on)
+        if own is not None:
+            if report.outputs == own.outputs:
+                return StageCheck(sid, IDENTICAL)
+            details = _explain(own.outputs, report.outputs, _locked_entry(real, own), new_entry, real, scratch)
+            rebuilt_on = (new_entry.host if new_entry else {}) or host.describe()
+            if own.host and not host.same_kernels(own.host, rebuilt_on):
+                details.append(_other_host(own.host, rebuilt_on))
+            return StageCheck(sid, DIFFERS, details)
+        others = lock.of_stage(sid)
+        same = [p for p, r in others.items() if r.outputs == report.outputs]
+        if same:
+            return StageCheck(sid, IDENTICAL, [f"no {built_on} record; bit-identical to the {same[0]} record",
+                                               *upstream_note])
+        # prefer a record of the same key (the same inputs), else the first class's
+        platform, locked = next(((p, r) for p, r in others.items() if r.key == report.key), next(iter(others.items())))
+        details = [f"rebuilt on {built_on}, which has no record: compared with the {platform} record for "
+                   "equivalence (other CPU kernels round floats differently, so bytes cannot match)", *upstream_note]
+        old_entry = _locked_entry(real, locked)
+        if old_entry is None or new_entry is None:
+            details.append(f"the {platform} record's outputs are not in this cache, so equivalence cannot be checked "
+                           "(a cache shared with a machine of that class holds them)")
+            return StageCheck(sid, DIFFERS, details + _digest_lines(locked.outputs, report.outputs))
+        node = self.dag.nodes[sid]
+        real.hold(keys=[locked.key])
+        context = EquivalenceContext(recipe=keys.recipe_info(self.dag.recipe),
+                                     shared=keys.shared_sections(self.dag.recipe, node),
+                                     matrix=node.instance.matrix, quality_tolerance=self.quality_tolerance)
+        verdict = kind_loader.get(node.kind)().equivalence(real.output_paths(old_entry),
+                                                           scratch.output_paths(new_entry),
+                                                           node.instance.config, context)
+        if verdict is None:
+            details.append(f"kind {node.kind} cannot judge equivalence, so only identical bytes would pass")
+            return StageCheck(sid, DIFFERS, details + _digest_lines(locked.outputs, report.outputs))
+        return StageCheck(sid, EQUIVALENT if verdict.equivalent else DIFFERS, details + list(verdict.details))
 
 
 def _locked_entry(real: Cache, locked: lockfile.StageLock) -> Entry | None:
@@ -151,13 +232,15 @@ def _digest_lines(old: dict[str, str], new: dict[str, str]) -> list[str]:
             for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
 
 
-def _seed_upstream(dag, lock, real: Cache, scratch: Cache, selected: set[str]) -> set[str]:
-    """Link the real cache's entries for every stage not selected, so only `selected` rebuild."""
+def _seed_upstream(dag, real: Cache, scratch: Cache, selected: set[str], record_of,
+                   only: list[str] | None = None) -> set[str]:
+    """Link into `scratch` the real cache's entry of `record_of(stage)` (a lock record, or None) for
+    every stage not selected (of `only`, when given), so that only the others rebuild."""
     reused: set[str] = set()
     for nid in dag.order():
-        if nid in selected:
+        if nid in selected or (only is not None and nid not in only):
             continue
-        locked = lock.reference(nid, host.platform_class())
+        locked = record_of(nid)
         if locked:
             real.hold(keys=[locked.key])  # its objects stay while they are linked into the scratch cache
         entry = real.lookup(locked.key) if locked else None
