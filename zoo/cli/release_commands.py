@@ -30,6 +30,10 @@ def repro(
     stage: Optional[List[str]] = typer.Option(None, "--stage", "-s", help="Only rebuild these stages."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+    quality_tolerance: float = typer.Option(
+        0.01, "--quality-tolerance", min=0.0,
+        help="On a platform class without records: how far a held-out quality metric may move (0.01: one "
+             "point of accuracy; relative for error metrics such as mae)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Rebuild a recipe's stages bit for bit and say, per stage, whether the outputs are identical
@@ -39,7 +43,8 @@ def repro(
 
     if not check:
         raise InvalidInput("zoo repro needs --check", hint=f"zoo repro {recipe} --check")
-    report = repro_mod.check(recipe, stages=stage or None, cache_dir=cache_dir, jobs=jobs)
+    report = repro_mod.check(recipe, stages=stage or None, cache_dir=cache_dir, jobs=jobs,
+                             quality_tolerance=quality_tolerance)
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -49,8 +54,8 @@ def repro(
         if report.bit_identical:
             verdict = "every rebuilt stage is bit-identical to the lockfile"
         elif report.ok:
-            verdict = ("every rebuilt stage matches the lockfile: bit-identical, or numerically equivalent where "
-                       "this platform class has no record (see `equivalent`)")
+            verdict = ("every rebuilt stage matches the lockfile: bit-identical, or equivalent (same outputs within "
+                       "tolerance, or held-out quality) where this platform class has no record (see `equivalent`)")
         else:
             verdict = "rebuild DIFFERS from the lockfile"
         print(f"\n{report.recipe}: {verdict}")

@@ -6,14 +6,19 @@ into the temporary one), or rebuilt too when the real cache no longer has them. 
 output's digest is compared with the lockfile's; for a differing ONNX file the first differing
 tensor, attribute or node is named.
 
-Platforms (zoo/host.py, zoo/engine/lockfile.py): each rebuilt stage is compared with the lock's
-record of the platform class it was rebuilt on, bit for bit. Where the lock has no record of
-that class, bytes identical to another class's record still pass ("identical"); otherwise the
-outputs are compared with that record's (taken from the cache, which must hold them: a shared
-or remote cache does) for numerical equivalence, by the stage's kind (`StageKind.equivalence`;
-the built-in kinds use their parity rules): "equivalent" passes and says so, with the figures,
-since other CPU kernels round floats differently and no byte check can pass there. A kind that
-cannot judge equivalence, or locked outputs no longer in the cache, leave "differs".
+Platforms (zoo/host.py, zoo/engine/lockfile.py): a stage the lock has a record of for this host's
+platform class is rebuilt in one chain with the others and compared with that record bit for bit.
+A stage only other classes have records of is rebuilt on its own, from the outputs its upstream
+stages had in the other class's records (taken from the cache, which must hold them: a shared
+or remote cache does), so that it differs only by its own kernels: rebuilt from this host's own
+upstream, an export would differ merely because training did. Where the cache lacks those
+upstream outputs they are rebuilt here too, and the check says so. The rebuilt outputs then pass
+if their bytes are identical to that class's record ("identical"), else if the stage's kind
+judges them equivalent (`StageKind.equivalence`; "equivalent", with the kind of equivalence and
+its figures: the built-in kinds judge ONNX models by their outputs and structure, training by
+held-out quality within `quality_tolerance`; zoo_stages/lib/equivalence.py), since other CPU
+kernels round floats differently and no byte check can pass there. A kind that cannot judge, or
+locked outputs no longer in the cache, leave "differs".
 
 A differing stage whose own-class record was built on a CPU with other SIMD features (`host:`
 in the lockfile) says so.
@@ -141,7 +146,7 @@ class _Checker:
         platform = self.reference_class(nid)
         records = self.lock.records(platform)
         ancestors = self.dag.ancestors(nid)
-        scratch = Cache(self.tmp / f"alone-{len(list(self.tmp.iterdir()))}").ensure()
+        scratch = Cache(self.tmp / f"alone-{self.dag.order().index(nid)}").ensure()
         seeded = _seed_upstream(self.dag, self.real, scratch, {nid}, lambda up: self.exact(records.get(up)),
                                 only=ancestors)
         missing = [up for up in ancestors if up not in seeded]

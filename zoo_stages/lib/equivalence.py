@@ -275,7 +275,7 @@ def _compare_json(old: Path, new: Path, tolerance: Tolerance, quality_tolerance:
     for path, (key, value) in old_numbers.items():
         metric = _metric_of(key)
         if metric in tasks.HIGHER_IS_BETTER:
-            quality[path] = (metric, value, new_numbers[path][1])
+            quality[path] = (metric, float(value), float(new_numbers[path][1]))
         elif key in PARITY_FIGURES or ".parity." in f".{path}":
             figures[path] = (value, new_numbers[path][1])
         else:
@@ -285,10 +285,11 @@ def _compare_json(old: Path, new: Path, tolerance: Tolerance, quality_tolerance:
              if _quality_change(metric, a, b) > quality_tolerance]
     if moved:
         ok = False
-        _, path, metric, a, b = max(moved)
+        _, path, metric, a, b = min(moved, key=lambda m: (-m[0], m[1]))  # the largest change, first by path
         lines.append(f"quality outside {quality_tolerance:g}: {path} {a:.4f} vs {b:.4f} ({len(moved)} metric(s))")
     elif quality:
-        _, path, metric, a, b = max((abs(b - a), p, m, a, b) for p, (m, a, b) in quality.items())
+        _, path, metric, a, b = min(((abs(b - a), p, m, a, b) for p, (m, a, b) in quality.items()),
+                                    key=lambda m: (-m[0], m[1]))
         lines.append(f"equivalent quality within {quality_tolerance:g} (largest change: {path} {a:.4f} vs {b:.4f})")
     if other:
         olds = {p: np.asarray(a) for p, (a, _) in other.items()}
@@ -324,7 +325,7 @@ def _quality_change(metric: str, a: float, b: float) -> float:
     return abs(b - a) / max(abs(a), 1e-12)
 
 
-def _json(path: Path) -> tuple[dict[str, tuple[str, float]], Any]:
+def _json(path: Path) -> tuple[dict[str, tuple[str, int | float]], Any]:
     """({JSON path: (its key, number)}, the document with numbers blanked out). In a list of
     gates, a gate's value takes the metric its text names as its key."""
     numbers: dict[str, tuple[str, float]] = {}
@@ -333,7 +334,7 @@ def _json(path: Path) -> tuple[dict[str, tuple[str, float]], Any]:
         if isinstance(value, bool) or value is None or isinstance(value, str):
             return value
         if isinstance(value, (int, float)):
-            numbers[where] = (key, float(value))
+            numbers[where] = (key, value)  # an int stays one: counts and sizes are compared exactly
             return "#"
         if isinstance(value, list):
             return [walk(v, f"{where}[{i}]", key) for i, v in enumerate(value)]
