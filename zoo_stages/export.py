@@ -183,8 +183,8 @@ class Export(NumericOutputs, StageKind):
     # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost); 7: the dynamo exporter by
     # default (torchscript for bert), external data above 2 GB from either exporter; the parent of model.from
     # in the key; 8: transformers (named inputs, parity on held-out text, a pinned pretrained folder as the
-    # weights); 9: keras and jax exporters
-    version = "9"
+    # weights); 9: keras and jax exporters; 10: equivalence across platform classes by model outputs and quality (zoo_stages.lib.equivalence)
+    version = "10"
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime", "transformers", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
              "onnxconverter-common", *ENTRY_MODEL_TOOLS)

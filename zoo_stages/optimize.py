@@ -93,7 +93,8 @@ class Optimize(NumericOutputs, StageKind):
     name = "optimize"
     # 2: provenance metadata_props; 3: one parity module (per-output records, exact integer outputs);
     # 4: every named input fed (input_shapes, model.inputs), transformer fusions
-    version = "4"
+    # 5: equivalence across platform classes by model outputs and quality (zoo_stages.lib.equivalence)
+    version = "5"
     Config = OptimizeConfig
     tools = ("onnx", "onnxruntime", "onnxsim", "onnxoptimizer", "numpy")
     shared = ("model.inputs",)

@@ -186,7 +186,8 @@ class QuantizeConfig(KindConfig):
 class Quantize(NumericOutputs, StageKind):
     name = "quantize"
     # 2: provenance metadata_props; 3: every named input fed, task-aware quality, transformer and external-data models
-    version = "3"
+    # 4: equivalence across platform classes by model outputs and quality (zoo_stages.lib.equivalence)
+    version = "4"
     Config = QuantizeConfig
     tools = ("onnx", "onnxruntime", "numpy")
     shared = ("data", "task", "model.inputs")

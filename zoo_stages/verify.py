@@ -263,7 +263,8 @@ class Verify(NumericOutputs, StageKind):
     # 2: parity over every output, matched by name (zoo_stages.lib.parity)
     # 3: every named input fed (data bound by name, or random with model.inputs); task metrics
     #    (zoo_stages.lib.tasks); parity per output kind (exact_match for integer outputs); ports recorded
-    version = "3"
+    # 4: equivalence across platform classes by model outputs and quality (zoo_stages.lib.equivalence)
+    version = "4"
     Config = VerifyConfig
     tools = ("onnx", "onnxruntime", "numpy")
     # the held-out split (every data field), the task choosing the metrics, the declared inputs
