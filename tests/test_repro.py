@@ -111,3 +111,21 @@ def test_a_difference_on_the_same_cpu_has_no_host_note(tmp_path):
     assert zoo.run(recipe).ok
     details = repro.check(recipe).stages[0].details
     assert details and not any("another kind of CPU" in d for d in details)
+
+
+def test_a_kind_with_the_first_form_of_the_equivalence_hook_still_answers():
+    """Third-party kinds written before the hook took a context (locked, rebuilt, config) keep working."""
+    from zoo.release.repro import _equivalence
+    from zoo.stage import Equivalence
+
+    class Old:
+        def equivalence(self, locked, rebuilt, config):
+            return Equivalence(equivalent=locked == rebuilt, details=("old form",))
+
+    class New:
+        def equivalence(self, locked, rebuilt, config, context):
+            return Equivalence(equivalent=context == "ctx", details=("new form",))
+
+    assert _equivalence(Old(), {"a": 1}, {"a": 1}, None, "ctx").details == ("old form",)
+    assert not _equivalence(Old(), {"a": 1}, {"a": 2}, None, "ctx").equivalent
+    assert _equivalence(New(), {}, {}, None, "ctx").equivalent

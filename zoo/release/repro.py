@@ -216,13 +216,26 @@ class _Checker:
         context = EquivalenceContext(recipe=keys.recipe_info(self.dag.recipe),
                                      shared=keys.shared_sections(self.dag.recipe, node),
                                      matrix=node.instance.matrix, quality_tolerance=self.quality_tolerance)
-        verdict = kind_loader.get(node.kind)().equivalence(real.output_paths(old_entry),
-                                                           scratch.output_paths(new_entry),
-                                                           node.instance.config, context)
+        verdict = _equivalence(kind_loader.get(node.kind)(), real.output_paths(old_entry),
+                               scratch.output_paths(new_entry), node.instance.config, context)
         if verdict is None:
             details.append(f"kind {node.kind} cannot judge equivalence, so only identical bytes would pass")
             return StageCheck(sid, DIFFERS, details + _digest_lines(locked.outputs, report.outputs))
         return StageCheck(sid, EQUIVALENT if verdict.equivalent else DIFFERS, details + list(verdict.details))
+
+
+def _equivalence(kind, locked, rebuilt, config, context):
+    """The kind's verdict; a third-party kind written for the hook's first form (locked, rebuilt,
+    config: no context) still answers rather than failing with a TypeError."""
+    import inspect
+
+    try:
+        takes_context = len(inspect.signature(kind.equivalence).parameters) >= 4
+    except (TypeError, ValueError):
+        takes_context = True
+    if takes_context:
+        return kind.equivalence(locked, rebuilt, config, context)
+    return kind.equivalence(locked, rebuilt, config)
 
 
 def _locked_entry(real: Cache, locked: lockfile.StageLock) -> Entry | None:
