@@ -264,6 +264,52 @@ def test_a_run_killed_between_objects_and_entry_leaves_no_hit_stand_in_kill(tmp_
     assert code == 0 and {s["state"] for s in got["stages"]} == {"done"}  # no false hit: B ran them
 
 
+FETCH_ORDER = """\
+import json, sys
+from zoo.engine.remote_cache import RemoteCache
+
+log = sys.argv[2]
+real_begin, real_finish = RemoteCache.begin, RemoteCache.finish
+
+def note(event, key):  # as it happens: zoo exits without running atexit hooks
+    with open(log, "a") as f:
+        f.write(json.dumps([event, key]) + "\\n")
+
+def begin(self, key):
+    note("begin", key)
+    return real_begin(self, key)
+
+def finish(self, pending):
+    got = real_finish(self, pending)
+    note("finish", pending.key)
+    return got
+
+RemoteCache.begin, RemoteCache.finish = begin, finish
+sys.argv = ["zoo", "run", sys.argv[1], "--json"]
+from zoo.entry import main
+main()
+"""
+
+
+def test_the_fetches_of_remote_hits_overlap_and_each_stage_says_it_came_from_the_remote(tmp_path):
+    """B begins every stage's fetch (its entry read, its objects downloading) before waiting for the
+    first: a stage's key needs only its upstream's entry, not its bytes."""
+    recipe, _, b, ran, folder = _pushed_from_a(tmp_path)
+    log = tmp_path / "fetches.json"
+    proc = subprocess.run([sys.executable, "-c", FETCH_ORDER, str(recipe), str(log)], capture_output=True, text=True,
+                          env={**os.environ, **b}, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(proc.stdout)
+    assert {s["state"] for s in got["stages"]} == {"cached"}
+    assert all(s["reasons"] == [f"cached: from the remote cache {folder}"] for s in got["stages"]), got
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    keys = {s["key"] for s in ran["stages"]}
+    assert [e for e, _ in events] == ["begin"] * 3 + ["finish"] * 3, events
+    assert {k for _, k in events} == keys  # each stage fetched once, under A's key
+    for stage in got["stages"]:  # installed: a rerun is a plain local hit
+        assert Cache(Path(b["ZOO_CACHE_DIR"])).lookup(stage["key"]) is not None
+
+
 def test_the_flag_wins_then_the_project_config_then_the_user_config(tmp_path):
     recipe = _recipe(tmp_path, "project/recipes")
     env = _machine(tmp_path, "a")

@@ -28,12 +28,20 @@ can publish entries for keys; a remote cache is shared with people you trust to 
 
 An unreachable or refusing remote (SourceUnreachable, AccessDenied) is noted once and the run
 goes on with the local cache only (`notes`).
+
+A fetch is two steps, so a run can overlap the downloads of successive stages (`begin`: read the
+entry, whose output digests are all the next stage's key needs, and start installing its objects
+in the background; `finish`: wait for them, with `fetch`'s outcomes). The runner begins the fetch
+of a stage whose upstream is still downloading and uses it only if the stage's key, once its
+upstream is settled, is the key it began with.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -48,6 +56,16 @@ if TYPE_CHECKING:
 REMOTE_ENTRY_SCHEMA_VERSION = 1
 PARTIAL = "partial"  # under the cache root: downloads in progress (resumed by the next run)
 DOWNLOAD_THREADS = 4  # objects of one stage downloaded side by side
+STAGE_INSTALLS = 3  # stages whose objects install at once (`begin`)
+
+
+@dataclass
+class PendingFetch:
+    """A remote hit under way: its entry was read, its objects are being installed (`future`)."""
+
+    key: str
+    entry: Entry
+    future: Future
 
 
 class RemoteCache:
@@ -59,6 +77,7 @@ class RemoteCache:
         self.url = setting.url
         self._store = store
         self.offline = False  # found unreachable: the rest of the run is local
+        self._installer: ThreadPoolExecutor | None = None  # `begin`'s background installs
         self.notes: list[str] = []
 
     @property
@@ -103,25 +122,53 @@ class RemoteCache:
         """Make `key` a local hit from the remote: download its objects (every one verified before
         any is installed), then record the local entry. None when the remote lacks it or cannot be
         reached (noted); IntegrityError when what it serves is not what its entry names."""
+        pending = self.begin(key)
+        return None if pending is None else self.finish(pending)
+
+    def begin(self, key: str) -> PendingFetch | None:
+        """Read the remote's entry for `key` and start installing its objects in the background;
+        None when the remote lacks it or cannot be reached (noted). IntegrityError when the entry
+        is not valid for `key`."""
         if self.offline:
             return None
         try:
             found = self._read_entry(key)
-            if found is None:
-                return None
-            entry, sha, log = found
-            self.install(entry, sha)
-            if log is not None:
-                self._install_log(entry, log)
-        except (SourceUnreachable, AccessDenied) as e:
-            self._went_offline(e)
-            return None
         except NoSpace:
             raise
-        except StorageError as e:  # the remote answered with an error of its own: carry on without it
+        except (SourceUnreachable, AccessDenied, StorageError) as e:  # carry on without the remote
             self._went_offline(e)
             return None
-        return self.cache.lookup(key)
+        if found is None:
+            return None
+        entry, sha, log = found
+        if self._installer is None:
+            self._installer = ThreadPoolExecutor(max_workers=STAGE_INSTALLS, thread_name_prefix="zoo-fetch")
+        return PendingFetch(key, entry, self._installer.submit(self._install_found, entry, sha, log))
+
+    def finish(self, pending: PendingFetch) -> Entry | None:
+        """Wait for `pending`'s objects: the local entry once installed; None when the remote could
+        not be reached meanwhile (noted: the stage runs here); IntegrityError when what it served
+        is not what its entry names (nothing of the stage installed)."""
+        try:
+            pending.future.result()
+        except NoSpace:
+            raise
+        except (SourceUnreachable, AccessDenied, StorageError) as e:
+            self._went_offline(e)
+            return None
+        return self.cache.lookup(pending.key)
+
+    def close(self) -> None:
+        """Wait for installs under way (a run that ends early leaves none half-done) and drop the
+        ones not started."""
+        if self._installer is not None:
+            self._installer.shutdown(wait=True, cancel_futures=True)
+            self._installer = None
+
+    def _install_found(self, entry: Entry, sha: dict[str, str], log: dict | None) -> None:
+        self.install(entry, sha)
+        if log is not None:
+            self._install_log(entry, log)
 
     def install(self, entry: Entry, sha: dict[str, str], *, record: bool = True) -> None:
         """Download the objects of `entry` the local cache lacks (`sha`: their sha256 by blake3),
@@ -315,6 +362,8 @@ class RemoteCache:
             self.notes.append(f"stage {entry.stage} was not pushed to the remote cache {self.url}: {e.message}")
 
     def _went_offline(self, e: Exception) -> None:
+        if self.offline:  # noted once: fetches under way may fail the same way
+            return
         self.offline = True
         what = "refused access" if isinstance(e, AccessDenied) else \
             "is unreachable" if isinstance(e, SourceUnreachable) else "failed"

@@ -5,7 +5,9 @@ key needs its inputs' digests, so it is computed when all its needs are done. In
 run in parallel on the executor; a failure stops new scheduling, keeps completed results, and
 leaves dependents unscheduled. With a remote run cache (zoo/engine/remote_cache.py), a stage
 missing locally is looked up there before it runs (`_remote_hit`), and what a stage computes is
-pushed there (`_share`). On an executor whose workers may be on other machines (Dask), effects
+pushed there (`_share`); while a stage's objects download, the stages below it whose keys its
+entry already settles begin their own fetches (`_prefetch_downstream`), so a chain of remote hits
+downloads side by side. On an executor whose workers may be on other machines (Dask), effects
 happen here, never on a worker (`_effects_here`), and with a remote run cache the workers take
 inputs from it and push outputs to it (`_submit`, `_take`: zoo/engine/remote_stage.py).
 """
@@ -36,7 +38,7 @@ from zoo.stage import Effect, Upstream
 from zoo.engine.worker import StageResult, StageTask, WorkerError
 
 if TYPE_CHECKING:
-    from zoo.engine.remote_cache import RemoteCache
+    from zoo.engine.remote_cache import PendingFetch, RemoteCache
     from zoo.engine.remote_stage import Shipper
 
 
@@ -127,6 +129,8 @@ class Runner:
         self.here = host.platform_class()  # whose records explain why a stage reruns
         self.remote = remote
         self._remote_asked: set[str] = set()  # stages the remote lacked (asked once per run)
+        self._prefetched: dict[str, "PendingFetch"] = {}  # remote fetches begun before their stage's turn
+        self._remote_lacks: set[str] = set()  # keys a prefetch found missing on the remote
         # workers on other machines: they publish nothing (effects happen here), and with a remote
         # run cache they move inputs and outputs through it (`_shipper`, set when the run starts)
         self._effects_here = bool(getattr(executor, "remote_workers", False))
@@ -176,6 +180,8 @@ class Runner:
                 future.cancel()
                 lock.release()
             self.executor.shutdown()
+            if self.remote is not None:
+                self.remote.close()  # fetches begun for stages the run did not reach finish or are dropped
 
     def lock_records(self) -> dict[str, dict[str, StageLock]]:
         """Lock records of every stage that completed (ran or cached) in this run, by the platform
@@ -220,6 +226,9 @@ class Runner:
             self.parts[nid], report.key = keys.stage_key(self.dag, node, self.entries, self.reports, self.hashes)
         key = report.key
         self.cache.hold(keys=[key])  # before the lookup: a hit's entry and objects stay until the run ends
+        pending = self._prefetched.get(nid)
+        if pending is not None and pending.key == key and self._remote_hit(node, report, key):
+            return True  # fetched ahead of its turn (maybe installed already): from the remote, say so
         upstream_runs = [up for up in node.needs if self.reports[up].state == StageState.RAN]
         previous = self.previous.reference(nid, self.here) if self.previous else None
         action, reasons, entry = decide(node, self.parts[nid], key, self.cache, previous, nid in self.force,
@@ -292,8 +301,16 @@ class Runner:
                 or node.id in self._remote_asked:
             return False
         self._remote_asked.add(node.id)
+        if key in self._remote_lacks:
+            return False
         try:
-            entry = self.remote.fetch(key)
+            pending = self._prefetched.pop(node.id, None)
+            if pending is None or pending.key != key:  # another key: the upstream came out otherwise
+                pending = self.remote.begin(key)
+            if pending is None:
+                return False
+            self._prefetch_downstream(node.id, pending)
+            entry = self.remote.finish(pending)
         except ZooError as e:
             report.state, report.error = StageState.FAILED, WorkerError.from_exception(e)
             self.failed = True
@@ -303,6 +320,42 @@ class Runner:
             return False
         self._mark_cached(report, entry, [Reason(ReasonCode.CACHED, f"from the remote cache {self.remote.url}")])
         return True
+
+    def _prefetch_downstream(self, nid: str, pending: "PendingFetch") -> None:
+        """Begin the remote fetches of the stages below `nid` whose keys are known now: every stage
+        they need is done or being fetched (a fetch's entry gives its output digests before its
+        objects arrive). Each is used only if its stage's key, when its turn comes, is the same;
+        any trouble here just leaves the stage to the usual path."""
+        provisional = {up: p for up, p in self._prefetched.items()}
+        provisional[nid] = pending
+        for down in self.dag.order():
+            node = self.dag.nodes[down]
+            report = self.reports[down]
+            if down in provisional or down in self._remote_asked or report.state != StageState.WAITING \
+                    or down in self.force or node.cache_policy != "default":
+                continue
+            if not all(up in provisional or self.reports[up].state in (StageState.CACHED, StageState.RAN)
+                       for up in node.needs):
+                continue
+            entries = {**self.entries, **{up: p.entry for up, p in provisional.items()}}
+            ancestors = {a: self.reports[a].key or (provisional[a].key if a in provisional else None)
+                         for a in self.dag.ancestors(down)}
+            if None in ancestors.values():
+                continue
+            try:
+                _, key = keys.stage_key(self.dag, node, entries, {a: _Keyed(k) for a, k in ancestors.items()},
+                                        self.hashes)
+                if self.cache.lookup(key) is not None or key in self._remote_lacks:
+                    continue
+                fetch = self.remote.begin(key)
+            except ZooError:
+                return  # the stage's own turn says what is wrong
+            if fetch is None:
+                self._remote_lacks.add(key)
+                if self.remote.offline:
+                    return
+                continue
+            self._prefetched[down] = provisional[down] = fetch
 
     def _share(self, node: Node, entry: Entry) -> None:
         """Push a stage this run computed to the remote run cache (policy `default` only)."""
@@ -437,6 +490,13 @@ class Runner:
             dest = self.cache.log_path(key)
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dest)
+
+
+@dataclass(frozen=True)
+class _Keyed:
+    """An ancestor's key, as `keys.stage_key` reads it from a report."""
+
+    key: str
 
 
 def environment_mismatch(parts: dict[str, Any], seen: dict[str, Any] | None) -> str:
