@@ -17,6 +17,7 @@ import zoo
 from cli_helpers import write_recipe, zoo as zoo_cli
 from conftest import REPO
 from dask_cluster import WorkerSpec, can_hide, cluster
+from test_stage_files import PARENT  # a recipe whose one stage reads a `model.from` parent
 from zoo.engine.cache import Cache
 from zoo.errors import InvalidInput
 from zoo.registry.store import LocalZoo
@@ -247,14 +248,6 @@ def test_a_recipe_in_the_callers_cache_naming_absolute_paths_in_its_cache_and_zo
     assert {s.id: s.outputs for s in shipped.stages} == {s.id: s.outputs for s in local.stages}
 
 
-PARENT = """\
-schema_version: 1
-name: from-a-parent
-version: 1.0.0
-model: {from: "zoo:tiny@1.0.0", build: cpu-fp32}
-stages:
-  read: {kind: parent}
-"""
 
 
 def test_a_model_from_parent_in_the_callers_zoo_only_runs_on_the_worker(blind_worker, remote, monkeypatch):
