@@ -122,13 +122,13 @@ class RemoteCache:
         """Make `key` a local hit from the remote: download its objects (every one verified before
         any is installed), then record the local entry. None when the remote lacks it or cannot be
         reached (noted); IntegrityError when what it serves is not what its entry names."""
-        pending = self.begin(key)
+        pending = self.begin(key, background=False)
         return None if pending is None else self.finish(pending)
 
-    def begin(self, key: str) -> PendingFetch | None:
-        """Read the remote's entry for `key` and start installing its objects in the background;
-        None when the remote lacks it or cannot be reached (noted). IntegrityError when the entry
-        is not valid for `key`."""
+    def begin(self, key: str, *, background: bool = True) -> PendingFetch | None:
+        """Read the remote's entry for `key` and start installing its objects in the background
+        (or, not `background`, install them now); None when the remote lacks it or cannot be
+        reached (noted). IntegrityError when the entry is not valid for `key`."""
         if self.offline:
             return None
         try:
@@ -141,6 +141,14 @@ class RemoteCache:
         if found is None:
             return None
         entry, sha, log = found
+        if not background:  # no pool: a one-off fetch (`zoo cache pull`) leaves no threads behind
+            done: Future = Future()
+            try:
+                self._install_found(entry, sha, log)
+                done.set_result(None)
+            except Exception as e:  # handed to `finish`, which sorts it as a background install's
+                done.set_exception(e)
+            return PendingFetch(key, entry, done)
         if self._installer is None:
             self._installer = ThreadPoolExecutor(max_workers=STAGE_INSTALLS, thread_name_prefix="zoo-fetch")
         return PendingFetch(key, entry, self._installer.submit(self._install_found, entry, sha, log))
