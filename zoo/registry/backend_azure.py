@@ -40,6 +40,7 @@ from zoo.registry.fsbackend import ObjectStoreBackend, credentials_hint
 # failed request 3 times, the first after 15 s; our own transfers resume anyway
 RETRIES = 2
 BACKOFF_S = 0.5
+JITTER_S = 0.2
 
 # the account host of Azure's public cloud, as adlfs recognises it (a container name has no dots)
 _ACCOUNT_HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(dfs|blob)\.core\.windows\.net$")
@@ -131,5 +132,11 @@ def _quick_retries(fs) -> None:
         if hasattr(policy, "total_retries") and hasattr(policy, "connect_retries"):
             policy.total_retries = policy.connect_retries = policy.read_retries = RETRIES
             if hasattr(policy, "initial_backoff"):
+                # the SDK waits initial + base**n before retry n: base 0 makes it a constant
+                # BACKOFF_S (with base 2, the second wait alone was 4.5 s)
                 policy.initial_backoff = BACKOFF_S
-                policy.increment_base = 2
+                policy.increment_base = 0
+            if hasattr(policy, "random_jitter_range"):
+                # and adds up to ±3 s of jitter to each: an unreachable remote took up to 9 s to give
+                # up on, not the second or so a fallback to the cache should take
+                policy.random_jitter_range = JITTER_S
