@@ -366,3 +366,21 @@ def test_relative_imports_without_a_parent_package_reach_nothing(shapes):
     assert import_closure.closure(["single"], ["single", "other"]) == {"single": shapes / "single.py"}
     assert import_closure.closure(["nsroot.mod"], ["nsroot"]) == {
         "nsroot.mod": shapes / "nsroot" / "mod.py", "nsroot.sibling": shapes / "nsroot" / "sibling.py"}
+
+
+def test_a_corrupted_or_unwritable_code_memo_is_only_a_lost_memo(tmp_path, monkeypatch):
+    """The user's code memo is a cache: garbage in its file, or a place no folder can be made
+    (a file where its folder should be: unwritable even for root), costs a parse, never a wrong
+    or failed key."""
+    from zoo.engine import keys
+
+    monkeypatch.setattr(import_closure, "_parsed", {})
+    monkeypatch.setattr(import_closure, "_code_memos", {})
+    expected = keys.module_files("deploy")
+    (tmp_path / "garbage.sqlite").write_bytes(b"not a database " * 100)
+    (tmp_path / "a-file").write_text("not a folder")
+    for memo in (tmp_path / "garbage.sqlite", tmp_path / "a-file" / "code.sqlite"):
+        monkeypatch.setenv("ZOO_CODE_MEMO", str(memo))
+        monkeypatch.setattr(import_closure, "_parsed", {})
+        monkeypatch.setattr(import_closure, "_code_memos", {})
+        assert keys.module_files("deploy") == expected

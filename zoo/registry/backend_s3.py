@@ -64,32 +64,30 @@ class S3Backend(ObjectStoreBackend):
         bucket, _, key = rpath.partition("/")
         return bucket, key
 
-    def _head(self, rpath: str) -> dict | None:
+    def _get(self, operation: str, rpath: str, what: str, **extra):
+        """One botocore call on `rpath`'s object, its errors sorted as every backend's are; a missing
+        object (or bucket) is FileNotFoundError."""
         bucket, key = self._bucket_key(rpath)
+        with self._errors(f"{what} {rpath}"):
+            try:
+                return getattr(self._client(), operation)(Bucket=bucket, Key=key, **extra)
+            except Exception as e:
+                if _missing(e):
+                    raise FileNotFoundError(rpath) from e
+                raise
+
+    def _head(self, rpath: str) -> dict | None:
         try:
-            with self._errors(f"stat {rpath}"):
-                try:
-                    return self._client().head_object(Bucket=bucket, Key=key)
-                except Exception as e:
-                    if _missing(e):
-                        raise FileNotFoundError(rpath) from e
-                    raise
+            return self._get("head_object", rpath, "stat")
         except FileNotFoundError:
             return None
 
     def read(self, rpath: str) -> bytes | None:
         """The whole (small) object, or None if it does not exist."""
-        bucket, key = self._bucket_key(rpath)
         try:
-            with self._errors(f"read {rpath}"):
-                try:
-                    body = self._client().get_object(Bucket=bucket, Key=key)["Body"]
-                except Exception as e:
-                    if _missing(e):
-                        raise FileNotFoundError(rpath) from e
-                    raise
-                with body:
-                    return body.read()
+            body = self._get("get_object", rpath, "read")["Body"]
+            with self._errors(f"read {rpath}"), body:
+                return body.read()
         except FileNotFoundError:
             return None
 
@@ -110,17 +108,10 @@ class S3Backend(ObjectStoreBackend):
         if offset > size:
             return
         start, skip = (size - 1, 1) if offset == size and size > 0 else (offset, 0)
-        bucket, key = self._bucket_key(rpath)
         # up to byte `size` inclusive: one past the expected end, never the rest of a huge object
         # (an empty object has no byte range: read it whole, the caller stops after size + 1)
         extra = {"Range": f"bytes={start}-{size}"} if size > 0 else {}
-        with self._errors(f"download {rpath}"):
-            try:
-                body = self._client().get_object(Bucket=bucket, Key=key, **extra)["Body"]
-            except Exception as e:
-                if _missing(e):
-                    raise FileNotFoundError(rpath) from e
-                raise
+        body = self._get("get_object", rpath, "download", **extra)["Body"]
         try:
             chunks = body.iter_chunks(STREAM_CHUNK)
             while True:
