@@ -124,6 +124,43 @@ def test_an_unknown_size_is_allowed_and_only_the_digest_decides(tmp_path):
         download([_source(DATA + b"!")], tmp_path / "other" / SHA, sha256=SHA, size=None, what="x")
 
 
+def _blake3(data: bytes) -> str:
+    from blake3 import blake3
+
+    return blake3(data).hexdigest()
+
+
+def test_a_file_pinned_by_blake3_is_checked_by_blake3_and_not_remembered_as_sha256_checked(tmp_path):
+    """The run cache's objects are pinned by blake3 only: the bytes must hash to it, and the
+    download records no sha256 it did not compute."""
+    from zoo import files
+
+    dest = tmp_path / "obj"
+    assert download([_source(DATA)], dest, blake3=_blake3(DATA), size=len(DATA), what="x") == dest
+    assert dest.read_bytes() == DATA and files._remembered_sha256(dest.stat()) is None
+    with pytest.raises(IntegrityError) as e:
+        download([_source(DATA[:-1] + b"!", label="evil")], tmp_path / "bad", blake3=_blake3(DATA), size=len(DATA),
+                 what="obj")
+    assert e.value.message == (f"obj from evil: checksum mismatch (expected blake3 {_blake3(DATA)} and {len(DATA)} "
+                               f"bytes, got blake3 {_blake3(DATA[:-1] + b'!')} and {len(DATA)} bytes)")
+    assert not (tmp_path / "bad").exists() and list(tmp_path.glob("bad.*")) == []
+
+
+def test_every_digest_given_is_checked(tmp_path):
+    with pytest.raises(IntegrityError, match=f"expected sha256 {SHA} and blake3 {'0' * 64} and "):
+        download([_source(DATA)], tmp_path / "x", sha256=SHA, blake3="0" * 64, size=len(DATA), what="x")
+    download([_source(DATA)], tmp_path / "y", sha256=SHA, blake3=_blake3(DATA), size=len(DATA), what="x")
+    with pytest.raises(ValueError, match="sha256 or the blake3"):
+        download([_source(DATA)], tmp_path / "z", size=len(DATA), what="x")
+
+
+def test_a_broken_transfer_pinned_by_blake3_resumes_and_is_checked_over_the_whole_file(tmp_path):
+    log: list[int] = []
+    dest = tmp_path / "obj"
+    download([_source(DATA, log, fail_after=3000)], dest, blake3=_blake3(DATA), size=len(DATA), what="x")
+    assert log == [0, 3000, 6000] and dest.read_bytes() == DATA
+
+
 def test_sources_are_tried_in_order_past_bad_bytes(store):
     first, second, third = [], [], []
     _get(store, _source(DATA[::-1], first), _source(DATA, second), _source(DATA, third))

@@ -83,6 +83,24 @@ def test_tampered_staging_file_is_refused_and_nothing_is_visible(zoo, tmp_path):
     assert IntegrityError.exit_code == 4
 
 
+@pytest.mark.parametrize("bad", ["builds/b/model.onnx", "README.md"])
+def test_one_tampered_file_among_several_stored_side_by_side_refuses_the_version(zoo, tmp_path, bad):
+    """The files of a version are hashed and stored side by side (`PUBLISH_THREADS`): a bad one,
+    large or small, still refuses the whole version, and what the good ones left is only blobs
+    no manifest names (harmless, as after any failed publish)."""
+    staging = make_staging(tmp_path / "s", builds={"a": {}, "b": {}, "c": {}}, big_bytes=1 << 20)
+    path = staging / bad
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match=f"{bad}: content does not match"):
+        zoo.publish(staging)
+    assert zoo.get("tiny", "1.0.0") is None and zoo.list() == []
+    clean = make_staging(tmp_path / "clean", builds={"a": {}, "b": {}, "c": {}}, big_bytes=1 << 20)
+    published = zoo.publish(clean)
+    assert all(zoo.blobs.check(f.sha256, rehash=True) == "ok" for f in published.all_files())
+
+
 def test_missing_staging_file_is_an_integrity_error(zoo, tmp_path):
     staging = make_staging(tmp_path / "s")
     (staging / "README.md").unlink()

@@ -1,7 +1,8 @@
-"""What a remote hit checks of each object it installs, in-process on a folder remote: sha256 while
-the bytes stream (zoo.download) and blake3 — from the same stream when the download ran in one go,
-from the file when it resumed — so an entry whose two digests name different bytes installs nothing;
-and the sha256 a download verified spares the publish a second hash (zoo.files.remember_sha256)."""
+"""What a remote hit checks of each object it installs, in-process on a folder remote: blake3 (the
+local cache's name for it, the digest the entry and the lockfile record), while the bytes stream
+(zoo.download) and over the whole file when the download resumed, so an entry whose sha256 points
+at other bytes installs nothing; and a file a download verified by sha256 spares the publish a
+second hash (zoo.files.remember_sha256)."""
 
 from __future__ import annotations
 
@@ -53,23 +54,36 @@ def test_blake3_comes_from_the_stream_no_file_is_read_again(tmp_path, monkeypatc
         assert (b.cache.materialize(fetched) / rel).read_bytes() == data
 
 
-def test_a_download_whose_stream_did_not_cover_the_file_is_hashed_from_its_file(tmp_path, monkeypatch):
-    """A resumed download's stream starts mid-file, so the tap has no digest (stood in for here):
-    blake3 is then read from the file, and the object is still checked."""
-    from zoo.engine import remote_cache
+def test_a_resumed_download_is_checked_over_the_whole_file(tmp_path):
+    """A download a finished process left half done is resumed: blake3 covers the bytes it had
+    and the ones it fetched, so a wrong prefix is caught too (and fetched again from the start)."""
+    from zoo.download import _HOST
 
     url, entry = _pushed(tmp_path)
-    reread: list[Path] = []
-    real = hashing.hash_file_uncached
-    monkeypatch.setattr(hashing, "hash_file_uncached", lambda p: (reread.append(Path(p)), real(p))[1])
-    monkeypatch.setattr(remote_cache._Blake3Tap, "digest", lambda self: None)
-    assert _b(tmp_path, url).fetch(KEY) is not None
-    assert len(reread) == len(DATA)
+    b = _b(tmp_path, url)
+    digest = entry.files["model.bin"]["digest"]
+    sha = FsCacheStore(url).read_entry(KEY)
+    sha = json.loads(sha)["sha256"][digest]
+    partial = b.cache.root / "partial"
+    partial.mkdir(parents=True)
+    gone = 2 ** 22 + 1  # no such process: its leftover may be adopted
+    good = partial / f"{sha}.{_HOST}.{gone}.0123456789ab.incomplete"
+    good.write_bytes(DATA["model.bin"][:5000])
+    fetched = b.fetch(KEY)
+    assert fetched is not None and (b.cache.materialize(fetched) / "model.bin").read_bytes() == DATA["model.bin"]
+    assert not good.exists()
+
+    c = Cache(tmp_path / "c").ensure()
+    (c.root / "partial").mkdir()
+    bad = c.root / "partial" / good.name
+    bad.write_bytes(b"X" * 5000)  # a prefix that is not the file's: dropped, the file fetched whole
+    fetched = RemoteCache(c, RemoteCacheSetting(url)).fetch(KEY)
+    assert fetched is not None and (c.materialize(fetched) / "model.bin").read_bytes() == DATA["model.bin"]
 
 
 def test_an_entry_whose_blake3_and_sha256_name_different_bytes_installs_nothing(tmp_path):
     """A forged entry maps one object's blake3 name to the sha256 of another object the remote
-    holds: the bytes pass the sha256 check but not the blake3 one, and the local cache never files
+    holds: those bytes are not the ones the blake3 digest names, and the local cache never files
     them under a name that is not theirs."""
     url, entry = _pushed(tmp_path)
     store = FsCacheStore(url)
@@ -82,7 +96,7 @@ def test_an_entry_whose_blake3_and_sha256_name_different_bytes_installs_nothing(
     os.chmod(path, 0o644)
     path.write_text(json.dumps(doc))
     b = _b(tmp_path, url)
-    with pytest.raises(IntegrityError, match="blake3 and sha256 digests disagree"):
+    with pytest.raises(IntegrityError, match="bytes disagree with it .*checksum mismatch \\(expected blake3"):
         b.fetch(KEY)
     assert not b.cache.object_path(model).exists() and b.cache.lookup(KEY) is None
 

@@ -289,9 +289,9 @@ def test_the_parent_pin_records_what_is_read_and_stands_in_where_the_zoo_lacks_t
     section = {"from": "zoo:tiny@1.0.0", "build": "cpu-fp32"}
     found = finetune.parent(section, tmp_path)
     pin = finetune.pin_path("tiny", "1.0.0", "cpu-fp32")
-    assert json.loads(pin.read_text()) == {"schema_version": 1, "ref": "tiny@1.0.0", "build": "cpu-fp32",
+    assert json.loads(pin.read_text()) == {"schema_version": 2, "ref": "tiny@1.0.0", "build": "cpu-fp32",
                                            "file": "builds/cpu-fp32/model.onnx", "sha256": found.sha256,
-                                           "license": "mit", "outputs": [4]}
+                                           "sidecars": {}, "license": "mit", "outputs": [4]}
     # a zoo without the version, holding only the file where a pull puts it (as a Dask worker's does)
     monkeypatch.setenv("ZOO_HOME", str(tmp_path / "worker-home"))
     copy = LocalZoo().version_dir("tiny", "1.0.0") / "builds" / "cpu-fp32" / "model.onnx"

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import functools
 import platform
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 # uint32 out[4] = cpuid(eax=leaf, ecx=subleaf), System V calling convention (rdi, rsi, rdx):
 #   push rbx; mov eax, edi; mov ecx, esi; mov r8, rdx; cpuid;
@@ -42,31 +45,33 @@ _XCR0_AMX = (1 << 17) | (1 << 18)  # XTILECFG and XTILEDATA
 @functools.lru_cache(maxsize=1)
 def features() -> frozenset[str] | None:
     """The usable SIMD features of this x86-64 process's CPU, or None where CPUID cannot be read."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    try:
-        page, cpuid, xgetbv = _routines()
-    except (OSError, ValueError, AttributeError, TypeError):
-        return None
-    with page:  # unmapped once decoded: the routines point into it
-        return _decode(cpuid, xgetbv)
+    return _read(_decode)
 
 
 @functools.lru_cache(maxsize=1)
 def brand() -> str | None:
     """The CPU's brand string (CPUID leaves 0x80000002-4: "AMD EPYC 9B14", or an emulator's CPU
     model name), or None where CPUID cannot be read or has none."""
+    return _read(lambda cpuid, _: _brand(cpuid))
+
+
+def _read(decode: Callable[[Callable, Callable], T]) -> T | None:
+    """`decode(cpuid, xgetbv)` with the CPUID routines mapped, or None off x86-64 or where they
+    cannot be mapped (the page is unmapped once `decode` returns: the routines point into it)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return None
     try:
-        page, cpuid, _ = _routines()
+        page, cpuid, xgetbv = _routines()
     except (OSError, ValueError, AttributeError, TypeError):
         return None
     with page:
-        if cpuid(0x80000000, 0)[0] < 0x80000004:
-            return None
-        raw = b"".join(r.to_bytes(4, "little") for leaf in (0x80000002, 0x80000003, 0x80000004)
-                       for r in cpuid(leaf, 0))
+        return decode(cpuid, xgetbv)
+
+
+def _brand(cpuid) -> str | None:
+    if cpuid(0x80000000, 0)[0] < 0x80000004:
+        return None
+    raw = b"".join(r.to_bytes(4, "little") for leaf in (0x80000002, 0x80000003, 0x80000004) for r in cpuid(leaf, 0))
     return raw.split(b"\0", 1)[0].decode("ascii", "replace").strip() or None
 
 

@@ -1,4 +1,7 @@
-"""The one downloader: a file pinned by sha256, resumable, verified while it streams.
+"""The one downloader: a file pinned by its digest, resumable, verified while it streams.
+
+A file is pinned by sha256 (the registry's blobs, upstream sources) or blake3 (the run cache's
+objects, `zoo.engine.remote_cache`), or both; every digest given is checked.
 
 `download` takes `Source`s (a label and ``open_from(offset)``, which yields the file's bytes
 from that offset: a ranged read) and tries them in order (a remote's primary and mirrors; the
@@ -18,7 +21,7 @@ How a download runs:
   what it has with a ranged read, up to `RETRIES` times per source, then tries the next
   source; a later download adopts (renames to its own name) a temporary file that a finished
   process left, so an interrupted download resumes across runs too;
-- only when sha256 (and size, when known) match is the file made read-only and renamed into
+- only when the digests (and size, when known) match is the file made read-only and renamed into
   place: an unverified byte is never visible under `dest`. Two processes downloading the same
   file each write their own temporary file; both renames put the same bytes in place;
 - the temporary file is removed on every failure except an interrupted transfer (kept to be
@@ -65,11 +68,15 @@ class Source:
     open_from: Callable[[int], Iterable[bytes]]
 
 
-def download(sources: Sequence[Source], dest: Path, *, sha256: str, size: int | None, what: str,
-             tmp_dir: Path | None = None) -> Path:
-    """Make `dest` hold the file whose sha256 is `sha256` (and whose length is `size`, when known),
-    from the first of `sources` that delivers it; temporary files go in `tmp_dir` (default:
-    beside `dest`; it must be on the same filesystem). See the module docstring."""
+def download(sources: Sequence[Source], dest: Path, *, sha256: str | None = None, size: int | None, what: str,
+             tmp_dir: Path | None = None, blake3: str | None = None) -> Path:
+    """Make `dest` hold the file whose sha256 is `sha256` and/or whose blake3 is `blake3` (at least
+    one; and whose length is `size`, when known), from the first of `sources` that delivers it;
+    temporary files go in `tmp_dir` (default: beside `dest`; it must be on the same filesystem).
+    See the module docstring."""
+    expected = {name: value for name, value in (("sha256", sha256), ("blake3", blake3)) if value is not None}
+    if not expected:
+        raise ValueError("download: give the sha256 or the blake3 digest of the file")
     dest = Path(dest)
     tmp_dir = Path(tmp_dir) if tmp_dir is not None else dest.parent
     tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +88,7 @@ def download(sources: Sequence[Source], dest: Path, *, sha256: str, size: int | 
             for attempt in range(RETRIES + 1):
                 before = _length(tmp)
                 try:
-                    _transfer(src, tmp, dest, sha256, size, f"{what} from {src.label}")
+                    _transfer(src, tmp, dest, expected, size, f"{what} from {src.label}")
                     _drop_leftovers(tmp_dir, dest.name)
                     return dest
                 except IntegrityError as e:  # _transfer removed the bad bytes
@@ -125,9 +132,10 @@ def _combined(errors: list[ZooError], what: str) -> ZooError:
     return StorageError(f"{what}: could not be downloaded ({'; '.join(e.message for e in errors) or 'no source'})")
 
 
-def _transfer(src: Source, tmp: Path, dest: Path, sha256: str, size: int | None, what: str) -> None:
-    """Append what `src` serves past the end of `tmp`, hashing as it goes; place it if it matches."""
-    h = hashlib.sha256()
+def _transfer(src: Source, tmp: Path, dest: Path, expected: dict[str, str], size: int | None, what: str) -> None:
+    """Append what `src` serves past the end of `tmp`, hashing as it goes; place it if it matches
+    `expected` ({algorithm: hex digest}) and `size`."""
+    hashers = {name: _hasher(name) for name in expected}
     offset = _length(tmp)
     if size is not None and offset > size:
         tmp.unlink()
@@ -135,7 +143,8 @@ def _transfer(src: Source, tmp: Path, dest: Path, sha256: str, size: int | None,
     if offset:
         with open(tmp, "rb") as f:
             while chunk := f.read(_HASH_CHUNK):
-                h.update(chunk)
+                for h in hashers.values():
+                    h.update(chunk)
     n = offset
     with open(tmp, "ab") as out:
         for chunk in _prefetch(src.open_from(offset)):
@@ -143,20 +152,33 @@ def _transfer(src: Source, tmp: Path, dest: Path, sha256: str, size: int | None,
             if size is not None and n > size:
                 break  # longer than the manifest says: refused below, never cut to size
             out.write(chunk)
-            h.update(chunk)
+            for h in hashers.values():
+                h.update(chunk)
         out.flush()
         os.fsync(out.fileno())
-    got = h.hexdigest()
-    if got != sha256 or (size is not None and n != size):
+    got = {name: h.hexdigest() for name, h in hashers.items()}
+    if got != expected or (size is not None and n != size):
         tmp.unlink(missing_ok=True)
-        expected = f"sha256 {sha256}" + (f" and {size} bytes" if size is not None else "")
-        raise IntegrityError(f"{what}: checksum mismatch (expected {expected}, got sha256 {got} and {n} bytes)",
+        wanted = " and ".join(f"{name} {value}" for name, value in expected.items())
+        wanted += f" and {size} bytes" if size is not None else ""
+        seen = " and ".join(f"{name} {value}" for name, value in got.items())
+        raise IntegrityError(f"{what}: checksum mismatch (expected {wanted}, got {seen} and {n} bytes)",
                              hint="the remote copy is corrupt, was changed upstream or was tampered with; "
                                   "nothing was installed")
     dest.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(tmp, 0o444)
     os.replace(tmp, dest)
-    remember_sha256(dest, sha256)  # placing it again in this process (a hard link) need not re-hash it
+    if "sha256" in expected:
+        remember_sha256(dest, expected["sha256"])  # placing it again in this process (a hard link) need not re-hash it
+
+
+def _hasher(algorithm: str):
+    """A new hasher for `algorithm` (``sha256`` or ``blake3``, the run cache's content digest)."""
+    if algorithm == "blake3":
+        from zoo.engine.hashing import content_hasher
+
+        return content_hasher()
+    return hashlib.sha256()
 
 
 def _prefetch(chunks: Iterable[bytes], depth: int = 2) -> Iterator[bytes]:

@@ -102,8 +102,9 @@ class StatCache:
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute("CREATE TABLE IF NOT EXISTS file_values (path TEXT, what TEXT, inode INTEGER, "
                                  "size INTEGER, mtime_ns INTEGER, value TEXT, PRIMARY KEY (path, what))")
-            except sqlite3.Error:
-                self._path = None  # a read-only cache still works, just without persistence
+            except (sqlite3.Error, OSError):
+                # a read-only or unplaceable store still works, just without persistence
+                self._path = None
                 return None
         return self._db
 

@@ -170,12 +170,7 @@ def code_memo() -> StatCache:
     written, it remembers in memory only."""
     path = code_memo_path()
     if path not in _code_memos:
-        try:  # (StatCache copes with a file it cannot open, not with a folder it cannot make)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            usable: Path | None = path
-        except OSError:
-            usable = None
-        _code_memos[path] = StatCache(usable)
+        _code_memos[path] = StatCache(path)
     return _code_memos[path]
 
 

@@ -19,12 +19,17 @@ whose log is missing, lack it, and older zoos ignore it, so the schema stays 1. 
 installs it as the local cache's log of the key (sha256-verified); a log that cannot be had or is
 not what the entry names is a note, never a failure of the stage, and is not installed.
 
-The local cache names objects by blake3; the remote by sha256, which `zoo.download` verifies
-while the bytes stream (resumable, from a temporary file in the cache's ``partial/``). After the
-download the blake3 digest is checked too, so the bytes installed are exactly those the entry
-names: a tampered object (or an entry whose two digests disagree) is an `IntegrityError` (exit 4)
-and nothing of that stage is installed in the local cache. Trust: whoever can write to the remote
-can publish entries for keys; a remote cache is shared with people you trust to build for you.
+The local cache names objects by blake3, the remote by sha256 (its objects are shared with the
+registry's naming and the entry maps one to the other). A downloaded object is checked against the
+entry's blake3 digest while its bytes stream (`zoo.download`: resumable, from a temporary file in
+the cache's ``partial/``), so the bytes installed are exactly those the entry and the key's
+lockfile record name: a tampered object (or an entry whose sha256 points at other bytes) is an
+`IntegrityError` (exit 4) and nothing of that stage is installed in the local cache. One strong
+digest is checked, not two: sha256 would add a second pass over every byte and prove nothing the
+blake3 check does not (the entry that names both is what the bytes are checked against). Where
+sha256 is needed (publishing a build to the zoo, whose blobs are named by it), the publisher
+hashes the file. Trust: whoever can write to the remote can publish entries for keys; a remote
+cache is shared with people you trust to build for you.
 
 An unreachable or refusing remote (SourceUnreachable, AccessDenied) is noted once and the run
 goes on with the local cache only (`notes`).
@@ -43,15 +48,11 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
 
 from zoo.engine.cache import Cache, Entry, missing_outputs
 from zoo.engine.cache_config import RemoteCacheSetting
 from zoo.engine.cache_store import CacheStore, open_store
 from zoo.errors import AccessDenied, IntegrityError, NoSpace, SourceUnreachable, StorageError, ZooError
-
-if TYPE_CHECKING:
-    from zoo.download import Source
 
 REMOTE_ENTRY_SCHEMA_VERSION = 1
 PARTIAL = "partial"  # under the cache root: downloads in progress (resumed by the next run)
@@ -193,8 +194,8 @@ class RemoteCache:
         """{blake3: verified file in partial/} for each object of `entry` the local cache lacks.
 
         The objects download side by side (`DOWNLOAD_THREADS`: a stage's files are often one large
-        model and a few small ones, and one stream rarely fills the link); sha256 is checked while
-        the bytes stream (zoo.download: resumable), blake3 after. On any failure the files this
+        model and a few small ones, and one stream rarely fills the link); blake3 is checked while
+        the bytes stream (zoo.download: resumable). On any failure the files this
         call verified are removed, so a refused stage installs nothing."""
         from concurrent.futures import ThreadPoolExecutor
 
@@ -225,24 +226,18 @@ class RemoteCache:
         return verified
 
     def _download_verified(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
-        """One object downloaded (sha256 checked while it streams) and its blake3 checked too:
-        computed from the same stream where the download ran from the start in one go, else by
-        reading the file."""
-        from zoo.engine.hashing import hash_file_uncached
+        """One object (the remote's name for it: `sha256`) downloaded and checked against the
+        entry's blake3 `digest` while it streams, so the file is never read again; IntegrityError
+        (nothing kept) when its bytes are not those the entry names."""
+        try:
+            return self._download_one(entry, digest, sha256, size, partial)
+        except IntegrityError as e:
+            raise IntegrityError(f"remote cache {self.url}: stage {entry.stage}'s entry names an object whose bytes "
+                                 f"disagree with it ({e.message}); nothing was installed",
+                                 hint="the remote's object or entry is damaged or was tampered with: remove the "
+                                      "entry from the remote, then run again") from None
 
-        tap = _Blake3Tap(self.store.object_source(sha256, size), size)
-        path = self._download_one(entry, digest, sha256, size, partial, tap.source)
-        blake3 = tap.digest() if path is not None else None
-        if path is not None and (blake3 or hash_file_uncached(path)) != digest:
-            path.unlink(missing_ok=True)
-            raise IntegrityError(f"remote cache {self.url}: stage {entry.stage}'s entry names an object "
-                                 "whose blake3 and sha256 digests disagree; nothing was installed",
-                                 hint="the remote entry was tampered with: remove it from the remote, "
-                                      "then run again")
-        return path
-
-    def _download_one(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path,
-                      source: "Source") -> Path | None:
+    def _download_one(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
         """Download one object (sha256 verified) and take it under a name of this process's own, so
         a concurrent fetch of the same bytes (another run on this cache) cannot move it away;
         None when that other fetch installed the object first."""
@@ -252,8 +247,8 @@ class RemoteCache:
 
         dest = partial / sha256
         for _ in range(3):
-            download([source], dest, sha256=sha256, size=size,
-                     what=f"remote cache {self.url}: an output of stage {entry.stage}", tmp_dir=partial)
+            download([self.store.object_source(sha256, size)], dest, blake3=digest, size=size,
+                     what=f"an output of stage {entry.stage}", tmp_dir=partial)
             mine = partial / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.verified"
             try:
                 os.rename(dest, mine)
@@ -377,34 +372,6 @@ class RemoteCache:
             "is unreachable" if isinstance(e, SourceUnreachable) else "failed"
         self.notes.append(f"remote cache {self.url} {what} ({type(e).__name__}); the rest of this run used "
                           "the local cache only")
-
-
-class _Blake3Tap:
-    """A download source that also computes blake3 of the bytes as they stream (on the download's
-    reading thread), so a verified object need not be read again. `digest()` is None unless the
-    last transfer started at byte 0 and delivered exactly `size` bytes (a resumed download is
-    hashed from its file instead)."""
-
-    def __init__(self, source: "Source", size: int):
-        from zoo.download import Source
-
-        self._inner, self._size = source, size
-        self._hasher = None
-        self._seen = 0
-        self.source = Source(source.label, self._open_from)
-
-    def _open_from(self, offset: int) -> Iterator[bytes]:
-        from zoo.engine.hashing import content_hasher
-
-        self._hasher, self._seen = (content_hasher() if offset == 0 else None), 0
-        for chunk in self._inner.open_from(offset):
-            if self._hasher is not None:
-                self._hasher.update(chunk)
-                self._seen += len(chunk)
-            yield chunk
-
-    def digest(self) -> str | None:
-        return self._hasher.hexdigest() if self._hasher is not None and self._seen == self._size else None
 
 
 def parse_entry(data: bytes, key: str, url: str) -> tuple[Entry, dict[str, str]]:

@@ -6,7 +6,7 @@ entries, and the files the stage reads from the recipe's folder and zoo's folder
 dependencies: zoo/engine/stage_files.py), are on the remote, and sends the worker a `Transfer`:
 the remote's URL and options, those entries, the sha256 of each of their objects, the manifest of
 those files, and the stage's key parts. The worker (`execute_shipped`, in a Dask worker process)
-fetches the objects its own cache lacks (sha256 while they stream, blake3 after: a tampered object
+fetches the objects its own cache lacks (blake3 checked while they stream: a tampered object
 is an IntegrityError, exit 4), puts the files in a private project folder (and its own ZOO_HOME /
 cache), checks their digests against the key (else nothing runs: IntegrityError), runs the stage
 in a workspace of its own cache with the recipe in that project folder, checks that its tool

@@ -3,7 +3,7 @@ the caller (zoo/engine/remote_stage.py).
 
 What a stage reads from the recipe's folder (model code, a training script, a CSV, a tokenizer
 folder) and from zoo's own folders (``zoo-home:models/…`` and ``cache:parents/…`` of a `model.from`
-parent: its ONNX file and pin; ``cache:dvc/…`` of a DVC pin) is what its kind's `dependencies` names: the list whose digests enter the stage's key
+parent: its ONNX files and pin; ``cache:dvc/…`` of a DVC pin) is what its kind's `dependencies` names: the list whose digests enter the stage's key
 (zoo.engine.keys.code_digests). Shipping exactly that list means nothing the stage reads goes
 unshipped and nothing shipped is unkeyed.
 

@@ -102,12 +102,9 @@ class S3Backend(ObjectStoreBackend):
         modified = head.get("LastModified")
         return int(head["ContentLength"]), (modified.timestamp() if modified is not None else None)
 
-    def iter_from(self, rpath: str, offset: int, size: int) -> Iterator[bytes]:
-        """See FsBackend.iter_from: one streaming GET with ``Range: bytes=offset-size`` (servers
+    def _chunks(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
+        """See FsBackend.iter_from: one streaming GET with ``Range: bytes=start-size`` (servers
         such as moto re-read an object for every ranged request, so many small ranges are slow)."""
-        if offset > size:
-            return
-        start, skip = (size - 1, 1) if offset == size and size > 0 else (offset, 0)
         # up to byte `size` inclusive: one past the expected end, never the rest of a huge object
         # (an empty object has no byte range: read it whole, the caller stops after size + 1)
         extra = {"Range": f"bytes={start}-{size}"} if size > 0 else {}
@@ -119,10 +116,7 @@ class S3Backend(ObjectStoreBackend):
                     chunk = next(chunks, b"")
                 if not chunk:
                     return
-                if skip:
-                    chunk, skip = chunk[skip:], 0
-                if chunk:
-                    yield chunk
+                yield chunk
         finally:
             body.close()
 

@@ -242,23 +242,25 @@ class FsBackend:
         so that the caller sees a file longer than its manifest says on every backend (a longer
         file is refused, never silently cut to size), and never reads more than that.
 
-        A local folder: seek and read; WebDAV and HTTP: ranged requests of CHUNK bytes (S3:
-        backend_s3.py).
+        A local folder: seek and read; WebDAV and HTTP: ranged requests of CHUNK bytes (a backend
+        reads in its own way by overriding `_chunks`: S3, backend_s3.py).
         """
         if offset > size:
             return
         # a range must start inside the file: to look past the end of a complete prefix, start
         # one byte early and drop that byte
         start, skip = (size - 1, 1) if offset == size and size > 0 else (offset, 0)
-        if self.scheme == "file":
-            chunks = self._iter_local(rpath, start, size)
-        else:
-            chunks = self._iter_ranges(rpath, start, size)
-        for chunk in chunks:
+        for chunk in self._chunks(rpath, start, size):
             if skip:
                 chunk, skip = chunk[skip:], 0
             if chunk:
                 yield chunk
+
+    def _chunks(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
+        """The bytes of `rpath` from `start` (inside the file) up to byte `size` inclusive."""
+        if self.scheme == "file":
+            return self._iter_local(rpath, start, size)
+        return self._iter_ranges(rpath, start, size)
 
     def _iter_local(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
         with self._errors(f"download {rpath}"), open(rpath, "rb") as f:

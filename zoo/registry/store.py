@@ -26,6 +26,7 @@ from zoo.registry.refs import (LATEST, Ref, check_name, check_tag, check_version
                                moves_latest, newest, parse_ref)
 from zoo.pathsafety import check_external_data, safe_join
 
+PUBLISH_THREADS = max(1, min(4, os.cpu_count() or 1))  # files of a version hashed and stored side by side
 PENDING_DIR = "index-pending"  # <model name>: a writer of that model has not finished updating the index
 
 
@@ -260,10 +261,30 @@ class LocalZoo:
                     self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}")
             return kept
         # blobs first (each verified while copied); an unreferenced blob left by a failure is harmless
-        for ref in manifest.all_files():
-            self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}", link=link)
+        self._add_blobs(manifest, sources, link)
         self._check_onnx(manifest, lambda ref: self.blobs.path(ref.sha256))
         return self._commit(manifest.model_copy(update={"created": utc_now()}))
+
+    def _add_blobs(self, manifest: Manifest, sources: dict[str, Path], link: bool) -> None:
+        """Store every file of `manifest` as a blob, verified; the files side by side (hashing
+        releases the GIL, and a release is often a few large builds). Every add finishes before
+        the first error, if any, is raised: nothing is left half-written either way."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        refs = manifest.all_files()
+
+        def add(ref: FileRef) -> None:
+            self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}", link=link)
+
+        if len(refs) < 2:
+            for ref in refs:
+                add(ref)
+            return
+        with ThreadPoolExecutor(max_workers=min(PUBLISH_THREADS, len(refs)), thread_name_prefix="zoo-publish") as pool:
+            futures = [pool.submit(add, ref) for ref in sorted(refs, key=lambda r: -r.size)]  # largest first
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]
 
     def adopt(self, manifest: Manifest) -> Manifest:
         """Record a manifest fetched from a remote (its blobs may arrive later, per build)."""

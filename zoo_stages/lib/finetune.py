@@ -8,19 +8,20 @@ included; nothing in it is run. ``head: new`` replaces the parent's last Linear 
 one of ``model.num_classes`` outputs (transfer learning); with ``keep`` (the default) the parent's
 output width must be ``num_classes``.
 
-train and export both build the network here (`archs.build_model`), so the parent's ONNX file is
-a dependency of both (its digest enters their keys: a republished parent retrains), and export
+train and export both build the network here (`archs.build_model`), so the parent's ONNX file and
+its sidecars (external data) are dependencies of both (their digests enter the keys: a republished
+parent retrains, even one whose weights alone changed), and export
 records it as an attribution source, which deploy writes into the version's lineage
 (``lineage.sources["zoo:NAME@VERSION"] = "sha256:..."``) and its model card.
 
 What the kinds read of the parent's manifest (the build chosen, its file and sha256, the license,
-the output shape) is written to a *pin*, ``<cache>/parents/<name>/<version>/<build>.json``
+its sidecars' sha256, the output shape) is written to a *pin*, ``<cache>/parents/<name>/<version>/<build>.json``
 (canonical JSON, rewritten only when it changes), which is a dependency too. So the keys hold
 exactly what is read of the parent, the same on every machine whose zoo has the same version
 (the manifest's publish time and timing figures are not read, and stay out of the keys), and a
-Dask worker that shares no disk with the caller is given the pin and the ONNX file like any
+Dask worker that shares no disk with the caller is given the pin and the build's files like any
 other keyed file (zoo/engine/stage_files.py): where the local zoo lacks the version, the parent
-is taken from its pin, provided the file the pin names is in the zoo's version folder with the
+is taken from its pin, provided the files the pin names are in the zoo's version folder with the
 pinned sha256. The worker needs no `zoo pull`.
 
 `freeze` fixes parameters by name (``train.config.freeze``: fnmatch patterns such as
@@ -39,7 +40,7 @@ from zoo.errors import InvalidInput, NotFound
 
 PREFIX = "zoo:"
 PINS = "parents"  # <cache>/parents/<name>/<version>/<build or DEFAULT_BUILD>.json: what is read of a parent
-PIN_SCHEMA = 1
+PIN_SCHEMA = 2  # 2: the build's sidecars (ONNX external data) with their sha256
 DEFAULT_BUILD = "default"  # the pin of `model.from` without `model.build` (its float32 build)
 
 
@@ -51,6 +52,7 @@ class Parent:
     build: str
     path: Path  # the build's ONNX file in the local zoo (verified)
     sha256: str
+    sidecars: tuple[tuple[Path, str], ...]  # (file, sha256) of the build's other files: its external data
     license: str
     outputs: tuple[int | str | None, ...]  # the shape of its (first) output
 
@@ -97,8 +99,10 @@ def _pin_text(found: Parent, zoo: Any) -> str:
     import json
 
     name, version = found.ref.split("@", 1)
+    folder = zoo.version_dir(name, version)
     record = {"schema_version": PIN_SCHEMA, "ref": found.ref, "build": found.build,
-              "file": found.path.relative_to(zoo.version_dir(name, version)).as_posix(), "sha256": found.sha256,
+              "file": found.path.relative_to(folder).as_posix(), "sha256": found.sha256,
+              "sidecars": {path.relative_to(folder).as_posix(): sha256 for path, sha256 in found.sidecars},
               "license": found.license, "outputs": list(found.outputs)}
     return json.dumps(record, sort_keys=True, indent=1) + "\n"
 
@@ -132,24 +136,30 @@ def _from_pin(pin: Path, zoo: Any, ref: str) -> Parent | None:
         return None
     except (OSError, ValueError) as e:
         raise InvalidInput(f"the parent pin {pin} cannot be read: {e}", hint=f"remove {pin}") from None
-    fields = ("ref", "build", "file", "sha256", "license", "outputs")
+    fields = ("ref", "build", "file", "sha256", "sidecars", "license", "outputs")
     if not isinstance(record, dict) or record.get("schema_version") != PIN_SCHEMA or record.get("ref") != ref \
-            or any(f not in record for f in fields) or not isinstance(record["outputs"], list):
+            or any(f not in record for f in fields) or not isinstance(record["outputs"], list) \
+            or not isinstance(record["sidecars"], dict):
         raise InvalidInput(f"the parent pin {pin} is not a pin of {ref} (schema_version {PIN_SCHEMA})",
                            hint=f"remove {pin}; it is written again from a zoo that holds {ref}")
     name, version = ref.split("@", 1)
-    path = safe_join(zoo.version_dir(name, version), str(record["file"]), what="parent pin file")
-    if not path.is_file():
+    folder = zoo.version_dir(name, version)
+    files = [(safe_join(folder, str(rel), what="parent pin file"), str(sha256))
+             for rel, sha256 in [(record["file"], record["sha256"]), *record["sidecars"].items()]]
+    if not all(path.is_file() for path, _ in files):
         return None
-    if sha256_file(path) != record["sha256"]:
-        raise IntegrityError(f"{path} does not hold the bytes its pin {pin} names (sha256 {record['sha256']})",
-                             hint=f"remove {path} and `zoo pull {ref}`")
-    return Parent(ref=ref, build=str(record["build"]), path=path, sha256=str(record["sha256"]),
+    for path, sha256 in files:
+        if sha256_file(path) != sha256:
+            raise IntegrityError(f"{path} does not hold the bytes its pin {pin} names (sha256 {sha256})",
+                                 hint=f"remove {path} and `zoo pull {ref}`")
+    (path, sha256), sidecars = files[0], tuple(files[1:])
+    return Parent(ref=ref, build=str(record["build"]), path=path, sha256=sha256, sidecars=sidecars,
                   license=str(record["license"]), outputs=tuple(record["outputs"]))
 
 
 def _from_zoo(zoo: Any, manifest: Any, model_section: Mapping[str, Any], spec: Any) -> Parent:
     """The parent's build in the local zoo, placed in its version folder (checked against its sha256)."""
+    from zoo.pathsafety import safe_join
     from zoo.registry.pull import pull
     from zoo.registry.select import float_build
 
@@ -166,8 +176,11 @@ def _from_zoo(zoo: Any, manifest: Any, model_section: Mapping[str, Any], spec: A
                            "onnxruntime reads", hint="start from one of its ONNX builds (e.g. its float32 one)")
     pulled = pull(ref, build=build.name, offline=True, zoo=zoo)  # every file checked against its sha256
     outputs = tuple(build.outputs[0].shape) if build.outputs else ()
+    folder = zoo.version_dir(manifest.name, manifest.version)
+    # the external data the ONNX file reads (the pull placed each beside it, checked)
+    sidecars = tuple((safe_join(folder, f.path, what="build file"), f.sha256) for f in build.extra_files)
     return Parent(ref=manifest.ref, build=build.name, path=Path(pulled.path), sha256=build.file.sha256,
-                  license=manifest.license, outputs=outputs)
+                  sidecars=sidecars, license=manifest.license, outputs=outputs)
 
 
 def _missing(ref: str, recipe_dir: Path) -> InvalidInput:
@@ -195,12 +208,13 @@ def _recipe_making(name: str, version: str, recipe_dir: Path) -> str | None:
 
 
 def dependencies(model_section: Mapping[str, Any], recipe_dir: Path) -> list[Path]:
-    """The parent's pin and ONNX file, whose contents enter the key of every stage that builds the network."""
+    """The parent's pin, ONNX file and its sidecars (external data), whose contents enter the key of
+    every stage that builds the network (and travel to a Dask worker with the stage)."""
     found = parent(model_section, recipe_dir)
     if found is None:
         return []
     name, version = found.ref.split("@", 1)
-    return [pin_path(name, version, model_section.get("build")), found.path]
+    return [pin_path(name, version, model_section.get("build")), found.path, *(path for path, _ in found.sidecars)]
 
 
 def build_model(model_section: Mapping[str, Any], recipe_dir: Path, outputs: int) -> Any:
