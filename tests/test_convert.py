@@ -152,6 +152,8 @@ def test_fp16_keeps_float32_io_and_matches(tmp_path, images):
     info = describe(out)
     assert [p.dtype for p in info.inputs + info.outputs] == ["float32", "float32"]
     assert {i.data_type for i in model.graph.initializer} == {TensorProto.FLOAT16}
+    onnx.checker.check_model(model, full_check=True)  # valid ONNX: the input Casts come first
+    assert model.graph.node[0].op_type == "Cast" and model.graph.node[0].input[0] == model.graph.input[0].name
     ref, got = run(src, images), run(out, images)
     assert got.dtype == np.float32
     parity = compare({"logits": ref}, {"logits": got}, tolerance=Tolerance(atol=1e-2, rtol=1e-2))

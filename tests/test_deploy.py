@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from pydantic import ValidationError
 
-from zoo.errors import GateFailed, InvalidInput
+from zoo.errors import GateFailed, InvalidInput, StageFailed
 from zoo.engine.hashing import hash_file_uncached
 from zoo.registry.manifest import MANIFEST_FILE, Manifest
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
@@ -317,6 +317,18 @@ def test_parity_failure_raises_gate_with_table(upstream, tmp_path):
     with pytest.raises(GateFailed) as err:
         _deploy(upstream, tmp_path, builds={"cuda-fp16": {"from": "optimize", "convert": "fp16", "atol": 0, "rtol": 0}})
     assert "cuda-fp16" in err.value.message and "logits" in err.value.table and "violations" in err.value.table
+
+
+def test_a_build_that_is_not_valid_onnx_fails_the_stage_and_nothing_is_released(upstream, tmp_path, monkeypatch):
+    """The float16 converter's own output (its input Casts after the nodes that read them, as
+    onnxruntime's converter leaves it without zoo's reordering) fails onnx.checker at deploy."""
+    from zoo_stages.lib import graph_order
+
+    monkeypatch.setattr(graph_order, "sort_graph", lambda graph, outer=(): False)
+    with pytest.raises(StageFailed, match="build cuda-fp16: model.onnx is not valid ONNX "
+                                          r"\(onnx.checker: Nodes in a graph must be topologically sorted") as e:
+        _deploy(upstream, tmp_path, builds={"cuda-fp16": {"from": "optimize", "convert": "fp16"}})
+    assert "nothing was published" in e.value.message
 
 
 def test_wrong_verified_name_is_caught_by_digest(upstream, tmp_path):

@@ -34,6 +34,10 @@ statement.
   (held-out data when the recipe has a ``data:`` section, else verify's test inputs, else fixed
   random inputs); a difference beyond ``atol + rtol * |ref|`` raises GateFailed with a table.
   Their test vectors are the converted model's outputs on verify's test inputs.
+- Every ONNX build whose bytes verify's checker gate did not see (a conversion, an unverified
+  build) passes ``onnx.checker`` with ``full_check`` here, or the stage fails (StageFailed naming
+  the build) and nothing is published: a build is valid ONNX, not only a graph onnxruntime
+  tolerates.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from zoo.errors import GateFailed, InvalidInput, ZooError
+from zoo.errors import GateFailed, InvalidInput, StageFailed, ZooError
 from zoo.files import atomic_copy, atomic_write
 from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
 from zoo.registry.staging import file_ref
@@ -500,6 +504,8 @@ class _Release:
         else:
             shipped = self._converted(name, spec, vname, source, src_info, bdir, props)
         info = describe(shipped.model)
+        if info.format == "onnx" and (spec.convert is not None or vname is None):
+            self._check_onnx(name, shipped.model)  # bytes verify's checker gate did not see
         vectors = self._vectors(name, spec, vname, shipped.model, bdir)
         metrics = dict(shipped.metrics)
         # what a runtime loads: the model and its external data (not the operator list for minimal builds)
@@ -520,6 +526,19 @@ class _Release:
             extra_files=[file_ref(self.release, p) for p in sorted(shipped.extra_files)],
         )
         return build, shipped.conversion, vname
+
+    def _check_onnx(self, name: str, model: Path) -> None:
+        """`onnx.checker` (full check) of a build: a build is valid ONNX that any runtime may load,
+        not only a graph onnxruntime tolerates. StageFailed naming the build otherwise."""
+        from zoo_stages.lib import onnx_io
+
+        try:
+            onnx_io.check_model(model, self.work)
+        except Exception as e:  # ValidationError, InferenceError: both mean the checker refused it
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StageFailed(f"build {name}: {model.name} is not valid ONNX (onnx.checker: {why}); nothing was "
+                              "published", hint="drop the build, or change how it is made (its `convert`, "
+                                                "`op_block_list` or `from`)") from None
 
     def _as_is(self, name: str, spec: BuildSpec, vname: str | None, source: Path, src_info: Any,
                bdir: Path, props: Mapping[str, str]) -> _Shipped:

@@ -1,7 +1,8 @@
 """Device conversions of an ONNX model: float16 and the ORT format.
 
 - `to_fp16`: onnxruntime's own float16 converter, keeping float32 inputs/outputs so callers feed
-  the same arrays as before (Cast nodes are inserted at the graph's edges);
+  the same arrays as before (Cast nodes are inserted at the graph's edges; the graph is then put
+  back in topological order, `zoo_stages.lib.graph_order`, as ONNX requires);
 - `to_ort`: onnxruntime's ``convert_onnx_models_to_ort`` tool, run on a private copy so its
   side files never land next to the source; we keep the ``.ort`` model and its
   ``required_operators`` config (what a minimal onnxruntime build for a phone needs), with the
@@ -68,6 +69,11 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
     blocked = sorted(set(DEFAULT_OP_BLOCK_LIST) | set(op_block_list or ()))
     with _warnings_to_log():
         converted = convert_float_to_float16(model, keep_io_types=keep_io_types, op_block_list=blocked)
+    # the converter appends the Cast nodes of the graph's inputs after the nodes that read them:
+    # valid for onnxruntime, not ONNX (onnx.checker refuses an unsorted graph)
+    from zoo_stages.lib.graph_order import sort_graph
+
+    sort_graph(converted.graph)
     converted.ir_version = min(int(converted.ir_version), MAX_IR_VERSION)
     dst = Path(dst)
     if converted.ByteSize() < _PROTOBUF_LIMIT:
