@@ -1,13 +1,17 @@
 """Choosing the best build of a version for this host (used by `zoo pull` without --build).
 
-The rule, in order:
+Only builds this host can run are considered: a build that needs a GPU (``requires: {device:
+cuda}``, or no CPUExecutionProvider in its ``execution_providers``) only where onnxruntime
+offers ``CUDAExecutionProvider``. Among them, in order:
 
-1. Builds that failed verification (metrics ``passed: false`` or ``status: failed``) come last.
-2. If onnxruntime on this host offers ``CUDAExecutionProvider``, CUDA builds (a build whose
-   ``execution_providers`` lists it, or whose ``requires`` says ``device: cuda``) come first,
-   lowest ``latency_p50_ms`` first.
-3. Otherwise builds that need a GPU are skipped; then ``cpu-int8``, then ``cpu-fp32``, then
-   any other CPU build by lowest ``latency_p50_ms`` and name.
+1. builds that failed verification (metrics ``passed: false`` or ``status: failed``) come last;
+2. builds verify measured (``latency_p50_ms``) come before builds it never ran, so an
+   unverified build (a float16 build for CUDA made on a machine without a GPU) is never chosen
+   over one that was run;
+3. on a CUDA host, CUDA builds first;
+4. the lowest measured ``latency_p50_ms``: a quantized build that verify measured slower than
+   its float32 build is not the default (the name decides nothing while figures exist);
+5. then ``cpu-int8``, ``cpu-fp32``, any other name (only builds without figures get this far).
 
 Checking for CUDA imports onnxruntime; that only happens here, at pull time.
 
@@ -55,13 +59,10 @@ def rank_builds(manifest: Manifest, providers: list[str] | None = None) -> list[
     usable = [b for b in manifest.builds.values() if (cuda and is_cuda(b)) or not needs_gpu(b)]
 
     def key(b: Build):
-        if cuda and is_cuda(b):
-            group = 0
-        elif b.name in CPU_PREFERENCE:
-            group = 1 + CPU_PREFERENCE.index(b.name)
-        else:
-            group = 1 + len(CPU_PREFERENCE)
-        return (not build_passed(b.metrics), group, _latency(b), b.name)
+        latency = _latency(b)
+        preference = CPU_PREFERENCE.index(b.name) if b.name in CPU_PREFERENCE else len(CPU_PREFERENCE)
+        return (not build_passed(b.metrics), latency == float("inf"), not (cuda and is_cuda(b)), latency,
+                preference, b.name)
 
     return sorted(usable, key=key)
 
