@@ -245,3 +245,35 @@ def test_a_gcs_upload_cut_off_mid_way_leaves_no_object(remote, tmp_path, monkeyp
     store.put_object(local, sha)
     assert store.has_object(sha, size)
     assert b"".join(store.object_source(sha, size).open_from(5_000_000)) == data[5_000_000:]
+
+
+def test_a_store_whose_marker_write_lost_a_race_goes_on_when_the_marker_is_there(tmp_path, monkeypatch):
+    """Two first users of a new remote write its marker at once; a WebDAV server may fail the
+    loser's MOVE with a 500 (wsgidav does, now and then, in the concurrent-create test above)
+    instead of refusing it. The loser goes on when the winner's marker is there, and fails
+    when it is not."""
+    from zoo.engine import cache_store
+    from zoo.registry.fsbackend import FsBackend
+
+    url = str(tmp_path / "remote")
+    store = FsCacheStore(url)
+    real_create = FsBackend.create
+
+    def racing(self, rpath, data):
+        created = real_create(self, rpath, data)  # (the marker: the other first user's)
+        if rpath.endswith(cache_store.MARKER):
+            raise FileNotFoundError(f"write {rpath}")  # and this request failed
+        return created
+
+    monkeypatch.setattr(FsBackend, "create", racing)
+    assert store.create_entry(KEY, b"{}") is True and store.read_entry(KEY) == b"{}"
+    assert json.loads((tmp_path / "remote" / cache_store.MARKER).read_text()) == {"schema_version": 1}
+
+    def failing(self, rpath, data):
+        if rpath.endswith(cache_store.MARKER):
+            raise FileNotFoundError(f"write {rpath}")
+        return real_create(self, rpath, data)
+
+    monkeypatch.setattr(FsBackend, "create", failing)
+    with pytest.raises(FileNotFoundError, match="write .*zoo-run-cache.json"):
+        FsCacheStore(str(tmp_path / "other")).create_entry(KEY, b"{}")

@@ -115,9 +115,19 @@ class FsCacheStore(CacheStore):
         """Write the layout marker once (so the folder says what it is and which schema it holds)."""
         if self._marked:
             return
+        from zoo.errors import StorageError
+
         b = self.backend
-        if b.read(b.path(MARKER)) is None:
-            b.write(b.path(MARKER), json.dumps({"schema_version": STORE_SCHEMA_VERSION}).encode())
+        marker = b.path(MARKER)
+        if b.read(marker) is None:
+            try:  # created, never overwritten: the first writer's marker stands
+                b.create(marker, json.dumps({"schema_version": STORE_SCHEMA_VERSION}).encode())
+            except (StorageError, FileNotFoundError):
+                # the first users of a new remote race to write it, and a server may fail the
+                # loser's request instead of refusing it (wsgidav answers racing MOVEs with a 500):
+                # fine when the marker is there now
+                if b.read(marker) is None:
+                    raise
         self._marked = True
 
 
