@@ -227,28 +227,24 @@ class RemoteCache:
 
     def _download_verified(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
         """One object (the remote's name for it: `sha256`) downloaded and checked against the
-        entry's blake3 `digest` while it streams, so the file is never read again; IntegrityError
-        (nothing kept) when its bytes are not those the entry names."""
-        try:
-            return self._download_one(entry, digest, sha256, size, partial)
-        except IntegrityError as e:
-            raise IntegrityError(f"remote cache {self.url}: stage {entry.stage}'s entry names an object whose bytes "
-                                 f"disagree with it ({e.message}); nothing was installed",
-                                 hint="the remote's object or entry is damaged or was tampered with: remove the "
-                                      "entry from the remote, then run again") from None
-
-    def _download_one(self, entry: Entry, digest: str, sha256: str, size: int, partial: Path) -> Path | None:
-        """Download one object (sha256 verified) and take it under a name of this process's own, so
-        a concurrent fetch of the same bytes (another run on this cache) cannot move it away;
-        None when that other fetch installed the object first."""
+        entry's blake3 `digest` while it streams, then taken under a name of this process's own, so
+        a concurrent fetch of the same bytes (another run on this cache) cannot move it away. None
+        when that other fetch installed the object first; IntegrityError (nothing kept) when the
+        bytes are not those the entry names."""
         import secrets
 
         from zoo.download import download
 
         dest = partial / sha256
         for _ in range(3):
-            download([self.store.object_source(sha256, size)], dest, blake3=digest, size=size,
-                     what=f"an output of stage {entry.stage}", tmp_dir=partial)
+            try:
+                download([self.store.object_source(sha256, size)], dest, blake3=digest, size=size,
+                         what=f"an output of stage {entry.stage}", tmp_dir=partial)
+            except IntegrityError as e:
+                raise IntegrityError(f"remote cache {self.url}: stage {entry.stage}'s entry names an object whose "
+                                     f"bytes disagree with it ({e.message}); nothing was installed",
+                                     hint="the remote's object or entry is damaged or was tampered with: remove "
+                                          "the entry from the remote, then run again") from None
             mine = partial / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.verified"
             try:
                 os.rename(dest, mine)
