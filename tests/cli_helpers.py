@@ -31,6 +31,18 @@ def zoo(*args: str | Path, cwd: Path | None = None, env: dict | None = None, tim
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+# the plugin test kinds (tests/plugins) in a chain with a gate (inspector) and an effect (shipper)
+SHIPPED = """\
+schema_version: 1
+name: shipped
+version: 0.1.0
+stages:
+  a: {kind: writer, config: {text: "payload"}}
+  check: {kind: inspector, config: {minimum: 3}}
+  ship: {kind: shipper, needs: [check]}
+"""
+
+
 def write_recipe(folder: Path, text: str, name: str = "recipe.yaml") -> Path:
     path = folder / name
     path.write_text(text)

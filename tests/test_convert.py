@@ -294,3 +294,19 @@ def test_fp16_refuses_onnxruntime_specific_operators(tmp_path):
     with pytest.raises(InvalidInput, match="onnxruntime-specific operators") as err:
         to_fp16(tmp_path / "fused.onnx", tmp_path / "out.onnx")
     assert "from:` the export" in err.value.hint
+
+
+def test_a_graph_the_fp16_converter_broke_is_a_stage_failure_naming_the_fix(tmp_path, monkeypatch):
+    """Stand-in: the re-sorting finds a node reading a name nothing provides (what a converter bug
+    would leave); the build fails with a hint instead of a bare ValueError, and nothing is written."""
+    from zoo.errors import StageFailed
+    from zoo_stages.lib import graph_order
+
+    def broken(graph):
+        raise graph_order.CycleError("node 'x' reads 'missing', which nothing provides")
+
+    src = tiny_classifier(tmp_path / "m.onnx")
+    monkeypatch.setattr(graph_order, "sort_graph", broken)
+    with pytest.raises(StageFailed, match="cannot be ordered: node 'x' reads 'missing'") as e:
+        cv.to_fp16(src, tmp_path / "out" / "model.onnx")
+    assert "op_block_list" in e.value.hint and not (tmp_path / "out" / "model.onnx").exists()

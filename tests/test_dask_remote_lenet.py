@@ -101,7 +101,7 @@ def test_the_callers_zoo_holds_the_builds_of_a_local_run_and_the_workers_zoos_st
     zoos = {name: LocalZoo(runs[name]["folder"] / "home") for name in ("caller", "local")}
     manifests = {name: z.resolve("lenet-digits@1.0.0") for name, z in zoos.items()}
     assert set(manifests["caller"].builds) == set(manifests["local"].builds) == \
-        {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile"}
+        {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8"}
     for name, build in manifests["local"].builds.items():
         files = {(f.path, f.sha256, f.size) for f in build.all_files()}
         assert {(f.path, f.sha256, f.size) for f in manifests["caller"].builds[name].all_files()} == files, name
@@ -113,15 +113,22 @@ def test_the_callers_zoo_holds_the_builds_of_a_local_run_and_the_workers_zoos_st
 
 def test_the_version_published_from_a_worker_has_the_timings_of_its_verify_entry(runs):
     """deploy ran on a worker; the caller publishes what a local deploy on that verify result
-    publishes: verify's timings (measured on a worker, carried in its entry) in the manifest."""
+    publishes: verify's timings (measured on a worker, carried in its entry) in the manifest, and
+    the OpenVINO builds' timings deploy measured itself (carried in deploy's entry)."""
     stages = _stages(runs["caller"])
-    verify = Cache(runs["caller"]["folder"] / "cache").lookup(stages["verify"]["key"])
+    cache = Cache(runs["caller"]["folder"] / "cache")
+    verify, deploy = cache.lookup(stages["verify"]["key"]), cache.lookup(stages["deploy"]["key"])
     published = LocalZoo(runs["caller"]["folder"] / "home").resolve("lenet-digits@1.0.0")
     measured = published.extra["deploy"]["measured"]
     assert measured["builds"] and set(measured["builds"]) <= set(published.builds)
+    assert set(deploy.metrics["measured"]) == {"openvino-fp32", "openvino-int8"}
     for name in measured["builds"]:
         timings = {k: v for k, v in published.builds[name].metrics.items() if k.startswith(("latency", "throughput"))}
-        assert timings and all(verify.metrics["builds"][name][k] == v for k, v in timings.items()), name
+        source = deploy.metrics["measured"][name]["metrics"] if name.startswith("openvino") \
+            else verify.metrics["builds"][name]
+        assert timings and all(source[k] == v for k, v in timings.items()), name
+        assert published.builds[name].measured_on["runtime"] == ("openvino" if name.startswith("openvino")
+                                                                 else "onnxruntime")
 
 
 def test_a_model_from_parent_in_the_callers_zoo_only_trains_on_the_workers_as_locally(runs):

@@ -12,22 +12,11 @@ from pathlib import Path
 import pytest
 
 import zoo
-from cli_helpers import write_recipe, zoo as zoo_cli
+from cli_helpers import SHIPPED, write_recipe, zoo as zoo_cli
 from conftest import REPO
 from zoo.errors import GateFailed, IntegrityError, InvalidInput
 from zoo.registry import api as registry
 from zoo.registry.store import LocalZoo
-
-SHIPPED = """\
-schema_version: 1
-name: shipped
-version: 0.1.0
-stages:
-  a: {kind: writer, config: {text: "payload"}}
-  check: {kind: inspector, config: {minimum: 3}}
-  ship: {kind: shipper, needs: [check]}
-"""
-
 
 def test_the_run_summary_prints_a_plugin_kinds_tables_and_effects_and_the_fast_path_keeps_them(tmp_path):
     recipe = write_recipe(tmp_path, SHIPPED)

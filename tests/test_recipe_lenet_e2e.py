@@ -56,11 +56,11 @@ def test_second_run_is_fully_cached_and_imports_nothing_heavy(lenet):
     assert "HEAVY []" in proc.stdout
 
 
-def test_four_builds_are_published_with_vectors_and_card(lenet):
+def test_six_builds_are_published_with_vectors_and_card(lenet):
     from zoo.registry.store import LocalZoo
 
     manifest = LocalZoo(Path(lenet["env"]["ZOO_HOME"])).resolve("lenet-digits@1.0.0")
-    assert set(manifest.builds) == {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile"}
+    assert set(manifest.builds) == {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8"}
     assert manifest.builds["mobile"].format == "ort"
     assert manifest.builds["cuda-fp16"].requires.get("device") == "cuda"
     assert manifest.builds["cpu-int8"].precision == "int8"
@@ -69,6 +69,44 @@ def test_four_builds_are_published_with_vectors_and_card(lenet):
         assert build.metrics.get("accuracy", 0) >= 0.85, (build.name, build.metrics)
     assert manifest.card is not None and manifest.lineage.recipe["name"] == "lenet-digits"
     assert "latency_p50_ms" in manifest.builds["cpu-int8"].metrics  # measured timings are published
+
+
+def test_every_build_says_what_runs_it_whether_it_ran_there_and_what_it_was_timed_on(lenet):
+    """Issue #16: a portable build in every version, runtimes named, a CUDA build made without a GPU
+    marked unverified (with the reason, on the card too), OpenVINO builds run and timed by OpenVINO."""
+    import onnxruntime
+
+    from zoo.registry.store import LocalZoo
+
+    zoo = LocalZoo(Path(lenet["env"]["ZOO_HOME"]))
+    manifest = zoo.resolve("lenet-digits@1.0.0")
+    b = manifest.builds
+    assert manifest.schema_version == 2
+    assert (b["cpu-fp32"].runtime, b["cpu-fp32"].portable, b["cpu-fp32"].verified) == ("onnx", True, True)
+    assert (b["mobile"].format, b["mobile"].runtime, b["mobile"].portable) == ("ort", "onnxruntime>=1.32", False)
+    for name in ("openvino-fp32", "openvino-int8"):
+        ov = b[name]
+        assert (ov.format, ov.runtime, ov.verified, ov.portable) == ("openvino", "openvino>=2026.4", True, False)
+        assert {Path(f.path).name for f in [ov.file, *ov.extra_files]} == {"model.xml", "model.bin"}
+        assert ov.measured_on["runtime"] == "openvino" and ov.measured_on["threads"] == 1
+        assert ov.metrics["latency_p50_ms"] > 0 and ov.metrics["speedup"] > 0  # against verify's reference
+        assert ov.metrics["throughput_bs1"] > 0 and ov.metrics["throughput_bs16"] > 0  # verify's batch sizes
+    assert b["cpu-fp32"].measured_on["execution_provider"] == "CPUExecutionProvider"
+    assert b["cpu-fp32"].measured_on["platform"].startswith(("x86-64", "arm64"))
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        assert b["cuda-fp16"].verified is False and "not run on a CUDA GPU" in b["cuda-fp16"].unverified_reason
+        card = zoo.blobs.path(manifest.card.sha256).read_text()
+        assert "**Not verified**" in card and "`cuda-fp16`: not run on a CUDA GPU" in card
+    shown = zoo_cli("show", "lenet-digits", env={**lenet["env"], "COLUMNS": "250"})
+    assert shown.code == 0 and "measured on" in shown.out and "openvino 2026.4" in shown.out, shown.text
+    if b["cuda-fp16"].verified is False:
+        assert "not verified (zoo pull picks them only with --build):\n  cuda-fp16: not run on a CUDA GPU" in shown.out
+    # the default pull: a build that was verified and runs here, by measured latency
+    cli = zoo_cli("pull", "lenet-digits", "--json", env=lenet["env"])
+    assert cli.code == 0, cli.text
+    chosen = json.loads(cli.out)["build"]
+    assert b[chosen].verified is True and b[chosen].metrics.get("latency_p50_ms") == min(
+        x.metrics["latency_p50_ms"] for x in b.values() if x.verified and "latency_p50_ms" in x.metrics)
 
 
 def test_repro_check_is_bit_identical(lenet):

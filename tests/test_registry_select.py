@@ -6,7 +6,7 @@ import pytest
 
 from zoo.errors import NotFound
 from zoo.registry.manifest import Build, FileRef, Manifest
-from zoo.registry.select import best_build, rank_builds
+from zoo.registry.select import HostRuntimes, best_build, rank_builds
 
 CPU = ["CPUExecutionProvider"]
 CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -71,8 +71,45 @@ def test_fastest_cuda_build_wins_on_a_gpu_host():
 
 
 def test_no_runnable_build_is_not_found():
-    with pytest.raises(NotFound, match="no build this host can run"):
+    with pytest.raises(NotFound, match="no verified build this host can run") as e:
         best_build(_manifest(cuda_fp16=ALL["cuda_fp16"]), CPU)
+    assert "cuda-fp16: needs a CUDA GPU" in e.value.message
+
+
+def test_a_build_marked_unverified_is_never_the_default_even_where_it_could_run():
+    reason = "not run on a CUDA GPU: the build host had none"
+    m = _manifest(cpu_fp32={"verified": True, "metrics": {"latency_p50_ms": 5.0}},
+                  cuda_fp16={**ALL["cuda_fp16"], "verified": False, "unverified_reason": reason,
+                             "metrics": {"latency_p50_ms": 0.5}})
+    assert [b.name for b in rank_builds(m, CUDA)] == ["cpu-fp32"]
+    with pytest.raises(NotFound) as e:
+        best_build(_manifest(cuda_fp16=m.builds["cuda-fp16"].model_dump(exclude={"name", "file"})), CUDA)
+    assert f"cuda-fp16: not verified ({reason})" in e.value.message and "--build" in e.value.hint
+
+
+ORT_ONLY = HostRuntimes({"onnxruntime": "1.32.0"}, tuple(CPU))
+WITH_OPENVINO = HostRuntimes({"onnxruntime": "1.32.0", "openvino": "2026.4.1"}, tuple(CPU))
+
+
+def test_a_build_for_a_runtime_that_is_not_installed_is_left_out():
+    m = _manifest(cpu_fp32={"runtime": "onnx", "metrics": {"latency_p50_ms": 5.0}},
+                  openvino_fp32={"format": "openvino", "runtime": "openvino>=2026.4", "execution_providers": ["CPU"],
+                                 "requires": {"device": "cpu"}, "metrics": {"latency_p50_ms": 2.0}})
+    assert [b.name for b in rank_builds(m, host=ORT_ONLY)] == ["cpu-fp32"]
+    assert [b.name for b in rank_builds(m, host=WITH_OPENVINO)] == ["openvino-fp32", "cpu-fp32"]
+    old = HostRuntimes({"onnxruntime": "1.32.0", "openvino": "2025.1.0"}, tuple(CPU))
+    assert [b.name for b in rank_builds(m, host=old)] == ["cpu-fp32"]  # below the version the build asks for
+    with pytest.raises(NotFound) as e:
+        best_build(_manifest(openvino_fp32=m.builds["openvino-fp32"].model_dump(exclude={"name", "file"})), host=old)
+    assert "needs openvino>=2026.4; openvino 2025.1.0 is installed" in e.value.message
+
+
+def test_onnxruntime_minimum_versions_are_compared_as_numbers():
+    m = _manifest(mobile={"format": "ort", "runtime": "onnxruntime>=1.32"})
+    assert rank_builds(m, host=HostRuntimes({"onnxruntime": "1.9.0"}, tuple(CPU))) == []
+    assert [b.name for b in rank_builds(m, host=HostRuntimes({"onnxruntime": "1.32.1"}, tuple(CPU)))] == ["mobile"]
+    # a schema-1 build (no runtime recorded) is onnxruntime's
+    assert [b.name for b in rank_builds(_manifest(cpu_fp32={}), host=ORT_ONLY)] == ["cpu-fp32"]
 
 
 def test_default_providers_come_from_onnxruntime():
@@ -81,3 +118,20 @@ def test_default_providers_come_from_onnxruntime():
     m = _manifest(**ALL)
     expected = "cuda-fp16" if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else "cpu-int8"
     assert best_build(m).name == expected
+
+
+def test_latency_measured_on_another_platform_class_counts_as_unknown():
+    """An int8 build timed fast on an AVX-512 VNNI host says nothing about an AVX2 host's kernels."""
+    vnni = {"platform": "x86-64-avx512-vnni", "runtime": "onnxruntime"}
+    m = _manifest(cpu_fp32={"metrics": {"latency_p50_ms": 5.0}, "measured_on": vnni},
+                  cpu_int8={"metrics": {"latency_p50_ms": 1.0}, "measured_on": vnni},
+                  mobile={"metrics": {"latency_p50_ms": 4.0}})  # schema 1: no measured_on, counts anywhere
+    here = HostRuntimes({"onnxruntime": "1.32.0"}, tuple(CPU), "x86-64-avx512-vnni")
+    assert [b.name for b in rank_builds(m, host=here)] == ["cpu-int8", "mobile", "cpu-fp32"]
+    avx2 = HostRuntimes({"onnxruntime": "1.32.0"}, tuple(CPU), "x86-64-avx2")
+    assert [b.name for b in rank_builds(m, host=avx2)] == ["mobile", "cpu-int8", "cpu-fp32"]
+    # a CUDA build's figure holds on any CUDA host, whatever its CPU
+    m = _manifest(cuda_fp16={**ALL["cuda_fp16"], "metrics": {"latency_p50_ms": 0.5}, "measured_on": vnni},
+                  cpu_fp32={"metrics": {"latency_p50_ms": 5.0}})
+    cuda_avx2 = HostRuntimes({"onnxruntime": "1.32.0"}, tuple(CUDA), "x86-64-avx2")
+    assert best_build(m, host=cuda_avx2).name == "cuda-fp16"

@@ -19,6 +19,7 @@ pytest.importorskip("torch")  # machine A trains
 pytestmark = pytest.mark.slow
 
 STAGES = ["train", "export", "optimize", "quantize", "verify", "deploy"]
+LENET_BUILDS = {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8"}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_machine_b_publishes_builds_byte_identical_to_machine_a(machines):
 
     zoos = {m: LocalZoo(Path(machines[m]["env"]["ZOO_HOME"])) for m in ("a", "b")}
     manifests = {m: z.resolve("lenet-digits@1.0.0") for m, z in zoos.items()}
-    assert set(manifests["b"].builds) == set(manifests["a"].builds) == {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile"}
+    assert set(manifests["b"].builds) == set(manifests["a"].builds) == LENET_BUILDS
     for name, build in manifests["a"].builds.items():
         files_a = {(f.path, f.sha256, f.size) for f in build.all_files()}
         files_b = {(f.path, f.sha256, f.size) for f in manifests["b"].builds[name].all_files()}

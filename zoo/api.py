@@ -1,11 +1,21 @@
-"""The Python API: `run`, `plan`, `status`, `gc`, `cache_push` / `cache_pull` / `cache_status`
-(the remote run cache), and `load_torch` / `save_torch` (a zoo model
-back into torch). The CLI only calls these.
+"""The Python API; the CLI only calls these. docs/api.md documents every function with a runnable
+example (tests/test_api_docs.py runs them and checks each against its command's `--json`).
 
-    import zoo
+- recipes: `run`, `plan`, `status` (a `Result`; `.to_json()` is what the command prints with
+  `--json`), `gc`; the remote run cache: `cache_push` / `cache_pull` / `cache_status`;
+- the model zoo: `list_models`, `list_versions`, `show`, `search`, `pull`, `push`, `release`:
+  each returns exactly what its command prints with `--json` (zoo.registry.api.to_json of the
+  same call), and raises the `zoo.errors` class whose exit code the command exits with;
+- a build to use: `load_session` (an onnxruntime session), `load_torch` / `save_torch` (back into torch).
+
+    import zoo.api as zoo
     result = zoo.run("recipes/lenet-digits.yaml", jobs=2)
     for stage in result.stages: print(stage.id, stage.state, [str(r) for r in stage.reasons])
-    model = zoo.load_torch("lenet-digits@1.0.0")   # a trainable torch.nn.Module
+    session = zoo.load_session("lenet-digits@1.0.0")   # an onnxruntime.InferenceSession
+    model = zoo.load_torch("lenet-digits@1.0.0")       # a trainable torch.nn.Module
+
+`list_models` is not called `list`: a module-level `list` would shadow the builtin here and in
+every `from zoo.api import *`.
 """
 
 from __future__ import annotations
@@ -13,9 +23,9 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from zoo.engine import frozen as frozen_mod, keys, lockfile, planner, recipe as recipe_mod
+from zoo.engine import failures, frozen as frozen_mod, keys, lockfile, planner, recipe as recipe_mod
 from zoo import paths
 from zoo.engine.cache import Cache
 from zoo.errors import ExitCode, LockOutOfDate, StorageError  # noqa: F401 (part of the API: zoo.api.LockOutOfDate)
@@ -23,6 +33,9 @@ from zoo.engine.executors import Executor, make_executor
 from zoo.engine.explain import Reason, ReasonCode
 from zoo.engine.runner import Runner, StageReport, StageState, decide
 from zoo.stage import ReportTable
+
+if TYPE_CHECKING:  # heavy: imported by load_session only
+    import onnxruntime
 
 
 @dataclass
@@ -57,7 +70,9 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": 1, "recipe": self.recipe, "version": self.version, "path": str(self.path),
-                "ok": self.ok, "exit_code": self.exit_code(), "cache_dir": str(self.cache_dir),
+                "ok": self.ok, "exit_code": self.exit_code(),
+                "error": None if self.ok or self.failed[0].error is None else self.failed[0].error.to_json(),
+                "cache_dir": str(self.cache_dir),
                 "lock": str(self.lock_path) if self.lock_path else None, "lock_changed": self.lock_changed,
                 "cache_remote": self.cache_remote, "notes": list(self.notes),
                 "stages": [s.to_json() for s in self.stages]}
@@ -130,7 +145,7 @@ status = plan
 def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, jobs: int = 1, force: Iterable[str] | bool = (),
         frozen: bool = False, executor: Executor | str | None = None,
         on_update: Callable[[StageReport], None] | None = None, record: bool = True,
-        cache_remote: str | None = None) -> Result:
+        cache_remote: str | None = None, on_log: Callable[[StageReport, list[str]], None] | None = None) -> Result:
     """Run the recipe; cached stages are not run. Updates the lockfile next to the recipe.
 
     `force`: True for every stage, or stage ids (all instances of a matrix stage) to rerun.
@@ -142,6 +157,8 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     no remote run cache is read or written (a rebuild must build).
     `cache_remote`: the remote run cache (a URL or a `zoo remote add` name; "none" for none); None
     takes it from the project's `.zoo/config.yaml`, else `$ZOO_HOME/config.yaml` (zoo/engine/cache_config.py).
+    `on_update(report)`: each stage's state changes. `on_log(report, lines)`: while a stage runs, about
+    twice a second, the lines its log gained (often []), and its last lines when it ends.
     """
     dag = load(path)
     cache = Cache(paths.cache_dir(cache_dir)).ensure()
@@ -166,8 +183,11 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
 
     remote = _remote_cache(cache, cache_remote, dag) if record else None
     runner = Runner(dag, cache, executor, force=forced, previous=previous, jobs=jobs, publish=record,
-                    on_update=update, guard=guard, remote=remote)
+                    on_update=update, guard=guard, remote=remote, on_log=on_log)
     reports = runner.run()
+    for report in reports.values():  # hints that name the recipe line to change (a failed gate, a version conflict)
+        if report.state == StageState.FAILED:
+            report.error = failures.explain(report, dag)
     if guard is not None:
         frozen_mod.raise_if(guard.problems, dag, executed)
     new_lock = frozen_mod.merged_lock(dag, previous, runner.lock_records())
@@ -261,27 +281,31 @@ def _locked_keys(recipe: Path) -> set[str]:
 
 
 def cache_push(recipes: Iterable[str | Path] = (), *, remote: str | None = None,
-               cache_dir: str | Path | None = None) -> dict:
+               cache_dir: str | Path | None = None, progress: Callable[[int], None] | None = None) -> dict:
     """Push local run-cache entries to the remote run cache: those of `recipes`' stages, or every one.
 
     `remote`: a URL or a `zoo remote add` name; None takes the configured one (InvalidInput if none).
     Objects go first, each entry last with a create-exclusive write; an entry already there is
-    never overwritten (counted in "already")."""
+    never overwritten (counted in "already"). `progress(n)`: each uploaded object's size."""
     from zoo.engine import cache_sync
 
     recipes = [Path(r) for r in recipes]
     rc = cache_sync.open_remote(Cache(paths.cache_dir(cache_dir)).ensure(), remote, recipes[0] if recipes else None)
+    rc.progress = progress
     return cache_sync.push(rc, recipes)
 
 
-def cache_pull(recipes: Iterable[str | Path], *, remote: str | None = None, cache_dir: str | Path | None = None) -> dict:
+def cache_pull(recipes: Iterable[str | Path], *, remote: str | None = None, cache_dir: str | Path | None = None,
+               progress: Callable[[int], None] | None = None) -> dict:
     """Download from the remote run cache the stages of `recipes` that the local cache lacks
-    (sha256-verified, resumable; a tampered object is IntegrityError and installs nothing)."""
+    (sha256-verified, resumable; a tampered object is IntegrityError and installs nothing).
+    `progress(n)`: each downloaded object's size, once it is verified."""
     from zoo.engine import cache_sync
 
     recipes = [Path(r) for r in recipes]
     cache = Cache(paths.cache_dir(cache_dir)).ensure()
     rc = cache_sync.open_remote(cache, remote, recipes[0] if recipes else None)
+    rc.progress = progress
     with cache.leased():
         return cache_sync.pull(rc, recipes)
 
@@ -313,6 +337,138 @@ def _local_platform(executor: Executor | str | None) -> str | None:
     if not executor or executor == "local" or isinstance(executor, ProcessExecutor):
         return host.platform_class()
     return None
+
+
+# --- the model zoo: each function returns what its command prints with --json -------------------
+
+def list_models(*, remote: str | None = None, zoo: Any = None) -> list[dict[str, Any]]:
+    """One row per model, locally or on `remote` (≙ ``zoo list --json``): ``name``, ``latest`` (its
+    newest version, or the one `latest` points at), ``versions`` (how many), ``task``,
+    ``description``, ``tags`` (tag → version)."""
+    from zoo.registry import api as registry
+
+    return registry.to_json(registry.list_models(remote=remote, zoo=zoo))
+
+
+def list_versions(name: str | None = None, *, remote: str | None = None, zoo: Any = None) -> list[dict[str, Any]]:
+    """One row per version (of model `name`, or of every model), newest first per model
+    (≙ ``zoo list NAME --json``, ``zoo list --versions --json``): ``name``, ``version``, ``created``,
+    ``task``, ``description``, ``license``, ``builds`` (names), ``tags``."""
+    from zoo.registry import api as registry
+
+    return registry.to_json(registry.list_versions(name, remote=remote, zoo=zoo))
+
+
+def show(ref: str, *, remote: str | None = None, zoo: Any = None) -> dict[str, Any]:
+    """The manifest of `ref` (``name``, ``name@version``, ``name@tag``) as JSON, plus ``tags`` (those
+    pointing at it), ``source`` (``"local"`` or the remote) and ``downloaded`` (build → whether its
+    files are in the local zoo) (≙ ``zoo show REF --json``)."""
+    from zoo.registry import api as registry
+
+    return registry.to_json(registry.show(ref, remote=remote, zoo=zoo))
+
+
+def search(text: str = "", *, task: str | None = None, tag: str | None = None, max_latency: float | None = None,
+           min_accuracy: float | None = None, all_versions: bool = False, remote: str | None = None,
+           zoo: Any = None) -> list[dict[str, Any]]:
+    """Builds matching `text` (in name, description or task) and every filter, locally or on `remote`
+    (≙ ``zoo search TEXT … --json``): one row per build, ``name``, ``version``, ``task``,
+    ``description``, ``build``, ``latency_p50_ms``, ``accuracy``, ``passed``; by name, newest
+    version first, then build. Only each model's newest version unless `all_versions`."""
+    from zoo.registry import api as registry
+
+    return registry.to_json(registry.search(text, task=task, tag=tag, max_latency=max_latency,
+                                            min_accuracy=min_accuracy, all_versions=all_versions, remote=remote,
+                                            zoo=zoo))
+
+
+def pull(ref: str, build: str | None = None, *, to: str | Path | None = None, remote: str | None = None,
+         offline: bool = False, zoo: Any = None) -> dict[str, Any]:
+    """Download (every file checked against its sha256) and place a build of `ref`
+    (≙ ``zoo pull REF [--build B] --json``): ``name``, ``version``, ``ref``, ``build``, ``path``
+    (its model file), ``source`` (where the manifest came from), ``downloaded_files``,
+    ``downloaded_bytes``, ``fetched_from``, ``notes``. `build` defaults to the best one this host
+    can run (zoo/registry/select.py)."""
+    from zoo.registry import api as registry
+
+    return registry.to_json(registry.pull(ref, build=build, to=to, remote=remote, offline=offline, zoo=zoo))
+
+
+def push(ref: str, to: str, *, tags: Iterable[str] = (), zoo: Any = None,
+         progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Publish local ``name@version`` to remote `to`, blobs first, the manifest last and
+    create-exclusive, and point `tags` at it there (≙ ``zoo push REF --to REMOTE --json``):
+    ``remote``, ``ref``, ``created`` (False: the same bytes were there), ``uploaded``,
+    ``skipped``, ``bytes``. `progress(n)`: called with each uploaded file's size once it is up."""
+    from zoo.registry import api as registry
+
+    return registry.to_json(registry.push(ref, to, tags=list(tags), zoo=zoo, progress=progress))
+
+
+def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = (), allow_stale_lock: bool = False,
+            cache_dir: str | Path | None = None, jobs: int = 1, zoo: Any = None) -> dict[str, Any]:
+    """Run `recipe` under its lockfile, check its gates, publish ``name@version`` to remote `to` and
+    tag it (zoo/release/ship.py) (≙ ``zoo release RECIPE --version V --to REMOTE --json``):
+    ``ref``, ``created``, ``noop``, ``executed``/``cached`` (stage ids), ``lock_changed``,
+    ``uploaded``/``skipped``/``bytes``, ``builds`` and ``files`` (→ sha256), ``gates``, ``notes``…"""
+    from zoo.release.ship import release as ship
+
+    return ship(recipe, version=version, to=to, tags=tags, allow_stale_lock=allow_stale_lock, cache_dir=cache_dir,
+                jobs=jobs, zoo=zoo).to_json()
+
+
+def load_session(ref: str, build: str | None = None, providers: Sequence[str] | None = None, *,
+                 session_options: onnxruntime.SessionOptions | None = None, remote: str | None = None,
+                 offline: bool = False, zoo: Any = None) -> onnxruntime.InferenceSession:
+    """An ``onnxruntime.InferenceSession`` on a build of `ref`, pulled first (≙ ``zoo pull REF
+    [--build B]``, then ``onnxruntime.InferenceSession(path)``): every file is checked against its
+    sha256 before onnxruntime reads it (IntegrityError otherwise).
+
+    `build` defaults to the best build onnxruntime can run here (`zoo pull`'s rule among the
+    ``onnx`` and ``ort`` formats: an OpenVINO build is never the default here, even where
+    `zoo pull` would pick it). An OpenVINO build (format ``openvino``) is InvalidInput: it is
+    OpenVINO IR, not a model onnxruntime reads (pull it and compile it with ``openvino``).
+    `providers` default to the build's execution providers that onnxruntime offers here, else
+    CPU; one it does not offer here is InvalidInput (onnxruntime itself would fall back to CPU).
+    A model onnxruntime refuses is InvalidInput.
+    """
+    from zoo.errors import InvalidInput
+    from zoo.registry import api as registry
+    from zoo.registry import select
+    from zoo.registry.store import LocalZoo
+
+    local = zoo or LocalZoo()
+    manifest = _resolve(ref, remote, offline, local)
+    if build is None:
+        host = select.host_runtimes(list(providers) if providers is not None else None)
+        onnxruntime_only = select.HostRuntimes({k: v for k, v in host.versions.items() if k == "onnxruntime"},
+                                               host.providers)
+        chosen = select.best_build(manifest, host=onnxruntime_only)
+    else:
+        chosen = local.get_build(manifest, build)
+    if chosen.format == "openvino":
+        raise InvalidInput(f"{manifest.ref} build {chosen.name} is an OpenVINO build (IR): onnxruntime cannot load it",
+                           hint=f"load one of the builds onnxruntime reads ("
+                                f"{', '.join(n for n, b in sorted(manifest.builds.items()) if b.format != 'openvino')}), "
+                                "or pull this one "
+                                f"(zoo.pull({manifest.ref!r}, {chosen.name!r})) and compile its .xml with "
+                                "openvino.Core().compile_model")
+    import onnxruntime
+
+    offered = set(onnxruntime.get_available_providers())
+    if providers is None:
+        providers = [p for p in chosen.execution_providers if p in offered] or ["CPUExecutionProvider"]
+    missing = [p for p in providers if p not in offered]
+    if missing:  # onnxruntime would fall back to CPU with a printed warning: a caller who asked for CUDA must know
+        raise InvalidInput(f"onnxruntime offers no {', '.join(missing)} here (asked for {manifest.ref} build "
+                           f"{chosen.name})", hint=f"providers offered here: {', '.join(sorted(offered))}")
+    pulled = registry.pull(manifest.ref, build=chosen.name, remote=remote, offline=offline, zoo=zoo)
+    try:
+        return onnxruntime.InferenceSession(pulled.path, sess_options=session_options, providers=list(providers))
+    except Exception as e:  # onnxruntime raises Fail/InvalidGraph/NoSuchFile/... from C++: all mean "cannot load"
+        raise InvalidInput(f"onnxruntime cannot load {manifest.ref} build {chosen.name} ({pulled.path}): {e}",
+                           hint=f"the build needs {chosen.runtime or 'onnxruntime'}; onnxruntime "
+                                f"{onnxruntime.__version__} is installed here, with {', '.join(providers)}") from e
 
 
 def load_torch(ref: str, build: str | None = None, *, remote: str | None = None, offline: bool = False,
@@ -365,17 +521,22 @@ def save_torch(ref: str, build: str | None = None, *, to: str | Path | None = No
     return target
 
 
+def _resolve(ref: str, remote: str | None, offline: bool, zoo: Any):
+    """The manifest `ref` names: local first, then the remotes (`zoo pull`'s order; nothing is adopted)."""
+    from zoo.registry.pull import candidate_remotes, resolve_manifest
+    from zoo.registry.refs import parse_ref
+
+    remotes = [] if offline else candidate_remotes(zoo, remote)
+    return resolve_manifest(zoo, parse_ref(ref), remotes, offline, [])[0]
+
+
 def _pull_float(ref: str, build: str | None, remote: str | None, offline: bool, zoo: Any):
     """Pull `build` of `ref`, by default the version's float32 ONNX build (`select.float_build`)."""
     from zoo.registry import api as registry
-    from zoo.registry.pull import candidate_remotes, resolve_manifest
-    from zoo.registry.refs import parse_ref
     from zoo.registry.select import float_build
     from zoo.registry.store import LocalZoo
 
     if build is None:
-        local = zoo or LocalZoo()
-        remotes = [] if offline else candidate_remotes(local, remote)
-        manifest, _ = resolve_manifest(local, parse_ref(ref), remotes, offline, [])
+        manifest = _resolve(ref, remote, offline, zoo or LocalZoo())
         ref, build = manifest.ref, float_build(manifest).name
     return registry.pull(ref, build=build, remote=remote, offline=offline, zoo=zoo)

@@ -35,6 +35,7 @@ fsspec, aiohttp and huggingface_hub are imported only when a source is read.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import glob
 import hashlib
 import os
@@ -56,6 +57,23 @@ HTTP_TIMEOUT = float(os.environ.get("ZOO_HTTP_TIMEOUT", "10"))  # seconds to con
 HTTP_CHUNK = 8 << 20  # bytes per read from an HTTP stream
 STALE_S = 3600  # a temporary file of another host is adopted only after this long untouched
 _HASH_CHUNK = 8 << 20
+# who wants to see bytes arrive (a progress display): set around a pull by `observe_bytes`. A context
+# variable, not a parameter, because downloads are reached through every remote class's `fetch`
+# (folder, S3, WebDAV, Hugging Face...): the display must not widen each of their signatures
+_BYTES_SEEN: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar("zoo_download_bytes",
+                                                                                          default=None)
+
+
+@contextlib.contextmanager
+def observe_bytes(callback: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, `callback(n)` is called with the length of every chunk a download of this
+    thread writes (resumed prefixes are not counted again). For progress displays only: the
+    callback must be cheap, and an exception it raises stops the download."""
+    token = _BYTES_SEEN.set(callback)
+    try:
+        yield
+    finally:
+        _BYTES_SEEN.reset(token)
 
 
 @dataclass(frozen=True)
@@ -146,6 +164,7 @@ def _transfer(src: Source, tmp: Path, dest: Path, expected: dict[str, str], size
                 for h in hashers.values():
                     h.update(chunk)
     n = offset
+    seen = _BYTES_SEEN.get()
     with open(tmp, "ab") as out:
         for chunk in _prefetch(src.open_from(offset)):
             n += len(chunk)
@@ -154,6 +173,8 @@ def _transfer(src: Source, tmp: Path, dest: Path, expected: dict[str, str], size
             out.write(chunk)
             for h in hashers.values():
                 h.update(chunk)
+            if seen is not None:
+                seen(len(chunk))
         out.flush()
         os.fsync(out.fileno())
     got = {name: h.hexdigest() for name, h in hashers.items()}

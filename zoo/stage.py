@@ -279,6 +279,8 @@ class StageContext:
     # in `on_cached` only: the upstream results, as `run` got them (outputs in this machine's cache,
     # each with the metrics of its entry), so an effect redone here can use what was measured upstream
     inputs: Inputs | None = None
+    # in `on_cached` only: the metrics of the cached entry itself (what the run that made it measured)
+    entry_metrics: Mapping[str, Any] | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("zoo.stage"))
 
     def resolve(self, path: str | Path) -> Path:

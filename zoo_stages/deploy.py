@@ -72,7 +72,12 @@ PUBLISHED = "published"  # the effect of publishing the release to the local zoo
 LINEAGE_TOOLS = ("flatbuffers", "onnx", "onnxruntime", "torch", "zoo-onnx")
 # default parity tolerances per conversion: fp16 rounds every weight and activation, while the
 # ORT format runs the very same kernels (only graph optimizations are baked in)
-DEFAULT_TOLERANCES = {"fp16": (1e-2, 1e-2), "ort": (1e-4, 1e-4)}
+DEFAULT_TOLERANCES = {"fp16": (1e-2, 1e-2), "ort": (1e-4, 1e-4), "openvino": (1e-3, 1e-3)}
+# what a build made for CUDA needs to be run where it is meant to run
+CUDA_PROVIDER = "CUDAExecutionProvider"
+CPU_PROVIDER = "CPUExecutionProvider"
+# timings deploy measures itself (builds verify did not time: OpenVINO's, a CUDA build on a GPU host)
+LATENCY_WARMUP, LATENCY_RUNS = 5, 30
 # re-running verify's vectors: same model, same kernels; only thread scheduling may differ. Where
 # verify ran on another platform class (a shared or remote cache, `zoo repro --check` across
 # classes), a quantized model's int8 kernels differ more: its vectors pass by the quantized bar of
@@ -89,8 +94,10 @@ class BuildSpec(KindConfig):
 
     source: str = Field(alias="from", min_length=1,
                         description="id of the upstream stage whose `model` output this build ships")
-    convert: Literal["fp16", "ort"] | None = Field(
-        None, description="fp16: float16 weights/compute with float32 I/O (CUDA); ort: ORT format (mobile)")
+    convert: Literal["fp16", "ort", "openvino"] | None = Field(
+        None, description="fp16: float16 weights/compute with float32 I/O (CUDA); ort: ORT format (mobile); "
+                          "openvino: OpenVINO IR (model.xml + model.bin) for its CPU plugin, float32 inference "
+                          "pinned; from a QDQ model it runs int8")
     verified_as: str | None = Field(
         None, description="name of the build in verify's report to take metrics/vectors from "
                           "(for converted builds: the verified build of the source model)")
@@ -159,6 +166,12 @@ class _Shipped:
     execution_providers: list[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     requires: dict[str, str] = field(default_factory=dict)
     conversion: dict[str, Any] | None = None
+    runtime: str | None = None  # None: from the model's operator domains (portability.runtime_requirement)
+    source: Path | None = None  # the ONNX model a conversion was made from (its ports are the build's)
+    verified: bool = True
+    unverified_reason: str = ""
+    # timings deploy measured itself, with what they were measured on (stage metrics, never the release)
+    measured: dict[str, Any] = field(default_factory=dict)
 
 
 class Deploy(NumericOutputs, StageKind):
@@ -174,10 +187,12 @@ class Deploy(NumericOutputs, StageKind):
     # the manifest's `preprocessing:` and a text model's tokenizer.json; 7: zoo.lock in the lockfile's
     # schema 3 (records by platform class, the release's under `unknown`); 8: a quantized build's
     # vectors from verify on another platform class pass by the quantized bar; equivalence across
-    # platform classes by model outputs (zoo_stages.lib.equivalence)
-    version: ClassVar[str] = "8"
+    # platform classes by model outputs (zoo_stages.lib.equivalence); 9: builds say their runtime, whether
+    # they are portable ONNX (checked under onnx.reference) and whether they were run where they are made
+    # to run (`verified`); a version needs one portable build; `convert: openvino`; timings with `measured_on`
+    version: ClassVar[str] = "9"
     Config: ClassVar[type[KindConfig]] = DeployConfig
-    tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers")
+    tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers", "openvino")
     # the dataset (card, conversion checks, its fingerprint) and the task the card names
     shared: ClassVar[tuple[str, ...]] = ("data", "model.task", "task")
     outputs: ClassVar[tuple[str, ...]] = ("release",)
@@ -203,6 +218,8 @@ class Deploy(NumericOutputs, StageKind):
         manifest = job.build()
         context.metrics["builds"] = list(manifest.builds)
         context.metrics["release_files"] = len(manifest.all_files()) + 1
+        if job.measured:  # deploy's own timings: metrics of its entry, added to the published manifest
+            context.metrics["measured"] = job.measured
         if config.publish and context.publish:
             if context.lock_mismatch({"release": release}):
                 # --frozen and the release is not the locked one: the run is refused after this
@@ -210,7 +227,7 @@ class Deploy(NumericOutputs, StageKind):
                 context.log.warning("the release differs from the lockfile's: not published (--frozen)")
             else:
                 _publish(_publication(release, manifest, job.verify, config, job.data_spec, job.provenance_section,
-                                      work), context)
+                                      work, job.measured), context)
         return {"release": release}
 
     def on_cached(self, outputs: Mapping[str, Path], config: DeployConfig, context: StageContext) -> None:
@@ -231,9 +248,10 @@ class Deploy(NumericOutputs, StageKind):
         manifest = read_manifest_file(release / MANIFEST_FILE)
         folder = release
         if context.inputs is not None and LocalZoo().get(manifest.name, manifest.version) is None:
+            measured = (context.entry_metrics or {}).get("measured")
             folder = _publication(release, manifest, read_verify_outputs(context.inputs, context.log), config,
                                   context.shared.get("data") or None, _card_provenance(release),
-                                  Path(context.work_dir))
+                                  Path(context.work_dir), measured if isinstance(measured, Mapping) else None)
         _publish(folder, context, link=True)
 
     def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
@@ -278,20 +296,28 @@ def _card_provenance(release: Path) -> str:
 
 
 def _publication(release: Path, manifest: Manifest, verify: VerifyOutputs, config: DeployConfig,
-                 data_spec: Mapping[str, Any] | None, provenance_section: str, work: Path) -> Path:
-    """The folder to publish: `release` itself, or a copy whose manifest and card add verify's timings.
+                 data_spec: Mapping[str, Any] | None, provenance_section: str, work: Path,
+                 measured: Mapping[str, Any] | None = None) -> Path:
+    """The folder to publish: `release` itself, or a copy whose manifest and card add the timings.
 
     The copy hardlinks every build file, so it costs no space; only the manifest and the model
     card are rewritten (read-only, as the release's files are), with the latency/throughput/speedup
     metrics verify measured (the metrics of its stage entry: they travel with it from the host
-    that measured them).
+    that measured them) and those deploy measured itself (`measured`: OpenVINO builds, a CUDA
+    build on a GPU host), each build with what its figures were measured on (``measured_on``).
     """
     verified_as = (manifest.extra.get("deploy") or {}).get("verified_as") or {}
-    timings = {}
+    timings: dict[str, dict[str, Any]] = {}
+    where: dict[str, dict[str, Any]] = {}
     for name in manifest.builds:
-        spec, vname = config.builds[name], verified_as.get(name)
-        if spec.convert is None and vname and vname in verify.measured:
+        spec, vname = config.builds.get(name), verified_as.get(name)
+        own = (measured or {}).get(name)
+        if isinstance(own, Mapping) and own.get("metrics"):
+            timings[name] = dict(own["metrics"])
+            where[name] = dict(own.get("measured_on") or {})
+        elif spec is not None and spec.convert is None and vname and vname in verify.measured:
             timings[name] = verify.timings(vname)
+            where[name] = verify.measured_on()
     if not config.measurements or not any(timings.values()):
         return release
     pub = work / "publish"
@@ -302,6 +328,8 @@ def _publication(release: Path, manifest: Manifest, verify: VerifyOutputs, confi
     data = Manifest.model_validate(manifest.model_dump())
     for name, extra in timings.items():
         data.builds[name].metrics.update(extra)
+        if extra:
+            data.builds[name].measured_on = where.get(name) or {}
     verification = verify.summary(measured=True)
     deploy_extra = dict(data.extra.get("deploy") or {})
     if verification:
@@ -359,6 +387,8 @@ class _Release:
             parity_samples=config.parity_samples, vector_samples=config.vector_samples, log=context.log)
         self.attribution: dict[str, list[dict[str, str]]] = {}  # build -> its sources' attribution
         self.provenance_section = ""  # the card's Provenance section (also for the published copy)
+        self.measured: dict[str, dict[str, Any]] = {}  # build -> timings deploy measured and what on
+        self.portability: dict[str, str] = {}  # build -> why it is (not) portable ONNX
 
     # -- verify's outputs -------------------------------------------------------------------
 
@@ -402,8 +432,9 @@ class _Release:
             verified[name] = vname
             if conversion:
                 conversions[name] = conversion
+        self._require_portable(builds)
         recipe = self.ctx.recipe
-        extra: dict[str, Any] = {"deploy": {"verified_as": verified}}
+        extra: dict[str, Any] = {"deploy": {"verified_as": verified, "portability": dict(self.portability)}}
         if conversions:
             extra["deploy"]["conversions"] = conversions
         verification = self.verify.summary()
@@ -503,10 +534,13 @@ class _Release:
             shipped = self._as_is(name, spec, vname, source, src_info, bdir, props)
         else:
             shipped = self._converted(name, spec, vname, source, src_info, bdir, props)
-        info = describe(shipped.model)
-        if info.format == "onnx" and (spec.convert is not None or vname is None):
+        info = describe(shipped.model) if spec.convert != "openvino" else None
+        if info is not None and info.format == "onnx" and (spec.convert is not None or vname is None):
             self._check_onnx(name, shipped.model)  # bytes verify's checker gate did not see
-        vectors = self._vectors(name, spec, vname, shipped.model, bdir)
+        vectors = self._vectors(name, spec, vname, shipped, bdir)
+        runtime, portable = self._runtime(name, spec, shipped, vectors)
+        if shipped.measured:
+            self.measured[name] = shipped.measured
         metrics = dict(shipped.metrics)
         # what a runtime loads: the model and its external data (not the operator list for minimal builds)
         metrics["size_bytes"] = shipped.model.stat().st_size + sum(
@@ -514,13 +548,17 @@ class _Release:
         build = Build(
             name=name,
             file=file_ref(self.release, shipped.model),
-            format=info.format,
+            format=info.format if info is not None else "openvino",
             precision=spec.precision or shipped.precision,
-            opset=info.opset if info.opset is not None else src_info.opset,
-            inputs=info.inputs,
-            outputs=info.outputs,
+            opset=(info.opset if info is not None and info.opset is not None else src_info.opset),
+            inputs=info.inputs if info is not None else src_info.inputs,
+            outputs=info.outputs if info is not None else src_info.outputs,
+            runtime=runtime,
+            portable=portable,
             execution_providers=list(spec.execution_providers or shipped.execution_providers),
             requires=dict(sorted({**shipped.requires, **(spec.requires or {})}.items())),
+            verified=shipped.verified,
+            unverified_reason=shipped.unverified_reason,
             metrics=dict(sorted(metrics.items())),
             test_vectors=[file_ref(self.release, p) for p in vectors],
             extra_files=[file_ref(self.release, p) for p in sorted(shipped.extra_files)],
@@ -532,10 +570,8 @@ class _Release:
         not only a graph onnxruntime tolerates. StageFailed naming the build otherwise."""
         from zoo_stages.lib import onnx_io
 
-        try:
-            onnx_io.check_model(model, self.work)
-        except Exception as e:  # ValidationError, InferenceError: both mean the checker refused it
-            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        why = onnx_io.checker_error(model, self.work)
+        if why is not None:
             raise StageFailed(f"build {name}: {model.name} is not valid ONNX (onnx.checker: {why}); nothing was "
                               "published", hint="drop the build, or change how it is made (its `convert`, "
                                                 "`op_block_list` or `from`)") from None
@@ -557,13 +593,25 @@ class _Release:
             atomic_copy(source.parent / location, bdir / location, fsync=False)
             extra.append(bdir / location)
         metrics: dict[str, Any] = {}
+        shipped = _Shipped(model=model, extra_files=extra, precision=src_info.precision or "fp32")
         if vname is not None:
             self._check_digest(name, spec, vname, source)
             metrics = self.verify.verified_metrics(vname)
-        elif self.verify.builds is not None:
-            self.ctx.log.warning("deploy: build %s was not verified (no build %r in verify's report)", name, name)
+            target = (spec.execution_providers or [CPU_PROVIDER])[0]
+            device = (spec.requires or {}).get("device", "cpu").lower()
+            if target != CPU_PROVIDER or device != "cpu":  # verify runs every build on onnxruntime's CPU provider
+                shipped.verified = False
+                shipped.unverified_reason = (f"verify ran it with onnxruntime's {CPU_PROVIDER} only; it is made for "
+                                             f"{target if target != CPU_PROVIDER else 'device ' + device}")
+        else:
+            shipped.verified = False
+            shipped.unverified_reason = ("no verify stage checked it" if self.verify.builds is None else
+                                         f"verify's report has no build {name!r} (set builds.{name}.verified_as)")
+            if self.verify.builds is not None:
+                self.ctx.log.warning("deploy: build %s was not verified (no build %r in verify's report)", name, name)
         stamp_file(model, props)
-        return _Shipped(model=model, extra_files=extra, precision=src_info.precision or "fp32", metrics=metrics)
+        shipped.metrics = metrics
+        return shipped
 
     def _converted(self, name: str, spec: BuildSpec, vname: str | None, source: Path, src_info: Any,
                    bdir: Path, props: Mapping[str, str]) -> _Shipped:
@@ -574,16 +622,20 @@ class _Release:
         atol, rtol = DEFAULT_TOLERANCES[spec.convert]
         atol = spec.atol if spec.atol is not None else atol
         rtol = spec.rtol if spec.rtol is not None else rtol
+        run_candidate = None
         if spec.convert == "fp16":
             model = stamp_file(cv.to_fp16(source, bdir / "model.onnx", op_block_list=spec.op_block_list), props)
             sidecar = bdir / "model.onnx.data"  # only for models above protobuf's 2 GiB limit
             shipped = _Shipped(model=model, extra_files=[sidecar] if sidecar.exists() else [], precision="fp16",
-                               execution_providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
-                               requires={"device": "cuda"})
+                               execution_providers=[CUDA_PROVIDER, CPU_PROVIDER], requires={"device": "cuda"})
             shipped.conversion = {"kind": "fp16", "from": spec.source, "keep_io_types": True,
                                   "files": [p.name for p in [model, *shipped.extra_files]]}
             if spec.op_block_list:
                 shipped.conversion["op_block_list"] = sorted(spec.op_block_list)
+            run_candidate = self._on_cuda(name, shipped)
+        elif spec.convert == "openvino":
+            shipped, run_candidate = self._openvino(name, spec, self._stamped_copy(name, source, src_info, props),
+                                                    src_info, bdir)
         else:
             style = spec.optimization_style or "Fixed"
             # the ORT format keeps metadata_props: convert a stamped copy so the build carries them
@@ -592,15 +644,22 @@ class _Release:
             major, minor = metadata.version("onnxruntime").split(".")[:2]
             shipped = _Shipped(model=result.model, extra_files=[result.operators_config],
                                precision=src_info.precision or "fp32",
-                               requires={"onnxruntime": f">={major}.{minor}"})  # ORT format is not backward-portable
+                               runtime=f"onnxruntime>={major}.{minor}")  # ORT format is not backward-portable
             shipped.conversion = {"kind": "ort", "from": spec.source, "optimization_style": style,
                                   "optimization_level": result.optimization_level,
                                   "files": [result.model.name, result.operators_config.name]}
-        parity, accuracy, feeds = self.check.parity(name, vname, source, shipped.model, atol=atol, rtol=rtol)
-        parity.require(f"build {name} ({spec.convert} conversion of {spec.source}): outputs differ from the source "
-                       f"model beyond tolerance (max |diff| {parity.max_abs:.3g})",
-                       hint="raise `atol`/`rtol` for this build if the difference is acceptable, "
-                            "or keep the model in its source precision")
+        parity, accuracy, feeds = self.check.parity(name, vname, source, shipped.model, atol=atol, rtol=rtol,
+                                                    run_candidate=run_candidate)
+        judged = None
+        if not parity.passed and spec.convert == "openvino" and shipped.precision == "int8":
+            # two int8 runtimes round differently: judged by the quantized bar, as across platform classes
+            judged = self._int8_equivalent(name, source, feeds, run_candidate)
+            shipped.conversion["parity_judged_by"] = judged
+        if judged is None:
+            parity.require(f"build {name} ({spec.convert} conversion of {spec.source}): outputs differ from the source "
+                           f"model beyond tolerance (max |diff| {parity.max_abs:.3g})",
+                           hint="raise `atol`/`rtol` for this build if the difference is acceptable, "
+                                "or keep the model in its source precision")
         if spec.convert == "ort" and shipped.conversion["optimization_style"] == "Runtime":
             shipped.conversion["runtime_optimizations_replay"] = self.check.replay_status(
                 name, source, shipped.model, feeds, atol=atol, rtol=rtol)
@@ -610,6 +669,125 @@ class _Release:
         if vname is not None:
             shipped.conversion["source_verified_as"] = vname
         return shipped
+
+    def _on_cuda(self, name: str, shipped: _Shipped) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """Where onnxruntime offers CUDA here: run the float16 build on it (its parity is then checked
+        on the GPU) and time it; elsewhere mark it unverified and say why (None: parity on the CPU)."""
+        import onnxruntime as ort
+
+        if CUDA_PROVIDER not in ort.get_available_providers():
+            shipped.verified = False
+            shipped.unverified_reason = ("not run on a CUDA GPU: the host that built it had none (its outputs were "
+                                         "checked against its source with onnxruntime on the CPU)")
+            return None
+        from zoo_stages.lib import onnx_run, ort_session
+        from zoo_stages.lib.conversion_check import BATCH_SIZE as PARITY_BATCH
+        from zoo_stages.lib.host_info import gpu_name, host_info, measured_on
+
+        session = ort_session.make_session(shipped.model, providers=[CUDA_PROVIDER])
+        feeds, _ = self.check.inputs_for(name, None, session)
+        shipped.measured = {"metrics": self._timings(session, onnx_run.prepare(session, feeds)),
+                            "measured_on": measured_on(host_info(), runtime="onnxruntime", execution_provider=CUDA_PROVIDER,
+                                                       runtime_version=metadata.version("onnxruntime"),
+                                                       device=gpu_name())}
+        return lambda f: onnx_run.run(session, f, batch_size=PARITY_BATCH)
+
+    def _openvino(self, name: str, spec: BuildSpec, stamped: Path, src_info: Any,
+                  bdir: Path) -> tuple[_Shipped, Callable[[dict[str, Any]], dict[str, Any]]]:
+        """OpenVINO IR of a stamped copy of the source (its metadata_props become the IR's rt_info),
+        run by OpenVINO's CPU plugin with float32 inference pinned: parity, the task's metrics and
+        test vectors come from that run, and its latency is timed (one thread unless verify used more)."""
+        from zoo_stages.lib import openvino_build, ort_session
+        from zoo_stages.lib.conversion_check import BATCH_SIZE as PARITY_BATCH
+        from zoo_stages.lib.host_info import host_info, measured_on
+
+        xml, weights = openvino_build.to_openvino(stamped, bdir)
+        compiled = openvino_build.compile_model(xml, threads=1)
+        precision = src_info.precision or "fp32"
+        version = openvino_build.version()
+        major, minor = (version or "0.0").split(".")[:2]
+        shipped = _Shipped(model=xml, extra_files=[weights], precision=precision, execution_providers=["CPU"],
+                           requires={"device": "cpu"}, runtime=f"openvino>={major}.{minor}", source=stamped)
+        shipped.conversion = {"kind": "openvino", "from": spec.source, "inference_precision": "f32",
+                              "files": [xml.name, weights.name]}
+        feeds, _ = self.check.inputs_for(name, None, ort_session.make_session(stamped))
+        threads = self.verify.threads or 1
+        timed = compiled if threads == 1 else openvino_build.compile_model(xml, threads=threads)
+        info = openvino_build.runtime_info()
+        shipped.measured = {"metrics": self._timings(openvino_build.CompiledSession(timed), feeds),
+                            "measured_on": measured_on(host_info(), runtime="openvino", runtime_version=version,
+                                                       execution_provider="CPU", threads=threads,
+                                                       device=info.get("device_name"))}
+        return shipped, lambda f: openvino_build.run(compiled, f, batch_size=PARITY_BATCH)
+
+    def _timings(self, session: Any, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """Latency (batch 1), throughput and speedup of a build deploy runs itself, measured as verify
+        measures its builds (its warmup, runs and batch sizes; defaults when there is no verify), so
+        the figures sit beside verify's in the manifest. The speedup is against verify's reference
+        build, timed on verify's host: comparable when deploy runs on the same kind of host."""
+        from zoo_stages.lib import onnx_run, timing
+
+        settings = self.verify.latency
+        warmup = int(settings.get("warmup", LATENCY_WARMUP))
+        fixed = onnx_run.fixed_batch(session)
+        stats = timing.measure_latency(session, timing.batch_of(feeds, fixed or 1), warmup=warmup,
+                                       runs=int(settings.get("runs", LATENCY_RUNS)))
+        out: dict[str, Any] = {"latency_p50_ms": stats["p50_ms"], "latency_p90_ms": stats["p90_ms"],
+                               "latency_mean_ms": stats["mean_ms"]}
+        sizes = [int(b) for b in settings.get("batch_sizes") or () if isinstance(b, int)]
+        if sizes:
+            throughput = timing.measure_throughput(session, feeds, sizes, warmup=min(warmup, 2),
+                                                   runs=int(settings.get("throughput_runs", 10)))
+            out.update({f"throughput_bs{bs}": v for bs, v in throughput.items() if v is not None})
+        reference = self.verify.reference_latency()
+        if reference and stats["p50_ms"] > 0:
+            out["speedup"] = reference / stats["p50_ms"]
+        return out
+
+    def _int8_equivalent(self, name: str, source: Path, feeds: dict[str, Any],
+                         run_candidate: Callable[[dict[str, Any]], dict[str, Any]] | None) -> str | None:
+        """Whether an int8 build run by another runtime is equivalent to its QDQ source by the
+        quantized bar (zoo_stages.lib.equivalence); the verdict line, or None when it is not."""
+        from zoo_stages.lib import equivalence, onnx_run, ort_session
+        from zoo_stages.lib.conversion_check import BATCH_SIZE as PARITY_BATCH
+
+        if run_candidate is None:
+            return None
+        ref = onnx_run.run(ort_session.make_session(source), feeds, batch_size=PARITY_BATCH)
+        ok, line = equivalence.judge_outputs(ref, run_candidate(feeds), quantized=True)
+        self.ctx.log.info("deploy: %s against its int8 source: %s", name, line)
+        return line if ok else None
+
+    def _runtime(self, name: str, spec: BuildSpec, shipped: _Shipped, vectors: list[Path]) -> tuple[str, bool]:
+        """(runtime requirement, portable) of a shipped build: portable ONNX is standard domains
+        only, valid under onnx.checker's full check, and its test vectors reproduced by ONNX's
+        reference evaluator as by onnxruntime (zoo_stages.lib.portability). The verdict's reason is
+        kept for the manifest (``extra.deploy.portability``)."""
+        from zoo_stages.lib import portability
+        from zoo_stages.lib.reference_run import DEFAULT_TOLERANCE, FP16_TOLERANCE
+
+        if shipped.runtime is not None:  # OpenVINO IR, ORT format: their runtime, never portable ONNX
+            self.portability[name] = f"{shipped.runtime} only"
+            return shipped.runtime, False
+        tolerance = FP16_TOLERANCE if shipped.precision == "fp16" else DEFAULT_TOLERANCE
+        report = portability.assess(shipped.model, sorted({v.parent for v in vectors}), scratch=self.work,
+                                    tolerance=tolerance)
+        self.ctx.log.info("deploy: %s %s portable ONNX: %s", name, "is" if report.portable else "is not",
+                          report.reason)
+        self.portability[name] = (f"standard ONNX domains, onnx.checker full check, {report.reference.sets} test "
+                                  "vector set(s) reproduced by onnx.reference" if report.portable else report.reason)
+        return report.runtime, report.portable
+
+    def _require_portable(self, builds: Mapping[str, Build]) -> None:
+        """Every version holds one build any ONNX runtime can run: standard domains, checker, reference."""
+        if any(b.portable for b in builds.values()):
+            return
+        why = "; ".join(f"{n}: {self.portability.get(n) or b.runtime or b.format}" for n, b in builds.items())
+        plain = sorted(s.source for s in self.config.builds.values() if s.source in {"export"}) or ["export"]
+        raise StageFailed(f"no build of this version is portable ONNX ({why}); every version ships one build in "
+                          "standard ONNX domains that onnx.checker and ONNX's reference evaluator accept",
+                          hint=f"add a build of the plain export (e.g. `portable: {{from: {plain[0]}}}`), or "
+                               "optimize at `level: basic` (extended adds onnxruntime-only fused ops)")
 
     def _stamped_copy(self, name: str, source: Path, src_info: Any, props: Mapping[str, str]) -> Path:
         """A copy of `source` (and its external data) in the work folder, stamped with `props`."""
@@ -657,11 +835,15 @@ class _Release:
 
     # -- test vectors -------------------------------------------------------------------------
 
-    def _vectors(self, name: str, spec: BuildSpec, vname: str | None, model_file: Path, bdir: Path) -> list[Path]:
-        """Copy verify's vectors (unconverted, verified builds) or generate them by running the model."""
+    def _vectors(self, name: str, spec: BuildSpec, vname: str | None, shipped: _Shipped, bdir: Path) -> list[Path]:
+        """Copy verify's vectors (unconverted, verified builds) or generate them by running the model
+        (an OpenVINO build by OpenVINO, on the inputs of its source)."""
         from zoo_stages.lib import onnx_run, ort_session
         from zoo_stages.lib.model_info import session_ports
 
+        model_file = shipped.model
+        if spec.convert == "openvino":
+            return self._openvino_vectors(name, vname, shipped, bdir)
         session = ort_session.make_session(model_file)
         ports, out_ports = session_ports(session)
         vdir = self.verify.vector_dir(vname) if (vname and spec.convert is None) else None
@@ -683,6 +865,20 @@ class _Release:
         written += vector_files(set_dir)
         self.ctx.log.info("deploy: %s test vectors generated from %s", name, origin)
         return written
+
+    def _openvino_vectors(self, name: str, vname: str | None, shipped: _Shipped, bdir: Path) -> list[Path]:
+        from zoo_stages.lib import onnx_run, openvino_build, ort_session
+        from zoo_stages.lib.model_info import session_ports
+
+        session = ort_session.make_session(shipped.source)  # the source's ports name and type the IR's
+        ports, _ = session_ports(session)
+        feeds, origin = self.check.inputs_for(name, vname, session)
+        feeds = onnx_run.prepare(session, feeds)
+        compiled = openvino_build.compile_model(shipped.model, threads=1)
+        set_dir = write_test_vectors(bdir / "test_data_set_0", {p.name: feeds[p.name] for p in ports},
+                                     openvino_build.run(compiled, feeds, batch_size=BATCH_SIZE))
+        self.ctx.log.info("deploy: %s test vectors generated by OpenVINO from %s", name, origin)
+        return vector_files(set_dir)
 
     def _check_vector_set(self, name: str, vname: str, session: Any, ports: list, out_ports: list,
                           set_dir: Path, model_file: Path) -> None:

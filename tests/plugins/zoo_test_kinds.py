@@ -504,3 +504,44 @@ def _ship(folder: Path, context) -> None:
     evidence = [zoo.manifest_path(manifest.name, manifest.version)] + [zoo.blobs.path(f.sha256)
                                                                        for f in manifest.all_files()]
     context.effects.append(Effect(SHIPPED, manifest.ref, tuple(str(p) for p in evidence)))
+
+
+# --- a stage that behaves like a long training, for the progress and Ctrl-C tests (tests/test_progress.py) ---
+
+class TickerConfig(KindConfig):
+    epochs: int = 3
+    seconds: float = 0.2  # per epoch
+    scratch_mb: int = 0  # written to its work dir first: the temporary files a Ctrl-C must not leave behind
+    marker: str = ""  # written (its pid) once the scratch file is there
+    go: str = ""  # a file it waits for before its last epoch (so a test reads its output while it runs)
+    fail: bool = False
+
+
+class Ticker(StageKind):
+    """Logs one line per epoch as train does (``epoch 2/3: train_loss 0.5000 train_accuracy 0.6667``,
+    through `context.log`) and prints a line per epoch, as a custom `entry` would."""
+
+    name = "ticker"
+    Config = TickerConfig
+    outputs = ("data",)
+
+    def run(self, inputs, config, context):
+        if config.scratch_mb:
+            with open(context.work_dir / "scratch.bin", "wb") as f:
+                for _ in range(config.scratch_mb):
+                    f.write(b"\0" * (1 << 20))
+        if config.marker:
+            context.resolve(config.marker).write_text(str(os.getpid()))
+        for epoch in range(1, config.epochs + 1):
+            if epoch == config.epochs and config.go:
+                while not context.resolve(config.go).exists():
+                    time.sleep(0.05)
+            time.sleep(config.seconds)
+            print(f"entry says: finished epoch {epoch}", flush=True)
+            context.log.info("epoch %d/%d: train_loss %.4f train_accuracy %.4f", epoch, config.epochs,
+                             1 / epoch, epoch / config.epochs)
+        if config.fail:
+            raise RuntimeError("ticker failed on purpose")
+        out = context.output_path("data.txt")
+        out.write_text(str(config.epochs))
+        return {"data": out}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+
+from zoo.cli.jsonout import emit
 
 RecipesArg = typer.Argument(None, help="Recipe YAML files (their stages as they are now).", show_default=False)
 RemoteOpt = typer.Option(None, "--remote", "-r", metavar="URL",
@@ -29,14 +30,18 @@ def push_cmd(recipes: Optional[List[Path]] = RecipesArg, remote: Optional[str] =
              cache_dir: Optional[Path] = CacheDirOpt, as_json: bool = JsonOpt) -> None:
     """Push local cache entries (of RECIPES' stages, or all) to the remote: objects first, each entry last."""
     from zoo import api
+    from zoo.cli.interrupt import CACHE_PUSH_LEFT, interruptible
+    from zoo.cli.transfer import transfer_display
 
-    result = api.cache_push(recipes or (), remote=remote, cache_dir=cache_dir)
+    label = f"cache push to {remote or 'the remote run cache'}"
+    with interruptible(label, CACHE_PUSH_LEFT), transfer_display(label, None, as_json) as advance:
+        result = api.cache_push(recipes or (), remote=remote, cache_dir=cache_dir, progress=advance)
     if as_json:
-        print(json.dumps(result, indent=2), flush=True)
+        emit(result)
         return
-    from zoo.cli.main import _size
+    from zoo.cli.formatting import size
 
-    print(f"pushed {result['entries']} entries ({result['objects']} objects, {_size(result['bytes'])}) to "
+    print(f"pushed {result['entries']} entries ({result['objects']} objects, {size(result['bytes'])}) to "
           f"{result['remote']}; {result['already']} already there", flush=True)
 
 
@@ -45,10 +50,14 @@ def pull_cmd(recipes: List[Path] = typer.Argument(..., help="Recipe YAML files."
              as_json: bool = JsonOpt) -> None:
     """Download the stages of RECIPES that the remote has and the local cache lacks (sha256-verified)."""
     from zoo import api
+    from zoo.cli.interrupt import CACHE_PULL_LEFT, interruptible
+    from zoo.cli.transfer import transfer_display
 
-    result = api.cache_pull(recipes, remote=remote, cache_dir=cache_dir)
+    label = f"cache pull from {remote or 'the remote run cache'}"
+    with interruptible(label, CACHE_PULL_LEFT), transfer_display(label, None, as_json) as advance:
+        result = api.cache_pull(recipes, remote=remote, cache_dir=cache_dir, progress=advance)
     if as_json:
-        print(json.dumps(result, indent=2), flush=True)
+        emit(result)
         return
     _stage_table(result["stages"])
     print(f"pulled {result['pulled']} stages from {result['remote']}; {result['missing']} on neither side "
@@ -62,7 +71,7 @@ def status_cmd(recipes: Optional[List[Path]] = RecipesArg, remote: Optional[str]
 
     result = api.cache_status(recipes or (), remote=remote, cache_dir=cache_dir)
     if as_json:
-        print(json.dumps(result, indent=2), flush=True)
+        emit(result)
         return
     if "stages" in result:
         _stage_table(result["stages"])
@@ -75,12 +84,12 @@ def status_cmd(recipes: Optional[List[Path]] = RecipesArg, remote: Optional[str]
 
 
 def _stage_table(stages: list[dict]) -> None:
-    from zoo.cli.tables import print_table
+    from zoo.cli.tables import Col, print_table
 
     def where(value) -> str:
         return "?" if value is None else "yes" if value else "no"
 
-    print_table(["recipe", "stage", "key", "local", "remote"],
+    print_table(["recipe", "stage", Col("key", wrap=False), "local", "remote"],
                 [[s["recipe"], s["stage"], (s["key"] or "-")[:12], where(s["local"]) + (" (pulled)" if s["pulled"] else ""),
                   where(s["remote"]) + (" (pushed)" if s["pushed"] else "")] for s in stages])
 

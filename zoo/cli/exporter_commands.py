@@ -4,9 +4,9 @@ exporter class; no framework is imported."""
 
 from __future__ import annotations
 
-import json
-
 import typer
+
+from zoo.cli.jsonout import emit
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +25,7 @@ def exporters(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
                      "extra": cls.extra, "installed": cls.installed(), "install": cls.install_command(),
                      "summary": cls.summary, "target": entry.target})
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        emit(rows)
         return
     print_table(["framework", "origin", "installed", "summary"],
                 [[r["framework"], r["origin"], "yes" if r["installed"] else f"no: {r['install']}", r["summary"]]

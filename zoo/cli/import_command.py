@@ -5,11 +5,12 @@ Only parses arguments, calls `zoo.release.importer.import_model`, and prints.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import List, Optional
 
 import typer
+
+from zoo.cli.jsonout import emit
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +43,7 @@ def import_cmd(
     with progress:
         result = import_model(source, name=name, version=version, shapes=shapes, on_update=progress.update)
     if as_json:
-        print(json.dumps(result.to_json(), indent=2, sort_keys=True), flush=True)
+        emit(result.to_json())
         return
     src = result.source
     pinned = ", ".join(f"{k} {src[k]}" for k in ("revision", "sha256", "license") if src.get(k))

@@ -14,11 +14,12 @@ from typing import List, Optional
 
 import typer
 
+from zoo.cli.jsonout import emit
+
 app = typer.Typer(
     name="zoo",
     help="Declarative pipelines and a model zoo for ONNX: train → export → optimize → quantize → verify → deploy.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -37,6 +38,20 @@ def _echo(text: str = "", err: bool = False) -> None:
     print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        _echo(f"zoo {version('zoo-onnx')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(_version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                        help="Print zoo's version and exit.")) -> None:
+    """Declarative pipelines and a model zoo for ONNX: train → export → optimize → quantize → verify → deploy."""
+
+
 @app.command()
 def run(
     recipe: Path = RecipeArg,
@@ -51,24 +66,30 @@ def run(
         help="'local' (default) or 'dask://HOST:PORT' (with a remote run cache the workers need no shared disk; "
              "?resource_wait=SECONDS: how long a stage waits for a worker offering its resources)."),
     cache_remote: Optional[str] = CacheRemoteOpt,
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Print each stage's log file when it starts and stream its lines (a custom "
+                                      "entry's prints too)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Run a recipe. Stages whose inputs did not change are taken from the cache (local, then remote)."""
     from zoo import api
+    from zoo.cli.interrupt import RunWatch
     from zoo.errors import InvalidInput
 
     if stages and not force:
         raise InvalidInput(f"stage names given without --force: {' '.join(stages)}",
                            hint=f"to rerun them: zoo run {recipe} {' '.join(stages)} --force")
     dag = api.load(recipe)
-    progress = _progress(dag, as_json)
-    with progress:
+    progress = _progress(dag, as_json, verbose)
+    watch = RunWatch(f"zoo run {recipe}", progress.update)  # what a Ctrl-C stopped
+    with watch.interruptible(), progress:
         result = api.run(dag, cache_dir=cache_dir, jobs=jobs, force=(stages or True) if force else (),
-                         frozen=frozen, executor=executor, on_update=progress.update, cache_remote=cache_remote)
+                         frozen=frozen, executor=executor, on_update=watch.update, cache_remote=cache_remote,
+                         on_log=None if as_json else progress.log)
     for note in result.notes:
         _echo(f"note: {note}", err=True)
     if as_json:
-        _echo(json.dumps(result.to_json(), indent=2))
+        emit(result.to_json())
     else:
         _print_run_summary(result, recipe)
     raise typer.Exit(result.exit_code())
@@ -85,7 +106,7 @@ def plan(recipe: Path = RecipeArg, cache_dir: Optional[Path] = CacheDirOpt,
     for note in result.notes:
         _echo(f"note: {note}", err=True)
     if as_json:
-        _echo(json.dumps(result.to_json(), indent=2))
+        emit(result.to_json())
         return
     _print_plan(result, show_needs=True)
 
@@ -104,7 +125,7 @@ def status(recipe: Path = RecipeArg, why: bool = typer.Option(False, "--why", he
     for note in result.notes:
         _echo(f"note: {note}", err=True)
     if as_json:
-        _echo(json.dumps(result.to_json(), indent=2))
+        emit(result.to_json())
         return
     from zoo.cli.tables import print_table
 
@@ -117,23 +138,33 @@ def status(recipe: Path = RecipeArg, why: bool = typer.Option(False, "--why", he
 
 
 @app.command()
-def validate(recipe: Path = RecipeArg) -> None:
+def validate(recipe: Path = RecipeArg, as_json: bool = JsonOpt) -> None:
     """Check a recipe (schema, stage configs, DAG) without running anything."""
     from zoo import api
 
     dag = api.load(recipe)
+    if as_json:
+        return emit({"ok": True, "recipe": str(recipe), "name": dag.recipe.name, "version": dag.recipe.version,
+                     "stages": [{"id": nid, "kind": dag.nodes[nid].kind, "needs": list(dag.nodes[nid].needs)}
+                                for nid in dag.order()]})
     _echo(f"{recipe}: ok — {dag.recipe.name}@{dag.recipe.version}, {len(dag.nodes)} stages: {', '.join(dag.order())}")
 
 
 @app.command()
-def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout.")) -> None:
+def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+           as_json: bool = typer.Option(False, "--json", help="Print {schema_version, output, schema} (the JSON "
+                                                                "Schema itself is JSON: without --json it is printed as is).")) -> None:
     """Print the recipe JSON Schema (for yaml-language-server and editors)."""
     from zoo.files import atomic_write
     from zoo.engine.recipe import json_schema
 
-    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    document = json_schema()
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
     if output:
         atomic_write(output, text.encode())
+    if as_json:
+        return emit({"output": str(output) if output else None, "schema": None if output else document})
+    if output:
         _echo(f"wrote {output}")
     else:
         sys.stdout.write(text)
@@ -144,13 +175,17 @@ def gc(
     cache_dir: Optional[Path] = CacheDirOpt,
     keep: Optional[List[Path]] = typer.Option(None, "--keep", help="Keep only entries used by these recipes' lockfiles."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be freed."),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Remove cache objects that no entry references, and leftovers of interrupted runs."""
     from zoo import api
+    from zoo.cli.formatting import size
 
     result = api.gc(cache_dir=cache_dir, keep_recipes=keep or (), dry_run=dry_run)
+    if as_json:
+        return emit({"dry_run": dry_run, **result, "cache_dir": str(result["cache_dir"])})
     verb = "would free" if dry_run else "freed"
-    _echo(f"{verb} {_size(result['bytes_freed'])}: {result['objects_removed']} objects, "
+    _echo(f"{verb} {size(result['bytes_freed'])}: {result['objects_removed']} objects, "
           f"{result['entries_removed']} entries ({result['cache_dir']})")
     skipped = result.get("skipped") or {}
     labels = {"entries": "entries", "workspaces": "stage workspaces (tmp/)", "materialised": "output folders (out/)",
@@ -163,26 +198,29 @@ def gc(
 
 
 @app.command("kinds")
-def kinds_cmd() -> None:
+def kinds_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """List the stage kinds (built in and from the `zoo.stages` entry points)."""
     from zoo.engine import kind_loader
+
+    kinds = [{"kind": name, "origin": "built-in" if entry.builtin else "plugin", "target": entry.target}
+             for name, entry in sorted(kind_loader.entries().items())]
+    if as_json:
+        return emit(kinds)
     from zoo.cli.tables import print_table
 
-    print_table(["kind", "origin", "target"],
-                [[name, "built-in" if entry.builtin else "plugin", entry.target]
-                 for name, entry in sorted(kind_loader.entries().items())])
+    print_table(["kind", "origin", "target"], [[k["kind"], k["origin"], k["target"]] for k in kinds])
 
 
 # --- output helpers -------------------------------------------------------------------------
 
-def _progress(dag, as_json: bool):
+def _progress(dag, as_json: bool, verbose: bool = False):
     from zoo.cli.progress import NullProgress, PlainProgress, RichProgress
 
     if as_json:
         return NullProgress()
     if sys.stdout.isatty() and os.environ.get("TERM") != "dumb":
-        return RichProgress(dag.order(), {nid: n.kind for nid, n in dag.nodes.items()})
-    return PlainProgress()
+        return RichProgress(dag.order(), {nid: n.kind for nid, n in dag.nodes.items()}, verbose=verbose)
+    return PlainProgress(verbose=verbose)
 
 
 def _print_plan(result, show_needs: bool) -> None:
@@ -198,6 +236,7 @@ def _print_plan(result, show_needs: bool) -> None:
 
 def _print_run_summary(result, recipe: Path) -> None:
     from zoo import api
+    from zoo.engine.failures import retry_helps
     from zoo.engine.runner import log_tail
 
     ran = [s for s in result.stages if s.state == "done"]
@@ -210,10 +249,13 @@ def _print_run_summary(result, recipe: Path) -> None:
             _echo(err.table, err=True)
         if err and err.hint:
             _echo(f"hint: {err.hint}", err=True)
+        if s.log_path:  # a stage that failed before it started (a remote's bad bytes) has none
+            _echo(f"log: {s.log_path}", err=True)
         tail = log_tail(s.log_path)
         if tail:
-            _echo(f"--- last lines of {s.log_path} ---\n{tail}\n---", err=True)
-        _echo(f"retry with: zoo run {recipe} {s.id.split('[')[0]} --force", err=True)
+            _echo(f"--- last lines of the log ---\n{tail}\n---", err=True)
+        if retry_helps(err):  # never for a failed gate or a version conflict: they would fail again
+            _echo(f"retry with: zoo run {recipe} {s.id.split('[')[0]} --force", err=True)
     _echo(f"{result.recipe}@{result.version}: {len(ran)} ran, {len(cached)} cached"
           + (f", {len(result.failed)} failed" if result.failed else "") + f" ({total:.1f}s of stage time)")
     for s in result.stages:
@@ -260,23 +302,19 @@ def _cell(value, column) -> str:
         return str(value)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return column.missing
-    return _size(value) if column.format == "size" else format(value, column.format)
+    if column.format == "size":
+        from zoo.cli.formatting import size
 
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+        return size(value)
+    return format(value, column.format)
 
 
 def _register_subcommands() -> None:
-    """Commands that live in their own modules (registry; releases; import; exporters; remote run cache)."""
+    """Commands that live in their own modules (registry; releases; import; exporters; remote run cache; web catalog)."""
     import importlib
 
     for module_name in ("zoo.cli.zoo_commands", "zoo.cli.release_commands", "zoo.cli.import_command",
-                        "zoo.cli.exporter_commands", "zoo.cli.cache_commands"):
+                        "zoo.cli.exporter_commands", "zoo.cli.cache_commands", "zoo.cli.site_commands"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
@@ -293,22 +331,18 @@ def main() -> None:
     """Entry point: run the app, mapping ZooError to its message, hint and exit code."""
     from zoo.errors import ExitCode, ZooError
 
+    from zoo.cli.interrupt import Interrupted
+
     try:
-        app()
+        app(prog_name="zoo")  # also under `python -m zoo`: completion's variable is _ZOO_COMPLETE
+    except Interrupted as e:  # Ctrl-C: what it stopped, and that nothing was half-published
+        _fail("KeyboardInterrupt", str(e), None, ExitCode.INTERRUPTED, traceback_note=False, prefix="")
     except ZooError as e:
         if os.environ.get("ZOO_DEBUG"):
             raise
-        _echo(f"error: {e.message}", err=True)
-        table = getattr(e, "table", "")
-        if table:
-            _echo(table, err=True)
-        if e.hint:
-            _echo(f"hint: {e.hint}", err=True)
-        _echo("(set ZOO_DEBUG=1 to see the traceback)", err=True)
-        sys.exit(e.exit_code)
+        _fail(type(e).__name__, e.message, e.hint, e.exit_code, getattr(e, "table", ""))
     except KeyboardInterrupt:
-        _echo("interrupted", err=True)
-        sys.exit(ExitCode.INTERRUPTED)
+        _fail("KeyboardInterrupt", "interrupted", None, ExitCode.INTERRUPTED, traceback_note=False)
     except OSError as e:
         # a full disk can surface anywhere (cache, local zoo, --to folder): one message, exit 3
         from zoo.errors import NO_SPACE_HINT, is_no_space
@@ -316,10 +350,25 @@ def main() -> None:
         if not is_no_space(e) or os.environ.get("ZOO_DEBUG"):
             raise
         where = e.filename or _written_path(e) or "the device"
-        _echo(f"error: no space left on {where}", err=True)
-        _echo(f"hint: {NO_SPACE_HINT}", err=True)
+        _fail("NoSpace", f"no space left on {where}", NO_SPACE_HINT, ExitCode.STORAGE)
+
+
+def _fail(error_type: str, message: str, hint: str | None, exit_code: int, table: str = "", *,
+          traceback_note: bool = True, prefix: str = "error: ") -> None:
+    """Exit with `exit_code` after the error's message, table and hint on stderr; with --json, the
+    error object (zoo/cli/jsonout.py) on stdout too, so a script always gets one JSON document."""
+    from zoo.cli import jsonout
+
+    _echo(f"{prefix}{message}", err=True)
+    if table:
+        _echo(table, err=True)
+    if hint:
+        _echo(f"hint: {hint}", err=True)
+    if traceback_note:
         _echo("(set ZOO_DEBUG=1 to see the traceback)", err=True)
-        sys.exit(ExitCode.STORAGE)
+    if jsonout.requested():
+        emit(jsonout.error_object(error_type, message, hint=hint, exit_code=exit_code, table=table))
+    sys.exit(exit_code)
 
 
 def _written_path(e: BaseException) -> str | None:

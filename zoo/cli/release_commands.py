@@ -5,12 +5,13 @@ They only parse arguments, call `zoo.release.repro`, `zoo.release.ship` and `zoo
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+
+from zoo.cli.jsonout import emit
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +47,7 @@ def repro(
     report = repro_mod.check(recipe, stages=stage or None, cache_dir=cache_dir, jobs=jobs,
                              quality_tolerance=quality_tolerance)
     if as_json:
-        print(json.dumps(report.to_json(), indent=2))
+        emit(report.to_json())
     else:
         from zoo.cli.tables import print_table
 
@@ -84,7 +85,7 @@ def release(
     result = do_release(recipe, version=version, to=to, tags=tag or [], allow_stale_lock=allow_stale_lock,
                         cache_dir=cache_dir, jobs=jobs)
     if as_json:
-        print(json.dumps(result.to_json(), indent=2, sort_keys=True), flush=True)
+        emit(result.to_json())
         return
     ran = f"{len(result.executed)} stage(s) ran ({', '.join(result.executed)})" if result.executed else "every stage cached"
     print(f"{result.ref}: {ran}; lockfile {'updated' if result.lock_changed else 'unchanged'}")
@@ -92,10 +93,13 @@ def release(
         if not g.get("implicit"):
             print(f"  gate {g.get('gate')}: {'pass' if g.get('passed', True) else 'FAIL'}")
     if result.builds or result.files:
-        from zoo.cli.tables import print_table
+        from zoo.cli.formatting import short_sha
+        from zoo.cli.tables import Col, print_table
 
-        print_table(["", "name", "sha256"], [["build", name, sha] for name, sha in result.builds.items()]
-                    + [["file", path, sha] for path, sha in result.files.items()])
+        # short digests keep the table within 80 columns; --json and `zoo show --json` have them whole
+        print_table(["", "name", Col("sha256", wrap=False)],
+                    [["build", name, short_sha(sha)] for name, sha in result.builds.items()]
+                    + [["file", path, short_sha(sha)] for path, sha in result.files.items()])
     for note in result.notes:
         print(f"note: {note}")
     if result.created:
@@ -116,11 +120,15 @@ def bundle_export(
     """Write versions of the local zoo (every build, card, lockfile, provenance) to one tar file."""
     from dataclasses import asdict
 
+    from zoo.cli.interrupt import BUNDLE_LEFT, interruptible
+    from zoo.cli.transfer import transfer_display
     from zoo.registry.bundle import export_bundle
 
-    result = export_bundle(refs, output)
+    label = f"bundle {' '.join(refs)} to {output}"
+    with interruptible(label, BUNDLE_LEFT), transfer_display(label, None, as_json) as advance:
+        result = export_bundle(refs, output, progress=advance)
     if as_json:
-        print(json.dumps(asdict(result), indent=2, sort_keys=True), flush=True)
+        emit(asdict(result))
         return
     print(f"wrote {result.path}: {', '.join(result.versions)} ({result.blobs} files, {result.bytes} bytes)", flush=True)
 
@@ -132,11 +140,15 @@ def bundle_import(
     """Verify every byte of a bundle, then install its versions into the local zoo (all or nothing)."""
     from dataclasses import asdict
 
+    from zoo.cli.interrupt import BUNDLE_IMPORT_LEFT, interruptible
+    from zoo.cli.transfer import transfer_display
     from zoo.registry.bundle import import_bundle
 
-    result = import_bundle(path)
+    label = f"import {path}"
+    with interruptible(label, BUNDLE_IMPORT_LEFT), transfer_display(label, None, as_json) as advance:
+        result = import_bundle(path, progress=advance)
     if as_json:
-        print(json.dumps(asdict(result), indent=2, sort_keys=True), flush=True)
+        emit(asdict(result))
         return
     for ref in result.installed:
         print(f"imported {ref}")

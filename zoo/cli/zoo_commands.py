@@ -7,15 +7,20 @@ fast. Errors are `zoo.errors` exceptions; the main CLI turns them into messages 
 
 from __future__ import annotations
 
-import json
+import contextlib
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table.")
-RemoteOpt = typer.Option(None, "--remote", "-r", help="Ask this configured remote instead of the local zoo.")
+from zoo.cli.completion import complete_models, complete_refs, complete_remotes
+
+JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table (docs/cli-json.md).")
+RemoteOpt = typer.Option(None, "--remote", "-r", help="Ask this configured remote instead of the local zoo.",
+                         autocompletion=complete_remotes)
+RefArg = typer.Argument(..., help="NAME, NAME@VERSION or NAME@TAG.", show_default=False, autocompletion=complete_refs)
+PinnedArg = typer.Argument(..., help="NAME@VERSION.", show_default=False, autocompletion=complete_refs)
 
 
 def register(app: typer.Typer) -> None:
@@ -38,20 +43,20 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_json(obj) -> None:
-    from zoo.registry.api import as_dict
+    """`obj` as --json output (docs/cli-json.md): schema_version in every object."""
+    from zoo.cli.jsonout import emit
+    from zoo.registry.api import to_json
 
-    def conv(o):
-        if isinstance(o, list):
-            return [conv(x) for x in o]
-        return as_dict(o)
-
-    print(json.dumps(conv(obj), indent=2, sort_keys=True, default=str), flush=True)
+    emit(to_json(obj))  # the Python API's data (zoo.api returns the same), schema_version added
 
 
-def _table(title: str | None, columns: list[str], rows: list[list]) -> None:
+def _table(title: str | None, columns: list, rows: list[list], key: int | None = None) -> None:
+    """A registry table in the compact style; columns marked `drop` give way on narrow outputs."""
     from zoo.cli.tables import print_table
 
-    print_table(columns, rows, title=title)
+    if title:
+        print(f"{title}:", flush=True)
+    print_table(columns, rows, compact=True, key=key)
 
 
 def _note(text: str) -> None:
@@ -59,20 +64,27 @@ def _note(text: str) -> None:
 
 
 def list_cmd(
-    name: Optional[str] = typer.Argument(None, help="Only this model (shows every version).", show_default=False),
+    name: Optional[str] = typer.Argument(None, help="Only this model (shows every version).", show_default=False,
+                                         autocompletion=complete_models),
     versions: bool = typer.Option(False, "--versions", help="One row per version instead of one per model."),
     remote: Optional[str] = RemoteOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """List the models (or versions) in the local zoo or on a remote."""
+    """List the models (or versions) in the local zoo or on a remote. An unknown NAME is exit 2."""
+    from zoo.cli.formatting import timestamp
+    from zoo.cli.tables import Col
     from zoo.registry import api
 
     if name or versions:
         rows = api.list_versions(name, remote=remote)
         if as_json:
             return _print_json(rows)
-        _table(None, ["name", "version", "tags", "builds", "created", "task"],
-               [[v.name, v.version, ", ".join(v.tags), ", ".join(v.builds), v.created, v.task] for v in rows])
+        if not rows:
+            _note("no versions" + (f" on remote {remote}" if remote else " in the local zoo"))
+            return
+        _table(None, [Col("name", wrap=False), Col("version", wrap=False), Col("tags"), Col("builds"),
+                      Col("created", wrap=False, drop=2), Col("task", drop=1)],
+               [[v.name, v.version, ", ".join(v.tags), ", ".join(v.builds), timestamp(v.created), v.task] for v in rows])
         return
     models = api.list_models(remote=remote)
     if as_json:
@@ -80,48 +92,94 @@ def list_cmd(
     if not models:
         _note("no models" + (f" on remote {remote}" if remote else " in the local zoo"))
         return
-    _table(None, ["name", "latest", "versions", "tags", "task", "description"],
+    _table(None, [Col("name", wrap=False), Col("latest", wrap=False), Col("versions", align="right", wrap=False),
+                  Col("tags"), Col("task", drop=1), Col("description", drop=2)],
            [[m.name, m.latest, m.versions, ", ".join(f"{t}→{v}" for t, v in sorted(m.tags.items())), m.task,
              m.description] for m in models])
 
 
+def _yes_no(value: bool | None, *, no: str = "no") -> str:
+    return "yes" if value else no if value is False else "-"
+
+
+def _print_wrapped(lines: list[str]) -> None:
+    """Lines under a heading, wrapped to the output's width (the table's, zoo/cli/tables.py)."""
+    import textwrap
+
+    from zoo.cli.tables import width
+
+    for line in lines:
+        print("\n".join(textwrap.wrap(line, width=width(), subsequent_indent="    ", break_on_hyphens=False)))
+
+
+def _print_field(key: str, value) -> None:
+    """`  key: value`, the value on a line of its own when both do not fit the width (never split:
+    a digest or URL must stay whole to be copied)."""
+    from zoo.cli.tables import width
+
+    line = f"  {key}: {value}"
+    print(line if len(line) <= width() else f"  {key}:\n    {value}")
+
+
 def show_cmd(
-    ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAME@TAG.", show_default=False),
+    ref: str = RefArg,
     remote: Optional[str] = RemoteOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Show a version: its builds, metrics, lineage and tags."""
+    from zoo.cli.formatting import measured_on, metric, ms, short_sha, size
+    from zoo.cli.tables import Col
     from zoo.registry import api
 
     data = api.show(ref, remote=remote)
     if as_json:
         return _print_json(data)
     print(f"{data['name']}@{data['version']}  ({data['source']})")
-    for key in ("description", "task", "license", "created"):
+    if data.get("description"):
+        _print_wrapped([f"  description: {data['description']}"])
+    for key in ("task", "license", "created"):
         if data.get(key):
-            print(f"  {key}: {data[key]}")
+            _print_field(key, data[key])
     if data["tags"]:
         print(f"  tags: {', '.join(data['tags'])}")
-    rows = []
+    rows, unverified, measured = [], [], {}
     for b in data["builds"].values():
         m = b["metrics"]
-        size = b["file"]["size"] + sum(f["size"] for f in b.get("extra_files") or ())  # with its external data
-        rows.append([b["name"], b["precision"], b["file"]["path"], size, ", ".join(b["execution_providers"]),
-                     m.get("latency_p50_ms"), m.get("accuracy"), "yes" if data["downloaded"].get(b["name"]) else "no"])
-    _table("builds", ["build", "precision", "file", "bytes", "providers", "latency_p50_ms", "accuracy", "downloaded"], rows)
+        model_size = b["file"]["size"] + sum(f["size"] for f in b.get("extra_files") or ())  # with its external data
+        rows.append([b["name"], b.get("format") or "onnx", b["precision"], size(model_size),
+                     ms(m.get("latency_p50_ms")), metric(m.get("accuracy")), _yes_no(b.get("verified"), no="NO"),
+                     short_sha(b["file"]["sha256"]), b.get("runtime") or "-", ", ".join(b["execution_providers"]),
+                     _yes_no(b.get("portable")), "yes" if data["downloaded"].get(b["name"]) else "no"])
+        if b.get("measured_on"):
+            measured.setdefault(measured_on(b["measured_on"]), []).append(b["name"])
+        if b.get("verified") is False:
+            unverified.append(f"  {b['name']}: {b.get('unverified_reason') or 'no reason recorded'}")
+    # what a build is judged by stays at any width; how and where it runs gives way first (listed below then)
+    _table("builds", [Col("build", wrap=False), Col("format", wrap=False, drop=4), Col("precision", wrap=False),
+                      Col("size", "right", wrap=False), Col("p50 ms", "right", wrap=False),
+                      Col("accuracy", "right", wrap=False), Col("verified", wrap=False), Col("sha256", wrap=False),
+                      Col("runtime", wrap=False, drop=3), Col("providers", drop=5), Col("portable", wrap=False, drop=2),
+                      Col("downloaded", wrap=False, drop=1)], rows, key=0)
+    if measured:  # long (runtime, CPU, threads): under the table, one line per distinct setting
+        print("latency measured on:")
+        _print_wrapped([f"  {', '.join(builds)}: {where}" for where, builds in measured.items()])
+    if unverified:  # a label is a claim: say which ones were never run where they are meant to run
+        print("not verified (zoo pull picks them only with --build):")
+        _print_wrapped(unverified)
     lineage = data.get("lineage") or {}
     if any(lineage.values()):
         print("lineage:")
         for section, values in lineage.items():
             for k, v in sorted(values.items()):
-                print(f"  {section}.{k}: {v}")
+                _print_field(f"{section}.{k}", v)
     if data.get("files"):  # version-level files: lockfile, provenance, an import's recipe...
-        _table("files", ["file", "bytes", "sha256"], [[f["path"], f["size"], f["sha256"]] for f in data["files"]])
+        _table("files", [Col("file"), Col("size", "right", wrap=False), Col("sha256", wrap=False)],
+               [[f["path"], size(f["size"]), short_sha(f["sha256"])] for f in data["files"]])
     imported = (data.get("extra") or {}).get("import")
     if isinstance(imported, dict):  # `zoo import`'s provenance: what the source states, nothing more
         print("imported from:")
         for k, v in imported.items():
-            print(f"  {k}: {v}")
+            _print_field(k, v)
 
 
 def search_cmd(
@@ -131,25 +189,32 @@ def search_cmd(
     max_latency: Optional[float] = typer.Option(None, "--max-latency", help="Builds with latency_p50_ms ≤ this."),
     min_accuracy: Optional[float] = typer.Option(None, "--min-accuracy", help="Builds with accuracy ≥ this."),
     all_versions: bool = typer.Option(False, "--all-versions", help="Search every version, not only the newest."),
+    remote: Optional[str] = typer.Option(None, "--remote", "-r", autocompletion=complete_remotes,
+                                         help="Search this configured remote instead of the local zoo."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Search the local zoo by text, task, tag and build metrics."""
+    """Search the local zoo (or a remote) by text, task, tag and build metrics."""
+    from zoo.cli.formatting import metric, ms, short_sha, size
+    from zoo.cli.tables import Col
     from zoo.registry import api
 
     rows = api.search(text, task=task, tag=tag, max_latency=max_latency, min_accuracy=min_accuracy,
-                      all_versions=all_versions)
+                      all_versions=all_versions, remote=remote)
     if as_json:
         return _print_json(rows)
     if not rows:
-        _note("no build matches")
+        _note("no build matches" + (f" on remote {remote}" if remote else ""))
         return
-    _table(None, ["name", "version", "build", "latency_p50_ms", "accuracy", "task", "description"],
-           [[r["name"], r["version"], r["build"], r["latency_p50_ms"], r["accuracy"], r["task"], r["description"]]
-            for r in rows])
+    _table(None, [Col("name", wrap=False), Col("version", wrap=False), Col("build", wrap=False),
+                  Col("size", "right", wrap=False, drop=2), Col("p50 ms", "right", wrap=False),
+                  Col("accuracy", "right", wrap=False), Col("sha256", wrap=False, drop=1), Col("task", drop=3),
+                  Col("description", drop=4)],
+           [[r["name"], r["version"], r["build"], size(r.get("size")), ms(r["latency_p50_ms"]), metric(r["accuracy"]),
+             short_sha(r.get("sha256")), r["task"], r["description"]] for r in rows])
 
 
 def pull_cmd(
-    ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAME@TAG.", show_default=False),
+    ref: str = RefArg,
     build: Optional[str] = typer.Option(None, "--build", "-b", help="Build to pull [default: the best for this host]."),
     to: Optional[Path] = typer.Option(None, "--to", help="Place the files in this folder [default: the local zoo]."),
     remote: Optional[str] = RemoteOpt,
@@ -163,9 +228,17 @@ def pull_cmd(
     """Download (verified) and place a build; prints the path of its model file."""
     from zoo.registry import api
 
-    if as_format is not None:
-        return _pull_as(as_format, ref, build, to, remote, offline, as_json)
-    result = api.pull(ref, build=build, to=to, remote=remote, offline=offline)
+    from zoo.cli.interrupt import PULL_LEFT, interruptible
+
+    with interruptible(f"pull {ref}", PULL_LEFT):
+        if as_format is not None:
+            return _pull_as(as_format, ref, build, to, remote, offline, as_json)
+        from zoo.cli.transfer import transfer_display
+        from zoo.download import observe_bytes
+
+        with transfer_display(f"pull {ref}", None, as_json, stderr=True) as advance:
+            with observe_bytes(advance) if advance is not None else contextlib.nullcontext():
+                result = api.pull(ref, build=build, to=to, remote=remote, offline=offline)
     if as_json:
         return _print_json(result)
     for n in result.notes:
@@ -194,15 +267,19 @@ def _pull_as(as_format: str, ref: str, build: str | None, to: Path | None, remot
 
 
 def push_cmd(
-    ref: str = typer.Argument(..., help="NAME@VERSION to publish.", show_default=False),
-    to: str = typer.Option(..., "--to", help="Remote to publish to.", show_default=False),
+    ref: str = PinnedArg,
+    to: str = typer.Option(..., "--to", help="Remote to publish to.", show_default=False, autocompletion=complete_remotes),
     tag: Optional[List[str]] = typer.Option(None, "--tag", "-t", help="Also point these tags at the version there."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Publish a local version to a remote (blobs first, manifest last; refuses to overwrite)."""
+    from zoo.cli.interrupt import PUSH_LEFT, interruptible
+    from zoo.cli.transfer import transfer_display
     from zoo.registry import api
 
-    result = api.push(ref, to, tags=tag or [])
+    label = f"push {ref} to {to}"
+    with interruptible(label, PUSH_LEFT), transfer_display(label, None, as_json) as advance:
+        result = api.push(ref, to, tags=tag or [], progress=advance)
     if as_json:
         return _print_json(result)
     what = "published" if result["created"] else "already there (same content)"
@@ -211,26 +288,32 @@ def push_cmd(
 
 
 def tag_cmd(
-    ref: str = typer.Argument(..., help="NAME@VERSION.", show_default=False),
+    ref: str = PinnedArg,
     tag: str = typer.Argument(..., help="Tag to point at it (moved if it exists); not `latest`, which always "
                                         "follows the newest release.", show_default=False),
     remote: Optional[str] = RemoteOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Point a tag (prod, stable…) at a version. `latest` is automatic: it cannot be set by hand."""
     from zoo.registry import api
 
     result = api.tag(ref, tag, remote=remote)
+    if as_json:
+        return _print_json(result)
     print(f"{result['ref'].split('@')[0]}@{tag} → {result['ref']} ({result['remote']})", flush=True)
 
 
 def rm_cmd(
-    ref: str = typer.Argument(..., help="NAME@VERSION to remove.", show_default=False),
+    ref: str = PinnedArg,
     remote: Optional[str] = RemoteOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Remove a version (locally, with the blobs nothing else uses; or on a remote)."""
     from zoo.registry import api
 
     result = api.rm(ref, remote=remote)
+    if as_json:
+        return _print_json(result)
     kept = f", {result['kept_young']} kept (younger than the gc grace period)" if result.get("kept_young") else ""
     print(f"removed {result['ref']} ({result['remote']}; {result['blobs_freed']} blob(s) freed{kept})", flush=True)
     if result.get("note"):
@@ -287,6 +370,7 @@ def remote_add_cmd(
                                            help="Instead of URL: the URL and options of this DVC remote (credentials "
                                                 "stay in the environment; needs the dvc extra)."),
     dvc_repo: Path = typer.Option(Path("."), "--dvc-repo", help="The DVC repo whose config defines --from-dvc's remote."),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Add a remote zoo. Credentials come from the environment, never from this config."""
     from zoo.errors import InvalidInput
@@ -303,9 +387,13 @@ def remote_add_cmd(
                            hint="zoo remote add NAME s3://bucket/prefix, or zoo remote add NAME --from-dvc storage")
     if from_dvc is None:
         r = api.remote_add(name, url, options=options, mirrors=mirror or [], replace=replace)
+        if as_json:
+            return _print_json(r)
         print(f"remote {r['name']} → {r['url']}", flush=True)
         return
     r = api.remote_add_from_dvc(name, from_dvc, dvc_repo=dvc_repo, options=options, mirrors=mirror or [], replace=replace)
+    if as_json:
+        return _print_json(r)
     shown = "".join(f" {k}={v}" for k, v in r["options"].items())
     print(f"remote {r['name']} → {r['url']}{shown}  (DVC remote {from_dvc!r} in {r['from_dvc']['config']})", flush=True)
     for note in r["notes"]:
@@ -327,11 +415,15 @@ def remote_list_cmd(as_json: bool = JsonOpt) -> None:
              ", ".join(f"{k}={v}" for k, v in r["options"].items()), ", ".join(r["mirrors"])] for r in rows])
 
 
-def remote_remove_cmd(name: str = typer.Argument(..., help="Remote name.", show_default=False)) -> None:
+def remote_remove_cmd(name: str = typer.Argument(..., help="Remote name.", show_default=False,
+                                                autocompletion=complete_remotes),
+                      as_json: bool = JsonOpt) -> None:
     """Remove a remote from the config (nothing on the remote is touched)."""
     from zoo.registry import api
 
-    api.remote_remove(name)
+    result = api.remote_remove(name)
+    if as_json:
+        return _print_json(result)
     print(f"removed remote {name}", flush=True)
 
 

@@ -31,7 +31,9 @@ class Executor(Protocol):
     An executor whose workers may be on other machines (their own disks, their own zoo) also has
     ``remote_workers = True`` and ``sees(folder) -> bool`` (whether every worker reads the
     caller's `folder` at the same path); the runner then keeps effects at the caller and, with a
-    remote run cache, ships stages through it (zoo/engine/remote_stage.py)."""
+    remote run cache, ships stages through it (zoo/engine/remote_stage.py). An executor may also
+    have ``abort()``: stop its running stages now (Ctrl-C), which the runner calls instead of
+    waiting for them (`ProcessExecutor` ends its worker processes)."""
 
     def submit(self, task: StageTask) -> Future: ...
 
@@ -113,6 +115,22 @@ class ProcessExecutor:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def abort(self) -> None:
+        """Stop now (Ctrl-C): end the workers, whatever they are running, and wait until they are
+        gone, so nothing writes into the run's workspaces after the runner removes them."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle before 3.14
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in workers:
+            process.terminate()
+        for process in workers:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
 
 
 class DaskExecutor:

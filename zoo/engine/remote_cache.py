@@ -48,6 +48,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from zoo.engine.cache import Cache, Entry, missing_outputs
 from zoo.engine.cache_config import RemoteCacheSetting
@@ -80,6 +81,9 @@ class RemoteCache:
         self.offline = False  # found unreachable: the rest of the run is local
         self._installer: ThreadPoolExecutor | None = None  # `begin`'s background installs
         self.notes: list[str] = []
+        # called with each object's size once it is uploaded or downloaded (`zoo cache push|pull`
+        # show bytes and MB/s); from `begin`'s background threads too
+        self.progress: Callable[[int], None] | None = None
 
     @property
     def store(self) -> CacheStore:
@@ -245,6 +249,8 @@ class RemoteCache:
                                      f"bytes disagree with it ({e.message}); nothing was installed",
                                      hint="the remote's object or entry is damaged or was tampered with: remove "
                                           "the entry from the remote, then run again") from None
+            if self.progress is not None:
+                self.progress(size)
             mine = partial / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.verified"
             try:
                 os.rename(dest, mine)
@@ -346,6 +352,8 @@ class RemoteCache:
                 self.store.put_object(local, sha256)
                 uploaded += 1
                 nbytes += size
+                if self.progress is not None:
+                    self.progress(size)
         return sha, uploaded, nbytes
 
     def share(self, entry: Entry) -> None:

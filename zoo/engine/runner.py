@@ -18,6 +18,8 @@ import logging
 import os
 import re
 import shutil
+import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from zoo.engine.executors import Executor
 from zoo.engine.explain import Reason, ReasonCode
 from zoo.engine.hashing import StatCache
 from zoo.engine.lockfile import Lock, StageLock
+from zoo.engine.log_follow import LogFollower
 from zoo.engine.planner import Dag, Node
 from zoo.stage import Effect, Upstream
 from zoo.engine.worker import StageResult, StageTask, WorkerError
@@ -68,7 +71,8 @@ class StageReport:
     started: float | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     error: WorkerError | None = None
-    log_path: str | None = None
+    log_path: str | None = None  # where the stage's log is kept once it ends (the cache's logs/<key>.log)
+    live_log: str | None = None  # where it is written while the stage runs (its workspace; not in --json)
     outputs: dict[str, str] = field(default_factory=dict)
     effects: list[Effect] = field(default_factory=list)  # what it did outside the cache in this run
     # the platform class (zoo.host.platform_class) of the machine that built the outputs: the worker
@@ -110,13 +114,17 @@ def decide(node: Node, parts: dict | None, key: str | None, cache: Cache, previo
 class Runner:
     """Runs a Dag against a Cache on an Executor, reporting progress through `on_update`.
 
+    `on_log(report, lines)`: called for each running stage about every `follow_s` seconds with
+    the lines its log gained since ([] when none: a tick), and once more with the last ones when
+    it ends, before `on_update` says so; without it, logs are not followed (no polling at all).
     `guard` (zoo.engine.frozen.Guard, for `--frozen`): asked before a stage runs and after each
     completes whether the lockfile still holds; its first "no" stops the run like a failure."""
 
     def __init__(self, dag: Dag, cache: Cache, executor: Executor, *, force: set[str] = frozenset(),
                  previous: Lock | None = None, jobs: int = 1, publish: bool = True,
                  on_update: Callable[[StageReport], None] = lambda r: None, guard: Any = None,
-                 remote: "RemoteCache | None" = None):
+                 remote: "RemoteCache | None" = None,
+                 on_log: Callable[[StageReport, list[str]], None] | None = None, follow_s: float = 0.5):
         self.dag = dag
         self.cache = cache
         self.executor = executor
@@ -126,6 +134,9 @@ class Runner:
         self.publish = publish
         self.on_update = on_update
         self.guard = guard
+        self.on_log = on_log
+        self.follow_s = follow_s
+        self._followers: dict[str, LogFollower] = {}  # running stages' logs, when on_log listens
         self.here = host.platform_class()  # whose records explain why a stage reruns
         self.remote = remote
         self._remote_asked: set[str] = set()  # stages the remote lacked (asked once per run)
@@ -142,12 +153,17 @@ class Runner:
         self._running: dict[Future, tuple[str, Any, Path]] = {}
         self._locked_out: set[str] = set()
         self.failed = False
+        self._sigint: Any = None  # SIGINT's handler while an interrupted run cleans up
 
     # --- public ---------------------------------------------------------------------------
     def run(self) -> dict[str, StageReport]:
         # the lease keeps `zoo gc` off what this run holds (workspaces, keys, objects) until it ends
-        with self.cache.leased():
-            self._run()
+        try:
+            with self.cache.leased():
+                self._run()
+        finally:
+            if self._sigint is not None:  # interrupted: the workspaces are gone now
+                signal.signal(signal.SIGINT, self._sigint)
         for report in self.reports.values():
             if report.state == StageState.WAITING:
                 report.state = StageState.SKIPPED
@@ -171,10 +187,20 @@ class Runner:
                     if not started:
                         break
                     continue
-                done, _ = wait(list(self._running), timeout=0.1 if self._locked_out else None,
-                               return_when=FIRST_COMPLETED)
+                timeout = 0.1 if self._locked_out else self.follow_s if self.on_log is not None else None
+                done, _ = wait(list(self._running), timeout=timeout, return_when=FIRST_COMPLETED)
+                self._follow()
                 for future in done:
                     self._finish(future)
+        except BaseException:
+            # Ctrl-C (or a bug here): stop the running stages now instead of waiting for them, so
+            # the lease's workspaces (tmp/<run>/) are removed with nothing still writing into them;
+            # a second Ctrl-C must not cut that short (`run` restores the handler afterwards)
+            self._sigint = _ignore_sigint()
+            abort = getattr(self.executor, "abort", None)
+            if abort is not None:
+                abort()
+            raise
         finally:
             for future, (nid, lock, tmp) in list(self._running.items()):
                 future.cancel()
@@ -271,9 +297,23 @@ class Runner:
             raise
         report.state, report.reasons, report.started = StageState.RUNNING, reasons, time.time()
         report.log_path = str(self.cache.log_path(key))
+        report.live_log = task.log_path
+        if self.on_log is not None:
+            self._followers[nid] = LogFollower(Path(task.log_path))
         self.on_update(report)
         self._running[self._submit(node, task)] = (nid, lock, tmp)
         return True
+
+    def _follow(self, nid: str | None = None, *, final: bool = False) -> None:
+        """Hand `on_log` what the running stages' logs (or only `nid`'s) gained since the last look."""
+        for sid in [nid] if nid is not None else list(self._followers):
+            follower = self._followers.get(sid)
+            if follower is None:
+                continue
+            lines = follower.read(final=final)
+            if final:
+                del self._followers[sid]
+            self.on_log(self.reports[sid], lines)
 
     def _submit(self, node: Node, task: StageTask) -> Future:
         """Hand `task` to the executor with its resource needs; for workers elsewhere, without
@@ -389,7 +429,7 @@ class Runner:
                                recipe=keys.recipe_info(self.dag.recipe),
                                shared=keys.shared_sections(self.dag.recipe, node), matrix=dict(node.instance.matrix),
                                key=entry.key, publish=True, log=logging.getLogger(f"zoo.stage.{node.id}"),
-                               inputs=Inputs(self._upstream(node)))
+                               inputs=Inputs(self._upstream(node)), entry_metrics=dict(entry.metrics))
         try:
             cls().on_cached(self.cache.output_paths(entry), node.instance.config, context)
         except Exception as e:  # reported like a failure of the stage: the run did not do what it says
@@ -444,6 +484,7 @@ class Runner:
             report.duration_s = result.duration_s
             if result.shipped is not None:  # the log comes back from a worker with its own disk
                 (tmp / "stage.log").write_text(result.shipped.log, encoding="utf-8")
+            self._follow(nid, final=True)  # the lines written since the last look, before the log moves
             self._keep_log(tmp / "stage.log", report.key)
             if result.ok and (mismatch := environment_mismatch(self.parts[nid], result.environment)):
                 result = StageResult(error=WorkerError(
@@ -469,6 +510,7 @@ class Runner:
                     self._redo_effects(report, entry)
             else:
                 report.state, report.error = StageState.FAILED, result.error
+                report.metrics = result.metrics  # what it measured before failing (a failed gate's value)
                 self.failed = True
         finally:
             lock.release()
@@ -490,6 +532,13 @@ class Runner:
             dest = self.cache.log_path(key)
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dest)
+
+
+def _ignore_sigint() -> Any:
+    """Ignore SIGINT (in the main thread only: elsewhere Python cannot); the previous handler, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass(frozen=True)

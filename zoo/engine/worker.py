@@ -183,6 +183,7 @@ def execute(task: StageTask) -> StageResult:
     out_dir, work_dir = Path(task.out_dir), Path(task.work_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     work_dir.mkdir(parents=True, exist_ok=True)
+    context = None
     with _captured(Path(task.log_path)) as logger:
         try:
             cls = kind_loader.get(task.kind)
@@ -206,7 +207,9 @@ def execute(task: StageTask) -> StageResult:
             full = disk_full_error(e, task)
             if full is not None:
                 full.__cause__ = e
-            return StageResult(duration_s=time.perf_counter() - started,
+            # what the stage measured before it failed (a gate's value) tells the user what to fix
+            metrics = _jsonable(context.metrics) if context is not None else {}
+            return StageResult(duration_s=time.perf_counter() - started, metrics=metrics,
                                error=WorkerError.from_exception(e if full is None else full))
 
 

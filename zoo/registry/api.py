@@ -1,14 +1,17 @@
 """The zoo's Python API; `zoo list/show/search/pull/push/tag/rm/remote` only call these.
 
 Every function returns plain structured data (dataclasses or dicts) and raises `zoo.errors`
-classes; none of them prints.
+classes; none of them prints. `to_json` is what `--json` prints of any of their results (the CLI
+and `zoo.api` both call it, so the two cannot drift).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
+from zoo.errors import NotFound
 from zoo.registry.index import VersionInfo
 from zoo.registry.manifest import Manifest
 from zoo.registry.pull import PullResult
@@ -16,7 +19,7 @@ from zoo.registry.refs import parse_pinned, parse_ref, version_key
 from zoo.registry.store import LocalZoo
 
 __all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "push", "tag", "rm", "fsck",
-           "remote_add", "remote_list", "remote_remove", "remote_gc", "PullResult", "VersionInfo"]
+           "remote_add", "remote_list", "remote_remove", "remote_gc", "PullResult", "VersionInfo", "to_json"]
 
 
 @dataclass
@@ -43,9 +46,27 @@ def _remote(name: str, zoo: LocalZoo):
 
 
 def list_versions(name: str | None = None, *, remote: str | None = None, zoo: LocalZoo | None = None) -> list[VersionInfo]:
-    """Every version (of one model or all), newest first per model, locally or on `remote`."""
+    """Every version (of one model or all), newest first per model, locally or on `remote`.
+
+    NotFound (exit 2) when model `name` has no version there; its hint names close model names.
+    """
     zoo = _zoo(zoo)
-    return _remote(remote, zoo).list(name) if remote else zoo.list(name)
+    where = _remote(remote, zoo) if remote else zoo
+    versions = where.list(name)
+    if name and not versions:
+        names = sorted({v.name for v in where.list()}) if remote else zoo.index.model_names()
+        raise unknown_model(name, names, where=f"on remote {remote}" if remote else "in the local zoo",
+                            listing=f"zoo list --remote {remote}" if remote else "zoo list")
+    return versions
+
+
+def unknown_model(name: str, names: list[str], *, where: str, listing: str) -> NotFound:
+    """The error for a model name that is not among `names`: close names as a did-you-mean."""
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=3)
+    hint = f"did you mean {', '.join(close)}?" if close else f"`{listing}` shows the models there"
+    return NotFound(f"no model called {name!r} {where}", hint=hint)
 
 
 def list_models(*, remote: str | None = None, zoo: LocalZoo | None = None) -> list[ModelSummary]:
@@ -86,15 +107,26 @@ def show(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) ->
 
 
 def search(text: str = "", *, task: str | None = None, tag: str | None = None, max_latency: float | None = None,
-           min_accuracy: float | None = None, all_versions: bool = False, zoo: LocalZoo | None = None) -> list[dict]:
-    """Builds in the local zoo matching `text` (name/description/task) and every filter given.
+           min_accuracy: float | None = None, all_versions: bool = False, remote: str | None = None,
+           zoo: LocalZoo | None = None) -> list[dict]:
+    """Builds in the local zoo (or on `remote`) matching `text` (name/description/task) and every filter given.
 
     `max_latency` is compared with the build metric ``latency_p50_ms`` and `min_accuracy` with
     ``accuracy`` (both recorded by the verify stage); builds without the metric do not match.
-    Only each model's newest version is searched unless `all_versions`.
+    Only each model's newest version is searched unless `all_versions`. Each row: name, version,
+    task, description, build, latency_p50_ms, accuracy, passed, format, precision, runtime,
+    verified, size (the model file with its external data) and sha256 (of the model file).
     """
-    return _zoo(zoo).index.search(text, task=task, tag=tag, max_latency=max_latency, min_accuracy=min_accuracy,
-                                  latest_only=not all_versions)
+    from zoo.registry import search as _search
+
+    zoo = _zoo(zoo)
+    if remote:
+        return _search.search_remote(_remote(remote, zoo), text, task=task, tag=tag, max_latency=max_latency,
+                                     min_accuracy=min_accuracy, all_versions=all_versions)
+    rows = zoo.index.search(text, task=task, tag=tag, max_latency=max_latency, min_accuracy=min_accuracy,
+                            latest_only=not all_versions)
+    return _search.with_build_fields(rows, zoo.get)
+
 
 
 def pull(ref: str, *, build: str | None = None, to: str | Path | None = None, remote: str | None = None,
@@ -105,8 +137,12 @@ def pull(ref: str, *, build: str | None = None, to: str | Path | None = None, re
     return _pull.pull(ref, build=build, to=Path(to) if to else None, remote=remote, offline=offline, zoo=_zoo(zoo))
 
 
-def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | None = None) -> dict:
-    """Publish local `name@version` to remote `to` (blobs first, manifest last, create-exclusive)."""
+def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | None = None,
+         progress: Callable[[int], None] | None = None) -> dict:
+    """Publish local `name@version` to remote `to` (blobs first, manifest last, create-exclusive).
+
+    `progress(n)`: called with each uploaded blob's size once it is up (a folder, S3, GCS, Azure,
+    WebDAV or SSH remote; a Hugging Face remote uploads in one commit and reports nothing)."""
     from zoo.registry.refs import LATEST
     from zoo.registry.store import latest_is_automatic
 
@@ -115,7 +151,27 @@ def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | No
     if LATEST in (tags or []):
         raise latest_is_automatic(r.name)
     manifest = zoo.resolve(r)
-    return _remote(to, zoo).push(zoo, manifest, list(tags or []))
+    remote = _remote(to, zoo)
+    if progress is not None and hasattr(remote, "primary"):
+        remote.primary = MeteredBackend(remote.primary, progress)
+    return remote.push(zoo, manifest, list(tags or []))
+
+
+class MeteredBackend:
+    """A remote's byte-level backend (zoo/registry/fsbackend.py) whose `put_file` reports the
+    file's size once it is uploaded; everything else is the backend's own. (Per file: the
+    backends upload a whole file in one call.)"""
+
+    def __init__(self, backend: Any, progress: Callable[[int], None]):
+        self._backend = backend
+        self._progress = progress
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def put_file(self, local: Path, rpath: str) -> None:
+        self._backend.put_file(local, rpath)
+        self._progress(Path(local).stat().st_size)
 
 
 def tag(ref: str, tag_name: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
@@ -208,3 +264,10 @@ def as_dict(obj) -> dict:
             d["ref"] = obj.ref
         return d
     return obj
+
+
+def to_json(obj):
+    """What `--json` prints of a result above (a list of them too): plain JSON data."""
+    if isinstance(obj, list):
+        return [to_json(x) for x in obj]
+    return as_dict(obj)

@@ -36,7 +36,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, UnsafePath
 from zoo.registry.codec import dump_manifest, load_manifest, same_content
@@ -72,11 +72,16 @@ def _zoo(zoo: LocalZoo | None) -> LocalZoo:
 # export
 
 
-def export_bundle(refs: Iterable[str], out: str | Path, zoo: LocalZoo | None = None) -> BundleResult:
+Progress = Callable[[int, int], None]  # progress(n, total): n more bytes of the blobs' `total` went through
+
+
+def export_bundle(refs: Iterable[str], out: str | Path, zoo: LocalZoo | None = None,
+                  progress: Progress | None = None) -> BundleResult:
     """Write the versions `refs` (``name@version`` or ``name@tag``) with all their files to the tar `out`.
 
     Every file of every build must be in the local zoo (NotFound otherwise: pull each build
     first); each blob is re-hashed while it is written, so a damaged local blob is never shipped.
+    `progress(n, total)` is called as the blobs' bytes are written.
     """
     zoo = _zoo(zoo)
     manifests: dict[str, Manifest] = {}
@@ -108,6 +113,8 @@ def export_bundle(refs: Iterable[str], out: str | Path, zoo: LocalZoo | None = N
 
     out = Path(out).expanduser()
     total = 0
+    blob_bytes = sum(blobs.values())
+    counted = (lambda n: progress(n, blob_bytes)) if progress is not None else None
     with atomic_output(out) as tmp:
         with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
             _add_bytes(tar, INDEX, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
@@ -115,7 +122,7 @@ def export_bundle(refs: Iterable[str], out: str | Path, zoo: LocalZoo | None = N
                 _add_bytes(tar, path, data)
             for sha, size in sorted(blobs.items()):
                 with open(zoo.blobs.path(sha), "rb") as f:
-                    reader = _HashingReader(f)
+                    reader = _HashingReader(f, counted)
                     tar.addfile(_member(f"blobs/sha256/{sha}", size), reader)
                 if reader.hexdigest() != sha or reader.count != size:
                     raise IntegrityError(f"local blob {sha[:12]}… is corrupt; refusing to bundle it",
@@ -137,30 +144,47 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 class _HashingReader:
-    """A file wrapper that hashes what tarfile reads from it."""
+    """A file wrapper that hashes what tarfile reads from it (and reports each read's size to `progress`)."""
 
-    def __init__(self, f):
+    def __init__(self, f, progress: Callable[[int], None] | None = None):
         self.f, self.h, self.count = f, hashlib.sha256(), 0
+        self.progress = progress
 
     def read(self, n: int = -1) -> bytes:
         data = self.f.read(n)
         self.h.update(data)
         self.count += len(data)
+        if self.progress is not None and data:
+            self.progress(len(data))
         return data
 
     def hexdigest(self) -> str:
         return self.h.hexdigest()
 
 
+class _CountingReader:
+    """A file wrapper that reports the size of each read to `progress` (copy_verified hashes)."""
+
+    def __init__(self, f, progress: Callable[[int], None]):
+        self.f, self.progress = f, progress
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        if data:
+            self.progress(len(data))
+        return data
+
+
 # ---------------------------------------------------------------------------------------------
 # import
 
 
-def import_bundle(path: str | Path, zoo: LocalZoo | None = None) -> BundleResult:
+def import_bundle(path: str | Path, zoo: LocalZoo | None = None, progress: Progress | None = None) -> BundleResult:
     """Verify every byte of the bundle at `path`, then install its versions into the local zoo.
 
     All checks run before anything is installed (see the module docstring); on any failure
     the zoo is left as it was. Versions already present with the same content are no-ops.
+    `progress(n, total)` is called as the blobs' bytes are copied out and verified.
     """
     zoo = _zoo(zoo)
     path = Path(path).expanduser()
@@ -174,7 +198,7 @@ def import_bundle(path: str | Path, zoo: LocalZoo | None = None) -> BundleResult
         members = _checked_members(tar, path)
         index = _read_index(tar, members, path)
         manifests = _read_manifests(tar, members, index, path)
-        blobs = _verify_blobs(tar, members, index, manifests, Path(scratch), path, _compressed(path))
+        blobs = _verify_blobs(tar, members, index, manifests, Path(scratch), path, _compressed(path), progress)
         _check_versions(zoo, manifests, blobs)
         return _install(zoo, manifests, blobs, index, path)
 
@@ -281,7 +305,8 @@ def _hash_member(tar: tarfile.TarFile, member: tarfile.TarInfo, size: int) -> tu
 
 
 def _verify_blobs(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], index: dict, manifests: list[Manifest],
-                  scratch: Path, path: Path, compressed: bool = False) -> dict[str, Path]:
+                  scratch: Path, path: Path, compressed: bool = False,
+                  progress: Progress | None = None) -> dict[str, Path]:
     """Copy every listed blob to `scratch`, checking sha256 and size; sha256 -> verified file.
 
     Never writes a byte that is not backed by the bundle or proven: in an uncompressed tar
@@ -299,6 +324,7 @@ def _verify_blobs(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], ind
     if unlisted:
         raise IntegrityError(f"{path.name}: blob {unlisted[0][:12]}… is not in {INDEX}")
     out: dict[str, Path] = {}
+    total = sum(needed.values())
     for sha, size in sorted(needed.items()):
         member = present.get(sha)
         if member is None:
@@ -320,7 +346,8 @@ def _verify_blobs(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], ind
         f = tar.extractfile(member)
         assert f is not None
         dest = scratch / sha
-        copy_verified(f, dest, sha, size, what)
+        counted = (lambda n: progress(n, total)) if progress is not None else None
+        copy_verified(_CountingReader(f, counted) if counted else f, dest, sha, size, what)
         out[sha] = dest
     return out
 

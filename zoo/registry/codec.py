@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from zoo.errors import InvalidInput, StorageError
-from zoo.registry.manifest import Manifest
+from zoo.registry.manifest import MANIFEST_SCHEMA_VERSION, READABLE_SCHEMA_VERSIONS, Manifest
 
 
 def dump_manifest(manifest: Manifest) -> bytes:
@@ -24,6 +24,12 @@ def load_manifest(data: bytes | str, where: str) -> Manifest:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise InvalidInput(f"{where}: not valid JSON ({e})", hint="the manifest is corrupt; republish the version") from e
+    version = obj.get("schema_version") if isinstance(obj, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version not in READABLE_SCHEMA_VERSIONS:
+        newer = version > MANIFEST_SCHEMA_VERSION
+        raise InvalidInput(f"{where}: manifest schema_version {version}; this zoo reads "
+                           f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}",
+                           hint="upgrade zoo (pip install -U zoo-onnx)" if newer else "republish the version")
     try:
         return Manifest.model_validate(obj)
     except ValidationError as e:
@@ -71,6 +77,7 @@ def content_key(manifest: Manifest) -> bytes:
     obj.pop("card", None)
     for build in obj.get("builds", {}).values():
         build["metrics"] = {k: v for k, v in build.get("metrics", {}).items() if not _MEASURED.match(k)}
+        build.pop("measured_on", None)  # describes the timings, which are left out too
     for section in obj.get("extra", {}).values():  # each publishing kind's own section
         if isinstance(section, dict):
             for report in MEASUREMENT_REPORTS:

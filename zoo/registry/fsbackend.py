@@ -325,11 +325,18 @@ class FsBackend:
         with self._errors(f"upload {tmp}"):
             self.fs.pipe_file(tmp, data)
         try:
-            with self._errors(f"create {rpath}"):
-                try:
-                    self.fs.client.move(tmp, rpath, overwrite=False)
-                except ResourceAlreadyExists:
-                    return False
+            try:
+                with self._errors(f"create {rpath}"):
+                    try:
+                        self.fs.client.move(tmp, rpath, overwrite=False)
+                    except ResourceAlreadyExists:
+                        return False
+            except StorageError:
+                # a server may fail the losing request of two racing MOVEs (wsgidav answers 500): the
+                # target being there decides — our unique temp gone means our move won, else we lost
+                if not self.fs.exists(rpath):
+                    raise
+                return not self.fs.exists(tmp)
             return True
         finally:
             with contextlib.suppress(Exception):

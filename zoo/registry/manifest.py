@@ -14,7 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from zoo.pathsafety import check_relative_path
 
-MANIFEST_SCHEMA_VERSION = 1
+# 2: builds say what runs them (`runtime`, `portable`), whether they were run where they are meant to
+#    run (`verified`, `unverified_reason`) and what their timings were measured on (`measured_on`);
+#    the `openvino` format. A version-1 manifest still reads (those fields empty: not recorded).
+MANIFEST_SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 MANIFEST_FILE = "zoo-manifest.json"
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 VERSION_RE = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
@@ -48,14 +52,28 @@ class Build(_Strict):
 
     name: str = Field(pattern=BUILD_RE)
     file: FileRef
-    format: Literal["onnx", "ort"] = "onnx"
+    format: Literal["onnx", "ort", "openvino"] = "onnx"
     precision: str = "fp32"
     opset: int | None = None
     inputs: list[Port] = Field(default_factory=list)
     outputs: list[Port] = Field(default_factory=list)
-    execution_providers: list[str] = Field(default_factory=lambda: ["CPUExecutionProvider"])
-    requires: dict[str, str] = Field(default_factory=dict, description="e.g. {'device': 'cuda'}")
+    runtime: str = Field("", description="what can run it: 'onnx' (any runtime implementing its opsets: standard "
+                                         "domains only), 'onnxruntime>=1.32' (com.microsoft ops, ORT format), "
+                                         "'openvino>=2026.4'; empty in manifests older than schema 2")
+    portable: bool | None = Field(None, description="standard ONNX domains only, onnx.checker full_check passed and "
+                                                    "its test vectors reproduced by onnx.reference and onnxruntime "
+                                                    "(None: not checked, an older manifest)")
+    execution_providers: list[str] = Field(default_factory=lambda: ["CPUExecutionProvider"],
+                                           description="onnxruntime's providers, or the runtime's devices ('CPU' "
+                                                       "for OpenVINO), the one it is made for first")
+    requires: dict[str, str] = Field(default_factory=dict, description="hardware it needs, e.g. {'device': 'cuda'}")
+    verified: bool | None = Field(None, description="run on the runtime and device it is made for, its outputs "
+                                                    "checked (None: an older manifest that does not say)")
+    unverified_reason: str = Field("", description="why `verified` is false")
     metrics: dict[str, float | int | str | None] = Field(default_factory=dict)
+    measured_on: dict[str, str | int] = Field(
+        default_factory=dict, description="what the timing metrics were measured with: runtime, runtime_version, "
+                                          "execution_provider, device, platform, threads (empty: no timings)")
     test_vectors: list[FileRef] = Field(default_factory=list)
     extra_files: list[FileRef] = Field(default_factory=list, description="external data and other sidecars")
 
@@ -79,7 +97,7 @@ class Lineage(_Strict):
 class Manifest(_Strict):
     """The manifest of one published version."""
 
-    schema_version: Literal[1] = MANIFEST_SCHEMA_VERSION
+    schema_version: Literal[1, 2] = MANIFEST_SCHEMA_VERSION
     name: str = Field(pattern=NAME_RE)
     version: str = Field(pattern=VERSION_RE)
     description: str = ""

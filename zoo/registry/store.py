@@ -276,15 +276,13 @@ class LocalZoo:
         def add(ref: FileRef) -> None:
             self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}", link=link)
 
-        if len(refs) < 2:
-            for ref in refs:
-                add(ref)
-            return
-        with ThreadPoolExecutor(max_workers=min(PUBLISH_THREADS, len(refs)), thread_name_prefix="zoo-publish") as pool:
+        workers = max(1, min(PUBLISH_THREADS, len(refs)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zoo-publish") as pool:
             futures = [pool.submit(add, ref) for ref in sorted(refs, key=lambda r: -r.size)]  # largest first
-        errors = [f.exception() for f in futures if f.exception() is not None]
-        if errors:
-            raise errors[0]
+        for future in futures:  # every add has finished (the pool's exit waits): raise the first error
+            error = future.exception()
+            if error is not None:
+                raise error
 
     def adopt(self, manifest: Manifest) -> Manifest:
         """Record a manifest fetched from a remote (its blobs may arrive later, per build)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from zoo.errors import InvalidInput, StageFailed
 from zoo_stages.lib.verify_report import VerifyOutputs
@@ -69,15 +69,20 @@ class ConversionCheck:
         return feeds, split.labels
 
     def parity(self, name: str, vname: str | None, source: Path, candidate: Path, *, atol: float,
-               rtol: float) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        """Compare `candidate` with `source` on the CPU; also the task's metrics when labels are known.
+               rtol: float, run_candidate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+               ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """Compare `candidate` with `source` (onnxruntime on the CPU); also the task's metrics when
+        labels are known. `run_candidate` runs the candidate on other feeds than onnxruntime's CPU
+        session (OpenVINO, a GPU provider): ``feeds -> {output name: array}``.
 
         Returns (parity, metric figures, the inputs used)."""
         from zoo_stages.lib import onnx_run, ort_session, tasks
         from zoo_stages.lib import parity as paritylib
 
         src_sess = ort_session.make_session(source)
-        cand_sess = ort_session.make_session(candidate)
+        if run_candidate is None:
+            cand_sess = ort_session.make_session(candidate)
+            run_candidate = lambda feeds: onnx_run.run(cand_sess, feeds, batch_size=BATCH_SIZE)  # noqa: E731
         # by default the very samples verify evaluated, so the figures are comparable
         split = self.heldout()
         wanted = self.parity_samples or self.verify.eval_samples or (len(split) if split is not None else 0)
@@ -87,7 +92,7 @@ class ConversionCheck:
         else:
             (feeds, origin), labels = self.inputs_for(name, vname, src_sess), None
         ref = onnx_run.run(src_sess, feeds, batch_size=BATCH_SIZE)
-        got = onnx_run.run(cand_sess, feeds, batch_size=BATCH_SIZE)
+        got = run_candidate(feeds)
         parity = paritylib.compare(ref, got, tolerance=paritylib.Tolerance(atol=atol, rtol=rtol))
         self.log.info("deploy: %s parity on %s (%d samples): max |diff| %.3g", name, origin,
                       parity.samples, parity.max_abs)
@@ -95,7 +100,7 @@ class ConversionCheck:
         kind = tasks.kind_of(self.task or "generic")
         primary = tasks.primary_metric(kind)
         if labels is not None and primary is not None:
-            specs = onnx_run.output_specs(cand_sess)
+            specs = onnx_run.output_specs(src_sess)  # a conversion keeps the source's output names and types
             preferred = self.verify.metric_outputs.get("scores")
             output = tasks.scores_output(specs, preferred if preferred in {o.name for o in specs} else None, kind=kind)
             label = tasks.label_output(specs) if kind == "classification" else None

@@ -71,9 +71,14 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
         converted = convert_float_to_float16(model, keep_io_types=keep_io_types, op_block_list=blocked)
     # the converter appends the Cast nodes of the graph's inputs after the nodes that read them:
     # valid for onnxruntime, not ONNX (onnx.checker refuses an unsorted graph)
-    from zoo_stages.lib.graph_order import sort_graph
+    from zoo_stages.lib.graph_order import CycleError, sort_graph
 
-    sort_graph(converted.graph)
+    try:
+        sort_graph(converted.graph)
+    except CycleError as e:  # a node reading a value nothing provides: the converter broke the graph
+        raise StageFailed(f"float16 conversion of {src} gave a graph that cannot be ordered: {e}",
+                          hint="keep the operator named in float32 with the build's `op_block_list`, or make "
+                               "the fp16 build `from:` the plain export") from None
     converted.ir_version = min(int(converted.ir_version), MAX_IR_VERSION)
     dst = Path(dst)
     if converted.ByteSize() < _PROTOBUF_LIMIT:

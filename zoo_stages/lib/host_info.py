@@ -31,6 +31,43 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def measured_on(host: Mapping[str, Any] | None, *, runtime: str, runtime_version: str | None,
+                execution_provider: str, threads: int | None = None, device: str | None = None) -> dict[str, str | int]:
+    """What a timing was measured with (a build's ``measured_on`` in the manifest): the runtime and
+    its version, the execution provider (or OpenVINO device), the hardware (`device`, else the CPU
+    model of `host`, a `host_info()` record) and its platform class, the thread count."""
+    from zoo import host as zoo_host
+
+    host = host or {}
+    out: dict[str, str | int] = {"runtime": runtime, "execution_provider": execution_provider}
+    if runtime_version:
+        out["runtime_version"] = runtime_version
+    if device or host.get("cpu"):
+        out["device"] = str(device or host.get("cpu"))
+    if host.get("machine"):
+        out["platform"] = zoo_host.platform_class({"machine": host.get("machine"), "features": host.get("flags")})
+    if threads:
+        out["threads"] = int(threads)
+    return out
+
+
+def gpu_name() -> str:
+    """The first NVIDIA GPU's model name (nvidia-smi), or "CUDA GPU" when it cannot be read."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=10, check=False).stdout.strip().splitlines()
+        except (OSError, subprocess.SubprocessError):
+            out = []
+        if out and out[0].strip():
+            return out[0].strip()
+    return "CUDA GPU"
+
+
 def int8_may_saturate(host: Mapping[str, Any] | None = None) -> bool:
     """True on x86-64 CPUs without VNNI (AVX-512 VNNI or AVX-VNNI): there onnxruntime's u8 x s8
     kernels use VPMADDUBSW, whose 16-bit intermediate sums can saturate unless the weights use

@@ -108,6 +108,16 @@ def _build_summary(b: Build) -> dict[str, Any]:
     }
     if b.requires:
         out["requires"] = dict(sorted(b.requires.items()))
+    if b.runtime:
+        out["runtime"] = b.runtime
+    if b.portable is not None:
+        out["portable"] = b.portable
+    if b.verified is not None:
+        out["verified"] = b.verified
+    if b.unverified_reason:
+        out["unverified_reason"] = b.unverified_reason
+    if b.measured_on:
+        out["measured_on"] = dict(sorted(b.measured_on.items()))
     return out
 
 
@@ -168,15 +178,39 @@ def _dataset_line(dataset: Mapping[str, Any]) -> str:
 
 def _builds_section(m: Manifest) -> list[str]:
     shown = [(k, title) for k, title in _TABLE_METRICS if any(k in b.metrics for b in m.builds.values())]
-    header = ["Build", "File", "Format", "Precision", "Opset", "Size", "Execution providers", "Requires"]
+    header = ["Build", "File", "Format", "Precision", "Opset", "Size", "Runtime", "Execution providers", "Requires",
+              "Verified"]
     header += [title for _, title in shown]
     rows = []
     for name, b in m.builds.items():
         rows.append([f"`{name}`", f"`{b.file.path}`", b.format, b.precision, _fmt(b.opset), _size(b.file.size),
-                     ", ".join(b.execution_providers),
-                     ", ".join(_requirement(k, v) for k, v in sorted(b.requires.items())) or "-"]
+                     f"`{b.runtime}`" if b.runtime else "-", ", ".join(b.execution_providers),
+                     ", ".join(_requirement(k, v) for k, v in sorted(b.requires.items())) or "-",
+                     _fmt(b.verified) + (" (portable)" if b.portable else "")]
                     + [_fmt(b.metrics.get(k)) for k, _ in shown])
-    return ["## Builds", ""] + _table(header, rows)
+    out = ["## Builds", ""] + _table(header, rows)
+    portable = [f"`{n}`" for n, b in m.builds.items() if b.portable]
+    if portable:
+        out += [f"Portable ONNX (standard domains only, `onnx.checker` full check, test vectors reproduced by "
+                f"`onnx.reference` and onnxruntime): {', '.join(portable)}.", ""]
+    unverified = [(n, b) for n, b in m.builds.items() if b.verified is False]
+    if unverified:  # a label is a claim: say which builds were never run where they are meant to run
+        out += ["**Not verified** on the runtime or device they are made for (`zoo pull` picks them only by name):", ""]
+        out += [f"- `{n}`: {b.unverified_reason or 'no reason recorded'}" for n, b in unverified] + [""]
+    timed = {n: b.measured_on for n, b in m.builds.items() if b.measured_on}
+    if timed:
+        out += ["Latency and throughput measured on:", ""]
+        out += [f"- `{n}`: {_measured_on(w)}" for n, w in timed.items()] + [""]
+    return out
+
+
+def _measured_on(where: Mapping[str, Any]) -> str:
+    runtime = " ".join(str(where[k]) for k in ("runtime", "runtime_version", "execution_provider") if where.get(k))
+    device = " ".join(str(where[k]) for k in ("device",) if where.get(k))
+    if where.get("platform"):
+        device = f"{device} ({where['platform']})" if device else str(where["platform"])
+    threads = where.get("threads")
+    return ", ".join(p for p in (runtime, device, f"{threads} thread(s)" if threads else "") if p)
 
 
 def _requirement(key: str, value: str) -> str:

@@ -146,6 +146,26 @@ def check_model(path: Path, scratch: Path) -> None:
         onnx.checker.check_model(str(Path(tmp) / files[0].name), full_check=True)
 
 
+def checker_error(model: "Path | onnx.ModelProto", scratch: Path) -> str | None:
+    """None when ``onnx.checker`` (full check) accepts the model (a path, checked with its external
+    data as `check_model` does, or a loaded ModelProto), else the first line of its complaint.
+    zoo's own errors (a missing or unsafe external data file) are raised: they are not a verdict."""
+    import onnx
+
+    from zoo.errors import ZooError
+
+    try:
+        if isinstance(model, (str, Path)):
+            check_model(Path(model), scratch)
+        else:
+            onnx.checker.check_model(model, full_check=True)
+    except ZooError:
+        raise
+    except Exception as e:  # ValidationError, InferenceError: both mean the checker refused it
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return None
+
+
 def model_size(path: Path) -> int:
     """Bytes of the model file and its external data files."""
     return sum(f.stat().st_size for f in model_files(path))

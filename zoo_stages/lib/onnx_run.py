@@ -1,4 +1,5 @@
-"""Running an onnxruntime session on named inputs, in batches along the sample axis.
+"""Running an onnxruntime session on named inputs, in batches along the sample axis (or any
+session with its interface: `reference_run.ReferenceSession`, onnx's reference evaluator).
 
 A model has N named inputs and M named outputs of any tensor type. Feeds are a dict
 ``{input name: array}`` whose arrays all hold the samples along axis 0 (an input of rank 0 is
@@ -19,7 +20,10 @@ model's output order, batches concatenated along axis 0.
   or a torch model's by input names);
 - `single_input`: for kinds that still handle single-input models only.
 
-numpy is imported inside functions so importing this module is cheap.
+A "session" is anything with onnxruntime's ``get_inputs()``/``get_outputs()``/``run()``:
+`zoo_stages.lib.openvino_build.CompiledSession` gives an OpenVINO compiled model that
+interface, so both runtimes are fed by these rules. numpy is imported inside functions so
+importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from zoo.errors import InvalidInput, StageFailed
+from zoo.errors import InvalidInput, StageFailed, ZooError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -214,9 +218,13 @@ def sample_count(feeds: Mapping[str, "np.ndarray"]) -> int:
 
 
 def run_once(session: Any, feeds: Mapping[str, "np.ndarray"], outputs: Sequence[str] | None = None) -> list:
-    """One `session.run` on prepared feeds; onnxruntime's failures become StageFailed."""
+    """One `session.run` on prepared feeds; onnxruntime's failures become StageFailed (a session
+    that raises a zoo error itself, like openvino_build.CompiledSession or reference_run's
+    ReferenceSession, keeps its own message)."""
     try:
         return session.run(list(outputs) if outputs else None, dict(feeds))
+    except ZooError:  # a session of another runtime (OpenVINO's, the reference evaluator's) names its own failure
+        raise
     except Exception as e:  # onnxruntime raises Fail/InvalidArgument/RuntimeException from C++
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise StageFailed(f"onnxruntime failed running the model: {first}",

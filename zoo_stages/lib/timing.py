@@ -1,4 +1,5 @@
-"""Latency and throughput of onnxruntime sessions.
+"""Latency and throughput of onnxruntime sessions (and of OpenVINO compiled models, which
+`zoo_stages.lib.openvino_build.CompiledSession` puts behind the same interface).
 
 - `measure_latency`: p50/p90/mean/min of ``session.run`` after untimed warm-up runs;
 - `compare_latency`: several sessions timed in interleaved rounds, stopping early once the

@@ -66,6 +66,8 @@ class VerifyOutputs:
     task: str | None = None  # the recipe's task as verify read it
     task_kind: str | None = None  # classification, regression, generic (None: an older report)
     metric_outputs: dict[str, str] = field(default_factory=dict)  # {"scores": ..., "label": ...}
+    host: dict[str, Any] | None = None  # where verify measured its timings (host_info(), from its metrics)
+    latency: dict[str, Any] = field(default_factory=dict)  # verify's latency settings (warmup, runs, batch_sizes...)
 
     def entry(self, name: str) -> dict[str, Any] | None:
         """verify's report entry of build `name`, if it checked one."""
@@ -87,6 +89,19 @@ class VerifyOutputs:
     def timings(self, name: str) -> dict[str, float | int]:
         """Build `name`'s timing metrics as measured on this host (latency, throughput, speedup)."""
         return {k: v for k, v in report_metrics(self.measured.get(name) or {}).items() if MEASURED.match(k)}
+
+    def measured_on(self) -> dict[str, str | int]:
+        """What verify's timings were measured with: onnxruntime's CPU provider on verify's host."""
+        from zoo_stages.lib.host_info import measured_on
+
+        versions = (self.host or {}).get("versions") or {}
+        return measured_on(self.host, runtime="onnxruntime", runtime_version=versions.get("onnxruntime"),
+                           execution_provider="CPUExecutionProvider", threads=self.threads)
+
+    def reference_latency(self) -> float | None:
+        """The batch-1 latency verify measured for its reference build on its host (ms), if any."""
+        value = (self.measured.get(self.reference or "") or {}).get("latency_p50_ms")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     def reference_metric(self, metric: str) -> float | None:
         """The value of `metric` verify measured for its reference build, if it reported one."""
@@ -145,6 +160,7 @@ def read_verify_outputs(inputs: Inputs, log: logging.Logger | logging.LoggerAdap
         v.measured = {str(k): dict(e) for k, e in measured.items() if isinstance(e, Mapping)}
     gates = metrics.get("gates")
     v.measured_gates = gates if isinstance(gates, list) else None
+    v.host = dict(metrics["host"]) if isinstance(metrics.get("host"), Mapping) else None
     report_path = up.outputs.get("report")
     if report_path is None:
         return v
@@ -166,6 +182,7 @@ def read_verify_outputs(inputs: Inputs, log: logging.Logger | logging.LoggerAdap
     gates = report.get("gates")
     v.gates = gates if isinstance(gates, list) else None
     v.threads = report.get("threads") if isinstance(report.get("threads"), int) else None
+    v.latency = dict(report["latency"]) if isinstance(report.get("latency"), dict) else {}
     v.task = report.get("task") if isinstance(report.get("task"), str) else None
     kind = report.get("task_kind")
     v.task_kind = kind if kind in tasks.METRICS else None

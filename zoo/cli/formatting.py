@@ -1,0 +1,90 @@
+"""How the CLI writes numbers for people: sizes, latencies, metrics, digests (JSON keeps the raw values).
+
+Imports nothing beyond the standard library, so any command (and `zoo --help`) may use it.
+"""
+
+from __future__ import annotations
+
+SHORT_SHA = 12  # hex digits of a sha256 shown in tables: enough to tell builds apart, as git does
+
+
+def size(n: int | float | None) -> str:
+    """A byte count for people: '512 B', '244 KB', '217.6 MB', '1.2 GB' (binary units, as `du -h`)."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}"
+        value /= 1024
+    for unit in ("MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"  # pragma: no cover (the loop returns at GB)
+
+
+def ms(value) -> str:
+    """A latency in milliseconds: 2 decimals below 10 ms ('5.92'), 3 significant digits otherwise
+    ('12.3', '123'), and 3 significant digits below 1 ms ('0.0123'); '-' when not measured."""
+    number = _number(value)
+    if number is None:
+        return "-" if value is None else str(value)
+    if number >= 100:
+        return f"{number:.0f}"
+    if number >= 10:
+        return f"{number:.1f}"
+    if number >= 1 or number == 0:
+        return f"{number:.2f}"
+    return f"{number:.3g}"
+
+
+def metric(value) -> str:
+    """A quality metric (accuracy, F1, MAE...): 4 decimals for fractions ('0.9333'), 4 significant
+    digits for larger values; integers and text as they are; '-' when missing."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or isinstance(value, int):
+        return str(value)
+    number = _number(value)
+    if number is None:
+        return str(value)
+    return f"{number:.4f}" if abs(number) < 10 else f"{number:.4g}"
+
+
+def measured_on(where: dict | None) -> str:
+    """What a build's timings were measured with (its manifest's ``measured_on``), in one line:
+    'onnxruntime 1.32.0 CPUExecutionProvider, AMD EPYC (x86-64-avx512-vnni), 1 thread'; '' when
+    the build has no timings. The CLI and the web catalog both show it so."""
+    if not where:
+        return ""
+    runtime = " ".join(str(where[k]) for k in ("runtime", "runtime_version", "execution_provider") if where.get(k))
+    device = str(where.get("device") or "")
+    if where.get("platform"):
+        device = f"{device} ({where['platform']})" if device else str(where["platform"])
+    threads = where.get("threads")
+    parts = [p for p in (runtime, device, f"{threads} thread{'' if threads == 1 else 's'}" if threads else "") if p]
+    return ", ".join(parts)
+
+
+def short_sha(digest: str | None) -> str:
+    """The first 12 hex digits of a sha256 ('-' when there is none)."""
+    return digest[:SHORT_SHA] if digest else "-"
+
+
+def timestamp(text: str | None) -> str:
+    """An ISO timestamp to the minute, as people read it: '2026-11-24 00:28' (UTC as recorded)."""
+    if not text:
+        return "-"
+    return text.replace("T", " ")[:16]
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,76 @@
+"""Where a site's data comes from: the local zoo, or a remote zoo read through `RemoteZoo`.
+
+Both answer the same three questions: which versions exist (with their tags), the manifest of a
+version, and the bytes of one of its small files, checked against the manifest's sha256 before
+they are returned (a remote's files are fetched into a private temporary blob store).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zoo.registry.index import VersionInfo
+    from zoo.registry.manifest import FileRef, Manifest
+    from zoo.registry.store import LocalZoo
+
+
+class ZooSource:
+    """The local zoo (``remote`` is None) or the remote of that name, as seen from `zoo`."""
+
+    def __init__(self, zoo: "LocalZoo", remote: str | None = None):
+        self.zoo = zoo
+        self.remote = remote
+        self._remote_zoo = None
+        self._scratch: tempfile.TemporaryDirectory | None = None
+        if remote:
+            from zoo.registry.config import RemotesConfig
+            from zoo.registry.remote import open_remote
+
+            self._remote_zoo = open_remote(RemotesConfig(zoo.root).get(remote))
+
+    @property
+    def label(self) -> str:
+        return f"remote {self.remote}" if self.remote else "local"
+
+    def versions(self) -> list["VersionInfo"]:
+        """Every version of every model, newest first per model, with its tags."""
+        return self._remote_zoo.list() if self._remote_zoo else self.zoo.list()
+
+    def manifest(self, name: str, version: str) -> "Manifest":
+        from zoo.registry.refs import parse_pinned
+
+        ref = parse_pinned(f"{name}@{version}")
+        return self._remote_zoo.resolve(ref) if self._remote_zoo else self.zoo.resolve(ref)
+
+    def read(self, manifest: "Manifest", ref: "FileRef") -> bytes | None:
+        """The verified bytes of `ref`, a file of `manifest`; None when the zoo does not hold them
+        (a local version whose blob is gone, a remote that lacks the file)."""
+        if self._remote_zoo is None:
+            if not self.zoo.blobs.has(ref.sha256, ref.size):
+                return None
+            return self.zoo.blobs.path(ref.sha256).read_bytes()
+        from zoo.errors import NotFound
+        from zoo.registry.blobs import BlobStore
+
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="zoo-site-", dir=self.zoo.tmp_dir())
+        blobs = BlobStore(Path(self._scratch.name))
+        try:
+            self._remote_zoo.fetch(manifest, ref, blobs)
+        except NotFound:
+            return None
+        return blobs.path(ref.sha256).read_bytes()
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+
+    def __enter__(self) -> "ZooSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
