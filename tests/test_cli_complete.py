@@ -207,6 +207,27 @@ def test_a_failing_command_with_json_prints_one_error_object(tmp_path):
     assert r.code == 2 and json.loads(r.out)["error"]["type"] == "RecipeError"
 
 
+@pytest.mark.parametrize("args, message, command", [
+    (["show"], "Missing argument 'ref'.", "zoo show"),
+    (["list", "--bogus"], "No such option: --bogus", "zoo list"),
+    (["bogus"], "No such command 'bogus'.", "zoo"),
+])
+def test_a_command_line_the_parser_refuses_gives_the_json_error_object_too(args, message, command):
+    r = zoo(*args, "--json")
+    assert r.code == 2
+    doc = json.loads(r.out)  # the whole of stdout is one document
+    assert doc == {"schema_version": 1, "ok": False,
+                   "error": {"type": "UsageError", "message": message, "hint": f"see `{command} --help`",
+                             "exit_code": 2, "table": ""}}
+    assert f"Error: {message}" in r.err  # the usage message, as without --json
+
+
+def test_a_command_that_exits_2_after_its_document_prints_no_second_one(tmp_path):
+    r = zoo("list", "nothing-here", "--json")
+    assert r.code == 2
+    assert json.loads(r.out)["error"]["type"] == "NotFound"  # one document: json.loads refuses two
+
+
 def test_a_failed_run_with_json_has_the_same_error_object(tmp_path):
     recipe = write_recipe(tmp_path, SHIPPED.replace("minimum: 3", "minimum: 30"))
     r = zoo("run", recipe, "--json")

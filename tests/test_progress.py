@@ -7,6 +7,7 @@ test can read the output while the stage is still running (no timed assertions).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -89,8 +90,10 @@ def test_eta_from_the_pace_of_the_epochs():
     assert activity.detail(20.0).endswith("ETA 0:17")  # the clock runs on between lines
     activity.feed(["entry says: hello"], now=21.0)
     assert activity.detail(21.0).startswith("epoch 3/10")  # a count, once seen, is what is shown
-    activity.feed(["calibration 1/4"], now=30.0)  # another label: a count of its own
-    assert activity.detail(30.0) == "calibration 1/4 · ETA 1:30"
+    activity.feed(["calibration 1/4"], now=30.0)  # another label: a count of its own...
+    assert activity.detail(30.0) == "calibration 1/4"  # ...whose pace the stage's start does not tell
+    activity.feed(["calibration 2/4"], now=32.0)
+    assert activity.detail(32.0) == "calibration 2/4 · ETA 0:04"
 
 
 # --- the two displays ---------------------------------------------------------------------------
@@ -159,9 +162,17 @@ def test_plain_lines_are_rate_limited_per_stage():
 
 # --- a real run, in a subprocess ----------------------------------------------------------------
 
+AS_IN_A_TERMINAL = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                    "runpy.run_module('zoo', run_name='__main__', alter_sys=True)")
+
+
 def _start(args, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "zoo", *map(str, args)], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=dict(os.environ))
+    # PYTHONFAULTHANDLER: a run that hangs prints every thread's stack when `_rest` aborts it.
+    # SIGINT as in a terminal: a process started with SIGINT ignored (pytest run as a background job,
+    # as CI runners may) passes that on through exec, and Python then keeps ignoring it (as it should)
+    return subprocess.Popen([sys.executable, "-c", AS_IN_A_TERMINAL, *map(str, args)], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
 
 
 def _read_until(proc: subprocess.Popen, needle: str) -> list[str]:
@@ -177,10 +188,17 @@ def _read_until(proc: subprocess.Popen, needle: str) -> list[str]:
 def _rest(proc: subprocess.Popen) -> tuple[str, str]:
     """The rest of stdout and stderr once the process ends (through the same buffered readers as
     `_read_until`: `communicate` would read the pipes underneath and lose what they hold); killed
-    after 60 s."""
+    after 60 s, its threads' stacks on stderr first (SIGABRT, which faulthandler reports)."""
     import threading
+    import time
 
-    deadline = threading.Timer(60, os.killpg, (proc.pid, signal.SIGKILL))  # a hung run fails the test (-9)
+    def hung():  # a hung run fails the test (-6 or -9) and says where it hung
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGABRT)
+            time.sleep(3)
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    deadline = threading.Timer(60, hung)
     deadline.start()
     try:
         out, err = proc.stdout.read(), proc.stderr.read()

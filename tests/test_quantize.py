@@ -103,10 +103,10 @@ def stand_in_clock(monkeypatch):
         ms = latencies[session.zoo_test_kind]
         return {"p50_ms": ms, "p90_ms": ms * 1.5, "mean_ms": ms, "min_ms": ms, "runs": runs, "warmup": 0}
 
-    def measure_latency(session, x, *, warmup=5, runs=30):
+    def measure_latency(session, x, *, warmup=5, runs=30, progress=None):
         return stats(session, runs)
 
-    def compare_latency(sessions, x, *, warmup=5, runs=30, min_runs=None):
+    def compare_latency(sessions, x, *, warmup=5, runs=30, min_runs=None, progress=None):
         return {key: {**stats(s, runs), "stopped_early": False} for key, s in sessions.items()}
 
     monkeypatch.setattr(ort_session, "make_session", make_session)

@@ -194,3 +194,29 @@ def test_an_unreachable_remote_is_source_unreachable(backend, consumer):
     api.remote_add("dead", url, options=options, zoo=consumer)
     with pytest.raises(SourceUnreachable):
         _open(consumer, "dead").resolve(parse_ref("tiny@1.0.0"))
+
+
+@pytest.mark.parametrize("backend", sorted(LOOSE_BLOBS), indirect=True, ids=backend_id)
+def test_push_reports_every_byte_it_uploads(backend, publisher):
+    """`zoo push`'s progress: the bytes each backend's driver reports as they go up, topped up to
+    the file's size where a driver reports less; in all, exactly what the push uploaded."""
+    from zoo.registry import api
+
+    seen: list[int] = []
+    result = api.push("tiny@1.0.0", "origin", zoo=publisher, progress=seen.append)
+    assert result["bytes"] > 3000 and sum(seen) == result["bytes"] and all(n > 0 for n in seen)
+
+
+def test_a_folder_upload_reports_its_bytes_chunk_by_chunk(tmp_path):
+    """Progress within a file, not only once it is up: a 70 MB file goes to a folder remote in
+    three 32 MB-at-most chunks, each reported as it is written."""
+    from zoo.registry.fsbackend import CHUNK, FsBackend
+
+    local = tmp_path / "big"
+    with open(local, "wb") as f:
+        f.truncate(2 * CHUNK + 6 * (1 << 20))
+    seen: list[int] = []
+    backend = FsBackend(str(tmp_path / "remote"))
+    backend.put_file(local, backend.path("blobs", "big"), progress=seen.append)
+    assert seen == [CHUNK, CHUNK, 6 << 20]
+    assert (tmp_path / "remote" / "blobs" / "big").stat().st_size == local.stat().st_size

@@ -139,8 +139,25 @@ def test_the_lineage_comes_from_the_lock_records_that_built_the_version():
         ("train", "export"), ("export", "verify"), ("train", "verify")}
 
 
+def test_the_stage_that_published_the_version_ends_the_lineage():
+    """deploy has no record in the release's zoo.lock (written before it ends): the statement's
+    publisher names it, its key and its direct inputs."""
+    keys = {"train": "1" * 64, "export": "2" * 64, "verify": "3" * 64}
+    provenance = json.dumps({"predicate": {"buildDefinition": {"internalParameters": {
+        "stages": {sid: {"key": key, "kind": sid} for sid, key in keys.items()},
+        "publisher": {"stage": "deploy", "kind": "deploy", "kind_version": "9", "key": "4" * 64,
+                      "inputs": ["export", "verify"]}}}}}).encode()
+    graph = stage_graph({"stages": keys}, _lock(keys), provenance)
+    deploy = next(s for s in graph["stages"] if s["id"] == "deploy")
+    assert (deploy["key"], deploy["kind"], deploy["kind_version"]) == ("4" * 64, "deploy", "9")
+    assert ["export", "deploy"] in graph["edges"] and ["verify", "deploy"] in graph["edges"]
+    assert not any(e[0] == "deploy" for e in graph["edges"])  # nothing comes after it
+
+
 @pytest.mark.parametrize("lock, provenance", [(b"{not yaml: [", b"not json"), (b"- a list", b"[]"),
-                                              (b"platforms: 3", b'{"predicate": 1}'), (None, None)])
+                                              (b"platforms: 3", b'{"predicate": 1}'), (None, None),
+                                              (None, b'{"predicate": {"buildDefinition": {"internalParameters": '
+                                                     b'{"publisher": ["not", "a", "dict"]}}}}')])
 def test_malformed_lineage_files_are_left_out(lock, provenance):
     graph = stage_graph({"stages": {"a": "k"}}, lock, provenance)
     assert [s["id"] for s in graph["stages"]] == ["a"] and graph["edges"] == []
@@ -335,3 +352,28 @@ def test_build_cli_says_what_it_wrote(small_zoo, tmp_path):
     assert cli.code == 0, cli.text
     assert json.loads(cli.out)["versions"] == 3
     assert Path(json.loads(cli.out)["out"]) == tmp_path / "site"
+
+
+def test_an_edge_that_skips_layers_bends_only_between_them():
+    """Long edges (export → deploy past optimize and verify) run straight across the layers they
+    pass and bend only in the gaps between, so none crosses a stage's box."""
+    import re
+
+    ids = ["train", "export", "optimize", "quantize", "verify", "deploy"]
+    edges = [("train", "export"), ("export", "optimize"), ("export", "quantize"), ("optimize", "verify"),
+             ("quantize", "verify"), ("export", "deploy"), ("optimize", "deploy"), ("quantize", "deploy"),
+             ("verify", "deploy")]
+    graph = {"stages": [{"id": i, "key": "k" * 64, "kind": i, "kind_version": "", "tools": {}} for i in ids],
+             "edges": [list(e) for e in edges]}
+    root = ET.fromstring(lineage_svg(graph))
+    columns = {(float(r.get("x")), float(r.get("x")) + float(r.get("width"))) for r in root.iter(f"{SVG}rect")}
+    bends = 0
+    for path in (p for p in root.iter(f"{SVG}path") if p.get("class") == "edge"):
+        numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", path.get("d"))]
+        points = [tuple(numbers[:2])] + [tuple(numbers[i + 4:i + 6]) for i in range(2, len(numbers), 6)]
+        for (ax, ay), (bx, by) in zip(points, points[1:]):
+            if ay != by:  # a bend: wholly inside a gap between columns
+                bends += 1
+                assert not any(ax < right and bx > left for left, right in columns), (path.get("data-from"),
+                                                                                     path.get("data-to"))
+    assert bends  # the graph has bends to check

@@ -146,3 +146,43 @@ def test_cache_push_and_pull_print_bytes_and_rate(tmp_path):
     assert r.code == 0, r.text
     assert re.search(rf"^\[zoo\] cache pull from {re.escape(remote)}: 3\.0 MB in \d+\.\ds \(\d+\.\d MB/s\)$",
                      r.out, re.M), r.out
+
+
+def test_a_run_shows_what_the_remote_run_cache_moved(tmp_path):
+    """`zoo run` with a remote run cache: machine A's run pushes its stage's 3 MB, machine B's run
+    fetches it instead of running; each says how many bytes went which way, and how fast."""
+    recipe = tmp_path / "blob.yaml"
+    recipe.write_text("schema_version: 1\nname: blob\nversion: 0.1.0\nstages:\n  big:\n    kind: blob\n"
+                      "    config: {size_mb: 3}\n")
+    remote = str(tmp_path / "remote")
+    a = {"ZOO_CACHE_DIR": str(tmp_path / "a-cache"), "ZOO_HOME": str(tmp_path / "a-home")}
+    b = {"ZOO_CACHE_DIR": str(tmp_path / "b-cache"), "ZOO_HOME": str(tmp_path / "b-home")}
+    r = zoo("run", recipe, "--cache-remote", remote, env=a)
+    assert r.code == 0, r.text
+    assert re.search(r"^\[zoo\] remote cache: pushed 3\.0 MB in \d+\.\ds \(\d+\.\d MB/s\)$", r.out, re.M), r.out
+    r = zoo("run", recipe, "--cache-remote", remote, env=b)
+    assert r.code == 0, r.text
+    assert "[zoo] big: cached" in r.out
+    assert re.search(r"^\[zoo\] remote cache: fetched 3\.0 MB in \d+\.\ds \(\d+\.\d MB/s\)$", r.out, re.M), r.out
+    r = zoo("run", recipe, "--cache-remote", remote, "--json", env=b)
+    assert r.code == 0 and json.loads(r.out)["ok"]  # --json: the document alone
+    r = zoo("run", recipe, "--cache-remote", remote, env=b)
+    assert "remote cache:" not in r.out  # a local hit moves nothing and says nothing
+
+
+def test_the_live_table_counts_the_remote_cache_bytes():
+    from rich.console import Console
+
+    from zoo.cli.progress import RichProgress
+
+    clock = Clock(0.0)
+    progress = RichProgress(["big"], {"big": "blob"}, clock=clock,
+                            console=Console(file=io.StringIO(), force_terminal=True, width=100, color_system=None))
+    clock.t = 2.0
+    progress.transfer("fetched", 3 * MB, 1.0)  # 3 MB in the second before now
+    clock.t = 3.0
+    progress.transfer("fetched", MB, 0.5)
+    progress.transfer("pushed", 2 * MB, 2.0)
+    buffer = io.StringIO()
+    Console(file=buffer, width=100, color_system=None).print(progress._render())
+    assert "remote cache: fetched 4.0 MB (2.0 MB/s) · pushed 2.0 MB (1.0 MB/s)" in buffer.getvalue()

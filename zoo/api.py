@@ -145,7 +145,8 @@ status = plan
 def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, jobs: int = 1, force: Iterable[str] | bool = (),
         frozen: bool = False, executor: Executor | str | None = None,
         on_update: Callable[[StageReport], None] | None = None, record: bool = True,
-        cache_remote: str | None = None, on_log: Callable[[StageReport, list[str]], None] | None = None) -> Result:
+        cache_remote: str | None = None, on_log: Callable[[StageReport, list[str]], None] | None = None,
+        on_transfer: Callable[[str, int, float], None] | None = None) -> Result:
     """Run the recipe; cached stages are not run. Updates the lockfile next to the recipe.
 
     `force`: True for every stage, or stage ids (all instances of a matrix stage) to rerun.
@@ -159,6 +160,8 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     takes it from the project's `.zoo/config.yaml`, else `$ZOO_HOME/config.yaml` (zoo/engine/cache_config.py).
     `on_update(report)`: each stage's state changes. `on_log(report, lines)`: while a stage runs, about
     twice a second, the lines its log gained (often []), and its last lines when it ends.
+    `on_transfer(direction, nbytes, seconds)`: each object the remote run cache moved here
+    ("fetched": a stage taken from it; "pushed": a stage shared), from background threads too.
     """
     dag = load(path)
     cache = Cache(paths.cache_dir(cache_dir)).ensure()
@@ -182,6 +185,8 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
             on_update(report)
 
     remote = _remote_cache(cache, cache_remote, dag) if record else None
+    if remote is not None:
+        remote.on_transfer = on_transfer
     runner = Runner(dag, cache, executor, force=forced, previous=previous, jobs=jobs, publish=record,
                     on_update=update, guard=guard, remote=remote, on_log=on_log)
     reports = runner.run()

@@ -60,6 +60,7 @@ from zoo.registry.staging import file_ref
 from zoo.stage import Column, Effect, Inputs, KindConfig, ReportTable, StageContext, StageKind, Upstream
 from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib.conversion_check import BATCH_SIZE, ConversionCheck
+from zoo_stages.lib.step_log import StepLog
 from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
 from zoo_stages.lib.release_folder import check_complete
 from zoo_stages.lib.vectors import find_sets, read_tensors, vector_files, write_test_vectors
@@ -172,6 +173,7 @@ class _Shipped:
     unverified_reason: str = ""
     # timings deploy measured itself, with what they were measured on (stage metrics, never the release)
     measured: dict[str, Any] = field(default_factory=dict)
+    compiled: Any = None  # an OpenVINO build's compiled model (1 thread): compiled once, run for parity and vectors
 
 
 class Deploy(NumericOutputs, StageKind):
@@ -501,7 +503,10 @@ class _Release:
                                     config=self.config.model_dump(mode="json", by_alias=True,
                                                                   exclude=_SIDE_EFFECT_OPTIONS),
                                     lineage=lineage_records, tools=lineage.tools, inputs=unrecorded, data=data,
-                                    attribution=self._all_attribution(), lock_sha256=lock_ref.sha256)
+                                    attribution=self._all_attribution(), lock_sha256=lock_ref.sha256,
+                                    publisher={"stage": self.ctx.stage_id, "kind": Deploy.name,
+                                               "kind_version": Deploy.version, "key": self.ctx.key,
+                                               "inputs": sorted({up.stage_id for up in self.inputs})})
         stmt_path = self.release / STATEMENT_FILE
         atomic_write(stmt_path, provenance.statement_bytes(stmt), fsync=False)
         return [lock_ref, file_ref(self.release, stmt_path)], stmt
@@ -681,16 +686,15 @@ class _Release:
                                          "checked against its source with onnxruntime on the CPU)")
             return None
         from zoo_stages.lib import onnx_run, ort_session
-        from zoo_stages.lib.conversion_check import BATCH_SIZE as PARITY_BATCH
         from zoo_stages.lib.host_info import gpu_name, host_info, measured_on
 
         session = ort_session.make_session(shipped.model, providers=[CUDA_PROVIDER])
         feeds, _ = self.check.inputs_for(name, None, session)
-        shipped.measured = {"metrics": self._timings(session, onnx_run.prepare(session, feeds)),
+        shipped.measured = {"metrics": self._timings(name, session, onnx_run.prepare(session, feeds)),
                             "measured_on": measured_on(host_info(), runtime="onnxruntime", execution_provider=CUDA_PROVIDER,
                                                        runtime_version=metadata.version("onnxruntime"),
                                                        device=gpu_name())}
-        return lambda f: onnx_run.run(session, f, batch_size=PARITY_BATCH)
+        return lambda f: onnx_run.run(session, f, batch_size=BATCH_SIZE)
 
     def _openvino(self, name: str, spec: BuildSpec, stamped: Path, src_info: Any,
                   bdir: Path) -> tuple[_Shipped, Callable[[dict[str, Any]], dict[str, Any]]]:
@@ -698,7 +702,6 @@ class _Release:
         run by OpenVINO's CPU plugin with float32 inference pinned: parity, the task's metrics and
         test vectors come from that run, and its latency is timed (one thread unless verify used more)."""
         from zoo_stages.lib import openvino_build, ort_session
-        from zoo_stages.lib.conversion_check import BATCH_SIZE as PARITY_BATCH
         from zoo_stages.lib.host_info import host_info, measured_on
 
         xml, weights = openvino_build.to_openvino(stamped, bdir)
@@ -707,20 +710,21 @@ class _Release:
         version = openvino_build.version()
         major, minor = (version or "0.0").split(".")[:2]
         shipped = _Shipped(model=xml, extra_files=[weights], precision=precision, execution_providers=["CPU"],
-                           requires={"device": "cpu"}, runtime=f"openvino>={major}.{minor}", source=stamped)
+                           requires={"device": "cpu"}, runtime=f"openvino>={major}.{minor}", source=stamped,
+                           compiled=compiled)
         shipped.conversion = {"kind": "openvino", "from": spec.source, "inference_precision": "f32",
                               "files": [xml.name, weights.name]}
         feeds, _ = self.check.inputs_for(name, None, ort_session.make_session(stamped))
         threads = self.verify.threads or 1
         timed = compiled if threads == 1 else openvino_build.compile_model(xml, threads=threads)
         info = openvino_build.runtime_info()
-        shipped.measured = {"metrics": self._timings(openvino_build.CompiledSession(timed), feeds),
+        shipped.measured = {"metrics": self._timings(name, openvino_build.CompiledSession(timed), feeds),
                             "measured_on": measured_on(host_info(), runtime="openvino", runtime_version=version,
                                                        execution_provider="CPU", threads=threads,
                                                        device=info.get("device_name"))}
-        return shipped, lambda f: openvino_build.run(compiled, f, batch_size=PARITY_BATCH)
+        return shipped, lambda f: openvino_build.run(compiled, f, batch_size=BATCH_SIZE)
 
-    def _timings(self, session: Any, feeds: Mapping[str, Any]) -> dict[str, Any]:
+    def _timings(self, name: str, session: Any, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Latency (batch 1), throughput and speedup of a build deploy runs itself, measured as verify
         measures its builds (its warmup, runs and batch sizes; defaults when there is no verify), so
         the figures sit beside verify's in the manifest. The speedup is against verify's reference
@@ -730,8 +734,9 @@ class _Release:
         settings = self.verify.latency
         warmup = int(settings.get("warmup", LATENCY_WARMUP))
         fixed = onnx_run.fixed_batch(session)
-        stats = timing.measure_latency(session, timing.batch_of(feeds, fixed or 1), warmup=warmup,
-                                       runs=int(settings.get("runs", LATENCY_RUNS)))
+        runs = int(settings.get("runs", LATENCY_RUNS))
+        stats = timing.measure_latency(session, timing.batch_of(feeds, fixed or 1), warmup=warmup, runs=runs,
+                                       progress=StepLog(self.ctx.log, f"latency {name}", runs))
         out: dict[str, Any] = {"latency_p50_ms": stats["p50_ms"], "latency_p90_ms": stats["p90_ms"],
                                "latency_mean_ms": stats["mean_ms"]}
         sizes = [int(b) for b in settings.get("batch_sizes") or () if isinstance(b, int)]
@@ -749,11 +754,10 @@ class _Release:
         """Whether an int8 build run by another runtime is equivalent to its QDQ source by the
         quantized bar (zoo_stages.lib.equivalence); the verdict line, or None when it is not."""
         from zoo_stages.lib import equivalence, onnx_run, ort_session
-        from zoo_stages.lib.conversion_check import BATCH_SIZE as PARITY_BATCH
 
         if run_candidate is None:
             return None
-        ref = onnx_run.run(ort_session.make_session(source), feeds, batch_size=PARITY_BATCH)
+        ref = onnx_run.run(ort_session.make_session(source), feeds, batch_size=BATCH_SIZE)
         ok, line = equivalence.judge_outputs(ref, run_candidate(feeds), quantized=True)
         self.ctx.log.info("deploy: %s against its int8 source: %s", name, line)
         return line if ok else None
@@ -783,10 +787,9 @@ class _Release:
         if any(b.portable for b in builds.values()):
             return
         why = "; ".join(f"{n}: {self.portability.get(n) or b.runtime or b.format}" for n, b in builds.items())
-        plain = sorted(s.source for s in self.config.builds.values() if s.source in {"export"}) or ["export"]
         raise StageFailed(f"no build of this version is portable ONNX ({why}); every version ships one build in "
                           "standard ONNX domains that onnx.checker and ONNX's reference evaluator accept",
-                          hint=f"add a build of the plain export (e.g. `portable: {{from: {plain[0]}}}`), or "
+                          hint="add a build of the plain export (e.g. `portable: {from: export}`), or "
                                "optimize at `level: basic` (extended adds onnxruntime-only fused ops)")
 
     def _stamped_copy(self, name: str, source: Path, src_info: Any, props: Mapping[str, str]) -> Path:
@@ -874,7 +877,7 @@ class _Release:
         ports, _ = session_ports(session)
         feeds, origin = self.check.inputs_for(name, vname, session)
         feeds = onnx_run.prepare(session, feeds)
-        compiled = openvino_build.compile_model(shipped.model, threads=1)
+        compiled = shipped.compiled or openvino_build.compile_model(shipped.model, threads=1)
         set_dir = write_test_vectors(bdir / "test_data_set_0", {p.name: feeds[p.name] for p in ports},
                                      openvino_build.run(compiled, feeds, batch_size=BATCH_SIZE))
         self.ctx.log.info("deploy: %s test vectors generated by OpenVINO from %s", name, origin)

@@ -73,6 +73,7 @@ from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib import quant_ops, tasks
 from zoo_stages.lib.quant_select import candidates_table, select_candidate
 from zoo_stages.lib.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
+from zoo_stages.lib.step_log import StepLog
 
 QuantTypeName = Literal["QInt8", "QUInt8"]
 
@@ -359,7 +360,7 @@ class _Run:
             method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                       "percentile": CalibrationMethod.Percentile}[settings.calibration]
             extra = {"CalibPercentile": self.config.calibration.percentile} if settings.calibration == "percentile" else {}
-            reader = quant_ops.calibration_reader(feeds, batch_size, fixed=fixed)
+            reader = quant_ops.calibration_reader(feeds, batch_size, fixed=fixed, log=self.context.log)
             linear = []
             if settings.linear == "blockwise":
                 src, linear = quant_ops.linear_nodes(src, self.work / "named.onnx")
@@ -418,7 +419,8 @@ class _Run:
 
         lat_cfg = self.config.latency
         row, timing, sample = self._prepare(path)
-        stats = timinglib.measure_latency(timing, sample, warmup=lat_cfg.warmup, runs=lat_cfg.runs)
+        stats = timinglib.measure_latency(timing, sample, warmup=lat_cfg.warmup, runs=lat_cfg.runs,
+                                          progress=StepLog(self.context.log, f"latency {path.stem}", lat_cfg.runs))
         row["latency_p50_ms"], row["latency_p90_ms"] = stats["p50_ms"], stats["p90_ms"]
         row["latency_runs"] = stats["runs"]
         return row
@@ -432,7 +434,8 @@ class _Run:
         fp32, fp32_timing, sample = fp32_prepared
         row, timing, _ = self._prepare(path)
         stats = timinglib.compare_latency({"fp32": fp32_timing, "int8": timing}, sample, warmup=lat_cfg.warmup,
-                                         runs=lat_cfg.runs, min_runs=lat_cfg.min_runs)
+                                         runs=lat_cfg.runs, min_runs=lat_cfg.min_runs,
+                                         progress=StepLog(self.context.log, "latency fp32 and int8", lat_cfg.runs))
         for target, key in ((fp32, "fp32"), (row, "int8")):
             target["latency_p50_ms"], target["latency_p90_ms"] = stats[key]["p50_ms"], stats[key]["p90_ms"]
             target["latency_runs"] = stats[key]["runs"]

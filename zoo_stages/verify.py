@@ -63,8 +63,11 @@ from zoo.stage import (Column, Effect, GateOutcome, Inputs, KeyContext, KindConf
 from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib import gates as gatelib
 from zoo_stages.lib import tasks
+from zoo_stages.lib.step_log import StepLog
 
 if TYPE_CHECKING:
+    import logging
+
     import numpy as np
 
 BUILD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -307,7 +310,7 @@ class Verify(NumericOutputs, StageKind):
         for name in order:
             opened = ref_opened if name == ref_name else open_build(paths[name], evaluation)
             metrics = check_build(name, build_stages[name], paths[name], opened, evaluation, targets, config,
-                                  vectors_dir / name, model_spec, scratch=context.work_dir / "verify")
+                                  vectors_dir / name, model_spec, scratch=context.work_dir / "verify", log=context.log)
             report = parity.compare(ref_opened.outputs, opened.outputs)
             metrics.update(parity_metrics(report, targets))
             builds[name] = metrics
@@ -519,9 +522,9 @@ def ports(specs: Sequence[Any]) -> list[dict[str, Any]]:
 
 def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation: Evaluation, targets: Targets,
                 config: VerifyConfig, vectors_dir: Path, model_spec: Mapping[str, Any], *,
-                scratch: Path) -> dict[str, Any]:
+                scratch: Path, log: "logging.Logger | None" = None) -> dict[str, Any]:
     """Everything verify measures on one build but its comparisons with the reference (`scratch`:
-    a folder for temporary copies)."""
+    a folder for temporary copies; `log`: where the latency runs' progress lines go)."""
 
     from zoo_stages.lib import onnx_io, onnx_run, ort_session
     from zoo_stages.lib import timing as timinglib
@@ -542,7 +545,7 @@ def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation
     timing = ort_session.make_session(opened.source, threads=lat.threads, level="all")
     fixed = onnx_run.fixed_batch(timing)
     stats = timinglib.measure_latency(timing, timinglib.batch_of(opened.feeds, fixed or 1), warmup=lat.warmup,
-                                      runs=lat.runs)
+                                      runs=lat.runs, progress=StepLog(log, f"latency {name}", lat.runs))
     throughput = timinglib.measure_throughput(timing, opened.feeds, lat.batch_sizes, warmup=min(lat.warmup, 2),
                                               runs=lat.throughput_runs)
     if fixed is not None and any(v is None for v in throughput.values()):

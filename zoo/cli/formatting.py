@@ -53,18 +53,12 @@ def metric(value) -> str:
 
 
 def measured_on(where: dict | None) -> str:
-    """What a build's timings were measured with (its manifest's ``measured_on``), in one line:
-    'onnxruntime 1.32.0 CPUExecutionProvider, AMD EPYC (x86-64-avx512-vnni), 1 thread'; '' when
-    the build has no timings. The CLI and the web catalog both show it so."""
-    if not where:
-        return ""
-    runtime = " ".join(str(where[k]) for k in ("runtime", "runtime_version", "execution_provider") if where.get(k))
-    device = str(where.get("device") or "")
-    if where.get("platform"):
-        device = f"{device} ({where['platform']})" if device else str(where["platform"])
-    threads = where.get("threads")
-    parts = [p for p in (runtime, device, f"{threads} thread{'' if threads == 1 else 's'}" if threads else "") if p]
-    return ", ".join(parts)
+    """What a build's timings were measured with (its manifest's ``measured_on``), in one line, as
+    the model card says it (`zoo.registry.manifest.describe_measured_on`, imported only when used:
+    this module stays standard-library only)."""
+    from zoo.registry.manifest import describe_measured_on
+
+    return describe_measured_on(where)
 
 
 def short_sha(digest: str | None) -> str:

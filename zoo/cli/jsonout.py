@@ -19,11 +19,49 @@ import sys
 from typing import Any
 
 SCHEMA_VERSION = 1  # of the CLI's own --json shapes (docs/cli-json.md); bumped when one changes incompatibly
+USAGE_TAIL = 1 << 16  # characters of stderr kept to read a usage error from
+
+_emitted = False  # whether this process printed its document (a usage error prints one only if not)
 
 
 def emit(obj: Any) -> None:
     """Print `obj` (a dict, a list of dicts, a dataclass or pydantic model) as indented JSON on stdout."""
+    global _emitted
     print(json.dumps(versioned(plain(obj)), indent=2, default=str), flush=True)
+    _emitted = True
+
+
+def emitted() -> bool:
+    """Whether a document was printed already."""
+    return _emitted
+
+
+class StderrTail:
+    """Stands in for sys.stderr while a --json command runs: writes go through unchanged, and the
+    last `USAGE_TAIL` characters are kept, so a usage error the CLI framework printed (a missing
+    argument, an unknown option) can also be given as the JSON error object."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+        self.tail = ""
+
+    def write(self, text: str) -> int:
+        self.tail = (self.tail + text)[-USAGE_TAIL:]
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding...: the real stream's
+        return getattr(self.stream, name)
+
+
+def usage_error(printed: str, argv: list[str] | None = None) -> dict:
+    """The error object for a usage error whose text the framework printed (``Error: Missing
+    argument 'ref'.`` after the usage lines)."""
+    lines = [line.strip() for line in printed.splitlines()]
+    errors = [line.removeprefix("Error:").strip() for line in lines if line.startswith("Error:")]
+    message = errors[-1] if errors else "invalid command line"
+    usage = next((line for line in lines if line.startswith("Usage:")), "")
+    command = usage.removeprefix("Usage:").split("[")[0].strip() or "zoo"
+    return error_object("UsageError", message, hint=f"see `{command} --help`", exit_code=2)
 
 
 def versioned(obj: Any) -> Any:

@@ -85,7 +85,8 @@ def run(
     with watch.interruptible(), progress:
         result = api.run(dag, cache_dir=cache_dir, jobs=jobs, force=(stages or True) if force else (),
                          frozen=frozen, executor=executor, on_update=watch.update, cache_remote=cache_remote,
-                         on_log=None if as_json else progress.log)
+                         on_log=None if as_json else progress.log,
+                         on_transfer=None if as_json else progress.transfer)
     for note in result.notes:
         _echo(f"note: {note}", err=True)
     if as_json:
@@ -334,7 +335,7 @@ def main() -> None:
     from zoo.cli.interrupt import Interrupted
 
     try:
-        app(prog_name="zoo")  # also under `python -m zoo`: completion's variable is _ZOO_COMPLETE
+        _app_with_json_usage_errors()
     except Interrupted as e:  # Ctrl-C: what it stopped, and that nothing was half-published
         _fail("KeyboardInterrupt", str(e), None, ExitCode.INTERRUPTED, traceback_note=False, prefix="")
     except ZooError as e:
@@ -351,6 +352,27 @@ def main() -> None:
             raise
         where = e.filename or _written_path(e) or "the device"
         _fail("NoSpace", f"no space left on {where}", NO_SPACE_HINT, ExitCode.STORAGE)
+
+
+def _app_with_json_usage_errors() -> None:
+    """Run the app; with --json, a usage error (exit 2 from the framework: a missing argument, an
+    unknown option or command) also prints the JSON error object, so a script always gets one
+    document. Its text is read from what the framework printed on stderr, which still gets it."""
+    from zoo.cli import jsonout
+
+    if not jsonout.requested():
+        app(prog_name="zoo")  # also under `python -m zoo`: completion's variable is _ZOO_COMPLETE
+        return
+    tail = jsonout.StderrTail(sys.stderr)
+    sys.stderr = tail
+    try:
+        app(prog_name="zoo")
+    except SystemExit as e:
+        if e.code == 2 and not jsonout.emitted():
+            print(json.dumps(jsonout.usage_error(tail.tail), indent=2), flush=True)
+        raise
+    finally:
+        sys.stderr = tail.stream
 
 
 def _fail(error_type: str, message: str, hint: str | None, exit_code: int, table: str = "", *,

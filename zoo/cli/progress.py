@@ -4,16 +4,21 @@ Both follow each running stage's log (`update` for state changes, `log` for the 
 gained: `zoo.api.run`'s `on_log`) and show what it is doing (zoo/cli/activity.py): epoch 3/10 ·
 train_loss 0.412 · ETA 0:42, or its latest line. With `verbose` (`zoo run -v`) they also print
 each stage's log file when it starts and every line of it as it comes (a custom `entry`'s prints
-reach the user this way).
+reach the user this way). What the remote run cache moves (`transfer`: `zoo.api.run`'s
+`on_transfer`, from background threads too) is shown as bytes and MB/s per direction: a line
+under the table, or plain lines about every 10 s and a total at the end.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Callable, TextIO
 
 from zoo.cli.activity import StageActivity, duration
+from zoo.cli.formatting import size
+from zoo.cli.transfer import rate
 from zoo.engine.runner import StageReport, StageState
 
 _STYLE = {StageState.WAITING: "dim", StageState.RUNNING: "yellow", StageState.CACHED: "cyan", StageState.RAN: "green",
@@ -52,6 +57,36 @@ class _Following:
         return activity
 
 
+class Transfers:
+    """Bytes the remote run cache moved, per direction ("fetched", "pushed"), with the span of
+    time they took: from the start of the first object to the end of the last (objects move in
+    parallel, so the sum of their times would understate the rate). Thread-safe."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self.moved: dict[str, list[float]] = {}  # direction -> [bytes, first start, last end]
+
+    def add(self, direction: str, nbytes: int, seconds: float) -> None:
+        now = self.clock()
+        with self._lock:
+            tally = self.moved.setdefault(direction, [0, now - seconds, now])
+            tally[0] += nbytes
+            tally[1] = min(tally[1], now - seconds)
+            tally[2] = now
+
+    def summary(self, *, final: bool = False) -> str:
+        """'fetched 45.0 MB (14.2 MB/s) · pushed 3.0 MB (9.1 MB/s)'; with `final`, each with its time."""
+        with self._lock:
+            moved = {d: list(t) for d, t in self.moved.items()}
+        parts = []
+        for direction in sorted(moved):
+            nbytes, start, end = moved[direction]
+            took = f" in {end - start:.1f}s" if final else ""
+            parts.append(f"{direction} {size(nbytes)}{took} ({rate(int(nbytes), end - start)})")
+        return " · ".join(parts)
+
+
 class PlainProgress:
     """One line per state change, for logs and pipes; while a stage runs, a line with what it is
     doing: the first step count (epoch 1/N) as soon as it is logged, then at most one line per
@@ -65,12 +100,24 @@ class PlainProgress:
         self.following = _Following(clock)
         self._last_line: dict[str, float] = {}  # when a line about the stage was last printed
         self._stepped: set[str] = set()  # stages whose step count (epoch i/N) was printed
+        self.transfers = Transfers(clock)
+        self._transfer_said = float("-inf")
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        if self.transfers.moved:
+            self._print(f"[zoo] remote cache: {self.transfers.summary(final=True)}")
         return False
+
+    def transfer(self, direction: str, nbytes: int, seconds: float) -> None:
+        """An object the remote run cache moved: a line about every `every_s` seconds, a total at the end."""
+        self.transfers.add(direction, nbytes, seconds)
+        now = self.following.clock()
+        if now - self._transfer_said >= self.every_s:
+            self._transfer_said = now
+            self._print(f"[zoo] remote cache: {self.transfers.summary()}")
 
     def _print(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
@@ -136,6 +183,7 @@ class RichProgress:
         self.verbose = verbose
         self.reports: dict[str, StageReport] = {}
         self.following = _Following(clock)
+        self.transfers = Transfers(clock)
         self.live = Live(self._render(), console=self.console, refresh_per_second=8, transient=False,
                          get_renderable=self._render)
 
@@ -159,6 +207,10 @@ class RichProgress:
         if self.verbose:
             for line in lines:
                 self._say(f"  {report.id} | {line}")
+
+    def transfer(self, direction: str, nbytes: int, seconds: float) -> None:
+        """An object the remote run cache moved: counted in the line under the table."""
+        self.transfers.add(direction, nbytes, seconds)
 
     def _say(self, text: str) -> None:
         """A line above the live table (rich keeps the table at the bottom)."""
@@ -194,6 +246,11 @@ class RichProgress:
                 why = r.error.message[:80] if r.error else ""
             # Text: a log line's or reason's brackets are not rich markup
             table.add_row(sid, self.kinds.get(sid, ""), f"[{_STYLE.get(state, '')}]{state}[/]", elapsed, Text(why))
+        moved = self.transfers.summary()
+        if moved:  # a line of its own under the table (a caption would wrap at the table's width)
+            from rich.console import Group
+
+            return Group(table, Text(f"remote cache: {moved}", no_wrap=True, overflow="ellipsis"))
         return table
 
 
@@ -205,4 +262,7 @@ class NullProgress:
         return False
 
     def update(self, report: StageReport) -> None:
+        pass
+
+    def transfer(self, direction: str, nbytes: int, seconds: float) -> None:
         pass

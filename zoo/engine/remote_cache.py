@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,8 @@ class RemoteCache:
         # called with each object's size once it is uploaded or downloaded (`zoo cache push|pull`
         # show bytes and MB/s); from `begin`'s background threads too
         self.progress: Callable[[int], None] | None = None
+        # the same for `zoo run`, which moves both ways: ("fetched" | "pushed", bytes, seconds it took)
+        self.on_transfer: Callable[[str, int, float], None] | None = None
 
     @property
     def store(self) -> CacheStore:
@@ -241,6 +244,7 @@ class RemoteCache:
 
         dest = partial / sha256
         for _ in range(3):
+            started = time.monotonic()
             try:
                 download([self.store.object_source(sha256, size)], dest, blake3=digest, size=size,
                          what=f"an output of stage {entry.stage}", tmp_dir=partial)
@@ -249,8 +253,7 @@ class RemoteCache:
                                      f"bytes disagree with it ({e.message}); nothing was installed",
                                      hint="the remote's object or entry is damaged or was tampered with: remove "
                                           "the entry from the remote, then run again") from None
-            if self.progress is not None:
-                self.progress(size)
+            self._moved("fetched", size, time.monotonic() - started)
             mine = partial / f"{sha256}.{os.getpid()}.{secrets.token_hex(4)}.verified"
             try:
                 os.rename(dest, mine)
@@ -349,12 +352,19 @@ class RemoteCache:
                                      "refusing to push it", hint="`zoo gc` it away and run the stage again")
             sha[digest] = sha256
             if not self.store.has_object(sha256, size):
+                started = time.monotonic()
                 self.store.put_object(local, sha256)
                 uploaded += 1
                 nbytes += size
-                if self.progress is not None:
-                    self.progress(size)
+                self._moved("pushed", size, time.monotonic() - started)
         return sha, uploaded, nbytes
+
+    def _moved(self, direction: str, size: int, seconds: float) -> None:
+        """Tell whoever shows transfers that one object of `size` bytes went `direction` in `seconds`."""
+        if self.progress is not None:
+            self.progress(size)
+        if self.on_transfer is not None:
+            self.on_transfer(direction, size, seconds)
 
     def share(self, entry: Entry) -> None:
         """Push what a run computed, unless pushing is off; an unreachable remote is noted, and a

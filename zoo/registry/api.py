@@ -141,8 +141,8 @@ def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | No
          progress: Callable[[int], None] | None = None) -> dict:
     """Publish local `name@version` to remote `to` (blobs first, manifest last, create-exclusive).
 
-    `progress(n)`: called with each uploaded blob's size once it is up (a folder, S3, GCS, Azure,
-    WebDAV or SSH remote; a Hugging Face remote uploads in one commit and reports nothing)."""
+    `progress(n)`: n more bytes went up, as the remote's driver reports them (a folder, S3, GCS,
+    Azure, WebDAV or SSH remote; a Hugging Face remote uploads in one commit and reports nothing)."""
     from zoo.registry.refs import LATEST
     from zoo.registry.store import latest_is_automatic
 
@@ -158,9 +158,10 @@ def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | No
 
 
 class MeteredBackend:
-    """A remote's byte-level backend (zoo/registry/fsbackend.py) whose `put_file` reports the
-    file's size once it is uploaded; everything else is the backend's own. (Per file: the
-    backends upload a whole file in one call.)"""
+    """A remote's byte-level backend (zoo/registry/fsbackend.py) whose `put_file` reports bytes
+    as the driver sends them, and whatever the driver did not report once the file is up (so the
+    total is the file's size even where a driver reports nothing); everything else is the
+    backend's own."""
 
     def __init__(self, backend: Any, progress: Callable[[int], None]):
         self._backend = backend
@@ -170,8 +171,17 @@ class MeteredBackend:
         return getattr(self._backend, name)
 
     def put_file(self, local: Path, rpath: str) -> None:
-        self._backend.put_file(local, rpath)
-        self._progress(Path(local).stat().st_size)
+        sent = 0
+
+        def report(n: int) -> None:
+            nonlocal sent
+            sent += n
+            self._progress(n)
+
+        self._backend.put_file(local, rpath, progress=report)
+        rest = Path(local).stat().st_size - sent
+        if rest > 0:
+            self._progress(rest)
 
 
 def tag(ref: str, tag_name: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:

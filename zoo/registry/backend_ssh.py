@@ -177,6 +177,18 @@ def _known_hosts_policy(files: tuple[str, ...]):
     return KnownHosts()
 
 
+class _Counted:
+    """A file being written whose writes are also reported to `progress(n)`."""
+
+    def __init__(self, f, progress):
+        self.f, self.progress = f, progress
+
+    def write(self, data) -> int:
+        written = self.f.write(data)
+        self.progress(len(data))
+        return written
+
+
 class SshBackend(FsBackend):
     """A folder on an SSH server (SFTP), with the atomic primitives described in the module docstring."""
 
@@ -351,15 +363,16 @@ class SshBackend(FsBackend):
         self._makedirs(rpath)
         self._replace_with(self._upload_tmp(rpath, lambda f: f.write(data)), rpath)
 
-    def put_file(self, local, rpath: str) -> None:
-        """Upload a local file so that `rpath` is either absent or complete, never partial."""
+    def put_file(self, local, rpath: str, progress=None) -> None:
+        """Upload a local file so that `rpath` is either absent or complete, never partial;
+        `progress(n)`: n more bytes went up."""
         import shutil
 
         self._makedirs(rpath)
 
         def copy(f):
             with open(local, "rb") as src:
-                shutil.copyfileobj(src, f, fsbackend.CHUNK)
+                shutil.copyfileobj(src, f if progress is None else _Counted(f, progress), fsbackend.CHUNK)
 
         self._replace_with(self._upload_tmp(rpath, copy), rpath)
 

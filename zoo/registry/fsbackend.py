@@ -22,7 +22,7 @@ import contextlib
 import os
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from zoo.download import is_connection_error, refusal_reason
 from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable, StorageError
@@ -101,6 +101,40 @@ def open_backend(url: str, options: dict | None = None) -> "FsBackend":
         module, name = SCHEME_BACKENDS[scheme]
         return getattr(importlib.import_module(module), name)(url, options)
     return FsBackend(url, options)
+
+
+def byte_callback(progress: Callable[[int], None] | None):
+    """An fsspec Callback that passes each increase of an upload's byte count to `progress(n)`
+    (fsspec's drivers report chunks as they go up); fsspec's no-op one without `progress`."""
+    from fsspec.callbacks import DEFAULT_CALLBACK, Callback
+
+    if progress is None:
+        return DEFAULT_CALLBACK
+
+    class Bytes(Callback):
+        def __init__(self):
+            super().__init__()
+            self.reported = 0
+
+        def call(self, *args, **kwargs):
+            if self.value > self.reported:  # absolute or relative updates alike: report what is new
+                progress(self.value - self.reported)
+                self.reported = self.value
+
+    return Bytes()
+
+
+def copy_with_progress(src: Path, dest: Path, progress: Callable[[int], None] | None) -> None:
+    """`shutil.copyfile`, chunk by chunk when someone wants to see the bytes go (`progress(n)`)."""
+    import shutil
+
+    if progress is None:
+        shutil.copyfile(src, dest)
+        return
+    with open(src, "rb") as s, open(dest, "wb") as d:
+        while chunk := s.read(CHUNK):
+            d.write(chunk)
+            progress(len(chunk))
 
 
 class FsBackend:
@@ -343,18 +377,17 @@ class FsBackend:
                 if self.fs.exists(tmp):
                     self.fs.rm_file(tmp)
 
-    def put_file(self, local: Path, rpath: str) -> None:
-        """Upload a local file so that `rpath` is either absent or complete, never partial."""
+    def put_file(self, local: Path, rpath: str, progress: Callable[[int], None] | None = None) -> None:
+        """Upload a local file so that `rpath` is either absent or complete, never partial;
+        `progress(n)`: n more bytes went up (as the driver reports them)."""
         self._writable()
         self._makedirs(rpath)
         if self.scheme == "file":
-            import shutil
-
             # a copy, not a link: the remote must not share an inode with the local blob
             dest = Path(rpath)
             tmp = Path(self._tmp_name(rpath))
             try:
-                shutil.copyfile(local, tmp)
+                copy_with_progress(Path(local), tmp, progress)
                 os.replace(tmp, dest)
             except OSError as e:
                 raise StorageError(f"cannot write {dest}: {e}") from e
@@ -363,7 +396,7 @@ class FsBackend:
             return
         tmp = self._tmp_name(rpath)
         with self._errors(f"upload {rpath}"):
-            self.fs.put_file(str(local), tmp)
+            self.fs.put_file(str(local), tmp, callback=byte_callback(progress))
             self.fs.client.move(tmp, rpath, overwrite=True)
 
     def delete(self, rpath: str) -> None:
@@ -401,8 +434,9 @@ class ObjectStoreBackend(FsBackend):
             return False
         return True
 
-    def put_file(self, local: Path, rpath: str) -> None:
-        """Upload a local file; the object appears when its upload completes, never in part."""
+    def put_file(self, local: Path, rpath: str, progress: Callable[[int], None] | None = None) -> None:
+        """Upload a local file; the object appears when its upload completes, never in part;
+        `progress(n)`: n more bytes went up."""
         self._writable()
         with self._errors(f"upload {rpath}"):
-            self.fs.put_file(str(local), rpath)
+            self.fs.put_file(str(local), rpath, callback=byte_callback(progress))

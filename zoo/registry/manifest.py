@@ -29,6 +29,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def describe_measured_on(where: dict | None) -> str:
+    """A build's ``measured_on`` in one line: 'onnxruntime 1.32.0 CPUExecutionProvider, AMD EPYC
+    (x86-64-avx512-vnni), 1 thread'; '' when the build has no timings. The model card, the CLI
+    and the web catalog all say it so."""
+    if not where:
+        return ""
+    runtime = " ".join(str(where[k]) for k in ("runtime", "runtime_version", "execution_provider") if where.get(k))
+    device = str(where.get("device") or "")
+    if where.get("platform"):
+        device = f"{device} ({where['platform']})" if device else str(where["platform"])
+    threads = where.get("threads")
+    parts = [p for p in (runtime, device, f"{threads} thread{'' if threads == 1 else 's'}" if threads else "") if p]
+    return ", ".join(parts)
+
+
 class FileRef(_Strict):
     """A file of a version: where it goes (relative path) and what its bytes are."""
 

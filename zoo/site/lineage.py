@@ -3,7 +3,9 @@ edges between them, read from the version's own files, and its drawing as SVG.
 
 Stages and keys come from the manifest's ``lineage.stages``, the provenance statement's stages
 (``predicate.buildDefinition.internalParameters.stages``) and the lock records; the edges from
-each lock record's ``inputs`` (the upstream stages it read). The lockfile holds one set of records
+each lock record's ``inputs`` (the upstream stages it read). The stage that published the version
+(deploy) is in no lock record (the release's zoo.lock is written before it ends): it comes from
+the statement's ``internalParameters.publisher``, with edges from its direct inputs. The lockfile holds one set of records
 per platform class: the set whose keys match the manifest's is the one that built this version.
 Every one of these files is untrusted input: anything malformed is left out, never raised.
 """
@@ -43,6 +45,11 @@ def stage_graph(lineage: dict, lock_bytes: bytes | None, provenance_bytes: bytes
     if provenance:
         read_from.append("provenance")
     edges = []
+    publisher = _publisher(provenance_bytes)
+    if publisher:
+        s = stage(publisher["stage"])
+        s.update(key=publisher["key"], kind=publisher["kind"], kind_version=publisher["kind_version"])
+        edges.extend((upstream, s["id"]) for upstream in publisher["inputs"])
     records = _lock_records(lock_bytes, {sid: s["key"] for sid, s in stages.items() if s["key"]})
     for sid, record in records.items():
         s = stage(sid)
@@ -60,6 +67,20 @@ def stage_graph(lineage: dict, lock_bytes: bytes | None, provenance_bytes: bytes
     edges = sorted({(u, v) for u, v in edges if u in stages and v in stages and u != v})
     ordered = sorted(stages.values(), key=lambda s: s["id"])
     return {"stages": ordered, "edges": [list(e) for e in edges], "read_from": read_from}
+
+
+def _publisher(data: bytes | None) -> dict | None:
+    """The statement's publishing stage, its fields as strings; None when absent or malformed."""
+    try:
+        found = json.loads(data)["predicate"]["buildDefinition"]["internalParameters"]["publisher"]
+    except (TypeError, ValueError, KeyError):
+        return None
+    if not isinstance(found, dict) or not found.get("stage"):
+        return None
+    inputs = found.get("inputs")
+    return {"stage": str(found["stage"]), "key": str(found.get("key") or ""), "kind": str(found.get("kind") or ""),
+            "kind_version": str(found.get("kind_version") or ""),
+            "inputs": [str(i) for i in inputs] if isinstance(inputs, list) else []}
 
 
 def _provenance_stages(data: bytes | None) -> dict:
@@ -121,9 +142,11 @@ def lineage_svg(graph: dict) -> str:
 
 def _edge(points: list[tuple[float, float]], chain: list[str]) -> str:
     """A smooth path from the right side of the first stage to the left side of the last one,
-    through the places the edge holds in the layers between."""
+    straight across the places the edge holds in the layers between: it bends only in the gaps
+    between layers, where no stage is drawn, so it never crosses a stage's box."""
     (x0, y0), (x1, y1) = points[0], points[-1]
-    route = [(x0 + NODE_W / 2, y0), *points[1:-1], (x1 - NODE_W / 2, y1)]
+    through = [p for x, y in points[1:-1] for p in ((x - NODE_W / 2, y), (x + NODE_W / 2, y))]
+    route = [(x0 + NODE_W / 2, y0), *through, (x1 - NODE_W / 2, y1)]
     d = f"M{route[0][0]:.1f} {route[0][1]:.1f}"
     for (ax, ay), (bx, by) in zip(route, route[1:]):
         bend = (bx - ax) / 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from zoo.errors import InvalidInput
-from zoo.registry.manifest import Build, Manifest
+from zoo.registry.manifest import Build, Manifest, describe_measured_on
 
 FRONT_MATTER_DELIMITER = "---"
 
@@ -200,17 +200,8 @@ def _builds_section(m: Manifest) -> list[str]:
     timed = {n: b.measured_on for n, b in m.builds.items() if b.measured_on}
     if timed:
         out += ["Latency and throughput measured on:", ""]
-        out += [f"- `{n}`: {_measured_on(w)}" for n, w in timed.items()] + [""]
+        out += [f"- `{n}`: {describe_measured_on(w)}" for n, w in timed.items()] + [""]
     return out
-
-
-def _measured_on(where: Mapping[str, Any]) -> str:
-    runtime = " ".join(str(where[k]) for k in ("runtime", "runtime_version", "execution_provider") if where.get(k))
-    device = " ".join(str(where[k]) for k in ("device",) if where.get(k))
-    if where.get("platform"):
-        device = f"{device} ({where['platform']})" if device else str(where["platform"])
-    threads = where.get("threads")
-    return ", ".join(p for p in (runtime, device, f"{threads} thread(s)" if threads else "") if p)
 
 
 def _requirement(key: str, value: str) -> str:

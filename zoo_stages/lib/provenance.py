@@ -265,13 +265,16 @@ def lock_yaml(recipe: Any, lineage: Mapping[str, Mapping[str, Any]]) -> str:
 def statement(*, subjects: Iterable[tuple[str, str]], recipe: Any, key: str, config: Mapping[str, Any],
               lineage: Mapping[str, Mapping[str, Any]], tools: Mapping[str, str],
               inputs: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None,
-              attribution: Iterable[Mapping[str, str]] = (), lock_sha256: str | None = None) -> dict[str, Any]:
+              attribution: Iterable[Mapping[str, str]] = (), lock_sha256: str | None = None,
+              publisher: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An in-toto Statement v1 with a SLSA provenance v1 predicate for one release.
 
     `subjects`: (path inside the version, sha256) of every build file. `lineage`: ancestor
     stage id -> lock record; `inputs`: digests of direct inputs the lineage lacks (stages run
     outside the engine). `data`: {"digest", ...} of the dataset split. `lock_sha256`: the
-    release's zoo.lock, recorded as a byproduct.
+    release's zoo.lock, recorded as a byproduct. `publisher`: the stage that made the release
+    ({"stage", "kind", "key", "inputs": its direct upstream stage ids}): the zoo.lock cannot hold
+    its record (written before it ends), and the lineage graph ends at it.
     """
     attribution = merge_attribution(attribution)
     dependencies: list[dict[str, Any]] = []
@@ -320,6 +323,7 @@ def statement(*, subjects: Iterable[tuple[str, str]], recipe: Any, key: str, con
                     "tools": dict(sorted(tools.items())),
                     "stages": {sid: {"kind": r.get("kind"), "kind_version": r.get("kind_version"), "key": r.get("key")}
                                for sid, r in sorted(lineage.items())},
+                    **({"publisher": dict(publisher)} if publisher else {}),
                     "license": license_text(recipe.license, attribution),
                     "attribution": attribution,
                 },

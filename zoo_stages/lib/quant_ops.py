@@ -77,11 +77,15 @@ def blockwise_linear(path: Path, block_size: int) -> None:
     onnx.save_model(result, str(path))
 
 
-def calibration_reader(feeds, batch_size: int, fixed: bool):
+def calibration_reader(feeds, batch_size: int, fixed: bool, log=None):
     """A CalibrationDataReader over `feeds` (``{input name: array}``, prepared: every input of the
-    model, samples along axis 0) in fixed-order batches (the last one padded if `fixed`)."""
+    model, samples along axis 0) in fixed-order batches (the last one padded if `fixed`).
+    With `log` (a stage's logger), ``calibration i/N`` progress lines: i batches went through
+    the calibrator (written when it asks for the next one, see `zoo_stages.lib.step_log`)."""
     import numpy as np
     from onnxruntime.quantization import CalibrationDataReader
+
+    from zoo_stages.lib.step_log import StepLog
 
     count = max((len(v) for v in feeds.values() if np.ndim(v) > 0), default=1)
 
@@ -100,8 +104,11 @@ def calibration_reader(feeds, batch_size: int, fixed: bool):
                     batch[name] = np.ascontiguousarray(chunk)
                 self.batches.append(batch)
             self.pos = 0
+            self.progress = StepLog(log, "calibration", len(self.batches))
 
         def get_next(self):
+            if self.pos:
+                self.progress(self.pos)
             if self.pos >= len(self.batches):
                 return None
             self.pos += 1

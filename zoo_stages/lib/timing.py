@@ -14,7 +14,7 @@ every run. numpy is imported inside functions so importing this module is cheap.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from zoo.errors import InvalidInput
 
@@ -23,10 +23,12 @@ if TYPE_CHECKING:
 
 
 def measure_latency(session: Any, feeds: Mapping[str, "np.ndarray"], *, warmup: int = 5,
-                    runs: int = 30) -> dict[str, Any]:
+                    runs: int = 30, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Wall-clock latency of `session.run` on `feeds` after `warmup` untimed runs.
 
     Returns p50_ms, p90_ms, mean_ms, min_ms (linear-interpolated percentiles), runs and warmup.
+    `progress(i)`: called after timed run i (1..runs), outside the timed region
+    (`zoo_stages.lib.step_log.StepLog` logs it as ``latency NAME i/runs``).
     """
     import numpy as np
 
@@ -42,6 +44,8 @@ def measure_latency(session: Any, feeds: Mapping[str, "np.ndarray"], *, warmup: 
         t0 = time.perf_counter_ns()
         session.run(None, feed)
         times[i] = (time.perf_counter_ns() - t0) / 1e6
+        if progress is not None:
+            progress(i + 1)
     return {
         "p50_ms": float(np.percentile(times, 50)),
         "p90_ms": float(np.percentile(times, 90)),
@@ -53,7 +57,8 @@ def measure_latency(session: Any, feeds: Mapping[str, "np.ndarray"], *, warmup: 
 
 
 def compare_latency(sessions: Mapping[str, Any], feeds: Mapping[str, "np.ndarray"], *, warmup: int = 5,
-                    runs: int = 30, min_runs: int | None = None) -> dict[str, dict[str, Any]]:
+                    runs: int = 30, min_runs: int | None = None,
+                    progress: Callable[[int], None] | None = None) -> dict[str, dict[str, Any]]:
     """Latency of several sessions on the same feeds, measured in interleaved rounds.
 
     Each round runs every session once, so machine load drifts over all of them alike. With
@@ -61,6 +66,7 @@ def compare_latency(sessions: Mapping[str, Any], feeds: Mapping[str, "np.ndarray
     slowest session are clearly apart (their interquartile ranges do not overlap and their
     medians differ by more than 15%): enough for a faster/slower verdict, at a fraction of
     the time. Returns `measure_latency`'s fields per session, plus ``stopped_early``.
+    `progress(i)`: called after round i (1..runs).
     """
     import numpy as np
 
@@ -81,6 +87,8 @@ def compare_latency(sessions: Mapping[str, Any], feeds: Mapping[str, "np.ndarray
             session.run(None, prepared[key])
             times[key].append((time.perf_counter_ns() - t0) / 1e6)
         done += 1
+        if progress is not None:
+            progress(done)
         if min_runs is not None and done >= min_runs and done < runs and len(sessions) > 1 and _clearly_apart(times):
             stopped_early = True
             break
