@@ -130,13 +130,19 @@ def test_bundle_export_and_import_print_bytes_and_rate(tmp_path):
                      r"\(\d+\.\d MB/s\)$", r.out, re.M), r.out
 
 
-def test_cache_push_and_pull_print_bytes_and_rate(tmp_path):
+def _two_machines(tmp_path: Path) -> tuple[Path, str, dict, dict]:
+    """A recipe whose one stage writes 3 MB, a folder remote, and the environments of machines A
+    and B (each its own cache and zoo)."""
     recipe = tmp_path / "blob.yaml"
     recipe.write_text("schema_version: 1\nname: blob\nversion: 0.1.0\nstages:\n  big:\n    kind: blob\n"
                       "    config: {size_mb: 3}\n")
-    remote = str(tmp_path / "remote")
     a = {"ZOO_CACHE_DIR": str(tmp_path / "a-cache"), "ZOO_HOME": str(tmp_path / "a-home")}
     b = {"ZOO_CACHE_DIR": str(tmp_path / "b-cache"), "ZOO_HOME": str(tmp_path / "b-home")}
+    return recipe, str(tmp_path / "remote"), a, b
+
+
+def test_cache_push_and_pull_print_bytes_and_rate(tmp_path):
+    recipe, remote, a, b = _two_machines(tmp_path)
     assert zoo("run", recipe, "--cache-remote", "none", env=a).code == 0
     r = zoo("cache", "push", recipe, "--remote", remote, env=a)
     assert r.code == 0, r.text
@@ -151,12 +157,7 @@ def test_cache_push_and_pull_print_bytes_and_rate(tmp_path):
 def test_a_run_shows_what_the_remote_run_cache_moved(tmp_path):
     """`zoo run` with a remote run cache: machine A's run pushes its stage's 3 MB, machine B's run
     fetches it instead of running; each says how many bytes went which way, and how fast."""
-    recipe = tmp_path / "blob.yaml"
-    recipe.write_text("schema_version: 1\nname: blob\nversion: 0.1.0\nstages:\n  big:\n    kind: blob\n"
-                      "    config: {size_mb: 3}\n")
-    remote = str(tmp_path / "remote")
-    a = {"ZOO_CACHE_DIR": str(tmp_path / "a-cache"), "ZOO_HOME": str(tmp_path / "a-home")}
-    b = {"ZOO_CACHE_DIR": str(tmp_path / "b-cache"), "ZOO_HOME": str(tmp_path / "b-home")}
+    recipe, remote, a, b = _two_machines(tmp_path)
     r = zoo("run", recipe, "--cache-remote", remote, env=a)
     assert r.code == 0, r.text
     assert re.search(r"^\[zoo\] remote cache: pushed 3\.0 MB in \d+\.\ds \(\d+\.\d MB/s\)$", r.out, re.M), r.out

@@ -8,10 +8,10 @@ A step is a log message of the form ``LABEL I/N`` optionally followed by ``: NAM
     latency cpu-int8 120/200                                 (a latency run)
 
 LABEL is one or more words; VALUEs are numbers (``NAME=VALUE`` is read too). The ETA is the pace of
-the steps seen so far (from the first one seen) times the steps left; while only one step has been
-seen, the stage's first count takes its pace from the stage's start, and a later count (latency
-runs after a minute of checks) shows no ETA until its second step: the stage's start would say
-nothing of its pace. A new LABEL starts a new count. Any other line is shown as the latest line.
+the steps seen so far (from the first one seen) times the steps left; with one step seen there is
+no ETA yet: the time since the stage started also holds its set-up (loading data, a model, warm-up
+runs), which made a 5 s calibration's first ETA read 1:33. A new LABEL starts a new count. Any
+other line is shown as the latest line.
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ class StageActivity:
         self.changed = False  # something new since `seen()` was last called
         self._first: tuple[int, float] | None = None  # (i, time) of the first step of the current label
         self._at = started  # when the current step was read
-        self._counts = 0  # counts (labels) begun in this stage
 
     def feed(self, lines: list[str], now: float) -> None:
         """Take the lines read at `now`."""
@@ -87,7 +86,6 @@ class StageActivity:
                 continue
             if self.step is None or step.label != self.step.label or step.i < self.step.i:
                 self._first = (step.i, now)
-                self._counts += 1
             self.step, self._at = step, now
 
     def seen(self) -> None:
@@ -95,16 +93,13 @@ class StageActivity:
         self.changed = False
 
     def eta(self, now: float) -> float | None:
-        """Seconds left until the current count ends, at the pace seen so far; None without a step."""
+        """Seconds left until the current count ends, at the pace seen so far; None before two steps."""
         if self.step is None or self._first is None:
             return None
         first_i, first_t = self._first
-        if self.step.i > first_i:
-            pace = (self._at - first_t) / (self.step.i - first_i)
-        elif self._counts == 1:  # the stage's first count, one step seen: its time from the stage's start
-            pace = (self._at - self.started) / max(1, self.step.i)
-        else:  # a later count with one step seen: the stage's start says nothing of its pace
+        if self.step.i <= first_i:  # one step seen: no pace yet
             return None
+        pace = (self._at - first_t) / (self.step.i - first_i)
         return max(0.0, pace * (self.step.n - self.step.i) - (now - self._at))
 
     def detail(self, now: float, width: int = 80) -> str:
