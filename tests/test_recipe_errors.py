@@ -246,11 +246,12 @@ def test_repeated_needs_are_expanded_once(tmp_path, monkeypatch):
     assert len(calls) == 16  # once per instance of b, not once per repeat (16,000)
 
 
-def test_a_hostile_lockfile_is_an_error_not_a_crash(tmp_path):
+@pytest.mark.parametrize("nesting", [5_000, 500_000])  # 500,000: libyaml's composer would crash the process
+def test_a_hostile_lockfile_is_an_error_not_a_crash(tmp_path, nesting):
     """A lockfile nested far deeper than zoo writes gives exit 2 naming the file, never a traceback."""
     recipe = tmp_path / "r.yaml"
     recipe.write_text("schema_version: 1\nname: r\nversion: 1.0.0\nstages:\n  w: {kind: writer}\n")
-    (tmp_path / "r.lock").write_text("schema_version: 2\nstages: " + "[" * 5000 + "]" * 5000 + "\n")
+    (tmp_path / "r.lock").write_text("schema_version: 2\nstages: " + "[" * nesting + "]" * nesting + "\n")
     r = zoo("plan", recipe)
     assert r.code == 2, r.text
     assert "r.lock: unreadable lockfile" in r.err and "Traceback" not in r.err

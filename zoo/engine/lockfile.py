@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from zoo import yamlio
 from zoo.errors import RecipeError
 from zoo.engine.hashing import digest_json
 
@@ -125,7 +126,7 @@ class Lock:
         data = {"schema_version": LOCK_SCHEMA_VERSION, "recipe": self.recipe, "platforms": platforms}
         header = ("# Written by `zoo run`; do not edit. `zoo run --frozen` fails if this would change.\n"
                   "# One set of stage records per platform class (CPU kernels decide float bytes; see zoo/host.py).\n")
-        return header + yaml.safe_dump(data, sort_keys=True, default_flow_style=False, width=120, allow_unicode=True)
+        return header + yamlio.safe_dump(data, sort_keys=True, default_flow_style=False, width=120, allow_unicode=True)
 
 
 def read(path: Path) -> Lock | None:
@@ -135,7 +136,7 @@ def read(path: Path) -> Lock | None:
     except FileNotFoundError:
         return None
     try:
-        data = yaml.safe_load(text) or {}
+        data = yamlio.safe_load(text) or {}
         version = data.get("schema_version")
         if version not in READABLE_SCHEMA_VERSIONS:
             raise ValueError(f"unsupported schema_version {version!r} (this zoo reads "

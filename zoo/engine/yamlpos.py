@@ -27,12 +27,10 @@ from typing import Any
 
 import yaml
 
+from zoo import yamlio
 from zoo.errors import RecipeError
 
-try:  # the C parser is several times faster; fall back where libyaml is missing
-    _Loader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
+_Loader = yamlio.SafeLoader  # libyaml's parser where PyYAML has it (several times faster)
 
 Path_ = tuple[Any, ...]
 
