@@ -11,6 +11,7 @@ import json
 
 import pytest
 import yaml
+from pydantic import TypeAdapter
 
 import zoo
 from cli_helpers import RecordingExecutor, table_rows, write_recipe, zoo as zoo_cli
@@ -298,7 +299,10 @@ def _keys_with(folder, field: str | None) -> dict[str, str]:
         if name:
             spec = getattr(recipe.spec, section)
             attribute = {f.alias or n: n for n, f in type(spec).model_fields.items()}[name]  # model.from: from_
-            setattr(recipe.spec, section, spec.model_copy(update={attribute: OTHER[field]}))
+            # the value as the field's type holds it (a dict where a model belongs would serialise
+            # with a warning); the section is not validated again: OTHER's values change one field
+            value = TypeAdapter(type(spec).model_fields[attribute].annotation).validate_python(OTHER[field])
+            setattr(recipe.spec, section, spec.model_copy(update={attribute: value}))
         else:
             setattr(recipe.spec, section, OTHER[field])
     dag = planner.build(recipe)
