@@ -22,10 +22,10 @@ def test_the_c_classes_are_used_where_pyyaml_has_them():
 def test_a_shipped_lockfile_reads_and_writes_the_same_in_c_and_python(path):
     """A lockfile's bytes never depend on whether a machine's PyYAML has libyaml."""
     text = path.read_text(encoding="utf-8")
-    assert yamlio.safe_load(text) == yaml.safe_load(text)
+    data = yaml.safe_load(text)
+    assert yamlio.safe_load(text) == data
     lock = lockfile.read(path)
     assert lock.to_yaml() == text  # what zoo would write is the file, byte for byte
-    data = yaml.safe_load(text)
     options = {"sort_keys": True, "default_flow_style": False, "width": 120, "allow_unicode": True}
     assert yamlio.safe_dump(data, **options) == yaml.safe_dump(data, **options)
 
