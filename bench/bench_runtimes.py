@@ -9,9 +9,12 @@ source. The four published builds are then timed here in one interleaved run: 1 
 after warm-up, blocks of runs taking turns so load from other processes hits all alike. Prints each
 p50/p90 and the ratios against onnxruntime fp32.
 
-On a host whose onnxruntime offers CUDA (and TensorRT), the float16 build is also timed on
-CUDAExecutionProvider and TensorrtExecutionProvider (fp16; int8 with the QDQ model); elsewhere the
-table says they were not run.
+On a host whose onnxruntime offers CUDA, the float16 build (`cuda-fp16`) is also timed on
+CUDAExecutionProvider; where it offers TensorRT too, the recipe gains a quantize stage for TensorRT
+(`preset: tensorrt`: symmetric int8, float biases) and deploy's `tensorrt-fp16` and `tensorrt-int8`
+builds, timed on TensorrtExecutionProvider with the provider options their manifest records (engine
+cache in the work folder; the engine is built during warm-up). Elsewhere the table says they were
+not run.
 
     .venv/bin/python bench/bench_runtimes.py [--runs 200] [--warmup 20] [--quantize qdq|blockwise] [--keep]
 
@@ -37,7 +40,24 @@ from bench_quantize import host_line, load_average, run_zoo, save_random_alexnet
 BUILDS = ("cpu-fp32", "cpu-int8", "openvino-fp32", "openvino-int8")
 
 
-def recipe_text(weights: Path, sha: str, classes: int, quantize: str) -> str:
+TENSORRT_STAGE = """\
+  quantize-trt:
+    kind: quantize
+    needs: [export]
+    config:
+      mode: static
+      preset: tensorrt
+      calibration: {samples: 64, method: minmax}
+      eval_samples: 32
+      accept: {max_accuracy_drop: 1.0, min_speedup: 0.0}
+"""
+TENSORRT_BUILDS = """\
+        tensorrt-fp16: {from: optimize, convert: tensorrt}
+        tensorrt-int8: {from: quantize-trt, convert: tensorrt}
+"""
+
+
+def recipe_text(weights: Path, sha: str, classes: int, quantize: str, tensorrt: bool = False) -> str:
     linear = "      linear: blockwise\n" if quantize == "blockwise" else ""
     return f"""\
 schema_version: 1
@@ -65,8 +85,8 @@ stages:
 {linear}      calibration: {{samples: 64, method: minmax}}
       eval_samples: 32
       accept: {{max_accuracy_drop: 1.0, min_speedup: 0.0}}
-  deploy:
-    needs: [optimize, quantize]
+{TENSORRT_STAGE if tensorrt else ""}  deploy:
+    needs: [optimize, quantize{", quantize-trt" if tensorrt else ""}]
     config:
       parity_samples: 16
       builds:
@@ -75,11 +95,13 @@ stages:
         openvino-fp32: {{from: optimize, convert: openvino}}
         openvino-int8: {{from: quantize, convert: openvino}}
         cuda-fp16: {{from: optimize, convert: fp16}}
-"""
+{TENSORRT_BUILDS if tensorrt else ""}"""
 
 
-def runners(files: dict[str, Path]) -> dict[str, Callable[[Any], Any]]:
-    """One `run(x)` per build: onnxruntime sessions and OpenVINO compiled models, 1 thread each."""
+def runners(files: dict[str, Path], options: dict[str, dict[str, dict[str, str]]],
+            engines: Path) -> dict[str, Callable[[Any], Any]]:
+    """One `run(x)` per build: onnxruntime sessions and OpenVINO compiled models, 1 thread each;
+    on a GPU host the CUDA and TensorRT builds too (TensorRT's with the build's provider options)."""
     from zoo_stages.lib import openvino_build
     from zoo_stages.lib.ort_session import make_session
 
@@ -96,12 +118,18 @@ def runners(files: dict[str, Path]) -> dict[str, Callable[[Any], Any]]:
     import onnxruntime as ort
 
     providers = ort.get_available_providers()
-    for provider, label in (("CUDAExecutionProvider", "cuda-fp16 (onnxruntime CUDA)"),
-                            ("TensorrtExecutionProvider", "cuda-fp16 (onnxruntime TensorRT)")):
-        if provider in providers and "cuda-fp16" in files:
-            session = make_session(files["cuda-fp16"], threads=1, level="all", providers=[provider])
+    if "CUDAExecutionProvider" in providers and "cuda-fp16" in files:
+        session = make_session(files["cuda-fp16"], threads=1, level="all", providers=["CUDAExecutionProvider"])
+        inp = session.get_inputs()[0].name
+        out["cuda-fp16 (onnxruntime CUDA)"] = lambda x, s=session, i=inp: s.run(None, {i: x})
+    if "TensorrtExecutionProvider" in providers:
+        from zoo_stages.lib import tensorrt_build
+
+        for name in ("tensorrt-fp16", "tensorrt-int8"):
+            trt_options = options[name]["TensorrtExecutionProvider"]
+            session = tensorrt_build.make_session(files[name], trt_options, engines / name)
             inp = session.get_inputs()[0].name
-            out[label] = lambda x, s=session, i=inp: s.run(None, {i: x})
+            out[f"{name} (onnxruntime TensorRT)"] = lambda x, s=session, i=inp: s.run(None, {i: x})
     return out
 
 
@@ -141,9 +169,16 @@ def main() -> None:
         weights = work / "alexnet224-random.pt"
         sha = save_random_alexnet(weights, args.classes)
         recipe = work / "bench.yaml"
-        recipe.write_text(recipe_text(weights, sha, args.classes, args.quantize))
+        import onnxruntime
+
+        tensorrt = "TensorrtExecutionProvider" in onnxruntime.get_available_providers()
+        if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+            from zoo_stages.lib.host_info import gpu_name
+
+            print(f"GPU: {gpu_name()}; onnxruntime providers: {', '.join(onnxruntime.get_available_providers())}")
+        recipe.write_text(recipe_text(weights, sha, args.classes, args.quantize, tensorrt))
         print(f"zoo run {recipe.name}: export → optimize (basic) / quantize (static QDQ, {args.quantize}) → "
-              "deploy (4 builds + cuda-fp16) …", flush=True)
+              f"deploy (4 builds + cuda-fp16{' + tensorrt-fp16/int8' if tensorrt else ''}) …", flush=True)
         home = work / "home"
         summary, wall = run_zoo(recipe, work / "cache", home)
         print(f"built in {wall:.1f} s", flush=True)
@@ -161,16 +196,18 @@ def main() -> None:
         own = stage(summary, "deploy")["metrics"].get("measured") or {}
         print(f"timing {len(BUILDS)} builds: {args.runs} runs each after {args.warmup} warm-up, 1 thread, batch 1, "
               f"interleaved (load {load_average()}) …", flush=True)
-        timings = interleaved(runners(files), runs=args.runs, warmup=args.warmup)
+        options = {name: b.provider_options for name, b in m.builds.items()}
+        timings = interleaved(runners(files, options, work / "engines"), runs=args.runs, warmup=args.warmup)
         base = timings["cpu-fp32"]["p50"]
         rows = []
         for name, t in timings.items():
             build = m.builds.get(name.split(" ")[0])
             runtime = build.runtime if build else "-"
-            rows.append([name, runtime, f"{t['p50']:.2f}", f"{t['p90']:.2f}", f"{base / t['p50']:.2f}x"])
-        for provider in ("CUDA", "TensorRT"):
-            if not any(provider in k for k in timings):
-                rows.append([f"cuda-fp16 (onnxruntime {provider})", "-", "not run: no GPU here", "", ""])
+            rows.append([name, runtime or "-", f"{t['p50']:.2f}", f"{t['p90']:.2f}", f"{base / t['p50']:.2f}x"])
+        for label in ("cuda-fp16 (onnxruntime CUDA)", "tensorrt-fp16 (onnxruntime TensorRT)",
+                      "tensorrt-int8 (onnxruntime TensorRT)"):
+            if label not in timings:
+                rows.append([label, "-", "not run: onnxruntime offers no " + label.split()[-1][:-1] + " here", "", ""])
         print("\nAlexNet-224, batch 1, 1 thread (p50/p90 ms; speed = onnxruntime fp32 p50 / this p50):")
         print(table(["build", "runtime", "p50", "p90", "speed"], rows))
         ov, ort_ = timings["openvino-fp32"]["p50"], timings["cpu-fp32"]["p50"]

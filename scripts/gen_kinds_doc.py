@@ -178,8 +178,9 @@ def generated() -> dict[str, str]:
     for name in kind_loader.builtin_names():  # the entry points of zoo's distribution (pyproject.toml)
         out[f"fields:{name}"] = kind_header(name) + markdown_table(header, field_rows(kind_loader.get(name).Config))
     out["quantize:presets"] = markdown_table(
-        ["preset", "activation_type", "weight_type", "reduce_range"],
-        [[f"`{p}`", v["activation_type"], v["weight_type"], str(v["reduce_range"]).lower()]
+        ["preset", "activation_type", "weight_type", "reduce_range", "per_channel", "symmetric"],
+        [[f"`{p}`", v["activation_type"], v["weight_type"], str(v["reduce_range"]).lower(),
+          str(v.get("per_channel", "—")).lower(), str(v.get("symmetric", False)).lower()]
          for p, v in quant_settings.PRESETS.items()])
     out["quantize:candidates"] = markdown_table(
         ["order", "candidate", "mode", "format", "per_channel", "activations", "weights", "reduce_range"],

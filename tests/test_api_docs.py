@@ -101,7 +101,7 @@ def _cli(session, *args, env: dict | None = None):
 def _cli_json(session, *args, env: dict | None = None):
     """The command's --json output less the `schema_version` the CLI adds to each object it prints
     (zoo.cli.jsonout.versioned: the CLI's own shape version; the API returns the data itself). A
-    manifest keeps its own schema_version (2), which the API returns too."""
+    manifest keeps its own schema_version (3), which the API returns too."""
     r = _cli(session, *args, "--json", env=env)
     assert r.code == 0, r.text
     return _unversioned(json.loads(r.out))

@@ -186,7 +186,7 @@ def test_commands_that_had_json_carry_schema_version(tmp_path):
     _publish(tmp_path)
     assert [m["name"] for m in _json("list")] == ["lenet-digits"]
     assert [v["version"] for v in _json("list", "lenet-digits")] == ["1.0.0"]
-    assert _json("show", "lenet-digits")["schema_version"] == 2  # the manifest's own schema
+    assert _json("show", "lenet-digits")["schema_version"] == 3  # the manifest's own schema
     rows = _json("search", "lenet")
     assert [r["build"] for r in rows] == sorted(BUILDS)
     fp32 = next(r for r in rows if r["build"] == "cpu-fp32")

@@ -101,7 +101,7 @@ def test_the_callers_zoo_holds_the_builds_of_a_local_run_and_the_workers_zoos_st
     zoos = {name: LocalZoo(runs[name]["folder"] / "home") for name in ("caller", "local")}
     manifests = {name: z.resolve("lenet-digits@1.0.0") for name, z in zoos.items()}
     assert set(manifests["caller"].builds) == set(manifests["local"].builds) == \
-        {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8"}
+        {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8", "tensorrt-fp16"}
     for name, build in manifests["local"].builds.items():
         files = {(f.path, f.sha256, f.size) for f in build.all_files()}
         assert {(f.path, f.sha256, f.size) for f in manifests["caller"].builds[name].all_files()} == files, name

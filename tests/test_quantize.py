@@ -129,6 +129,20 @@ def test_presets_choose_types_and_reduce_range():
     assert (explicit.activation_type, explicit.reduce_range) == ("QInt8", False)
 
 
+def test_the_tensorrt_preset_is_symmetric_int8_with_float_biases():
+    """What TensorRT's explicit quantization runs: int8 with zero points of 0, biases left in float
+    (it rejects int32 dequantization), per-channel weights; a QOperator or dynamic model is refused."""
+    trt = resolve(QuantizeConfig(preset="tensorrt"))
+    assert (trt.activation_type, trt.weight_type, trt.per_channel, trt.reduce_range, trt.format) == \
+        ("QInt8", "QInt8", True, False, "qdq")
+    assert trt.extra_options() == {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
+    assert resolve(QuantizeConfig(preset="tensorrt", per_channel=False)).per_channel is False  # explicit wins
+    assert resolve(QuantizeConfig()).extra_options() == {}
+    for bad in ({"format": "qoperator"}, {"mode": "dynamic"}, {"linear": "blockwise"}):
+        with pytest.raises(pydantic.ValidationError, match="preset: tensorrt makes a static QDQ model"):
+            QuantizeConfig(preset="tensorrt", **bad)
+
+
 def test_defaults_follow_onnxruntime_guidance():
     qdq = resolve(QuantizeConfig())
     assert (qdq.mode, qdq.format, qdq.activation_type, qdq.weight_type, qdq.preprocess) == \

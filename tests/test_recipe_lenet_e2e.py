@@ -56,11 +56,12 @@ def test_second_run_is_fully_cached_and_imports_nothing_heavy(lenet):
     assert "HEAVY []" in proc.stdout
 
 
-def test_six_builds_are_published_with_vectors_and_card(lenet):
+def test_every_build_is_published_with_vectors_and_card(lenet):
     from zoo.registry.store import LocalZoo
 
     manifest = LocalZoo(Path(lenet["env"]["ZOO_HOME"])).resolve("lenet-digits@1.0.0")
-    assert set(manifest.builds) == {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8"}
+    assert set(manifest.builds) == {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8",
+                                    "tensorrt-fp16"}
     assert manifest.builds["mobile"].format == "ort"
     assert manifest.builds["cuda-fp16"].requires.get("device") == "cuda"
     assert manifest.builds["cpu-int8"].precision == "int8"
@@ -81,7 +82,7 @@ def test_every_build_says_what_runs_it_whether_it_ran_there_and_what_it_was_time
     zoo = LocalZoo(Path(lenet["env"]["ZOO_HOME"]))
     manifest = zoo.resolve("lenet-digits@1.0.0")
     b = manifest.builds
-    assert manifest.schema_version == 2
+    assert manifest.schema_version == 3
     assert (b["cpu-fp32"].runtime, b["cpu-fp32"].portable, b["cpu-fp32"].verified) == ("onnx", True, True)
     assert (b["mobile"].format, b["mobile"].runtime, b["mobile"].portable) == ("ort", "onnxruntime>=1.32", False)
     for name in ("openvino-fp32", "openvino-int8"):
@@ -97,10 +98,21 @@ def test_every_build_says_what_runs_it_whether_it_ran_there_and_what_it_was_time
         assert b["cuda-fp16"].verified is False and "not run on a CUDA GPU" in b["cuda-fp16"].unverified_reason
         card = zoo.blobs.path(manifest.card.sha256).read_text()
         assert "**Not verified**" in card and "`cuda-fp16`: not run on a CUDA GPU" in card
+    trt = b["tensorrt-fp16"]  # the export's file, for onnxruntime's TensorRT provider with its engine options
+    assert (trt.precision, trt.execution_providers[0], trt.requires) == ("fp16", "TensorrtExecutionProvider",
+                                                                          {"device": "cuda"})
+    assert trt.provider_options["TensorrtExecutionProvider"]["trt_fp16_enable"] == "True"
+    assert trt.provider_options["TensorrtExecutionProvider"]["trt_engine_cache_enable"] == "True"
+    if "TensorrtExecutionProvider" not in onnxruntime.get_available_providers():
+        assert trt.verified is False and "not run with TensorRT" in trt.unverified_reason
+        assert not trt.measured_on and "latency_p50_ms" not in trt.metrics  # no timing it was not run for
+        card = zoo.blobs.path(manifest.card.sha256).read_text()
+        assert "`tensorrt-fp16`: not run with TensorRT" in card and "`trt_fp16_enable=True`" in card
     shown = zoo_cli("show", "lenet-digits", env={**lenet["env"], "COLUMNS": "250"})
     assert shown.code == 0 and "measured on" in shown.out and "openvino 2026.4" in shown.out, shown.text
     if b["cuda-fp16"].verified is False:
         assert "not verified (zoo pull picks them only with --build):\n  cuda-fp16: not run on a CUDA GPU" in shown.out
+    assert "provider options:\n  tensorrt-fp16: TensorrtExecutionProvider trt_engine_cache_enable=True" in shown.out
     # the default pull: a build that was verified and runs here, by measured latency
     cli = zoo_cli("pull", "lenet-digits", "--json", env=lenet["env"])
     assert cli.code == 0, cli.text

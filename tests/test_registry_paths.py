@@ -120,7 +120,7 @@ def test_unknown_fields_are_refused_everywhere():
     with pytest.raises(ValidationError):
         Manifest(**_manifest(lineage={"surprise": {}}))
     with pytest.raises(ValidationError):
-        Manifest(**_manifest(schema_version=3))
+        Manifest(**_manifest(schema_version=4))
 
 
 def test_a_manifest_of_a_newer_schema_is_refused_with_an_upgrade_hint_and_an_older_one_reads():
@@ -130,22 +130,24 @@ def test_a_manifest_of_a_newer_schema_is_refused_with_an_upgrade_hint_and_an_old
     from zoo.registry.codec import load_manifest
 
     with pytest.raises(InvalidInput) as e:
-        load_manifest(json.dumps(_manifest(schema_version=3)), "m.json")
-    assert "schema_version 3" in e.value.message and "upgrade zoo" in e.value.hint
+        load_manifest(json.dumps(_manifest(schema_version=4)), "m.json")
+    assert "schema_version 4" in e.value.message and "upgrade zoo" in e.value.hint
     old = load_manifest(json.dumps(_manifest(schema_version=1)), "m.json")
     b = old.builds["cpu"]
     assert (old.schema_version, b.runtime, b.portable, b.verified, b.measured_on) == (1, "", None, None, {})
+    two = load_manifest(json.dumps(_manifest(schema_version=2)), "m.json")
+    assert (two.schema_version, two.builds["cpu"].provider_options) == (2, {})  # before schema 3: none recorded
 
 
 def test_manifest_and_build_defaults():
     m = Manifest(**_manifest())
-    assert (m.schema_version, MANIFEST_SCHEMA_VERSION, MANIFEST_FILE) == (2, 2, "zoo-manifest.json")
+    assert (m.schema_version, MANIFEST_SCHEMA_VERSION, MANIFEST_FILE) == (3, 3, "zoo-manifest.json")
     assert (m.description, m.task, m.license, m.created, m.card, m.files, m.extra) == ("", "", "unspecified", None, None, [], {})
     assert m.lineage.model_dump() == {"recipe": {}, "stages": {}, "sources": {}, "tools": {}}
     b = m.builds["cpu"]
     assert (b.format, b.precision, b.opset, b.inputs, b.outputs) == ("onnx", "fp32", None, [], [])
     assert b.execution_providers == ["CPUExecutionProvider"]
-    assert (b.requires, b.metrics, b.test_vectors, b.extra_files) == ({}, {}, [], [])
+    assert (b.requires, b.metrics, b.test_vectors, b.extra_files, b.provider_options) == ({}, {}, [], [], {})
     assert Manifest(**_manifest(builds={"m": {"name": "m", "file": _ref(), "format": "ort"}})).builds["m"].format == "ort"
     with pytest.raises(ValidationError):
         Manifest(**_manifest(builds={"m": {"name": "m", "file": _ref(), "format": "tflite"}}))

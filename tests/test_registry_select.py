@@ -135,3 +135,27 @@ def test_latency_measured_on_another_platform_class_counts_as_unknown():
                   cpu_fp32={"metrics": {"latency_p50_ms": 5.0}})
     cuda_avx2 = HostRuntimes({"onnxruntime": "1.32.0"}, tuple(CUDA), "x86-64-avx2")
     assert best_build(m, host=cuda_avx2).name == "cuda-fp16"
+
+
+TRT = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_a_tensorrt_build_is_picked_only_where_onnxruntime_offers_tensorrt():
+    """A TensorRT build verified on a GPU host (its latency measured there) is the best only where
+    onnxruntime offers its provider: on a CUDA host without TensorRT the CUDA build is, and the
+    reason it was left out names the provider."""
+    gpu = {"platform": "x86-64-avx512-vnni", "execution_provider": "TensorrtExecutionProvider"}
+    m = _manifest(cpu_fp32={"metrics": {"latency_p50_ms": 5.0}},
+                  cuda_fp16={"execution_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+                             "requires": {"device": "cuda"}, "metrics": {"latency_p50_ms": 0.9},
+                             "measured_on": {**gpu, "execution_provider": "CUDAExecutionProvider"}},
+                  tensorrt_fp16={"execution_providers": TRT, "requires": {"device": "cuda"}, "verified": True,
+                                 "metrics": {"latency_p50_ms": 0.3}, "measured_on": gpu,
+                                 "provider_options": {"TensorrtExecutionProvider": {"trt_fp16_enable": "True"}}})
+    assert best_build(m, TRT).name == "tensorrt-fp16"
+    assert best_build(m, CUDA).name == "cuda-fp16"
+    assert best_build(m, CPU).name == "cpu-fp32"
+    only_trt = Manifest(name="m", version="1.0.0", builds={"tensorrt-fp16": m.builds["tensorrt-fp16"]})
+    with pytest.raises(NotFound) as e:
+        best_build(only_trt, CUDA)
+    assert "made for onnxruntime's TensorrtExecutionProvider, which onnxruntime does not offer here" in e.value.message

@@ -22,7 +22,7 @@ from zoo.registry.testing import moto_s3
 
 pytestmark = pytest.mark.slow
 REF = "lenet-digits@1.0.0"
-BUILDS = {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8"}
+BUILDS = {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8", "tensorrt-fp16"}
 
 
 @pytest.fixture(scope="module")

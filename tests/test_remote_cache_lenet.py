@@ -19,7 +19,7 @@ pytest.importorskip("torch")  # machine A trains
 pytestmark = pytest.mark.slow
 
 STAGES = ["train", "export", "optimize", "quantize", "verify", "deploy"]
-LENET_BUILDS = {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8"}
+LENET_BUILDS = {"cpu-fp32", "cpu-int8", "cuda-fp16", "mobile", "openvino-fp32", "openvino-int8", "tensorrt-fp16"}
 
 
 @pytest.fixture(scope="module")

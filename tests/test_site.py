@@ -134,7 +134,7 @@ def test_the_builds_plot_holds_exactly_one_point_per_build(site, page):
     manifest = site["zoo"].resolve("lenet-digits@1.0.0")
     page.goto(site["url"] + LENET)
     points = page.locator("svg.builds-plot g.point")
-    assert points.count() == len(manifest.builds) == 6
+    assert points.count() == len(manifest.builds) == 7
     assert sorted(p.get_attribute("data-build") for p in points.all()) == sorted(manifest.builds)
     for p in points.all():  # every point has its tooltip, naming its build
         assert p.locator("title").text_content().startswith(p.get_attribute("data-build") + ":")

@@ -207,7 +207,10 @@ def small_zoo(tmp_path) -> LocalZoo:
                              card="# cls\n\n[the card itself](README.md)\n",
                              builds={"cpu-fp32": {"metrics": {"latency_p50_ms": 2.0, "accuracy": 0.9}},
                                      "gpu": {"metrics": {"accuracy": 0.91}, "verified": False,
-                                             "unverified_reason": "no GPU here"}}))
+                                             "unverified_reason": "no GPU here",
+                                             "execution_providers": ["TensorrtExecutionProvider"],
+                                             "provider_options": {"TensorrtExecutionProvider":
+                                                                  {"trt_fp16_enable": "True"}}}}))
     return zoo
 
 
@@ -224,6 +227,7 @@ def test_site_json_holds_what_the_pages_show(small_zoo, tmp_path):
     cls = models["cls"]["versions"][0]
     gpu = next(b for b in cls["builds"] if b["name"] == "gpu")
     assert gpu["latency_p50_ms"] is None and gpu["verified"] is False and gpu["pull"] == "zoo pull cls@0.1.0 --build gpu"
+    assert gpu["provider_options"] == {"TensorrtExecutionProvider": {"trt_fp16_enable": "True"}}
     for m in doc["models"]:
         for v in m["versions"]:
             assert (tmp_path / "site" / v["page"]).is_file()
@@ -231,6 +235,7 @@ def test_site_json_holds_what_the_pages_show(small_zoo, tmp_path):
                 small_zoo.resolve(f"{m['name']}@{v['version']}").card.sha256).read_bytes()
     page = (tmp_path / "site" / cls["page"]).read_text()
     assert '<a href="files/README.md">the card itself</a>' in page
+    assert '<span class="muted options">TensorrtExecutionProvider: trt_fp16_enable=True</span>' in page
     assert page.count('class="point"') == 2 + 2  # the builds plot and the across-versions plot, one version
 
 

@@ -252,6 +252,7 @@ def report_tables(stage: StageReport) -> list[ReportTable]:
 
 def gc(*, cache_dir: str | Path | None = None, keep_recipes: Iterable[str | Path] = (), dry_run: bool = False) -> dict:
     """Free cache space: objects no entry references; with keep_recipes, entries those recipes' locks don't use.
+    In the local zoo too: blobs no version references and abandoned partial downloads (result["zoo"]).
 
     What a live `zoo run` holds is never freed; result["skipped"] counts it. Every keep_recipe
     must exist and have a lockfile (InvalidInput otherwise, before anything is freed): a typo
@@ -266,6 +267,10 @@ def gc(*, cache_dir: str | Path | None = None, keep_recipes: Iterable[str | Path
             keep.update(_locked_keys(Path(r)))
     result = cache.gc(keep, dry_run=dry_run)
     result["cache_dir"] = str(cache.root)
+    from zoo.registry.store import LocalZoo
+
+    local = LocalZoo()
+    result["zoo"] = {**local.gc(dry_run=dry_run), "root": str(local.root)}
     return result
 
 
@@ -435,6 +440,8 @@ def load_session(ref: str, build: str | None = None, providers: Sequence[str] | 
     OpenVINO IR, not a model onnxruntime reads (pull it and compile it with ``openvino``).
     `providers` default to the build's execution providers that onnxruntime offers here, else
     CPU; one it does not offer here is InvalidInput (onnxruntime itself would fall back to CPU).
+    Each provider is created with the build's ``provider_options`` (a TensorRT build's precision
+    and engine cache: the engine is kept in the local zoo's ``engines/``, built once per model and GPU).
     A model onnxruntime refuses is InvalidInput.
     """
     from zoo.errors import InvalidInput
@@ -469,11 +476,24 @@ def load_session(ref: str, build: str | None = None, providers: Sequence[str] | 
                            f"{chosen.name})", hint=f"providers offered here: {', '.join(sorted(offered))}")
     pulled = registry.pull(manifest.ref, build=chosen.name, remote=remote, offline=offline, zoo=zoo)
     try:
-        return onnxruntime.InferenceSession(pulled.path, sess_options=session_options, providers=list(providers))
+        return onnxruntime.InferenceSession(pulled.path, sess_options=session_options, providers=list(providers),
+                                            provider_options=[_provider_options(chosen, p, local.root)
+                                                              for p in providers])
     except Exception as e:  # onnxruntime raises Fail/InvalidGraph/NoSuchFile/... from C++: all mean "cannot load"
         raise InvalidInput(f"onnxruntime cannot load {manifest.ref} build {chosen.name} ({pulled.path}): {e}",
                            hint=f"the build needs {chosen.runtime or 'onnxruntime'}; onnxruntime "
                                 f"{onnxruntime.__version__} is installed here, with {', '.join(providers)}") from e
+
+
+def _provider_options(build: Any, provider: str, zoo_root: Path) -> dict[str, str]:
+    """The build's options for `provider` (a TensorRT build's precision and engine cache), a
+    relative cache folder placed in the local zoo's ``engines/``, one per model file (an engine is
+    made for one model, GPU and TensorRT version; the provider names its files by the last two)."""
+    options = dict(build.provider_options.get(provider, {}))
+    for key in ("trt_engine_cache_path", "trt_timing_cache_path"):
+        if key in options and not Path(options[key]).is_absolute():
+            options[key] = str(zoo_root / "engines" / build.file.sha256[:16] / options[key])
+    return options
 
 
 def load_torch(ref: str, build: str | None = None, *, remote: str | None = None, offline: bool = False,

@@ -295,6 +295,29 @@ def _drop_leftovers(tmp_dir: Path, stem: str) -> None:
         p.unlink(missing_ok=True)
 
 
+def remove_abandoned(tmp_dir: Path, *, dry_run: bool = False) -> tuple[int, int]:
+    """Delete every temporary file in `tmp_dir` that no download is writing (an interrupted one
+    that nothing resumed: `zoo gc`); returns (files, bytes) removed (`dry_run`: that would be).
+    Files being written are left alone."""
+    if not tmp_dir.is_dir():
+        return 0, 0
+    with _ACTIVE_LOCK:
+        names = sorted(tmp_dir.glob("*" + _SUFFIX))
+        # <stem>.<host>.<pid>.<random>.incomplete: the stem may hold dots of its own
+        leftovers = [p for p in names if p.name.count(".") >= 4
+                     and _abandoned(p, p.name[:-len(_SUFFIX)].rsplit(".", 3)[0])]
+    files = size = 0
+    for p in leftovers:
+        try:
+            length = p.stat().st_size
+            if not dry_run:
+                p.unlink()
+        except FileNotFoundError:  # adopted and renamed by a download that just started
+            continue
+        files, size = files + 1, size + length
+    return files, size
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

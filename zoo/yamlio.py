@@ -19,7 +19,8 @@ import yaml
 
 SafeLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SafeDumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-MAX_DEPTH = 64  # what zoo writes nests about 6 levels deep
+MAX_DEPTH = 64  # what zoo writes nests about 6 levels deep, recipes about as deep
+YAMLError = yaml.YAMLError  # what any unreadable YAML raises, for callers that need nothing else of PyYAML
 
 _OPEN = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _CLOSE = (yaml.SequenceEndEvent, yaml.MappingEndEvent)

@@ -10,6 +10,7 @@ Recipe usage::
           cpu-int8:  {from: quantize}
           cuda-fp16: {from: optimize, convert: fp16}   # float16, float32 I/O, parity-checked on the CPU
           mobile:    {from: quantize, convert: ort}    # ORT format for onnxruntime mobile
+          tensorrt-fp16: {from: export, convert: tensorrt}  # onnxruntime's TensorRT provider, fp16 engine
         publish: true
 
 For every build, ``out_dir/release/`` gets ``builds/<build>/model.onnx`` (or ``model.ort``),
@@ -34,6 +35,12 @@ statement.
   (held-out data when the recipe has a ``data:`` section, else verify's test inputs, else fixed
   random inputs); a difference beyond ``atol + rtol * |ref|`` raises GateFailed with a table.
   Their test vectors are the converted model's outputs on verify's test inputs.
+- ``convert: tensorrt`` builds (`zoo_stages.lib.tensorrt_build`) ship their source model for
+  onnxruntime's TensorRT provider, with the provider options (precision, engine cache) in the
+  build's ``provider_options``: fp16 from a float model, int8 from a QDQ model made with
+  quantize's ``preset: tensorrt``; a model TensorRT cannot compile as one engine is refused. On a
+  host where onnxruntime offers the provider they are run there (parity, latency, measured_on
+  with the GPU); elsewhere they are published ``verified: false`` with the reason.
 - Every ONNX build whose bytes verify's checker gate did not see (a conversion, an unverified
   build) passes ``onnx.checker`` with ``full_check`` here, or the stage fails (StageFailed naming
   the build) and nothing is published: a build is valid ONNX, not only a graph onnxruntime
@@ -73,7 +80,7 @@ PUBLISHED = "published"  # the effect of publishing the release to the local zoo
 LINEAGE_TOOLS = ("flatbuffers", "onnx", "onnxruntime", "torch", "zoo-onnx")
 # default parity tolerances per conversion: fp16 rounds every weight and activation, while the
 # ORT format runs the very same kernels (only graph optimizations are baked in)
-DEFAULT_TOLERANCES = {"fp16": (1e-2, 1e-2), "ort": (1e-4, 1e-4), "openvino": (1e-3, 1e-3)}
+DEFAULT_TOLERANCES = {"fp16": (1e-2, 1e-2), "ort": (1e-4, 1e-4), "openvino": (1e-3, 1e-3), "tensorrt": (1e-2, 1e-2)}
 # what a build made for CUDA needs to be run where it is meant to run
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -95,10 +102,11 @@ class BuildSpec(KindConfig):
 
     source: str = Field(alias="from", min_length=1,
                         description="id of the upstream stage whose `model` output this build ships")
-    convert: Literal["fp16", "ort", "openvino"] | None = Field(
+    convert: Literal["fp16", "ort", "openvino", "tensorrt"] | None = Field(
         None, description="fp16: float16 weights/compute with float32 I/O (CUDA); ort: ORT format (mobile); "
                           "openvino: OpenVINO IR (model.xml + model.bin) for its CPU plugin, float32 inference "
-                          "pinned; from a QDQ model it runs int8")
+                          "pinned; from a QDQ model it runs int8; tensorrt: the source model for onnxruntime's "
+                          "TensorRT provider with its engine options (fp16, or int8 from a QDQ model)")
     verified_as: str | None = Field(
         None, description="name of the build in verify's report to take metrics/vectors from "
                           "(for converted builds: the verified build of the source model)")
@@ -107,7 +115,8 @@ class BuildSpec(KindConfig):
                           "for compiling execution providers (NNAPI, CoreML)")
     atol: float | None = Field(None, ge=0, description="parity tolerance of a conversion (default fp16 1e-2, ort 1e-4)")
     rtol: float | None = Field(None, ge=0, description="relative parity tolerance (default fp16 1e-2, ort 1e-4)")
-    precision: str | None = Field(None, description="override the precision read from the model (fp32, fp16, int8)")
+    precision: str | None = Field(None, description="override the precision read from the model (fp32, fp16, int8); "
+                                                    "tensorrt: the engine's (default fp16, int8 for a QDQ model)")
     execution_providers: list[str] | None = Field(
         None, description="providers to list in the manifest (default: CUDA then CPU for fp16, CPU otherwise)")
     requires: dict[str, str] | None = Field(None, description="extra requirements, e.g. {device: cuda}")
@@ -165,6 +174,7 @@ class _Shipped:
     precision: str = "fp32"
     metrics: dict[str, Any] = field(default_factory=dict)
     execution_providers: list[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
+    provider_options: dict[str, dict[str, str]] = field(default_factory=dict)
     requires: dict[str, str] = field(default_factory=dict)
     conversion: dict[str, Any] | None = None
     runtime: str | None = None  # None: from the model's operator domains (portability.runtime_requirement)
@@ -174,6 +184,7 @@ class _Shipped:
     # timings deploy measured itself, with what they were measured on (stage metrics, never the release)
     measured: dict[str, Any] = field(default_factory=dict)
     compiled: Any = None  # an OpenVINO build's compiled model (1 thread): compiled once, run for parity and vectors
+    parity_on: str = ""  # where a conversion's parity was run when not on onnxruntime's CPU provider
 
 
 class Deploy(NumericOutputs, StageKind):
@@ -191,8 +202,9 @@ class Deploy(NumericOutputs, StageKind):
     # vectors from verify on another platform class pass by the quantized bar; equivalence across
     # platform classes by model outputs (zoo_stages.lib.equivalence); 9: builds say their runtime, whether
     # they are portable ONNX (checked under onnx.reference) and whether they were run where they are made
-    # to run (`verified`); a version needs one portable build; `convert: openvino`; timings with `measured_on`
-    version: ClassVar[str] = "9"
+    # to run (`verified`); a version needs one portable build; `convert: openvino`; timings with `measured_on`;
+    # 10: `convert: tensorrt`, builds' `provider_options` (manifest schema 3), parity says where it ran
+    version: ClassVar[str] = "10"
     Config: ClassVar[type[KindConfig]] = DeployConfig
     tools: ClassVar[tuple[str, ...]] = ("onnx", "onnxruntime", "flatbuffers", "openvino")
     # the dataset (card, conversion checks, its fingerprint) and the task the card names
@@ -285,6 +297,18 @@ def _publish(folder: Path, context: StageContext, *, link: bool = False) -> None
     evidence += [zoo.blobs.path(f.sha256) for f in published.all_files()]
     context.effects.append(Effect(PUBLISHED, published.ref, tuple(str(p) for p in evidence)))
     context.log.info("published %s to %s", published.ref, zoo.root)
+
+
+def _copy_model(source: Path, src_info: Any, bdir: Path) -> tuple[Path, list[Path]]:
+    """Copy an upstream ONNX model and its external data into a build folder as ``model.onnx``
+    (the data files keep their names, which the model refers to); (model, data files)."""
+    model = bdir / "model.onnx"
+    atomic_copy(source, model, fsync=False)
+    extra = []
+    for location in src_info.external_data:
+        atomic_copy(source.parent / location, bdir / location, fsync=False)
+        extra.append(bdir / location)
+    return model, extra
 
 
 def _card_provenance(release: Path) -> str:
@@ -561,6 +585,7 @@ class _Release:
             runtime=runtime,
             portable=portable,
             execution_providers=list(spec.execution_providers or shipped.execution_providers),
+            provider_options=shipped.provider_options,
             requires=dict(sorted({**shipped.requires, **(spec.requires or {})}.items())),
             verified=shipped.verified,
             unverified_reason=shipped.unverified_reason,
@@ -591,12 +616,7 @@ class _Release:
         """
         from zoo_stages.lib.provenance import stamp_file
 
-        model = bdir / "model.onnx"
-        atomic_copy(source, model, fsync=False)
-        extra = []
-        for location in src_info.external_data:
-            atomic_copy(source.parent / location, bdir / location, fsync=False)
-            extra.append(bdir / location)
+        model, extra = _copy_model(source, src_info, bdir)
         metrics: dict[str, Any] = {}
         shipped = _Shipped(model=model, extra_files=extra, precision=src_info.precision or "fp32")
         if vname is not None:
@@ -638,6 +658,8 @@ class _Release:
             if spec.op_block_list:
                 shipped.conversion["op_block_list"] = sorted(spec.op_block_list)
             run_candidate = self._on_cuda(name, shipped)
+        elif spec.convert == "tensorrt":
+            shipped, run_candidate = self._tensorrt(name, spec, source, src_info, bdir, props)
         elif spec.convert == "openvino":
             shipped, run_candidate = self._openvino(name, spec, self._stamped_copy(name, source, src_info, props),
                                                     src_info, bdir)
@@ -656,7 +678,7 @@ class _Release:
         parity, accuracy, feeds = self.check.parity(name, vname, source, shipped.model, atol=atol, rtol=rtol,
                                                     run_candidate=run_candidate)
         judged = None
-        if not parity.passed and spec.convert == "openvino" and shipped.precision == "int8":
+        if not parity.passed and spec.convert in ("openvino", "tensorrt") and shipped.precision == "int8":
             # two int8 runtimes round differently: judged by the quantized bar, as across platform classes
             judged = self._int8_equivalent(name, source, feeds, run_candidate)
             shipped.conversion["parity_judged_by"] = judged
@@ -669,6 +691,8 @@ class _Release:
             shipped.conversion["runtime_optimizations_replay"] = self.check.replay_status(
                 name, source, shipped.model, feeds, atol=atol, rtol=rtol)
         figures = parity.metrics()
+        if shipped.parity_on:
+            shipped.conversion["parity_on"] = shipped.parity_on
         shipped.metrics = {**figures, **accuracy}
         shipped.conversion.update(figures)
         if vname is not None:
@@ -689,11 +713,76 @@ class _Release:
         from zoo_stages.lib.host_info import gpu_name, host_info, measured_on
 
         session = ort_session.make_session(shipped.model, providers=[CUDA_PROVIDER])
+        shipped.parity_on = f"{CUDA_PROVIDER} ({gpu_name()})"
         feeds, _ = self.check.inputs_for(name, None, session)
         shipped.measured = {"metrics": self._timings(name, session, onnx_run.prepare(session, feeds)),
                             "measured_on": measured_on(host_info(), runtime="onnxruntime", execution_provider=CUDA_PROVIDER,
                                                        runtime_version=metadata.version("onnxruntime"),
                                                        device=gpu_name())}
+        return lambda f: onnx_run.run(session, f, batch_size=BATCH_SIZE)
+
+    def _tensorrt(self, name: str, spec: BuildSpec, source: Path, src_info: Any, bdir: Path,
+                  props: Mapping[str, str]) -> tuple[_Shipped, Callable[[dict[str, Any]], dict[str, Any]] | None]:
+        """A build for onnxruntime's TensorRT provider: the source model (stamped) and the provider
+        options that make its engine (zoo_stages.lib.tensorrt_build). InvalidInput, before anything
+        is written, for a model TensorRT cannot compile as one engine or a precision it cannot have."""
+        from zoo_stages.lib import onnx_io
+        from zoo_stages.lib import tensorrt_build as trt
+        from zoo_stages.lib.provenance import stamp_file
+
+        where = f"builds.{name} (convert: tensorrt, from: {spec.source})"
+        try:
+            precision = trt.precision_for(src_info.precision, spec.precision)
+        except ValueError as e:
+            raise InvalidInput(f"{where}: {e}", hint=f"set builds.{name}.precision to fp16 or fp32 for a float "
+                                                     "source, or leave it out") from None
+        problems = trt.problems(onnx_io.load_graph(source), base_dir=source.parent)
+        if problems:
+            fixes = []
+            if any("domain" in p for p in problems):
+                fixes.append("build from the plain export (`from: export`: optimize's extended level adds "
+                             "onnxruntime-only ops)")
+            if any("QuantizeLinear" in p or "int32" in p for p in problems):
+                fixes.append("build int8 from a quantize stage with `preset: tensorrt` (symmetric int8, float biases)")
+            raise InvalidInput(f"{where}: TensorRT cannot compile the model of stage {spec.source!r} as one engine: "
+                               + "; ".join(problems), hint="; ".join(fixes))
+        model, extra = _copy_model(source, src_info, bdir)
+        stamp_file(model, props)
+        options = trt.provider_options(precision)
+        shipped = _Shipped(model=model, extra_files=extra, precision=precision,
+                           execution_providers=[trt.TENSORRT_PROVIDER, CUDA_PROVIDER, CPU_PROVIDER],
+                           provider_options={trt.TENSORRT_PROVIDER: options}, requires={"device": "cuda"})
+        shipped.conversion = {"kind": "tensorrt", "from": spec.source, "precision": precision,
+                              "provider_options": options, "files": [p.name for p in [model, *extra]]}
+        return shipped, self._on_tensorrt(name, shipped, options)
+
+    def _on_tensorrt(self, name: str, shipped: _Shipped,
+                     options: dict[str, str]) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """Where onnxruntime offers TensorRT here: build the engine (cached in the work folder), run
+        the build on it for parity and time it; elsewhere mark it unverified and say why."""
+        from zoo_stages.lib import tensorrt_build as trt
+
+        if not trt.available():
+            shipped.verified = False
+            shipped.unverified_reason = (
+                f"not run with TensorRT: the host that built it had no NVIDIA GPU with onnxruntime's "
+                f"{trt.TENSORRT_PROVIDER} (its file is the source model, run on the CPU for its test vectors; "
+                "the engine is built where it first runs)")
+            return None
+        from zoo_stages.lib import onnx_run
+        from zoo_stages.lib.host_info import gpu_name, host_info, measured_on
+
+        session = trt.make_session(shipped.model, options, self.work / "tensorrt-engines" / name)
+        device = gpu_name()
+        feeds, _ = self.check.inputs_for(name, None, session)
+        version = metadata.version("onnxruntime")
+        engine = trt.tensorrt_version()
+        shipped.parity_on = f"{trt.TENSORRT_PROVIDER} ({device})"
+        shipped.measured = {"metrics": self._timings(name, session, onnx_run.prepare(session, feeds)),
+                            "measured_on": measured_on(host_info(), runtime="onnxruntime",
+                                                       execution_provider=trt.TENSORRT_PROVIDER,
+                                                       runtime_version=f"{version} (TensorRT {engine})" if engine
+                                                       else version, device=device)}
         return lambda f: onnx_run.run(session, f, batch_size=BATCH_SIZE)
 
     def _openvino(self, name: str, spec: BuildSpec, stamped: Path, src_info: Any,

@@ -36,6 +36,8 @@ preset      activations    weights    reduce_range
 x86-avx2    uint8          int8       true   (no VNNI: avoid VPMADDUBSW saturation)
 x86-vnni    uint8          int8       false  (VPDPBUSD: u8 x s8 without saturation)
 arm64       int8           int8       false  (S8S8 QDQ, the documented default)
+tensorrt    int8           int8       false  (symmetric, per-channel, float biases: TensorRT's explicit
+                                              quantization; for deploy's ``convert: tensorrt`` int8 builds)
 =========== ============== ========== =============
 
 Explicit ``activation_type``/``weight_type``/``reduce_range`` override a preset.
@@ -121,7 +123,9 @@ class QuantizeConfig(KindConfig):
     reduce_range: bool | None = Field(None, description="7-bit weights, for x86 without VNNI; default from preset or false")
     activation_type: QuantTypeName | None = Field(None, description="static only: QInt8 or QUInt8")
     weight_type: QuantTypeName | None = Field(None, description="QInt8 or QUInt8")
-    preset: Literal["x86-vnni", "x86-avx2", "arm64"] | None = Field(None, description="target device defaults")
+    preset: Literal["x86-vnni", "x86-avx2", "arm64", "tensorrt"] | None = Field(
+        None, description="target device defaults (tensorrt: symmetric int8, per-channel, float biases: what "
+                          "TensorRT's explicit quantization runs)")
     preprocess: bool | None = Field(None, description="run quant_pre_process first; default true for static")
     linear: Literal["qdq", "blockwise"] | None = Field(
         None, description="static only: how fully connected layers (Gemm, MatMul with a constant weight) are "
@@ -173,6 +177,10 @@ class QuantizeConfig(KindConfig):
             if "linear" in given and self.linear is not None:
                 raise ValueError("linear does not apply to mode: dynamic (it quantizes every layer the same way); "
                                  "remove it or use mode: static")
+        if self.preset == "tensorrt" and (self.mode != "static" or self.format == "qoperator"
+                                          or self.linear == "blockwise"):
+            raise ValueError("preset: tensorrt makes a static QDQ model (TensorRT's explicit quantization); use "
+                             "mode: static with format: qdq and linear: qdq, or another preset")
         if self.linear_block_size & (self.linear_block_size - 1):
             raise ValueError(f"linear_block_size must be a power of two (got {self.linear_block_size})")
         if self.mode == "auto":
@@ -360,6 +368,7 @@ class _Run:
             method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
                       "percentile": CalibrationMethod.Percentile}[settings.calibration]
             extra = {"CalibPercentile": self.config.calibration.percentile} if settings.calibration == "percentile" else {}
+            extra.update(settings.extra_options())
             reader = quant_ops.calibration_reader(feeds, batch_size, fixed=fixed, log=self.context.log)
             linear = []
             if settings.linear == "blockwise":

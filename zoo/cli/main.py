@@ -178,7 +178,7 @@ def gc(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be freed."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Remove cache objects that no entry references, and leftovers of interrupted runs."""
+    """Remove cache objects that no entry references, and leftovers of interrupted runs and pulls."""
     from zoo import api
     from zoo.cli.formatting import size
 
@@ -188,6 +188,10 @@ def gc(
     verb = "would free" if dry_run else "freed"
     _echo(f"{verb} {size(result['bytes_freed'])}: {result['objects_removed']} objects, "
           f"{result['entries_removed']} entries ({result['cache_dir']})")
+    local = result["zoo"]
+    if local["blobs"] or local["partials"]:
+        _echo(f"{verb} {size(local['bytes'])} in the local zoo: {local['blobs']} unreferenced blobs, "
+              f"{local['partials']} abandoned partial downloads ({local['root']})")
     skipped = result.get("skipped") or {}
     labels = {"entries": "entries", "workspaces": "stage workspaces (tmp/)", "materialised": "output folders (out/)",
               "objects": "objects not yet in an entry"}

@@ -142,7 +142,7 @@ def show_cmd(
             _print_field(key, data[key])
     if data["tags"]:
         print(f"  tags: {', '.join(data['tags'])}")
-    rows, unverified, measured = [], [], {}
+    rows, unverified, measured, options = [], [], {}, []
     for b in data["builds"].values():
         m = b["metrics"]
         model_size = b["file"]["size"] + sum(f["size"] for f in b.get("extra_files") or ())  # with its external data
@@ -152,6 +152,8 @@ def show_cmd(
                      _yes_no(b.get("portable")), "yes" if data["downloaded"].get(b["name"]) else "no"])
         if b.get("measured_on"):
             measured.setdefault(measured_on(b["measured_on"]), []).append(b["name"])
+        for provider, values in sorted((b.get("provider_options") or {}).items()):
+            options.append(f"  {b['name']}: {provider} " + ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
         if b.get("verified") is False:
             unverified.append(f"  {b['name']}: {b.get('unverified_reason') or 'no reason recorded'}")
     # what a build is judged by stays at any width; how and where it runs gives way first (listed below then)
@@ -163,6 +165,9 @@ def show_cmd(
     if measured:  # long (runtime, CPU, threads): under the table, one line per distinct setting
         print("latency measured on:")
         _print_wrapped([f"  {', '.join(builds)}: {where}" for where, builds in measured.items()])
+    if options:  # what a session on the build must be created with (zoo.load passes them)
+        print("provider options:")
+        _print_wrapped(options)
     if unverified:  # a label is a claim: say which ones were never run where they are meant to run
         print("not verified (zoo pull picks them only with --build):")
         _print_wrapped(unverified)

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from zoo import yamlio
 from zoo.errors import RecipeError
@@ -147,7 +146,7 @@ def read(path: Path) -> Lock | None:
         else:
             platforms = _by_builder({sid: StageLock(**s) for sid, s in (data.get("stages") or {}).items()})
         return Lock(recipe=data.get("recipe", {}), platforms=platforms)
-    except (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError) as e:
+    except (yamlio.YAMLError, ValueError, TypeError, AttributeError, RecursionError) as e:
         # RecursionError: a hand-made lockfile nested thousands of levels deep (zoo writes about 6)
         raise RecipeError(f"{path}: unreadable lockfile: {str(e)[:300]}",
                           hint=f"delete {path.name} and run `zoo run` to write a new one") from None

@@ -35,7 +35,7 @@ _Loader = yamlio.SafeLoader  # libyaml's parser where PyYAML has it (several tim
 Path_ = tuple[Any, ...]
 
 MAX_BYTES = 4 * 1024 * 1024  # real recipes are a few KB; a 1,000-stage recipe that needs every earlier stage is 3 MB
-MAX_DEPTH = 64  # real recipes nest about 6 levels deep
+MAX_DEPTH = yamlio.MAX_DEPTH  # the same bound for recipes as for lockfiles
 MAX_NODES = 1_000_000  # values after alias expansion (the 1,000-stage recipe above has 500,000)
 
 _MAX_DIGITS = 4300  # Python's own limit for str -> int

@@ -17,8 +17,10 @@ from zoo.pathsafety import check_relative_path
 # 2: builds say what runs them (`runtime`, `portable`), whether they were run where they are meant to
 #    run (`verified`, `unverified_reason`) and what their timings were measured on (`measured_on`);
 #    the `openvino` format. A version-1 manifest still reads (those fields empty: not recorded).
-MANIFEST_SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)
+# 3: builds carry the options their execution providers are created with (`provider_options`: a
+#    TensorRT build's precision flags and engine cache); older manifests read with none.
+MANIFEST_SCHEMA_VERSION = 3
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 MANIFEST_FILE = "zoo-manifest.json"
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 VERSION_RE = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
@@ -81,6 +83,10 @@ class Build(_Strict):
     execution_providers: list[str] = Field(default_factory=lambda: ["CPUExecutionProvider"],
                                            description="onnxruntime's providers, or the runtime's devices ('CPU' "
                                                        "for OpenVINO), the one it is made for first")
+    provider_options: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="onnxruntime provider name -> the options to create it with (e.g. "
+                                          "TensorrtExecutionProvider: {trt_fp16_enable: 'True'}); `zoo.load` "
+                                          "passes them")
     requires: dict[str, str] = Field(default_factory=dict, description="hardware it needs, e.g. {'device': 'cuda'}")
     verified: bool | None = Field(None, description="run on the runtime and device it is made for, its outputs "
                                                     "checked (None: an older manifest that does not say)")
@@ -112,7 +118,7 @@ class Lineage(_Strict):
 class Manifest(_Strict):
     """The manifest of one published version."""
 
-    schema_version: Literal[1, 2] = MANIFEST_SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = MANIFEST_SCHEMA_VERSION
     name: str = Field(pattern=NAME_RE)
     version: str = Field(pattern=VERSION_RE)
     description: str = ""

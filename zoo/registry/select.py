@@ -7,6 +7,8 @@ Only builds this host can run are considered:
   manifest older than schema 2 (no ``runtime``) being read as onnxruntime's;
 - a build that needs a GPU (``requires: {device: cuda}``, or onnxruntime providers without
   ``CPUExecutionProvider``) only where onnxruntime offers ``CUDAExecutionProvider``;
+- a build made for another onnxruntime provider than CPU and CUDA (its first: a TensorRT build's
+  ``TensorrtExecutionProvider``) only where onnxruntime offers that provider;
 - never a build marked ``verified: false`` (made for a device that was not there to run it: a
   float16 build for CUDA made without a GPU): it is pulled only by name, with --build.
 
@@ -94,6 +96,17 @@ def is_cuda(build: Build) -> bool:
     return "CUDAExecutionProvider" in build.execution_providers or build.requires.get("device", "").lower() == "cuda"
 
 
+def provider_missing(build: Build, host: HostRuntimes) -> str | None:
+    """Why `host` lacks the onnxruntime provider `build` is made for (its first), None when it has
+    it. CPU and CUDA are judged by `runtime_missing` and `needs_gpu`; OpenVINO builds name devices."""
+    if build_runtime(build) == "openvino" or not build.execution_providers:
+        return None
+    target = build.execution_providers[0]
+    if target in ("CPUExecutionProvider", "CUDAExecutionProvider") or target in host.providers:
+        return None
+    return f"made for onnxruntime's {target}, which onnxruntime does not offer here"
+
+
 def build_runtime(build: Build) -> str:
     """The runtime's name a build asks for: 'onnx' (any), 'onnxruntime' or 'openvino'."""
     name = re.split(r"[<>=!~ ]", build.runtime.strip(), maxsplit=1)[0].lower() if build.runtime.strip() else ""
@@ -136,7 +149,7 @@ def rank_builds(manifest: Manifest, providers: list[str] | None = None, *,
     """The builds this host can run and that were verified, best first (see the module docstring)."""
     host = host or host_runtimes(providers)
     usable = [b for b in manifest.builds.values()
-              if b.verified is not False and runtime_missing(b, host) is None
+              if b.verified is not False and runtime_missing(b, host) is None and provider_missing(b, host) is None
               and ((host.cuda and is_cuda(b)) or not needs_gpu(b))]
 
     def key(b: Build):
@@ -162,7 +175,7 @@ def best_build(manifest: Manifest, providers: list[str] | None = None, *, host: 
 def _left_out(build: Build, host: HostRuntimes) -> str:
     if build.verified is False:
         return f"not verified ({build.unverified_reason or 'no reason recorded'})"
-    missing = runtime_missing(build, host)
+    missing = runtime_missing(build, host) or provider_missing(build, host)
     if missing:
         return missing
     return "needs a CUDA GPU (onnxruntime offers no CUDAExecutionProvider here)"

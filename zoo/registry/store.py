@@ -13,6 +13,7 @@ import difflib
 import hashlib
 import os
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from zoo.registry.refs import (LATEST, Ref, check_name, check_tag, check_version
 from zoo.pathsafety import check_external_data, safe_join
 
 PUBLISH_THREADS = max(1, min(4, os.cpu_count() or 1))  # files of a version hashed and stored side by side
+# an unreferenced blob younger than this may belong to a publish in flight (blobs before manifest)
+BLOB_GC_GRACE_S = 3600.0
 PENDING_DIR = "index-pending"  # <model name>: a writer of that model has not finished updating the index
 
 
@@ -509,16 +512,31 @@ class LocalZoo:
                 return None
         return snapshot / b.file.path
 
-    def gc(self) -> int:
-        """Delete blobs no version references; returns files removed."""
+    def gc(self, *, dry_run: bool = False, grace_s: float = BLOB_GC_GRACE_S) -> dict[str, int]:
+        """Delete blobs no version references (an interrupted publish or `zoo rm` leaves them) and
+        the partial downloads nothing is writing (an interrupted pull's, which only a pull of the
+        same blob would resume): {"blobs", "partials", "bytes"} removed (`dry_run`: would be).
+
+        A publish stores its blobs before its manifest names them, so an unreferenced blob stored
+        (or linked: that too sets the inode's ctime) in the last `grace_s` seconds is kept: it may
+        be a publish in flight."""
+        from zoo.download import remove_abandoned
+
         self.reconcile_pending(self.index, wait=True)
-        removed = 0
+        partials, freed = remove_abandoned(self.blobs.partial_dir, dry_run=dry_run)
+        blobs = 0
         root = self.blobs.root / "sha256"
-        for p in root.glob("*/*") if root.is_dir() else []:
+        young = time.time() - grace_s
+        for p in sorted(root.glob("*/*")) if root.is_dir() else []:
             if not self.index.blob_in_use(p.name):
-                self.blobs.remove(p.name)
-                removed += 1
-        return removed
+                st = p.stat()
+                if st.st_ctime > young:
+                    continue
+                freed += st.st_size
+                if not dry_run:
+                    self.blobs.remove(p.name)
+                blobs += 1
+        return {"blobs": blobs, "partials": partials, "bytes": freed}
 
 
 def latest_is_automatic(name: str) -> InvalidInput:

@@ -12,7 +12,7 @@ markdown as safe HTML), ``render`` (the HTML pages), ``build`` (writing a site f
 Site layout (``zoo site build -o DIR``)::
 
     index.html                                   every model, with client-side search and filters
-    site.json                                    {"schema_version": 1, ...}: the data the pages came from
+    site.json                                    {"schema_version": 2, ...}: the data the pages came from
     assets/site.css, assets/catalog.js           hand-written, vendored with the site
     models/<name>/<version>/index.html           a version: plots, lineage, builds, card, pull commands
     models/<name>/<version>/files/<path>         its small files (card, zoo.lock, provenance, test

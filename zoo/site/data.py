@@ -1,5 +1,5 @@
 """What a site shows, gathered from a zoo (`zoo.site.sources.ZooSource`) into one JSON document:
-``site.json`` (schema_version 1), which the pages are rendered from and which the site ships.
+``site.json`` (schema_version 2), which the pages are rendered from and which the site ships.
 
 Besides the document, collecting returns the small files each version page links to (its card,
 its version-level files such as zoo.lock and the provenance statement, its test vectors), never
@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from zoo.registry.manifest import FileRef, Manifest
     from zoo.site.sources import ZooSource
 
-# 1: models → versions → builds, with the lineage graph and the site paths of the copied files
-SITE_SCHEMA_VERSION = 1
+# 1: models → versions → builds, with the lineage graph and the site paths of the copied files;
+# 2: each build's `provider_options` (manifest schema 3; {} for builds that need none)
+SITE_SCHEMA_VERSION = 2
 SITE_FILE = "site.json"
 
 # The build metrics a site plots are fields of the zoo's published format (the registry's index
@@ -177,6 +178,7 @@ def _build(m: "Manifest", b, metric: str, vectors: list[dict], remote: str | Non
         "name": b.name, "format": b.format, "precision": b.precision, "runtime": b.runtime, "portable": b.portable,
         "verified": b.verified, "unverified_reason": b.unverified_reason, "measured_on": dict(b.measured_on),
         "execution_providers": list(b.execution_providers), "requires": dict(b.requires),
+        "provider_options": {k: dict(v) for k, v in sorted(b.provider_options.items())},
         "file": b.file.path, "sha256": b.file.sha256, "size": b.model_size(),
         "latency_p50_ms": _number(figures.get(LATENCY_METRIC)),
         "quality": _number(figures.get(metric)),

@@ -143,6 +143,14 @@ def _verified(b: dict) -> str:
     return '<span class="muted">not recorded</span>' + portable
 
 
+def _provider_options(b: dict) -> str:
+    """The options a build's providers are created with (a TensorRT build's precision and engine
+    cache), under its providers; '' for builds that need none."""
+    lines = [f"{provider}: " + ", ".join(f"{k}={v}" for k, v in options.items())
+             for provider, options in (b.get("provider_options") or {}).items()]
+    return "".join(f'<br><span class="muted options">{esc(line)}</span>' for line in lines)
+
+
 def _builds_section(page: str, v: dict) -> str:
     metric = v["quality"]["metric"]
     rows = []
@@ -152,7 +160,7 @@ def _builds_section(page: str, v: dict) -> str:
                               else esc(n) for n, t in zip(names, b["test_vectors"])) or '<span class="muted">none</span>'
         cells = [f"<code>{esc(b['name'])}</code><br><span class=\"muted\">{esc(b['format'])} {esc(b['precision'])}</span>",
                  f"<code>{esc(b['runtime'] or '-')}</code><br><span class=\"muted\">"
-                 f"{esc(', '.join(b['execution_providers']))}</span>",
+                 f"{esc(', '.join(b['execution_providers']))}</span>" + _provider_options(b),
                  _verified(b), esc(size(b["size"])), esc(number(b["latency_p50_ms"])), esc(number(b["quality"])),
                  esc(measured_on(b["measured_on"])) or '<span class="muted">not timed</span>', vectors]
         rows.append(element("tr", "".join(f"<td>{c}</td>" for c in cells), id=f"build-{b['name']}",

@@ -108,6 +108,8 @@ def _build_summary(b: Build) -> dict[str, Any]:
     }
     if b.requires:
         out["requires"] = dict(sorted(b.requires.items()))
+    if b.provider_options:
+        out["provider_options"] = {k: dict(sorted(v.items())) for k, v in sorted(b.provider_options.items())}
     if b.runtime:
         out["runtime"] = b.runtime
     if b.portable is not None:
@@ -280,15 +282,21 @@ def _conversions_section(conversions: Mapping[str, Mapping[str, Any]]) -> list[s
         line = f"- `{name}`: {c.get('kind')} conversion of stage `{c.get('from')}`"
         if c.get("kind") == "fp16":
             line += " (float16 weights and compute, float32 inputs and outputs)"
+        if c.get("kind") == "tensorrt":
+            line += (f" ({c.get('precision')} engine built by onnxruntime's TensorrtExecutionProvider on the GPU "
+                     "where it first runs, cached by the provider options below; the file is the source model)")
         if c.get("optimization_style"):
             line += f", ORT optimization style {c['optimization_style']}"
         if c.get("parity_max_abs") is not None:
-            line += (f"; parity on the CPU: max |diff| {_fmt(c['parity_max_abs'])} "
+            line += (f"; parity on {c.get('parity_on') or 'the CPU'}: max |diff| {_fmt(c['parity_max_abs'])} "
                      f"(atol {_fmt(c.get('parity_atol'))}, rtol {_fmt(c.get('parity_rtol'))}, "
                      f"{c.get('parity_samples')} samples)")
         if c.get("files"):
             line += "; files: " + ", ".join(f"`{f}`" for f in c["files"])
         out.append(line + ".")
+        if c.get("provider_options"):
+            options = ", ".join(f"`{k}={v}`" for k, v in sorted(c["provider_options"].items()))
+            out.append(f"  Create the TensorRT provider with {options} (`zoo.load` does).")
         if c.get("optimization_style") == "Runtime":
             replay = c.get("runtime_optimizations_replay")
             if replay == "ok":

@@ -16,7 +16,7 @@ onnxruntime is imported inside functions so importing this module is cheap.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from zoo.errors import InvalidInput
 
@@ -68,9 +68,11 @@ def session_options(*, threads: int = 1, level: str = "all", optimized_path: Pat
 
 def make_session(model: "onnx.ModelProto | Path | str | bytes", *, threads: int = 1, level: str = "all",
                  providers: Sequence[str] = ("CPUExecutionProvider",), optimized_path: Path | None = None,
-                 runtime_optimizations: bool = False, profile_prefix: Path | None = None) -> "ort.InferenceSession":
+                 runtime_optimizations: bool = False, profile_prefix: Path | None = None,
+                 provider_options: Mapping[str, Mapping[str, str]] | None = None) -> "ort.InferenceSession":
     """An InferenceSession on `model`: a ModelProto, serialised bytes, or a path to an .onnx or
-    .ort file (see `session_options` for the other arguments).
+    .ort file (see `session_options` for the other arguments; `provider_options` maps a provider
+    to the options it is created with).
 
     An .onnx path that onnxruntime can read as it is (IR version, external data inside its
     folder: `onnx_io.loadable_as_is`) is handed over by name, so it is never parsed in Python;
@@ -105,7 +107,9 @@ def make_session(model: "onnx.ModelProto | Path | str | bytes", *, threads: int 
     so = session_options(threads=threads, level=level, optimized_path=optimized_path,
                          runtime_optimizations=runtime_optimizations, profile_prefix=profile_prefix)
     try:
-        return ort.InferenceSession(data, sess_options=so, providers=list(providers))
+        options = provider_options or {}
+        return ort.InferenceSession(data, sess_options=so, providers=list(providers),
+                                    provider_options=[dict(options.get(p, {})) for p in providers])
     except Exception as e:  # onnxruntime raises Fail/InvalidGraph/NoSuchFile/... from C++: all mean "cannot load"
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InvalidInput(f"onnxruntime cannot load {what}: {first}", hint=LOAD_HINT) from None

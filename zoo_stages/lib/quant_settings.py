@@ -19,6 +19,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "x86-avx2": {"activation_type": "QUInt8", "weight_type": "QInt8", "reduce_range": True},
     "x86-vnni": {"activation_type": "QUInt8", "weight_type": "QInt8", "reduce_range": False},
     "arm64": {"activation_type": "QInt8", "weight_type": "QInt8", "reduce_range": False},
+    # TensorRT's explicit quantization: int8 only, zero points of 0, biases in float (it folds them)
+    "tensorrt": {"activation_type": "QInt8", "weight_type": "QInt8", "reduce_range": False, "per_channel": True,
+                 "symmetric": True},
 }
 
 # The auto mode's search space, in preference order (earlier wins ties).
@@ -45,12 +48,22 @@ class Settings:
     preprocess_explicit: bool
     linear: str = "qdq"  # qdq | blockwise (static): how Gemm/MatMul layers with constant weights are quantized
     linear_block_size: int = 256
+    # static: symmetric activations and weights (zero points of 0) and float biases, as TensorRT requires
+    symmetric: bool = False
+
+    def extra_options(self) -> dict[str, Any]:
+        """onnxruntime quantizer ``extra_options`` these settings imply."""
+        if not self.symmetric or self.mode != "static":
+            return {}
+        return {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
 
 
 def resolve(config: QuantizeConfig, name: str | None = None) -> Settings:
     """The settings of a static/dynamic config, or of one auto candidate `name`."""
     preset = PRESETS.get(config.preset or "", {})
     mode, fmt, per_channel, weight = config.mode, config.format, config.per_channel, config.weight_type
+    if per_channel is None:
+        per_channel = preset.get("per_channel")
     if name is not None:
         mode = name.split("-")[0]
         fmt = {"static-qdq": "qdq", "static-qdq-per-channel": "qdq", "static-qoperator": "qoperator",
@@ -81,6 +94,7 @@ def resolve(config: QuantizeConfig, name: str | None = None) -> Settings:
         calibration=config.calibration.method if mode == "static" else None,
         preprocess=preprocess, preprocess_explicit=config.preprocess is not None,
         linear=linear, linear_block_size=config.linear_block_size,
+        symmetric=bool(preset.get("symmetric")) and name is None,
     )
 
 
