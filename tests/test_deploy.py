@@ -434,6 +434,54 @@ def test_a_failed_replay_is_recorded_not_fatal_with_a_stand_in_onnxruntime(upstr
     assert replay.startswith(expect) and "second line" not in replay, replay
 
 
+def test_gpu_builds_are_verified_on_the_providers_a_host_offers_with_a_stand_in_onnxruntime(upstream, tmp_path,
+                                                                                           monkeypatch):
+    """Stand-in: this host has no NVIDIA GPU, so onnxruntime is made to offer TensorRT and CUDA and
+    the sessions asked of them run on the CPU. What this checks is zoo's side of a GPU host: the
+    sessions deploy asks for (providers, TensorRT's options and engine folder), builds published
+    verified with parity and timings recorded against the provider and the GPU, and a card that
+    says where parity was checked. (On a real GPU host test_recipe_lenet_e2e checks the provider.)"""
+    import onnxruntime
+    from zoo.registry.store import LocalZoo
+    from zoo_stages.lib import host_info, ort_session
+    from zoo_stages.lib import tensorrt_build as trt
+
+    real_providers, real_open = onnxruntime.get_available_providers, ort_session.make_session
+    asked: list[tuple[tuple[str, ...], dict | None]] = []
+
+    def make_session(model, *, providers=("CPUExecutionProvider",), provider_options=None, **kwargs):
+        asked.append((tuple(providers), provider_options))
+        return real_open(model, **kwargs)  # on the CPU
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers",
+                        lambda: [trt.TENSORRT_PROVIDER, trt.CUDA_PROVIDER, *real_providers()])
+    monkeypatch.setattr(ort_session, "make_session", make_session)
+    monkeypatch.setattr(host_info, "gpu_name", lambda: "Stand-in GPU")
+    monkeypatch.setattr(trt, "tensorrt_version", lambda: "10.9.0")
+    release, ctx = _deploy(upstream, tmp_path, with_verify=False, publish=True,
+                           builds={"cpu-fp32": {"from": "optimize"},
+                                   "cuda-fp16": {"from": "optimize", "convert": "fp16"},
+                                   "tensorrt-fp16": {"from": "optimize", "convert": "tensorrt"}})
+    m = LocalZoo().resolve(ctx.effects[0].ref)  # the published version: the release plus the timings
+    engines = ctx.work_dir / "tensorrt-engines" / "tensorrt-fp16"
+    trt_asked = [options for providers, options in asked if providers[0] == trt.TENSORRT_PROVIDER]
+    assert trt_asked and trt_asked[0][trt.TENSORRT_PROVIDER]["trt_engine_cache_path"] == str(engines)
+    assert trt_asked[0][trt.TENSORRT_PROVIDER]["trt_fp16_enable"] == "True" and engines.is_dir()
+    assert (trt.CUDA_PROVIDER,) in [providers for providers, _ in asked]
+    conversions = m.extra["deploy"]["conversions"]
+    for name, provider in (("cuda-fp16", trt.CUDA_PROVIDER), ("tensorrt-fp16", trt.TENSORRT_PROVIDER)):
+        build = m.builds[name]
+        assert build.verified is True and build.unverified_reason == "", name
+        assert build.measured_on["execution_provider"] == provider and build.measured_on["device"] == "Stand-in GPU"
+        assert build.metrics["latency_p50_ms"] > 0 and build.metrics["parity_max_abs"] < 1e-2, name
+        assert conversions[name]["parity_on"] == f"{provider} (Stand-in GPU)"
+    assert m.builds["tensorrt-fp16"].measured_on["runtime_version"].endswith("(TensorRT 10.9.0)")
+    assert m.builds["tensorrt-fp16"].provider_options == {trt.TENSORRT_PROVIDER: trt.provider_options("fp16")}
+    card = (release / "README.md").read_text()
+    assert f"parity on {trt.TENSORRT_PROVIDER} (Stand-in GPU)" in card and "not run with TensorRT" not in card
+    assert f"parity on {trt.CUDA_PROVIDER} (Stand-in GPU)" in card and "not run on a CUDA GPU" not in card
+
+
 def test_rerun_replaces_previous_release(upstream, tmp_path):
     first, _ = _deploy(upstream, tmp_path, "same", builds={"cpu-fp32": {"from": "optimize"}})
     (first / "stray.txt").write_text("left over")
