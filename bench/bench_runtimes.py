@@ -199,17 +199,19 @@ def main() -> None:
         options = {name: b.provider_options for name, b in m.builds.items()}
         timings = interleaved(runners(files, options, work / "engines"), runs=args.runs, warmup=args.warmup)
         base = timings["cpu-fp32"]["p50"]
-        rows = []
+        rows, not_run = [], []
         for name, t in timings.items():
-            build = m.builds.get(name.split(" ")[0])
-            runtime = build.runtime if build else "-"
-            rows.append([name, runtime or "-", f"{t['p50']:.2f}", f"{t['p90']:.2f}", f"{base / t['p50']:.2f}x"])
+            timed_with = "OpenVINO CPU" if name.startswith("openvino") else "onnxruntime"
+            rows.append([name, timed_with, f"{t['p50']:.2f}", f"{t['p90']:.2f}", f"{base / t['p50']:.2f}x"])
         for label in ("cuda-fp16 (onnxruntime CUDA)", "tensorrt-fp16 (onnxruntime TensorRT)",
                       "tensorrt-int8 (onnxruntime TensorRT)"):
             if label not in timings:
-                rows.append([label, "-", "not run: onnxruntime offers no " + label.split()[-1][:-1] + " here", "", ""])
+                rows.append([label, "-", "-", "-", "-"])
+                not_run.append(label.split()[0])
         print("\nAlexNet-224, batch 1, 1 thread (p50/p90 ms; speed = onnxruntime fp32 p50 / this p50):")
-        print(table(["build", "runtime", "p50", "p90", "speed"], rows))
+        print(table(["build", "timed with", "p50", "p90", "speed"], rows))
+        if not_run:
+            print(f"not run: {', '.join(not_run)} (onnxruntime offers no CUDA/TensorRT provider on this host)")
         ov, ort_ = timings["openvino-fp32"]["p50"], timings["cpu-fp32"]["p50"]
         print(f"\nOpenVINO fp32 / onnxruntime fp32 = {ov / ort_:.2f}; OpenVINO int8 / onnxruntime int8 = "
               f"{timings['openvino-int8']['p50'] / timings['cpu-int8']['p50']:.2f}; int8 speedup: onnxruntime "
