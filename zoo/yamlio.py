@@ -123,9 +123,14 @@ def load_file(path: Path, what: str, *, hint: str, max_nodes: int = MAX_NODES) -
     """The YAML document in `path`; InvalidInput naming the file, the line and the limit or the
     syntax error for a file that is too large, too deep, too big once expanded, or not YAML.
     `what` names the file's role in messages ("zoo config"); OSError propagates."""
+    return load_text(read_bounded(path), str(path), what, hint=hint, max_nodes=max_nodes)
+
+
+def read_bounded(path: Path) -> bytes:
+    """The first `MAX_BYTES` + 1 bytes of `path`: enough for `safe_load` to refuse a larger file
+    without reading all of it."""
     with open(path, "rb") as f:
-        raw = f.read(MAX_BYTES + 1)
-    return load_text(raw, str(path), what, hint=hint, max_nodes=max_nodes)
+        return f.read(MAX_BYTES + 1)
 
 
 def load_text(text: str | bytes, where: str, what: str, *, hint: str, max_nodes: int = MAX_NODES) -> Any:
@@ -134,10 +139,9 @@ def load_text(text: str | bytes, where: str, what: str, *, hint: str, max_nodes:
         return safe_load(text, max_nodes=max_nodes)
     except LimitExceeded as e:
         at = f"{where}:{e.line}" if e.line else where
-        raise InvalidInput(f"{at}: {what} refused: {e.reason}",
-                           hint="zoo reads at most "
-                                f"{MAX_DEPTH} levels of nesting, {MAX_NODES:,} values and {MAX_BYTES // (1024 * 1024)} "
-                                f"MiB in any YAML file; {hint}") from None
+        raise InvalidInput(f"{at}: {what} is refused: {e.reason}",
+                           hint=f"zoo reads at most {MAX_DEPTH} levels of nesting, {max_nodes:,} values and "
+                                f"{MAX_BYTES // (1024 * 1024)} MiB in {what}; {hint}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         at = f"{where}:{mark.line + 1}" if mark else where

@@ -119,8 +119,7 @@ def _bytes(path: Path) -> bytes:
     from zoo import yamlio
 
     try:
-        with open(path, "rb") as f:
-            return f.read(yamlio.MAX_BYTES + 1)  # more is refused by the reader
+        return yamlio.read_bounded(path)
     except OSError as e:
         raise InvalidInput(f"{path}: cannot read the zoo config ({e.strerror})", hint="fix or delete the file") from None
 
