@@ -29,7 +29,7 @@ from zoo.errors import InvalidInput
 
 CONFIG_SCHEMA_VERSION = 1
 # the options an unapproved project config may set: none names a credential or where one is sent
-UNAPPROVED_OPTIONS = frozenset({"anon", "region", "project", "gc_grace", "connect_timeout"})
+UNAPPROVED_OPTIONS = frozenset({"anon", "region", "gc_grace", "connect_timeout"})
 PROJECT_CONFIG = Path(".zoo") / "config.yaml"
 USER_CONFIG = "config.yaml"
 NAMED_REMOTE_FOLDER = "run-cache"  # under a `zoo remote add` remote's URL, beside its versions
