@@ -20,7 +20,8 @@ before anything is composed or built,
 - numbers longer than Python reads (`MAX_DIGITS`; YAML 1.1's base-60 integers cost quadratic time).
 
 Each refusal is a `LimitExceeded` (a YAMLError, as any other unreadable YAML) carrying its line;
-`load_file` turns any unreadable file into one InvalidInput line naming the file, line and limit.
+`load_text` turns any unreadable document into one InvalidInput line naming the file, line and
+limit; `read_bounded` reads no more of a file than the limit.
 """
 
 from __future__ import annotations
@@ -119,13 +120,6 @@ def check_limits(text: str | bytes, *, max_depth: int = MAX_DEPTH, max_nodes: in
                            "they name)", event.start_mark.line + 1)
 
 
-def load_file(path: Path, what: str, *, hint: str, max_nodes: int = MAX_NODES) -> Any:
-    """The YAML document in `path`; InvalidInput naming the file, the line and the limit or the
-    syntax error for a file that is too large, too deep, too big once expanded, or not YAML.
-    `what` names the file's role in messages ("zoo config"); OSError propagates."""
-    return load_text(read_bounded(path), str(path), what, hint=hint, max_nodes=max_nodes)
-
-
 def read_bounded(path: Path) -> bytes:
     """The first `MAX_BYTES` + 1 bytes of `path`: enough for `safe_load` to refuse a larger file
     without reading all of it."""
@@ -134,7 +128,9 @@ def read_bounded(path: Path) -> bytes:
 
 
 def load_text(text: str | bytes, where: str, what: str, *, hint: str, max_nodes: int = MAX_NODES) -> Any:
-    """`load_file` for text read elsewhere (a file at a git commit); `where` names it in messages."""
+    """The YAML document `text` (from `read_bounded`, or read elsewhere); InvalidInput naming `where`
+    (the file), the line and the limit or the syntax error for a document that is too large, too
+    deep, too big once expanded, or not YAML. `what` names the document in messages ("the zoo config")."""
     try:
         return safe_load(text, max_nodes=max_nodes)
     except LimitExceeded as e:
