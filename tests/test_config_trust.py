@@ -86,7 +86,9 @@ def test_an_unapproved_project_config_cannot_send_the_users_token(tmp_path, reco
     # the user reads the file and approves it: now zoo uses it, and says which remote and which file
     allowed = zoo("config", "allow", config, "--json", env=env)
     assert allowed.code == 0, allowed.text
-    assert json.loads(allowed.out)["sha256"] and json.loads(allowed.out)["path"] == str(config)
+    approval = json.loads(allowed.out)
+    assert approval["sha256"] and approval["path"] == str(config)
+    assert approval["sets"] == f"remote run cache webdav+{base}/c, options user=ci, password_env=GITHUB_TOKEN, pushes"
     planned = zoo("plan", recipe, "--json", env=env)
     assert planned.code == 0, planned.text
     assert f"remote run cache: webdav+{base}/c (from {config})" in planned.err
@@ -126,6 +128,11 @@ def test_an_unapproved_project_config_reads_its_remote_but_pushes_nothing(tmp_pa
 
     assert zoo("config", "deny", config).code == 0
     assert json.loads(zoo("plan", recipe, "--json").out)["cache_remote_push"] is False
+
+    config.write_text("schema_version: 1\ncache: {remote: " + "[" * 100 + "]" * 100 + "}\n")
+    refused = zoo("config", "allow", config)  # what zoo cannot read is not approved
+    assert refused.code == 2 and "nests deeper than 64 levels" in refused.err
+    assert zoo("config", "allow", tmp_path / "nowhere").code == 2
 
 
 def test_the_users_own_config_and_the_flag_are_named_as_the_origin(tmp_path):

@@ -27,14 +27,16 @@ def register(app: typer.Typer) -> None:
 def allow_cmd(path: Optional[Path] = PathArg, as_json: bool = JsonOpt) -> None:
     """Approve the project config as it is now (read it first): it may then set credential options
     and push; a changed file needs approving again."""
-    from zoo.engine import config_trust
+    from zoo.engine import cache_config, config_trust
 
-    record = config_trust.approve(_config(path))
+    config = _config(path)
+    sets = cache_config.summary(config)  # a config zoo cannot read is refused, not approved
+    record = config_trust.approve(config)
     if as_json:
-        emit({"schema_version": 1, **record, "approved": True})
+        emit({"schema_version": 1, **record, "approved": True, "sets": sets})
         return
-    print(f"approved {record['path']} (sha256 {record['sha256'][:16]}…); a change to it needs `zoo config allow` again",
-          flush=True)
+    print(f"approved {record['path']} (sha256 {record['sha256'][:16]}…): {sets}; a change to it needs "
+          "`zoo config allow` again", flush=True)
 
 
 def deny_cmd(path: Optional[Path] = PathArg, as_json: bool = JsonOpt) -> None:

@@ -99,6 +99,20 @@ def _refuse_unapproved_options(path: Path, data: bytes, section: dict) -> None:
                                     f"only {', '.join(sorted(UNAPPROVED_OPTIONS))}")
 
 
+def summary(path: Path) -> str:
+    """What the config at `path` sets, in one line ("remote URL, options k=v, pushes"), checked as a
+    run reads it: what `zoo config allow` shows before recording an approval."""
+    section = _read(path, _bytes(path))
+    if "remote" not in section:
+        return "no remote run cache"
+    remote = section["remote"]
+    if remote is None or str(remote).strip().lower() in _OFF:
+        return "no remote run cache (switched off)"
+    options = ", ".join(f"{k}={v}" for k, v in (section.get("options") or {}).items())
+    push = "pushes" if section.get("push", True) else "never pushes"
+    return f"remote run cache {remote}" + (f", options {options}" if options else "") + f", {push}"
+
+
 def project_config(start: Path) -> Path | None:
     """The nearest ``.zoo/config.yaml`` in `start` or a folder above it."""
     for folder in [start, *start.parents]:
