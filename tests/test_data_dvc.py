@@ -303,7 +303,8 @@ def test_a_dvc_md5_that_is_a_path_is_refused_naming_the_dvc_file_line_and_field(
     secret = box / "outside" / "secret" / "table.csv"  # where ../../../outside/secret leads from zoo's DVC store
     secret.parent.mkdir(parents=True)
     secret.write_text(_table(30, 9.0))
-    assert (cache / "dvc" / "data" / "../../../outside/secret").resolve() == secret.parent.resolve()
+    (cache / "dvc" / "data").mkdir(parents=True)  # zoo's DVC store, as any earlier DVC dataset leaves it
+    assert (cache / "dvc" / "data" / "../../../outside/secret" / "table.csv").is_file()
     env = {"ZOO_CACHE_DIR": str(cache)}
     for name, shown in (("parent", "'../../../outside/secret'"), ("absolute", f"'/../../../..{root / 'escaped'}'"),
                         ("upper", "'")):
