@@ -258,3 +258,73 @@ def test_a_run_reads_the_remote_once_a_cached_run_needs_neither_dvc_nor_the_remo
     assert second.code == 0, second.text
     [stage] = json.loads(second.out)["stages"]
     assert stage["state"] == "done" and stage["key"] != json.loads(first.out)["stages"][0]["key"]
+
+
+BOMB = "".join(f"b{i}: &b{i} [" + ", ".join([f"*b{i - 1}" if i else '"x"'] * 10) + "]\n" for i in range(9))
+
+
+@pytest.fixture(scope="module")
+def hostile_dvc_repo(tmp_path_factory):
+    """A real git+DVC repo whose `data/table.csv.dvc` a stranger then rewrote, one commit per rewrite:
+    {name: commit}. The bytes DVC pushed stay on its remote."""
+    root = tmp_path_factory.mktemp("dvc-hostile")
+
+    def table(folder):
+        (folder / "data").mkdir(exist_ok=True)
+        (folder / "data" / "table.csv").write_text(_table(20, 2.0))
+        return ["data/table.csv"]
+
+    repo = make_dvc_repo(root, [table])
+    dvc_file = repo.path / "data" / "table.csv.dvc"
+    honest = dvc_file.read_text()
+    md5 = next(line.split(":", 1)[1].strip() for line in honest.splitlines() if line.strip().startswith("- md5:"))
+    rewrites = {
+        "parent": honest.replace(md5, "../../../outside/secret"),
+        "absolute": honest.replace(md5, "/../../../..{escaped}"),
+        "upper": honest.replace(md5, md5.upper()),
+        "deep": "outs:\n- md5: " + "[" * 5000 + "]" * 5000 + "\n  path: table.csv\n",
+        "bomb": BOMB + "outs:\n- {md5: " + md5 + ", path: table.csv, extra: *b8}\n",
+    }
+    commits = {}
+    for name, text in rewrites.items():
+        dvc_file.write_text(text.replace("{escaped}", str(root / "escaped")))
+        git(repo.path, "commit", "-q", "-am", f"hostile {name}")
+        commits[name] = git(repo.path, "rev-parse", "HEAD")
+    dvc_file.write_text(honest)
+    return repo, commits, root
+
+
+def test_a_dvc_md5_that_is_a_path_is_refused_naming_the_dvc_file_line_and_field(hostile_dvc_repo, tmp_path):
+    """`md5: ../../../outside/secret` made a run read (and train on) a file outside zoo's cache;
+    `md5: /../…/X` made one create a folder outside it. Only DVC's hex digests are digests."""
+    repo, commits, root = hostile_dvc_repo
+    box = tmp_path / "box"
+    cache = box / "cache"
+    secret = box / "outside" / "secret" / "table.csv"  # where ../../../outside/secret leads from zoo's DVC store
+    secret.parent.mkdir(parents=True)
+    secret.write_text(_table(30, 9.0))
+    (cache / "dvc" / "data").mkdir(parents=True)  # zoo's DVC store, as any earlier DVC dataset leaves it
+    assert (cache / "dvc" / "data" / "../../../outside/secret" / "table.csv").is_file()
+    env = {"ZOO_CACHE_DIR": str(cache)}
+    for name, shown in (("parent", "'../../../outside/secret'"), ("absolute", f"'/../../../..{root / 'escaped'}'"),
+                        ("upper", "'")):
+        data = f"  source: dvc\n  repo: {repo.path}\n  rev: {commits[name]}\n  path: data/table.csv\n  label: kind\n"
+        recipe = _recipe(tmp_path, data)
+        done = zoo("run", recipe, env=env)
+        assert done.code == 2, (name, done.text)
+        assert f"data/table.csv.dvc:2: outs.0.md5 {shown}" in done.err and "is not a DVC digest" in done.err, done.err
+        assert "Traceback" not in done.err and f"{recipe}:14:" in done.err  # the recipe's data.path line too
+    assert not (root / "escaped").exists()
+    assert {p.name for p in box.iterdir()} <= {"cache", "outside"}
+
+
+@pytest.mark.parametrize("name,limit", [("deep", "nests deeper than 64 levels"),
+                                        ("bomb", "expands to more than 1,000,000 values")])
+def test_a_dvc_file_past_the_yaml_limits_is_one_error_naming_it(hostile_dvc_repo, tmp_path, name, limit):
+    repo, commits, _ = hostile_dvc_repo
+    data = f"  source: dvc\n  repo: {repo.path}\n  rev: {commits[name]}\n  path: data/table.csv\n  label: kind\n"
+    recipe = _recipe(tmp_path, data)
+    done = zoo("validate", recipe, timeout=20)  # a guard: refused at once, not after a minute of parsing
+    assert done.code == 2, done.text
+    assert "the DVC file data/table.csv.dvc:" in done.err and limit in done.err, done.err
+    assert "Traceback" not in done.err and "RecursionError" not in done.err

@@ -52,6 +52,8 @@ class Result:
     executed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. a remote run cache that could not be reached
     cache_remote: str | None = None  # the remote run cache this run used (zoo/engine/remote_cache.py)
+    cache_remote_origin: str | None = None  # the file (or flag) that chose it (zoo/engine/cache_config.py)
+    cache_remote_push: bool | None = None  # whether this run pushes to it
 
     @property
     def ok(self) -> bool:
@@ -74,7 +76,8 @@ class Result:
                 "error": None if self.ok or self.failed[0].error is None else self.failed[0].error.to_json(),
                 "cache_dir": str(self.cache_dir),
                 "lock": str(self.lock_path) if self.lock_path else None, "lock_changed": self.lock_changed,
-                "cache_remote": self.cache_remote, "notes": list(self.notes),
+                "cache_remote": self.cache_remote, "cache_remote_origin": self.cache_remote_origin,
+                "cache_remote_push": self.cache_remote_push, "notes": list(self.notes),
                 "stages": [s.to_json() for s in self.stages]}
 
 
@@ -98,6 +101,7 @@ def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None,
     result = _plan(dag, cache_dir, force, remote)[0]
     if remote is not None:
         result.cache_remote, result.notes = remote.url, list(remote.notes)
+        result.cache_remote_origin, result.cache_remote_push = remote.setting.origin, remote.setting.push
     return result
 
 
@@ -202,7 +206,9 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     result = Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
                     stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
                     lock_changed=changed, executed=executed, notes=list(remote.notes) if remote else [],
-                    cache_remote=remote.url if remote else None)
+                    cache_remote=remote.url if remote else None,
+                    cache_remote_origin=remote.setting.origin if remote else None,
+                    cache_remote_push=remote.setting.push if remote else None)
     if record and result.ok and all(n.cache_policy == "default" for n in dag.nodes.values()):
         _write_stamp(dag, cache, runner, result)
     return result
@@ -214,7 +220,11 @@ def _remote_cache(cache: Cache, flag: str | None, dag: planner.Dag):
     from zoo.engine.remote_cache import RemoteCache
 
     setting = cache_config.resolve(flag, dag.recipe.path)
-    return None if setting is None else RemoteCache(cache, setting)
+    if setting is None:
+        return None
+    remote = RemoteCache(cache, setting)
+    remote.notes.extend(setting.notes)  # e.g. an unapproved project config: nothing is pushed
+    return remote
 
 
 def _write_stamp(dag: planner.Dag, cache: Cache, runner: Runner, result: Result) -> None:
@@ -301,6 +311,12 @@ def cache_push(recipes: Iterable[str | Path] = (), *, remote: str | None = None,
 
     recipes = [Path(r) for r in recipes]
     rc = cache_sync.open_remote(Cache(paths.cache_dir(cache_dir)).ensure(), remote, recipes[0] if recipes else None)
+    if rc.setting.unapproved:
+        from zoo.errors import InvalidInput
+
+        origin = rc.setting.origin
+        raise InvalidInput(f"{origin}: `zoo cache push` pushes only to a remote you chose; this project config "
+                           "is not approved", hint=f"read it, then `zoo config allow {origin}`; or pass --remote URL")
     rc.progress = progress
     return cache_sync.push(rc, recipes)
 

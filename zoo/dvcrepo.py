@@ -36,6 +36,10 @@ from typing import Any
 from zoo.errors import InvalidInput, SourceUnreachable
 
 FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")  # sha1 and sha256 repos
+# what DVC writes as an output's md5: 32 lowercase hex digits, ".dir" for a folder's listing. The
+# digest names a folder of zoo's cache (zoo_stages/lib/data/dvc.py), so anything else (a hostile
+# repo's `md5: ../../outside`) is refused where it is read
+DVC_MD5 = re.compile(r"[0-9a-f]{32}(?:\.dir)?")
 OUT_SCHEMA_VERSION = 1
 _URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[^/@\s]+@[^/:\s]+:)", re.IGNORECASE)  # scheme:// or user@host:path
 _GIT_TIMEOUT_S = 300
@@ -134,12 +138,18 @@ def normalise_path(path: str) -> str:
     return clean
 
 
+def is_md5(value: object) -> bool:
+    """Whether `value` is a digest as DVC writes one (never a path)."""
+    return isinstance(value, str) and DVC_MD5.fullmatch(value) is not None
+
+
 def _read_memo(memo: Path) -> DvcOut | None:
     try:
         raw = json.loads(memo.read_text())
         if raw.pop("schema_version") != OUT_SCHEMA_VERSION:
             return None
-        return DvcOut(**raw)
+        out = DvcOut(**raw)
+        return out if is_md5(out.md5) else None  # a memo written before digests were checked: read again
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
@@ -178,30 +188,54 @@ def _find_out(repo: str, commit: str, path: str, cache_dir: str) -> DvcOut:
 
 
 def _outs(text: str, recorded_in: str) -> list[dict]:
-    """The outputs a .dvc file or dvc.lock records, each with its path relative to the repo's root."""
-    import yaml
+    """The outputs a .dvc file or dvc.lock records, each with its path relative to the repo's root
+    (and, under "_field", the key path of its md5, to place an error). InvalidInput for a file past
+    the limits of any YAML zoo reads (zoo/yamlio.py); a file that is not YAML records nothing."""
+    from zoo import yamlio
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = yamlio.safe_load(text)
+    except yamlio.LimitExceeded as e:
+        at = f"{recorded_in}:{e.line}" if e.line else recorded_in
+        raise InvalidInput(f"data.path: the DVC file {at} is refused: {e.reason}",
+                           hint=f"zoo reads at most {yamlio.MAX_DEPTH} levels of nesting and {yamlio.MAX_NODES:,} "
+                                "values in any YAML file; DVC writes a few levels") from None
+    except yamlio.YAMLError:
         return []
     if not isinstance(data, dict):
         return []
-    lists = [data.get("outs")] if not recorded_in.endswith("dvc.lock") else \
-        [stage.get("outs") for stage in (data.get("stages") or {}).values() if isinstance(stage, dict)]
+    if recorded_in.endswith("dvc.lock"):
+        stages = data.get("stages") if isinstance(data.get("stages"), dict) else {}
+        lists = [(("stages", name, "outs"), stage.get("outs")) for name, stage in stages.items()
+                 if isinstance(stage, dict)]
+    else:
+        lists = [(("outs",), data.get("outs"))]
     folder = posixpath.dirname(recorded_in)
     found = []
-    for outs in lists:
-        for out in outs if isinstance(outs, list) else []:
+    for where, outs in lists:
+        for i, out in enumerate(outs if isinstance(outs, list) else []):
             if isinstance(out, dict) and isinstance(out.get("path"), str) and isinstance(out.get("md5"), str):
-                found.append({**out, "path": posixpath.normpath(posixpath.join(folder, out["path"]))})
+                found.append({**out, "path": posixpath.normpath(posixpath.join(folder, out["path"])),
+                              "_field": (*where, i, "md5"), "_text": text})
     return found
 
 
 def _record(repo: str, commit: str, out: dict, recorded_in: str) -> DvcOut:
     def number(key: str) -> int | None:
         value = out.get(key)
-        return value if isinstance(value, int) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    if not is_md5(out["md5"]):
+        from zoo import yamlio
+
+        field = ".".join(str(k) for k in out["_field"])
+        line = yamlio.line_of(out["_text"], out["_field"])
+        shown = out["md5"] if len(out["md5"]) <= 80 else out["md5"][:80] + "…"
+        raise InvalidInput(f"data.path {out['path']!r}: {recorded_in}:{line}: {field} {shown!r} is not a DVC digest "
+                           f"(32 lowercase hex digits, '.dir' for a folder), in the DVC repo {repo} at {commit[:12]}",
+                           hint=f"DVC writes only digests there: the file was edited by hand or by someone else; "
+                                f"see `git log -p -- {recorded_in}` in the DVC repo, and pin a commit whose "
+                                "file DVC wrote")
 
     return DvcOut(repo=repo, commit=commit, path=out["path"], md5=out["md5"],
                   hash=str(out.get("hash") or "md5-dos2unix"), size=number("size"), nfiles=number("nfiles"),

@@ -33,6 +33,9 @@ def push_cmd(recipes: Optional[List[Path]] = RecipesArg, remote: Optional[str] =
     from zoo.cli.interrupt import CACHE_PUSH_LEFT, interruptible
     from zoo.cli.transfer import transfer_display
 
+    from zoo.cli.main import announce_remote_cache
+
+    announce_remote_cache(remote, recipes[0] if recipes else None, "--remote")
     label = f"cache push to {remote or 'the remote run cache'}"
     with interruptible(label, CACHE_PUSH_LEFT), transfer_display(label, None, as_json) as advance:
         result = api.cache_push(recipes or (), remote=remote, cache_dir=cache_dir, progress=advance)
@@ -53,6 +56,9 @@ def pull_cmd(recipes: List[Path] = typer.Argument(..., help="Recipe YAML files."
     from zoo.cli.interrupt import CACHE_PULL_LEFT, interruptible
     from zoo.cli.transfer import transfer_display
 
+    from zoo.cli.main import announce_remote_cache
+
+    announce_remote_cache(remote, recipes[0] if recipes else None, "--remote")
     label = f"cache pull from {remote or 'the remote run cache'}"
     with interruptible(label, CACHE_PULL_LEFT), transfer_display(label, None, as_json) as advance:
         result = api.cache_pull(recipes, remote=remote, cache_dir=cache_dir, progress=advance)
@@ -68,7 +74,9 @@ def status_cmd(recipes: Optional[List[Path]] = RecipesArg, remote: Optional[str]
                cache_dir: Optional[Path] = CacheDirOpt, as_json: bool = JsonOpt) -> None:
     """Local vs remote: per stage of RECIPES, or how many entries each side holds."""
     from zoo import api
+    from zoo.cli.main import announce_remote_cache
 
+    announce_remote_cache(remote, recipes[0] if recipes else None, "--remote")
     result = api.cache_status(recipes or (), remote=remote, cache_dir=cache_dir)
     if as_json:
         emit(result)

@@ -80,6 +80,7 @@ def run(
         raise InvalidInput(f"stage names given without --force: {' '.join(stages)}",
                            hint=f"to rerun them: zoo run {recipe} {' '.join(stages)} --force")
     dag = api.load(recipe)
+    announce_remote_cache(cache_remote, dag.recipe.path)
     progress = _progress(dag, as_json, verbose)
     watch = RunWatch(f"zoo run {recipe}", progress.update)  # what a Ctrl-C stopped
     with watch.interruptible(), progress:
@@ -96,6 +97,16 @@ def run(
     raise typer.Exit(result.exit_code())
 
 
+def announce_remote_cache(flag: str | None, recipe: Path | None, flag_name: str = "--cache-remote") -> None:
+    """One line on stderr naming the remote run cache a command talks to and the file (or flag)
+    that chose it, before it talks to it: a project's config may choose it (zoo/engine/cache_config.py)."""
+    from zoo.engine import cache_config
+
+    setting = cache_config.resolve(flag, recipe, flag_name)
+    if setting is not None:
+        _echo(f"remote run cache: {setting.describe()}", err=True)
+
+
 @app.command()
 def plan(recipe: Path = RecipeArg, cache_dir: Optional[Path] = CacheDirOpt,
          cache_remote: Optional[str] = CacheRemoteOpt, as_json: bool = JsonOpt) -> None:
@@ -103,6 +114,7 @@ def plan(recipe: Path = RecipeArg, cache_dir: Optional[Path] = CacheDirOpt,
     run cache holds is cached there: its entry is read, nothing downloaded)."""
     from zoo import api
 
+    announce_remote_cache(cache_remote, recipe)
     result = api.plan(recipe, cache_dir=cache_dir, cache_remote=cache_remote)
     for note in result.notes:
         _echo(f"note: {note}", err=True)
@@ -122,6 +134,7 @@ def status(recipe: Path = RecipeArg, why: bool = typer.Option(False, "--why", he
 
     from zoo.engine.runner import StageState
 
+    announce_remote_cache(cache_remote, recipe)
     result = api.status(recipe, cache_dir=cache_dir, cache_remote=cache_remote)
     for note in result.notes:
         _echo(f"note: {note}", err=True)
@@ -315,11 +328,13 @@ def _cell(value, column) -> str:
 
 
 def _register_subcommands() -> None:
-    """Commands that live in their own modules (registry; releases; import; exporters; remote run cache; web catalog)."""
+    """Commands that live in their own modules (registry; releases; import; exporters; remote run cache; web catalog;
+    project config approval)."""
     import importlib
 
     for module_name in ("zoo.cli.zoo_commands", "zoo.cli.release_commands", "zoo.cli.import_command",
-                        "zoo.cli.exporter_commands", "zoo.cli.cache_commands", "zoo.cli.site_commands"):
+                        "zoo.cli.exporter_commands", "zoo.cli.cache_commands", "zoo.cli.site_commands",
+                        "zoo.cli.config_commands"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:

@@ -80,8 +80,10 @@ def release(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run a recipe under its lockfile, check its gates, publish the version to a remote zoo, and tag it."""
+    from zoo.cli.main import announce_remote_cache
     from zoo.release.ship import release as do_release
 
+    announce_remote_cache(None, recipe)  # the run under the lockfile may take stages from it
     result = do_release(recipe, version=version, to=to, tags=tag or [], allow_stale_lock=allow_stale_lock,
                         cache_dir=cache_dir, jobs=jobs)
     if as_json:

@@ -28,6 +28,8 @@ from pathlib import Path
 from zoo.errors import InvalidInput
 
 CONFIG_SCHEMA_VERSION = 1
+# the options an unapproved project config may set: none names a credential or where one is sent
+UNAPPROVED_OPTIONS = frozenset({"anon", "region", "gc_grace", "connect_timeout"})
 PROJECT_CONFIG = Path(".zoo") / "config.yaml"
 USER_CONFIG = "config.yaml"
 NAMED_REMOTE_FOLDER = "run-cache"  # under a `zoo remote add` remote's URL, beside its versions
@@ -42,25 +44,73 @@ class RemoteCacheSetting:
     options: dict = field(default_factory=dict)
     push: bool = True
     origin: str = "--cache-remote"
+    notes: tuple[str, ...] = ()  # e.g. a project config not approved, so nothing is pushed
+    unapproved: bool = False  # from a project config the user has not approved (`zoo config allow`)
+
+    def describe(self) -> str:
+        """"URL (from ORIGIN[, read only])": what a command prints about the remote it uses."""
+        return f"{self.url} (from {self.origin}{'' if self.push else ', read only'})"
 
 
-def resolve(flag: str | None, recipe_path: Path | None) -> RemoteCacheSetting | None:
+def resolve(flag: str | None, recipe_path: Path | None, flag_name: str = "--cache-remote") -> RemoteCacheSetting | None:
     """The remote cache for a command: `flag` (a URL or remote name; "none" for no remote), else
     the project config nearest `recipe_path` (or the working folder), else the user config."""
     if flag is not None:
-        return None if flag.strip().lower() in _OFF else _setting(flag, {}, True, "--cache-remote")
+        return None if flag.strip().lower() in _OFF else _setting(flag, {}, True, flag_name)
     start = Path(recipe_path).resolve().parent if recipe_path is not None else Path.cwd()
-    for path in [project_config(start), user_config()]:
+    project = project_config(start)
+    for path in [project, user_config()]:
         if path is None or not path.is_file():
             continue
-        section = _read(path)
+        data = _bytes(path)
+        section = _read(path, data)
         if "remote" not in section:
             continue
         url = section["remote"]
         if url is None or str(url).strip().lower() in _OFF:
             return None
-        return _setting(str(url), section.get("options") or {}, section.get("push", True), str(path))
+        setting = _setting(str(url), section.get("options") or {}, section.get("push", True), str(path))
+        push, notes, unapproved = setting.push, (), False
+        if path == project:
+            from zoo.engine import config_trust
+
+            unapproved = not config_trust.is_approved(path, data)
+            if unapproved:
+                _refuse_unapproved_options(path, data, section)
+                if push:
+                    push = False
+                    notes = (f"{path} is a project config you have not approved: zoo reads from its remote run "
+                             f"cache and pushes nothing to it (to push: read it, then `zoo config allow {path}`)",)
+        return RemoteCacheSetting(setting.url, setting.options, push, setting.origin, notes, unapproved)
     return None
+
+
+def _refuse_unapproved_options(path: Path, data: bytes, section: dict) -> None:
+    """InvalidInput naming the first option an unapproved project config may not set."""
+    for key in section.get("options") or {}:
+        if str(key) not in UNAPPROVED_OPTIONS:
+            from zoo import yamlio
+
+            line = yamlio.line_of(data, ("cache", "options", key))
+            raise InvalidInput(f"{path}:{line}: cache.options.{key}: a project's config may not set {key} until you "
+                               "approve the file (it decides which of your credentials zoo sends, or where)",
+                               hint=f"read {path}, then `zoo config allow {path}`; or set the remote in "
+                                    "$ZOO_HOME/config.yaml (yours). Without approval a project config may set "
+                                    f"only {', '.join(sorted(UNAPPROVED_OPTIONS))}")
+
+
+def summary(path: Path) -> str:
+    """What the config at `path` sets, in one line ("remote URL, options k=v, pushes"), checked as a
+    run reads it: what `zoo config allow` shows before recording an approval."""
+    section = _read(path, _bytes(path))
+    if "remote" not in section:
+        return "no remote run cache"
+    remote = section["remote"]
+    if remote is None or str(remote).strip().lower() in _OFF:
+        return "no remote run cache (switched off)"
+    options = ", ".join(f"{k}={v}" for k, v in (section.get("options") or {}).items())
+    push = "pushes" if section.get("push", True) else "never pushes"
+    return f"remote run cache {remote}" + (f", options {options}" if options else "") + f", {push}"
 
 
 def project_config(start: Path) -> Path | None:
@@ -79,14 +129,21 @@ def user_config() -> Path:
     return zoo_home() / USER_CONFIG
 
 
-def _read(path: Path) -> dict:
-    """The `cache:` section of a config file (InvalidInput for a file zoo cannot use)."""
-    import yaml
+def _bytes(path: Path) -> bytes:
+    from zoo import yamlio
 
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise InvalidInput(f"{path}: cannot read the zoo config ({e})", hint="fix or delete the file") from e
+        return yamlio.read_bounded(path)
+    except OSError as e:
+        raise InvalidInput(f"{path}: cannot read the zoo config ({e.strerror})", hint="fix or delete the file") from None
+
+
+def _read(path: Path, data: bytes) -> dict:
+    """The `cache:` section of a config file (InvalidInput for a file zoo cannot use)."""
+    from zoo import yamlio
+
+    raw = yamlio.load_text(data, str(path), "the zoo config", hint="fix or delete the file",
+                           max_nodes=10_000) or {}
     if not isinstance(raw, dict):
         raise InvalidInput(f"{path}: a zoo config is a mapping", hint="see the README, 'Remote run cache'")
     if raw.get("schema_version") != CONFIG_SCHEMA_VERSION:

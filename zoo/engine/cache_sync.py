@@ -40,12 +40,14 @@ def open_remote(cache: Cache, flag: str | None, recipe: Path | None) -> RemoteCa
     """The remote run cache a command names (`--remote`), else the configured one; InvalidInput if none."""
     from zoo.engine import cache_config
 
-    setting = cache_config.resolve(flag, recipe)
+    setting = cache_config.resolve(flag, recipe, "--remote")
     if setting is None:
         raise InvalidInput("no remote run cache is set",
                            hint="pass --remote URL, or set `cache: {remote: URL}` in .zoo/config.yaml (the project) "
                                 "or $ZOO_HOME/config.yaml (you); see the README, 'Remote run cache'")
-    return RemoteCache(cache, setting)
+    remote = RemoteCache(cache, setting)
+    remote.notes.extend(setting.notes)
+    return remote
 
 
 def walk(recipe: Path, remote: RemoteCache, *, pull: bool = False, ask_remote: bool = True) -> list[StageSync]:
@@ -109,13 +111,14 @@ def push(remote: RemoteCache, recipes: Iterable[Path] = ()) -> dict[str, Any]:
         totals["bytes"] += got["bytes"]
         if row is not None:
             row.pushed, row.remote = bool(got["created"]), True
-    return {"remote": remote.url, **totals, "stages": [r.to_json() for r in rows]}
+    return {"remote": remote.url, "remote_origin": remote.setting.origin, **totals, "stages": [r.to_json() for r in rows]}
 
 
 def pull(remote: RemoteCache, recipes: Iterable[Path]) -> dict[str, Any]:
     """Download the remote entries the stages of `recipes` need that the local cache lacks."""
     rows = [row for recipe in recipes for row in walk(recipe, remote, pull=True)]
-    return {"remote": remote.url, "pulled": sum(r.pulled for r in rows), "local": sum(r.local for r in rows),
+    return {"remote": remote.url, "remote_origin": remote.setting.origin,
+            "pulled": sum(r.pulled for r in rows), "local": sum(r.local for r in rows),
             "missing": sum(not r.local for r in rows), "stages": [r.to_json() for r in rows]}
 
 
@@ -124,8 +127,9 @@ def status(remote: RemoteCache, recipes: Iterable[Path] = ()) -> dict[str, Any]:
     recipes = list(recipes)
     if recipes:
         rows = [row for recipe in recipes for row in walk(recipe, remote)]
-        return {"remote": remote.url, "stages": [r.to_json() for r in rows]}
+        return {"remote": remote.url, "remote_origin": remote.setting.origin, "stages": [r.to_json() for r in rows]}
     local = {e.key for e in remote.cache.iter_entries()}
     theirs = set(remote.store.keys())
-    return {"remote": remote.url, "local": len(local), "remote_entries": len(theirs), "both": len(local & theirs),
+    return {"remote": remote.url, "remote_origin": remote.setting.origin,
+            "local": len(local), "remote_entries": len(theirs), "both": len(local & theirs),
             "only_local": len(local - theirs), "only_remote": len(theirs - local)}

@@ -131,7 +131,7 @@ class Lock:
 def read(path: Path) -> Lock | None:
     """The lock at `path`, or None if there is none; RecipeError if it is unreadable."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = yamlio.read_bounded(path)  # past the size limit: refused by safe_load, never read whole
     except FileNotFoundError:
         return None
     try:

@@ -137,6 +137,21 @@ def copy_with_progress(src: Path, dest: Path, progress: Callable[[int], None] | 
             progress(len(chunk))
 
 
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _refuse_plain_http_password(base: str, user: str, env: str) -> None:
+    """Basic auth over plain HTTP shows the password to anyone on the way: only to this machine."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base)
+    if parts.scheme == "http" and (parts.hostname or "") not in _LOOPBACK:
+        raise InvalidInput(f"webdav+{base}: zoo would send the password of {user} (${env}) over plain HTTP, "
+                           "readable on the way; refused",
+                           hint=f"use webdav+https://{parts.netloc}{parts.path} (plain HTTP with a password only "
+                                "to 127.0.0.1 or localhost)")
+
+
 class FsBackend:
     """One remote location (URL) and the filesystem that reaches it."""
 
@@ -160,10 +175,11 @@ class FsBackend:
             except ImportError as e:
                 raise InvalidInput("WebDAV remotes need webdav4", hint="pip install 'zoo-onnx[webdav]'") from e
             auth = None
+            base = self.url[len("webdav+"):].rstrip("/")
             if o.get("user"):
                 env = o.get("password_env") or "ZOO_WEBDAV_PASSWORD"
+                _refuse_plain_http_password(base, str(o["user"]), env)
                 auth = (o["user"], os.environ.get(env, ""))
-            base = self.url[len("webdav+"):].rstrip("/")
             fs = WebdavFileSystem(base, auth=auth, verify=bool(o.get("verify_ssl", True)), timeout=30)
             return fs, ""
         if self.scheme == "http":

@@ -96,11 +96,11 @@ def _lock_records(data: bytes | None, keys: dict[str, str]) -> dict[str, dict]:
     its only set (schema 1-2)."""
     if data is None:
         return {}
-    import yaml
+    from zoo import yamlio
 
     try:
-        lock = yaml.safe_load(data)
-    except yaml.YAMLError:
+        lock = yamlio.safe_load(data)  # a remote's file: read within the limits of any YAML zoo reads
+    except yamlio.YAMLError:
         return {}
     if not isinstance(lock, dict):
         return {}

@@ -194,12 +194,12 @@ def _missing(ref: str, recipe_dir: Path) -> InvalidInput:
 
 
 def _recipe_making(name: str, version: str, recipe_dir: Path) -> str | None:
-    import yaml
+    from zoo import yamlio
 
     for path in sorted(Path(recipe_dir).glob("*.yaml")):
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, yaml.YAMLError):
+            data = yamlio.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, yamlio.YAMLError):
             continue
         if isinstance(data, dict) and data.get("name") == name and str(data.get("version")) == version:
             relative = os.path.relpath(path)

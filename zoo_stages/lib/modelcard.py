@@ -125,7 +125,7 @@ def _build_summary(b: Build) -> dict[str, Any]:
 
 def parse_front_matter(text: str) -> tuple[dict[str, Any], str]:
     """Split a card into (front matter as data, Markdown body); InvalidInput if it has none."""
-    import yaml
+    from zoo import yamlio
 
     lines = text.split("\n")
     if not lines or lines[0].strip() != FRONT_MATTER_DELIMITER:
@@ -134,7 +134,8 @@ def parse_front_matter(text: str) -> tuple[dict[str, Any], str]:
         end = next(i for i in range(1, len(lines)) if lines[i].strip() == FRONT_MATTER_DELIMITER)
     except StopIteration:
         raise InvalidInput("model card front matter is not closed", hint="add a '---' line after it") from None
-    data = yaml.safe_load("\n".join(lines[1:end])) or {}
+    data = yamlio.load_text("\n".join(lines[1:end]), "model card", "its front matter",
+                            hint="fix the YAML between the '---' lines") or {}
     if not isinstance(data, dict):
         raise InvalidInput("model card front matter is not a mapping")
     return data, "\n".join(lines[end + 1:])

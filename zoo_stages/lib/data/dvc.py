@@ -59,6 +59,11 @@ def pin_file(out: DvcOut) -> Path:
 @lru_cache(maxsize=8)
 def fetch(out: DvcOut) -> Path:
     """A local copy of the output's bytes, downloaded once per digest (MissingExtra without dvc)."""
+    from zoo.dvcrepo import is_md5
+
+    if not is_md5(out.md5):  # checked where it is read (zoo.dvcrepo); the digest names a folder here
+        raise InvalidInput(f"data.path {out.path!r}: {out.recorded_in}: md5 {out.md5[:80]!r} is not a DVC digest",
+                           hint="DVC writes only digests there; pin a commit whose file DVC wrote")
     store = _cache_dir() / "dvc" / "data"
     digest = out.md5.removesuffix(".dir")
     target = store / digest / PurePosixPath(out.path).name
