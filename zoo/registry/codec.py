@@ -44,7 +44,8 @@ def load_manifest(data: bytes | str, where: str) -> Manifest:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ())) or "manifest"
         raise InvalidInput(f"{where}: invalid manifest field {loc}: {first.get('msg')}",
-                           hint="check the manifest against zoo.registry.manifest.Manifest") from e
+                           hint="zoo reads only manifests it would write (zoo.registry.manifest.Manifest); "
+                                "republish the version (on a remote: ask its maintainer to)") from e
 
 
 def read_manifest_file(path: Path) -> Manifest:
