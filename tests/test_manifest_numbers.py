@@ -111,6 +111,24 @@ def test_a_hostile_number_in_a_remote_manifest_is_refused_by_every_command(remot
     assert not (tmp_path / "site").exists()  # no site written
 
 
+@pytest.mark.parametrize("backend", ["folder", "http"], indirect=True)
+@pytest.mark.parametrize("literal, says", [("9" * 5000, "an integer of more than 4300 digits"),
+                                           ("[" * 100_000 + "]" * 100_000, "nested too deep")],
+                         ids=["5000-digits", "nested-100000-deep"])
+def test_a_remote_manifest_json_cannot_parse_is_one_line_naming_its_file(remote, tmp_path, literal, says):
+    """Past what json.loads takes (Python's 4300-digit limit for an int, its recursion limit): the
+    remote's file is refused as unreadable (a storage error, exit 3), no traceback."""
+    path, consumer = remote
+    _rewrite(path, "extra", literal)
+    for name, args in _commands(tmp_path).items():
+        result = zoo(*args)
+        assert result.code == 3, (name, result.text)
+        assert "Traceback" not in result.err, (name, result.err)
+        [line] = [ln for ln in result.err.splitlines() if ln.startswith("error:")]
+        assert "remote origin" in line and "models/tiny/versions/1.1.0.json" in line and says in line, (name, line)
+    assert consumer.get("tiny", "1.1.0") is None and not (tmp_path / "site").exists()
+
+
 @pytest.mark.parametrize("backend", ["folder"], indirect=True)
 def test_the_largest_numbers_a_manifest_may_hold_go_through_every_command(remote, tmp_path):
     path, _ = remote
