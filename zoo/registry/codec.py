@@ -22,8 +22,9 @@ def load_manifest(data: bytes | str, where: str) -> Manifest:
 
     try:
         obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"{where}: not valid JSON ({e})", hint="the manifest is corrupt; republish the version") from e
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise InvalidInput(f"{where}: not valid JSON ({json_problem(e)})",
+                           hint="the manifest is corrupt; republish the version") from None
     version = obj.get("schema_version") if isinstance(obj, dict) else None
     if isinstance(version, int) and not isinstance(version, bool) and version not in READABLE_SCHEMA_VERSIONS:
         newer = version > MANIFEST_SCHEMA_VERSION
@@ -44,7 +45,19 @@ def load_manifest(data: bytes | str, where: str) -> Manifest:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ())) or "manifest"
         raise InvalidInput(f"{where}: invalid manifest field {loc}: {first.get('msg')}",
-                           hint="check the manifest against zoo.registry.manifest.Manifest") from e
+                           hint="zoo reads only manifests it would write (zoo.registry.manifest.Manifest); "
+                                "republish the version (on a remote: ask its maintainer to)") from e
+
+
+def json_problem(e: BaseException) -> str:
+    """Why json.loads refused a stranger's bytes, in one short line (not Python's advice to raise its
+    4300-digit limit for integers, nor a RecursionError's traceback)."""
+    if isinstance(e, RecursionError):
+        return "nested too deep"
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if "integer string conversion" in text:
+        return "an integer of more than 4300 digits"
+    return text[:200]
 
 
 def read_manifest_file(path: Path) -> Manifest:

@@ -95,8 +95,11 @@ class FsRemoteZoo(RemoteZoo):
             if data is not None:
                 try:
                     return json.loads(data)
-                except ValueError as e:
-                    raise StorageError(f"remote {self.name}: {'/'.join(parts)} is not valid JSON") from e
+                except (ValueError, RecursionError) as e:  # a stranger's file: deep nesting, 5000-digit integers
+                    from zoo.registry.codec import json_problem
+
+                    raise StorageError(f"remote {self.name}: {'/'.join(parts)} is not valid JSON "
+                                       f"({json_problem(e)})") from None
         if unreachable is not None:
             raise unreachable
         return None

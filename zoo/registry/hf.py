@@ -319,11 +319,12 @@ def _card(manifest: Manifest, zoo: "LocalZoo") -> str:
         body = zoo.blobs.path(manifest.card.sha256).read_text(encoding="utf-8", errors="replace")
         if body.lstrip().startswith("---"):
             return body
-    meta = [f"license: {manifest.license if manifest.license != 'unspecified' else 'other'}", "library_name: onnx",
-            "tags:", "- onnx", "- zoo"]
-    if manifest.task:
-        meta.append(f"- {manifest.task}")
-    lines = ["---", *meta, "---", ""]
+    import yaml
+
+    # emitted, never formatted: a license or task holding a newline must not add a key to the metadata
+    meta = {"license": manifest.license if manifest.license != "unspecified" else "other", "library_name": "onnx",
+            "tags": ["onnx", "zoo", *([manifest.task] if manifest.task else [])]}
+    lines = ["---", *yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100).splitlines(), "---", ""]
     if not body:
         lines += [f"# {manifest.name} {manifest.version}", "", manifest.description, "", "| build | file | size |",
                   "| --- | --- | --- |"]

@@ -8,9 +8,10 @@ relative POSIX paths inside the version and may never escape it.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from zoo.pathsafety import check_relative_path
 
@@ -25,6 +26,47 @@ MANIFEST_FILE = "zoo-manifest.json"
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 VERSION_RE = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
 BUILD_RE = r"^[a-z0-9][a-z0-9._-]*$"
+
+
+# The numbers a manifest may hold. A manifest from a remote is a stranger's file: a latency of 1e308 or
+# a 400-digit integer must be refused where it is read (naming the remote, the version and the field),
+# not crash whatever formats, sorts, plots or indexes it later (float() of a huge int overflows, SQLite
+# holds 64 bits, a plot's scale overflows to inf). Integers stay within 2**53, which a float and the web
+# catalog's JavaScript hold exactly (sizes up to 8 PiB); other figures are finite and within 1e15
+# (latencies, metrics, throughputs, byte counts), larger than anything a model measures.
+MAX_INT = 2**53
+MAX_FIGURE = 1e15
+MAX_NESTING = 32  # levels of lists and objects in `extra` and `preprocessing`
+
+
+def check_bounded(value: Any, depth: int = 0) -> Any:
+    """`value` when every number in it is an integer within `MAX_INT` or a finite float within
+    `MAX_FIGURE`, and it nests at most `MAX_NESTING` levels; ValueError saying which bound it breaks."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        if not -MAX_INT <= value <= MAX_INT:
+            # str() of an int of more than 4300 digits raises (Python's limit); 13000 bits are about 3900
+            digits = len(str(abs(value))) if value.bit_length() <= 13000 else "over 3900"
+            raise ValueError(f"an integer of {digits} digits is out of bounds (at most 2**53 in size)")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value) or abs(value) > MAX_FIGURE:
+            raise ValueError(f"the number {value!r} is out of bounds (finite, at most {MAX_FIGURE:g} in size)")
+        return value
+    if depth >= MAX_NESTING:
+        raise ValueError(f"nested more than {MAX_NESTING} levels deep")
+    if isinstance(value, dict):
+        for item in value.values():
+            check_bounded(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_bounded(item, depth + 1)
+    return value
+
+
+# a manifest's number (or a value that may be one), checked by `check_bounded` after its type
+Bounded = AfterValidator(check_bounded)
 
 
 class _Strict(BaseModel):
@@ -51,7 +93,7 @@ class FileRef(_Strict):
 
     path: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, le=MAX_INT)
 
     _check = field_validator("path")(classmethod(lambda cls, v: check_relative_path(v)))
 
@@ -61,7 +103,7 @@ class Port(_Strict):
 
     name: str
     dtype: str
-    shape: list[int | str | None]
+    shape: list[Annotated[int | str | None, Bounded]]
 
 
 class Build(_Strict):
@@ -71,7 +113,7 @@ class Build(_Strict):
     file: FileRef
     format: Literal["onnx", "ort", "openvino"] = "onnx"
     precision: str = "fp32"
-    opset: int | None = None
+    opset: Annotated[int | None, Bounded] = None
     inputs: list[Port] = Field(default_factory=list)
     outputs: list[Port] = Field(default_factory=list)
     runtime: str = Field("", description="what can run it: 'onnx' (any runtime implementing its opsets: standard "
@@ -91,8 +133,8 @@ class Build(_Strict):
     verified: bool | None = Field(None, description="run on the runtime and device it is made for, its outputs "
                                                     "checked (None: an older manifest that does not say)")
     unverified_reason: str = Field("", description="why `verified` is false")
-    metrics: dict[str, float | int | str | None] = Field(default_factory=dict)
-    measured_on: dict[str, str | int] = Field(
+    metrics: dict[str, Annotated[float | int | str | None, Bounded]] = Field(default_factory=dict)
+    measured_on: dict[str, Annotated[str | int, Bounded]] = Field(
         default_factory=dict, description="what the timing metrics were measured with: runtime, runtime_version, "
                                           "execution_provider, device, platform, threads (empty: no timings)")
     test_vectors: list[FileRef] = Field(default_factory=list)
@@ -134,6 +176,8 @@ class Manifest(_Strict):
                                           "transforms: image size, layout, scale, mean/std; table columns and "
                                           "normalisation; tokenizer and max length); empty when unknown")
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    _bounded = field_validator("preprocessing", "extra")(classmethod(lambda cls, v: check_bounded(v)))
 
     def all_files(self) -> list[FileRef]:
         """Every file of the version, builds first, without duplicates."""

@@ -92,5 +92,5 @@ def _number(value) -> float | None:
         return None
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a float (a manifest bounds them)
         return None

@@ -141,7 +141,11 @@ def _latency(build: Build, host: HostRuntimes) -> float:
     where = str(build.measured_on.get("platform") or "")
     if where and host.platform and where != host.platform and not (is_cuda(build) and host.cuda):
         return float("inf")  # other CPU kernels: an int8 build fast with VNNI may be slow here
-    return float(v)
+    try:
+        latency = float(v)
+    except OverflowError:  # an int past a float (a manifest bounds them): no figure to rank by
+        return float("inf")
+    return latency if latency == latency else float("inf")  # NaN would make the order arbitrary
 
 
 def rank_builds(manifest: Manifest, providers: list[str] | None = None, *,

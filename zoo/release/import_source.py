@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from zoo.errors import AccessDenied, InvalidInput, NotFound, SourceUnreachable
+from zoo.errors import AccessDenied, IntegrityError, InvalidInput, NotFound, SourceUnreachable
 from zoo.registry.manifest import NAME_RE, VERSION_RE
 
 FORMS = ("a local .onnx file, https://...#sha256=<64 hex>, hf://org/repo[@revision][/file.onnx] or a catalog "
          "name such as torchvision:resnet18")
 DEFAULT_VERSION = "1.0.0"
 IMAGENET_INPUT = (3, 224, 224)  # a catalog without preprocessing.input_shape: ImageNet classifiers' input
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST = re.compile(r"[0-9a-f]{64}")  # fullmatch only: `$` would let a final newline through
 
 
 @dataclass(frozen=True)
@@ -134,11 +134,18 @@ def _local(text: str) -> ImportSource:
 def _url(text: str) -> ImportSource:
     url, _, fragment = text.partition("#")
     digest = fragment[len("sha256="):].lower() if fragment.startswith("sha256=") else ""
-    if not _DIGEST.match(digest):
+    if not _DIGEST.fullmatch(digest):
         what = f"its sha256 {digest!r} is not 64 hex digits" if digest else "it has no #sha256=<64 hex digits>"
         raise InvalidInput(f"cannot import {url}: {what}",
                            hint=f"download it once from a source you trust, run `sha256sum FILE` (or `curl -sL "
                                 f"{url} | sha256sum`), then: zoo import '{url}#sha256=<the 64 hex digits>'")
+    path = url.split("://", 1)[1].partition("/")[2].split("?", 1)[0]
+    why = "it holds a backslash" if "\\" in url else \
+        "it holds a space or control character" if any(ch.isspace() or not ch.isprintable() for ch in url) else \
+        "its path has a '.' or '..' part" if any(p in (".", "..") for p in path.split("/")) else None
+    if why:  # the URL is pinned into the recipe and the provenance: it must mean one file, as written
+        raise InvalidInput(f"cannot import {url!r}: {why}",
+                           hint="give the file's URL as the server names it: https://HOST/PATH#sha256=<64 hex>")
     filename = url.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
     return ImportSource(text=text, form="url", location=url, sha256=digest,
                         name=default_name(_stem(filename) or "model"), version=DEFAULT_VERSION)
@@ -164,22 +171,66 @@ def _catalog(text: str) -> ImportSource:
                         weights_url=entry["url"])
 
 
+HUB_FORM = "hf://ORG/REPO[@REV]/PATH"
+_HUB_HINT = (f"write {HUB_FORM}: PATH relative to the repo's root, its parts separated by '/', "
+             "e.g. zoo import hf://org/repo@main/onnx/model.onnx")
+# the Hub's own rules for owner and repo names: letters, digits, '-', '_', '.' (no '..', no leading '.')
+_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+# a branch, tag or commit: git's ref characters without anything that reads as a path step or a command
+_HUB_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}")
+# a commit id the Hub answers with (sha1, or sha256 for a sha256 repository)
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
 def parse_hub(text: str) -> tuple[str, str | None, str | None]:
-    """``hf://org/repo[@rev][/file]`` -> (repo id, revision or None, file in the repo or None)."""
+    """``hf://org/repo[@rev][/file]`` -> (repo id, revision or None, file in the repo or None).
+
+    The source is a stranger's text as much as the user's (pasted from a web page, a script):
+    owner, repo and revision must be names, and the file a plain relative path (no '..' or '.'
+    part, no empty part, not absolute, no backslash, no control character) -- InvalidInput, exit 2,
+    before anything is asked of the Hub."""
     parts = text[len("hf://"):].split("/", 2)
     if len(parts) < 2 or not parts[0] or not parts[1] or (len(parts) == 3 and not parts[2]):
-        raise InvalidInput(f"cannot import {text!r}: expected hf://org/repo[@revision][/file.onnx]",
-                           hint="e.g. zoo import hf://org/repo or hf://org/repo@v1.0/model.onnx")
+        raise InvalidInput(f"cannot import {text!r}: expected {HUB_FORM}", hint=_HUB_HINT)
     repo, _, revision = parts[1].partition("@")
     if not repo or (_ and not revision):
-        raise InvalidInput(f"cannot import {text!r}: empty repo or revision", hint="e.g. hf://org/repo@main")
-    return f"{parts[0]}/{repo}", revision or None, parts[2] if len(parts) == 3 else None
+        raise InvalidInput(f"cannot import {text!r}: empty repo or revision", hint=_HUB_HINT)
+    for what, value, pattern in (("owner", parts[0], _HUB_NAME), ("repo name", repo, _HUB_NAME),
+                                 ("revision", revision, _HUB_REVISION)):
+        if value and (not pattern.fullmatch(value) or ".." in value):
+            raise InvalidInput(f"cannot import {text!r}: the {what} {value!r} is not a Hub name "
+                               "(letters, digits, '-', '_', '.')", hint=_HUB_HINT)
+    filename = parts[2] if len(parts) == 3 else None
+    if filename is not None:
+        why = repo_path_problem(filename)
+        if why:
+            raise InvalidInput(f"cannot import {text!r}: the path {filename!r} in the repo {why}", hint=_HUB_HINT)
+    return f"{parts[0]}/{repo}", revision or None, filename
+
+
+def repo_path_problem(path: str) -> str | None:
+    """Why `path` is not a plain relative path inside a repo (None when it is one)."""
+    if path.startswith("/"):
+        return "is absolute"
+    if "\\" in path:
+        return "holds a backslash"
+    if any(not ch.isprintable() for ch in path):
+        return "holds a control character"
+    parts = path.split("/")
+    if any(p == "" for p in parts):
+        return "has an empty part ('//' or a trailing '/')"
+    if any(p in (".", "..") for p in parts):
+        return "has a '.' or '..' part"
+    return None
 
 
 def _hub(text: str) -> ImportSource:
     repo_id, revision, filename = parse_hub(text)
     info = _hub_call(lambda api: api.model_info(repo_id, revision=revision or "main"), text, repo_id, revision)
-    commit = info.sha
+    commit = str(info.sha or "")
+    if not _COMMIT.fullmatch(commit):  # it goes into the pinned URL and the recipe: only a commit id will do
+        raise IntegrityError(f"the Hub at {_endpoint()} answered {commit[:80]!r} as the commit of {repo_id}"
+                             f"@{revision or 'main'}: not a commit id", hint="check HF_ENDPOINT; nothing was imported")
     onnx_files = sorted(s.rfilename for s in info.siblings or () if s.rfilename.endswith(".onnx"))
     if filename is None:
         if not onnx_files:
@@ -190,19 +241,56 @@ def _hub(text: str) -> ImportSource:
             raise InvalidInput(f"{repo_id} has {len(onnx_files)} .onnx files: {', '.join(onnx_files)}; "
                                f"name the one to import", hint=f"one of:\n{listed}")
         filename = onnx_files[0]
+        why = repo_path_problem(filename)
+        if why:  # a name the Hub listed, not one the user typed: the Hub (or a mirror) is not to be trusted with paths
+            raise IntegrityError(f"the Hub lists {filename!r} in {repo_id}@{commit[:12]}: the path {why}",
+                                 hint=f"name a file: {HUB_FORM}; nothing was imported")
     elif filename not in {s.rfilename for s in info.siblings or ()}:
         raise NotFound(f"{repo_id}@{commit[:12]} has no file {filename!r}",
                        hint=f"its .onnx files: {', '.join(onnx_files) or 'none'}")
     digest = _hub_sha256(repo_id, filename, commit, text)
-    card = info.card_data
-    license_ = (card.get("license_name") if card and card.get("license") == "other" else None) or \
-               (card.get("license") if card else None)
-    if isinstance(license_, list):
-        license_ = " AND ".join(map(str, license_))
     return ImportSource(text=text, form="hf", location=f"hf://{repo_id}@{commit}/{filename}", sha256=digest,
                         name=default_name(repo_id.split("/", 1)[1]), version=_version_of(revision),
-                        revision=commit, license=str(license_) if license_ else None,
+                        revision=commit, license=card_license(info.card_data, f"{repo_id}@{commit[:12]}"),
                         attribution=f"{repo_id} on the Hugging Face Hub (commit {commit})")
+
+
+# a license as a card states it: an SPDX identifier or the Hub's own ids (mit, apache-2.0, cc-by-nc-4.0,
+# llama3.1, other's license_name), or an SPDX expression of them (AND, OR, WITH; no parentheses)
+_LICENSE_ID = r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}"
+LICENSE_RE = re.compile(rf"{_LICENSE_ID}(?: (?:AND|OR|WITH) {_LICENSE_ID}){{0,7}}")
+
+
+def card_license(card: Any, where: str) -> str | None:
+    """The license a repo card's metadata states, when it is a license identifier (``mit``,
+    ``apache-2.0``, a list of them joined by AND); None when it states none.
+
+    A card is a stranger's text: the value goes into the generated recipe, the build's metadata and
+    the version's manifest, so anything that is not a short one-line identifier (a newline, YAML,
+    markup, a paragraph) is dropped with a warning line on stderr rather than refused -- the model
+    is still importable, and the version claims no license ("unspecified") instead of a wrong one."""
+    if not card:
+        return None
+    value = card.get("license_name") if card.get("license") == "other" else None
+    value = value or card.get("license")
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        value = " AND ".join(value)
+    if not value:  # none stated (no key, an empty string or list)
+        return None
+    if isinstance(value, str) and len(value) <= 200 and LICENSE_RE.fullmatch(value):
+        return value
+    import sys
+
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    print(f"warning: {where}: the card's license {shown} is not a license identifier (such as mit or "
+          "apache-2.0); importing without a license (unspecified)", file=sys.stderr, flush=True)
+    return None
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
 
 
 def _hub_sha256(repo_id: str, filename: str, commit: str, text: str) -> str:
@@ -210,7 +298,7 @@ def _hub_sha256(repo_id: str, filename: str, commit: str, text: str) -> str:
     pointer), the digest of its bytes at that commit, which git's own hashing makes immutable."""
     [info] = _hub_call(lambda api: api.get_paths_info(repo_id, [filename], revision=commit), text, repo_id, commit)
     lfs = getattr(info, "lfs", None)
-    if lfs is not None and _DIGEST.match(str(getattr(lfs, "sha256", ""))):
+    if lfs is not None and _DIGEST.fullmatch(str(getattr(lfs, "sha256", ""))):
         return lfs.sha256
     from huggingface_hub import hf_hub_download
 

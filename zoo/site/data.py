@@ -8,6 +8,8 @@ its model files: `zoo pull` is how to get a build, and each build carries its ex
 
 from __future__ import annotations
 
+import math
+
 import posixpath
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -167,9 +169,14 @@ def _role(path: str) -> str:
 
 
 def _number(value) -> float | None:
+    """A figure the plots can place: a finite float (NaN, infinities and ints past a float are none)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if value == value else None  # NaN is no figure
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _build(m: "Manifest", b, metric: str, vectors: list[dict], remote: str | None) -> dict:
