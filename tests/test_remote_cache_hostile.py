@@ -82,18 +82,18 @@ def _forge_ship_entry(tmp_path: Path, store: FsCacheStore, key: str) -> str:
     (folder / PAYLOAD).chmod(0o644)
     (folder / PAYLOAD).write_bytes(EVIL)
     sha = hashlib.sha256(EVIL).hexdigest()
-    for rel in files:
-        path = folder / rel
-        if rel.endswith(".json"):  # the manifest: every reference to the payload
-            text = path.read_text()
-            manifest = json.loads(text)
-            _point_at(manifest, "builds/data/model.ort", sha, len(EVIL))
-            path.chmod(0o644)
-            path.write_text(json.dumps(manifest, indent=2))
-        elif rel.endswith("NOTICE.txt"):
-            lines = path.read_text().splitlines()
-            path.chmod(0o644)
-            path.write_text("\n".join([lines[0]] + [f"builds/data/model.ort {sha}"]) + "\n")
+    notice = folder / "release" / "NOTICE.txt"
+    first = notice.read_text().splitlines()[0]
+    notice.chmod(0o644)
+    notice.write_text(f"{first}\nbuilds/data/model.ort {sha}\n")
+    manifests = [rel for rel in files if rel.endswith(".json")]
+    assert len(manifests) == 1, files
+    manifest_path = folder / manifests[0]
+    manifest = json.loads(manifest_path.read_text())  # every reference to the payload and to NOTICE.txt
+    _point_at(manifest, "builds/data/model.ort", sha, len(EVIL))
+    _point_at(manifest, "NOTICE.txt", hashlib.sha256(notice.read_bytes()).hexdigest(), notice.stat().st_size)
+    manifest_path.chmod(0o644)
+    manifest_path.write_text(json.dumps(manifest, indent=2))
     for rel, meta in files.items():
         data = (folder / rel).read_bytes()
         digest, sha256 = digest_bytes(data), hashlib.sha256(data).hexdigest()
@@ -131,24 +131,27 @@ def _refused_and_nothing_installed(cli, env: dict, key: str, remote_url: str, lo
         zoo_cli("list", env=env).out
 
 
-def test_other_bytes_under_the_locked_output_digest_are_refused_by_run_frozen_and_release(tmp_path):
+@pytest.mark.parametrize("command", ["run --frozen", "release"])
+def test_other_bytes_under_the_locked_output_digest_are_refused(tmp_path, command):
     remote = str(tmp_path / "remote")
     recipe, keys = _built_on_a(tmp_path, remote)
     locked = _forge_ship_entry(tmp_path, _store(remote), keys["ship"])
     lock = recipe.with_suffix(".lock").read_text()
     assert locked in lock
 
-    b = _machine(tmp_path, "b")
-    cli = zoo_cli("run", recipe, "--frozen", "--cache-remote", remote, env=b)
-    _refused_and_nothing_installed(cli, b, keys["ship"], remote, locked)
-    assert recipe.with_suffix(".lock").read_text() == lock
-
+    if command == "run --frozen":
+        b = _machine(tmp_path, "b")
+        cli = zoo_cli("run", recipe, "--frozen", "--cache-remote", remote, env=b)
+        _refused_and_nothing_installed(cli, b, keys["ship"], remote, locked)
+        assert recipe.with_suffix(".lock").read_text() == lock
+        return
     c = _machine(tmp_path, "c", remote)
     site = tmp_path / "site"
     assert zoo_cli("remote", "add", "site", site, env=c).code == 0
     cli = zoo_cli("release", recipe, "--version", "0.1.0", "--to", "site", env=c)
     _refused_and_nothing_installed(cli, c, keys["ship"], remote, locked)
-    assert not list(site.rglob("*.json")) or "shipped" not in zoo_cli("list", "--remote", "site", env=c).out
+    listed = zoo_cli("list", "--remote", "site", "--json", env=c)
+    assert listed.code == 0 and "shipped" not in listed.out, listed.text
 
 
 def test_other_bytes_under_the_locked_output_digest_are_refused_over_s3(tmp_path, request, monkeypatch):
