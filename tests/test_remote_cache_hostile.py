@@ -209,7 +209,9 @@ def test_an_entry_that_is_a_link_to_dev_zero_is_not_read(tmp_path):
                             "symbolic link, not a regular file; taken as a miss"], got["notes"]
 
 
-@pytest.mark.parametrize("poison", [{"host": [1]}, {"metrics": [1]}, {"outputs": [1]}, {"files": {"f": "x"}}])
+@pytest.mark.parametrize("poison", [{"host": [1]}, {"metrics": [1]}, {"outputs": [1]}, {"files": {"f": "x"}},
+                                    # what a forged remote entry left before outputs were recomputed
+                                    {"outputs": {"data": {"path": "checked.txt", "digest": "0" * 64}}}])
 def test_a_poisoned_local_entry_is_a_miss_and_gc_removes_it(tmp_path, poison):
     """An entry already installed by an older zoo from a hostile remote: every later run treated it
     as a hit and crashed. Now it is a miss with a note, the run recomputes the stage (replacing the
@@ -230,7 +232,9 @@ def test_a_poisoned_local_entry_is_a_miss_and_gc_removes_it(tmp_path, poison):
 
     plan = zoo_cli("plan", recipe, "--cache-remote", "none", env=env)
     assert plan.code == 0 and "Traceback" not in plan.text, plan.text
-    assert f"note: the cache entry {path} is not a valid entry (" in plan.err
+    why = "declares output 'data' as " + "0" * 64 if "outputs" in poison and isinstance(poison["outputs"], dict) \
+        else "is not a valid entry ("
+    assert f"note: the cache entry {path} {why}" in plan.err, plan.err
     assert "treated as a miss (`zoo gc` removes it)" in plan.err
 
     gc = zoo_cli("gc", env=env)

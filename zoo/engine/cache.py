@@ -175,6 +175,9 @@ class Cache:
             raise MalformedEntry(f"the cache entry {path} is not a valid entry ({first_problem(e)})") from None
         if entry.key != key:
             raise MalformedEntry(f"the cache entry {path} describes another key ({entry.key[:16]}…)")
+        lies = misdeclared_outputs(entry)  # installed from a forged remote entry by an older zoo
+        if lies:
+            raise MalformedEntry(f"the cache entry {path} declares output {lies[0]}")
         return entry
 
     def iter_entries(self) -> Iterator[Entry]:
@@ -465,6 +468,17 @@ def digest_of_output(rel: str, files: dict[str, dict[str, Any]]) -> str:
         return files[rel]["digest"]
     prefix = rel.rstrip("/") + "/"  # a folder (the same digest as ever: lockfiles pin it)
     return tree_digest({k[len(prefix):]: v["digest"] for k, v in files.items() if k.startswith(prefix)})
+
+
+def misdeclared_outputs(entry: "Entry") -> list[str]:
+    """The outputs of `entry` whose declared digest is not the one its files make (`digest_of_output`),
+    each as "'name' as DECLARED, but the files it brings make MADE"; [] for an honest entry."""
+    bad = []
+    for name, out in sorted(entry.outputs.items()):
+        made = digest_of_output(out["path"], entry.files)
+        if made != out["digest"]:
+            bad.append(f"{name!r} as {out['digest']}, but the files it brings make {made}")
+    return bad
 
 
 def tree_digest(files: dict[str, str]) -> str:

@@ -417,13 +417,13 @@ def parse_document(data: bytes, key: str, url: str) -> tuple[Entry, dict[str, st
       what it brings: another key, a path outside the stage's folder, an object without a sha256,
       a declared output missing, or a declared output digest that is not the one its files make.
       The output digests are recomputed from the files' blake3 digests exactly as `Cache.commit`
-      computes them for a local run (`digest_of_output`); each file's blake3 is then checked
+      computes them for a local run (`misdeclared_outputs`); each file's blake3 is then checked
       against its bytes while they download. So what `--frozen` and `zoo release` compare with
       the lockfile is what the fetched bytes are, never what the entry claims.
     """
     from pydantic import ValidationError
 
-    from zoo.engine.cache import digest_of_output
+    from zoo.engine.cache import misdeclared_outputs
     from zoo.engine.cache_store import entry_name
     from zoo.engine.entry_schema import RemoteEntryDoc, first_problem
     from zoo.pathsafety import EscapingPath, check_relative_path
@@ -469,10 +469,9 @@ def parse_document(data: bytes, key: str, url: str) -> tuple[Entry, dict[str, st
             raise lying(f"lacks a valid digest for {rel!r}")
     if missing_outputs(entry.outputs, entry.files):
         raise lying("lacks a declared output")
-    for name, out in sorted(entry.outputs.items()):
-        made = digest_of_output(out["path"], entry.files)
-        if made != out["digest"]:
-            raise lying(f"declares output {name!r} as {out['digest']}, but the files it brings make {made}")
+    lies = misdeclared_outputs(entry)
+    if lies:
+        raise lying(f"declares output {lies[0]}")
     log = None if doc.log is None else {"sha256": doc.log.sha256, "size": doc.log.size}
     return entry, dict(doc.sha256), log
 
