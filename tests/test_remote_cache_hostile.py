@@ -210,6 +210,7 @@ def test_an_entry_that_is_a_link_to_dev_zero_is_not_read(tmp_path):
 
 
 @pytest.mark.parametrize("poison", [{"host": [1]}, {"metrics": [1]}, {"outputs": [1]}, {"files": {"f": "x"}},
+                                    {"stage": "check\x1b[2J"},  # a terminal escape in what a message prints
                                     # what a forged remote entry left before outputs were recomputed
                                     {"outputs": {"data": {"path": "checked.txt", "digest": "0" * 64}}}])
 def test_a_poisoned_local_entry_is_a_miss_and_gc_removes_it(tmp_path, poison):

@@ -175,7 +175,9 @@ class Cache:
             raise MalformedEntry(f"the cache entry {path} is not a valid entry ({first_problem(e)})") from None
         if entry.key != key:
             raise MalformedEntry(f"the cache entry {path} describes another key ({entry.key[:16]}…)")
-        lies = misdeclared_outputs(entry)  # installed from a forged remote entry by an older zoo
+        # installed from a forged remote entry by an older zoo (one that lacks an output is read,
+        # and never a hit: `lookup`)
+        lies = [] if missing_outputs(entry.outputs, entry.files) else misdeclared_outputs(entry)
         if lies:
             raise MalformedEntry(f"the cache entry {path} declares output {lies[0]}")
         return entry

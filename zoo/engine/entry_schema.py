@@ -47,13 +47,17 @@ class HostInfo(_Strict):
     features: list[str] | None = None
 
 
+# names a message may print: no control characters (a terminal escape, a line break), bounded
+Printable = Annotated[str, Field(pattern=r"^[^\x00-\x1f\x7f]*$", max_length=256)]
+
+
 class EntryDoc(_Strict):
     """A local cache entry (schema_version 1), as `Entry.to_json` writes it."""
 
     schema_version: Literal[1]
-    key: str
-    stage: str
-    kind: str
+    key: Printable
+    stage: Printable
+    kind: Printable
     outputs: dict[str, OutputRef]
     files: dict[str, FileMeta]
     metrics: dict[str, JsonValue] = {}

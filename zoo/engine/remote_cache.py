@@ -28,8 +28,20 @@ lockfile record name: a tampered object (or an entry whose sha256 points at othe
 digest is checked, not two: sha256 would add a second pass over every byte and prove nothing the
 blake3 check does not (the entry that names both is what the bytes are checked against). Where
 sha256 is needed (publishing a build to the zoo, whose blobs are named by it), the publisher
-hashes the file. Trust: whoever can write to the remote can publish entries for keys; a remote
-cache is shared with people you trust to build for you.
+hashes the file.
+
+Trust: a remote entry is hostile input until checked, and is checked before anything is
+installed (`parse_document`). It is read with a bound (`entry_schema.ENTRY_MAX_BYTES`; on a
+folder remote a regular file only, never a link) and validated by a strict schema
+(zoo/engine/entry_schema.py): a document that is not a valid entry is a miss with a one-line note
+naming the remote and the entry (the stage runs here, also under `--frozen`, whose comparison
+with the lockfile then decides). A valid entry that contradicts what it brings is an
+IntegrityError (exit 4, the stage fails, nothing is installed): its declared output digests are
+recomputed from its files exactly as a local commit computes them, and each file's blake3 is
+checked against its bytes as they download, so what `--frozen` and `zoo release` compare with the
+lockfile is always what the fetched bytes are. What the remote can still choose: for a key whose
+lockfile record it does not meet, bytes of its own (a remote cache is shared with people you trust
+to build for you; `--frozen` is what pins them), and the metrics and log of an entry.
 
 An unreachable or refusing remote (SourceUnreachable, AccessDenied) is noted once and the run
 goes on with the local cache only (`notes`).
