@@ -247,3 +247,26 @@ def test_a_poisoned_local_entry_is_a_miss_and_gc_removes_it(tmp_path, poison):
     assert cli.code == 0 and "Traceback" not in cli.text, cli.text
     assert {s["id"]: s["state"] for s in json.loads(cli.out)["stages"]}["check"] == "done"
     assert json.loads(path.read_text())["host"] == json.loads(good)["host"]  # healed: the run's own entry
+
+
+def test_an_entry_larger_than_the_bound_is_a_miss_unread_with_a_stand_in_bound(tmp_path, monkeypatch):
+    """Stand-in: the bound (64 MiB) lowered to 4 KiB, in-process. A larger entry is a miss with a
+    note, and the store asks its backend for no more than the bound (it reads one byte more)."""
+    from zoo.engine import entry_schema
+    from zoo.engine.cache_config import RemoteCacheSetting
+    from zoo.engine.remote_cache import RemoteCache
+    from zoo.registry import fsbackend
+
+    monkeypatch.setattr(entry_schema, "ENTRY_MAX_BYTES", 4096)
+    url = str(tmp_path / "remote")
+    store = FsCacheStore(url)
+    key = "ab" * 32
+    store.create_entry(key, b"{" + b" " * 100_000 + b"}")
+    asked: list[int] = []
+    real = fsbackend.FsBackend.read
+    monkeypatch.setattr(fsbackend.FsBackend, "read",
+                        lambda self, rpath, limit=None: (asked.append(limit), real(self, rpath, limit))[1])
+    remote = RemoteCache(Cache(tmp_path / "b").ensure(), RemoteCacheSetting(url), store=store)
+    assert remote.fetch(key) is None and asked == [4096]
+    assert remote.notes == [f"remote cache {url}: the entry entries/ab/{key}.json is larger than 4 KiB; "
+                            "taken as a miss"]

@@ -155,20 +155,21 @@ class Cache:
         is not a valid entry: a link or not a regular file, larger than any entry, not JSON, or
         any field of the wrong type (a damaged or tampered cache must be a miss, never a traceback
         in whatever reads the field later)."""
-        from zoo.engine.entry_schema import ENTRY_MAX_BYTES, first_problem
+        from zoo.engine import entry_schema
+        from zoo.engine.entry_schema import first_problem
         from zoo.files import NotARegularFile, read_regular
 
         path = self.entry_path(key)
         try:
-            data = read_regular(path, ENTRY_MAX_BYTES)
+            data = read_regular(path, entry_schema.ENTRY_MAX_BYTES)
         except FileNotFoundError:
             raise
         except NotARegularFile as e:
             raise MalformedEntry(f"the cache entry {path} is {e.strerror}") from None
         except OSError as e:
             raise MalformedEntry(f"the cache entry {path} cannot be read: {e.strerror or e}") from None
-        if len(data) > ENTRY_MAX_BYTES:
-            raise MalformedEntry(f"the cache entry {path} is larger than {ENTRY_MAX_BYTES >> 20} MiB")
+        if len(data) > entry_schema.ENTRY_MAX_BYTES:
+            raise MalformedEntry(f"the cache entry {path} is larger than {entry_schema.bound()}")
         try:
             entry = Entry.from_json(json.loads(data))
         except (ValueError, RecursionError) as e:

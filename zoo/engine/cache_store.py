@@ -88,18 +88,18 @@ class FsCacheStore(CacheStore):
         return self.backend.path("objects", "sha256", sha256[:2], sha256)
 
     def read_entry(self, key: str) -> bytes | None:
-        from zoo.engine.entry_schema import ENTRY_MAX_BYTES
+        from zoo.engine import entry_schema
         from zoo.errors import MalformedEntry
         from zoo.files import NotARegularFile
 
         rpath = self._entry_path(key)
         try:
-            data = self.backend.read(rpath, limit=ENTRY_MAX_BYTES)
+            data = self.backend.read(rpath, limit=entry_schema.ENTRY_MAX_BYTES)
         except NotARegularFile as e:
             raise MalformedEntry(f"remote cache {self.url}: the entry {entry_name(key)} is {e.strerror}") from None
-        if data is not None and len(data) > ENTRY_MAX_BYTES:
+        if data is not None and len(data) > entry_schema.ENTRY_MAX_BYTES:
             raise MalformedEntry(f"remote cache {self.url}: the entry {entry_name(key)} is larger than "
-                                 f"{ENTRY_MAX_BYTES >> 20} MiB")
+                                 f"{entry_schema.bound()}")
         return data
 
     def create_entry(self, key: str, data: bytes) -> bool:

@@ -23,6 +23,12 @@ HEX64 = r"^[0-9a-f]{64}$"  # pydantic matches with Rust regex: `$` is the end of
 Hex64 = Annotated[str, Field(pattern=HEX64)]
 
 
+def bound() -> str:
+    """`ENTRY_MAX_BYTES` for a message ("64 MiB")."""
+    n = ENTRY_MAX_BYTES
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
