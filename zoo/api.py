@@ -98,19 +98,21 @@ def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None,
     dag = load(path)
     cache = Cache(paths.cache_dir(cache_dir))
     remote = _remote_cache(cache, cache_remote, dag)
-    result = _plan(dag, cache_dir, force, remote)[0]
+    result = _plan(dag, cache_dir, force, remote, cache)[0]
+    result.notes = list(cache.notes)  # local entries found invalid (each a miss)
     if remote is not None:
-        result.cache_remote, result.notes = remote.url, list(remote.notes)
+        result.cache_remote = remote.url
+        result.notes += remote.notes
         result.cache_remote_origin, result.cache_remote_push = remote.setting.origin, remote.setting.push
     return result
 
 
 def _plan(dag: planner.Dag, cache_dir: str | Path | None, force: Iterable[str] | bool,
-          remote: Any = None) -> tuple[Result, dict[str, dict]]:
+          remote: Any = None, cache: Cache | None = None) -> tuple[Result, dict[str, dict]]:
     """The plan, and the key parts of every stage whose key it could compute (for `--frozen`)."""
     from zoo import host
 
-    cache = Cache(paths.cache_dir(cache_dir))
+    cache = cache or Cache(paths.cache_dir(cache_dir))
     forced = _forced(dag, force)
     previous = lockfile.read(lockfile.lock_path(dag.recipe.path))
     here = host.platform_class()
@@ -175,7 +177,7 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     guard = None
     if frozen:
         runs_on = _local_platform(executor)
-        planned, parts = _plan(dag, cache_dir, sorted(forced))
+        planned, parts = _plan(dag, cache_dir, sorted(forced), cache=cache)
         frozen_mod.raise_if(frozen_mod.preflight(dag, planned, parts, previous, runs_on), dag, [])
         guard = frozen_mod.Guard(previous, runs_on)
     if executor is None or isinstance(executor, str):
@@ -205,7 +207,7 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     changed = lockfile.write(lock_file, new_lock) if record and not frozen and worth_writing else False
     result = Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
                     stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
-                    lock_changed=changed, executed=executed, notes=list(remote.notes) if remote else [],
+                    lock_changed=changed, executed=executed, notes=cache.notes + (remote.notes if remote else []),
                     cache_remote=remote.url if remote else None,
                     cache_remote_origin=remote.setting.origin if remote else None,
                     cache_remote_push=remote.setting.push if remote else None)

@@ -126,6 +126,12 @@ class IntegrityError(ZooError):
     exit_code = ExitCode.INTEGRITY
 
 
+class MalformedEntry(IntegrityError):
+    """A cache entry that is not a valid document of its schema (damaged, too large, not a regular
+    file, or written by an incompatible zoo). A remote one is a miss with a note, a local one a
+    miss that `zoo gc` removes: never installed, never a traceback."""
+
+
 class UnsafePath(IntegrityError):
     """A name or path (including ONNX external data) that would escape its folder."""
 

@@ -425,3 +425,29 @@ def sha256_and_size(path: Path) -> tuple[str, int]:
 def sha256_file(path: Path) -> str:
     """The sha256 hex digest of a file's bytes."""
     return sha256_and_size(path)[0]
+
+
+class NotARegularFile(OSError):
+    """A path that names a symbolic link, a device, a FIFO or a folder where a file was expected."""
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """The first `limit` + 1 bytes at most of the regular file at `path` (one byte more than
+    allowed, so the caller sees a file that is too large without reading all of it).
+
+    Never follows a symbolic link at `path` itself and never blocks on a FIFO or reads a device
+    (a link to /dev/zero would otherwise be read without end): those are `NotARegularFile`.
+    FileNotFoundError when there is nothing at `path`; other OSErrors as the system reports them."""
+    import errno
+    import stat as statmod
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotARegularFile(errno.ELOOP, "a symbolic link, not a regular file", str(path)) from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not statmod.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
+        return f.read(limit + 1)

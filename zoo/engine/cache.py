@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from zoo.errors import IntegrityError, StageFailed, StorageError, is_no_space, no_space
+from zoo.errors import IntegrityError, MalformedEntry, StageFailed, StorageError, is_no_space, no_space
 from zoo.files import atomic_write, hardlink_or_copy
 from zoo.engine.hashing import StatCache, digest_json, hash_file_uncached, tree_files
 
@@ -65,13 +65,20 @@ class Entry:
                 "duration_s": self.duration_s, "created": self.created, "host": self.host}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Entry":
-        if data.get("schema_version") != ENTRY_SCHEMA_VERSION:
-            raise ValueError(f"unsupported cache entry schema_version {data.get('schema_version')!r}")
-        return cls(key=data["key"], stage=data["stage"], kind=data["kind"], outputs=data["outputs"],
-                   files=data["files"], metrics=data.get("metrics", {}), parts=data.get("parts", {}),
-                   duration_s=data.get("duration_s", 0.0), created=data.get("created", 0.0),
-                   host=data.get("host") or {})
+    def from_json(cls, data: Any) -> "Entry":
+        """The entry `data` describes; ValueError (a pydantic ValidationError) when it is not a valid
+        entry document of this schema: every field's type is checked before anything uses it."""
+        from zoo.engine.entry_schema import EntryDoc
+
+        if not isinstance(data, dict) or data.get("schema_version") != ENTRY_SCHEMA_VERSION:
+            found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"unsupported cache entry schema_version {found!r}")
+        doc = EntryDoc.model_validate(data)
+        return cls(key=doc.key, stage=doc.stage, kind=doc.kind,
+                   outputs={name: out.model_dump() for name, out in doc.outputs.items()},
+                   files={rel: meta.model_dump() for rel, meta in doc.files.items()},
+                   metrics=dict(doc.metrics), parts=dict(doc.parts), duration_s=doc.duration_s, created=doc.created,
+                   host=doc.host.model_dump(exclude_none=True) if doc.host is not None else {})
 
     def output_digests(self) -> dict[str, str]:
         return {name: out["digest"] for name, out in self.outputs.items()}
@@ -89,6 +96,8 @@ class Cache:
         self.locks = self.root / "locks"
         self.tmp = self.root / "tmp"
         self.runs = self.root / "runs"
+        self.notes: list[str] = []  # entries found invalid (each a miss), for the run to print
+        self._noted: set[str] = set()
         self.lease = None  # the RunLease of the run using this Cache object, if any (zoo/engine/leases.py)
         self._hashes: StatCache | None = None
 
@@ -129,20 +138,59 @@ class Cache:
         return entry
 
     def read_entry(self, key: str) -> Entry | None:
-        """The entry for `key` regardless of its objects; None if absent or unreadable."""
+        """The entry for `key` regardless of its objects; None if absent or not a valid entry (a
+        note says so: `malformed_entry`)."""
         try:
-            data = json.loads(self.entry_path(key).read_bytes())
-            return Entry.from_json(data)
-        except (FileNotFoundError, ValueError, KeyError):
+            return self.load_entry(key)
+        except FileNotFoundError:
+            return None
+        except MalformedEntry as e:
+            if key not in self._noted:  # one note per entry and Cache
+                self._noted.add(key)
+                self.notes.append(f"{e.message}; treated as a miss (`zoo gc` removes it)")
             return None
 
+    def load_entry(self, key: str) -> Entry:
+        """The entry for `key`. FileNotFoundError when there is none; MalformedEntry when the file
+        is not a valid entry: a link or not a regular file, larger than any entry, not JSON, or
+        any field of the wrong type (a damaged or tampered cache must be a miss, never a traceback
+        in whatever reads the field later)."""
+        from zoo.engine import entry_schema
+        from zoo.engine.entry_schema import first_problem
+        from zoo.files import NotARegularFile, read_regular
+
+        path = self.entry_path(key)
+        try:
+            data = read_regular(path, entry_schema.ENTRY_MAX_BYTES)
+        except FileNotFoundError:
+            raise
+        except NotARegularFile as e:
+            raise MalformedEntry(f"the cache entry {path} is {e.strerror}") from None
+        except OSError as e:
+            raise MalformedEntry(f"the cache entry {path} cannot be read: {e.strerror or e}") from None
+        if len(data) > entry_schema.ENTRY_MAX_BYTES:
+            raise MalformedEntry(f"the cache entry {path} is larger than {entry_schema.bound()}")
+        try:
+            entry = Entry.from_json(json.loads(data))
+        except (ValueError, RecursionError) as e:
+            raise MalformedEntry(f"the cache entry {path} is not a valid entry ({first_problem(e)})") from None
+        if entry.key != key:
+            raise MalformedEntry(f"the cache entry {path} describes another key ({entry.key[:16]}…)")
+        # installed from a forged remote entry by an older zoo (one that lacks an output is read,
+        # and never a hit: `lookup`)
+        lies = [] if missing_outputs(entry.outputs, entry.files) else misdeclared_outputs(entry)
+        if lies:
+            raise MalformedEntry(f"the cache entry {path} declares output {lies[0]}")
+        return entry
+
     def iter_entries(self) -> Iterator[Entry]:
-        if not self.entries.exists():
-            return
-        for p in sorted(self.entries.glob("*/*.json")):
+        for p in self._entry_files():
             entry = self.read_entry(p.stem)
             if entry is not None:
                 yield entry
+
+    def _entry_files(self) -> list[Path]:
+        return sorted(self.entries.glob("*/*.json")) if self.entries.exists() else []
 
     # --- objects ------------------------------------------------------------------------
     def object_path(self, digest: str) -> Path:
@@ -235,14 +283,7 @@ class Cache:
             rel = path.relative_to(out_dir).as_posix()
             files[rel] = {"digest": hash_file_uncached(path), "size": path.stat().st_size,
                           "mode": "x" if os.access(path, os.X_OK) and path.stat().st_mode & 0o111 else ""}
-        named = {}
-        for name, rel in outputs.items():
-            if rel in files:
-                digest = files[rel]["digest"]
-            else:  # a folder (the same digest as ever: lockfiles pin it)
-                prefix = rel.rstrip("/") + "/"
-                digest = tree_digest({k[len(prefix):]: v["digest"] for k, v in files.items() if k.startswith(prefix)})
-            named[name] = {"path": rel, "digest": digest}
+        named = {name: {"path": rel, "digest": digest_of_output(rel, files)} for name, rel in outputs.items()}
         bad = missing_outputs(named, files)
         if bad:
             # an entry without its outputs would be a hit that breaks every dependent, forever
@@ -331,17 +372,24 @@ class Cache:
         freed = removed_entries = removed_objects = 0
         skipped = {"runs": sorted(held.pids), "entries": 0, "workspaces": 0, "materialised": 0, "objects": 0}
         kept_entries = []
-        for entry in list(self.iter_entries()):
-            if keep_keys is None or entry.key in keep_keys:
+        for path in self._entry_files():
+            try:
+                entry = self.load_entry(path.stem)
+            except FileNotFoundError:
+                continue
+            except MalformedEntry:  # never a hit, so of no use to anyone: garbage (a poisoned cache heals)
+                entry = None
+            if entry is not None and (keep_keys is None or entry.key in keep_keys):
                 kept_entries.append(entry)
-            elif entry.key in held.keys:
+            elif path.stem in held.keys:
                 skipped["entries"] += 1
-                kept_entries.append(entry)
+                if entry is not None:
+                    kept_entries.append(entry)
             else:
                 removed_entries += 1
                 if not dry_run:
-                    self.entry_path(entry.key).unlink(missing_ok=True)
-                    self.log_path(entry.key).unlink(missing_ok=True)
+                    _remove(path)
+                    self.log_path(path.stem).unlink(missing_ok=True)
         referenced = {meta["digest"] for e in kept_entries for meta in e.files.values()}
         if self.tmp.exists():
             for child in self.tmp.iterdir():
@@ -412,6 +460,28 @@ def _tree_size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def digest_of_output(rel: str, files: dict[str, dict[str, Any]]) -> str:
+    """The digest of the output at `rel` among a stage's `files` ({path: {"digest", ...}}): a file's
+    own blake3, or a folder's `tree_digest` of the files under it. What `Cache.commit` records and
+    lockfiles pin; a remote entry's declared output digests are recomputed with it
+    (zoo/engine/remote_cache.py)."""
+    if rel in files:
+        return files[rel]["digest"]
+    prefix = rel.rstrip("/") + "/"  # a folder (the same digest as ever: lockfiles pin it)
+    return tree_digest({k[len(prefix):]: v["digest"] for k, v in files.items() if k.startswith(prefix)})
+
+
+def misdeclared_outputs(entry: "Entry") -> list[str]:
+    """The outputs of `entry` whose declared digest is not the one its files make (`digest_of_output`),
+    each as "'name' as DECLARED, but the files it brings make MADE"; [] for an honest entry."""
+    bad = []
+    for name, out in sorted(entry.outputs.items()):
+        made = digest_of_output(out["path"], entry.files)
+        if made != out["digest"]:
+            bad.append(f"{name!r} as {out['digest']}, but the files it brings make {made}")
+    return bad
 
 
 def tree_digest(files: dict[str, str]) -> str:

@@ -42,7 +42,10 @@ class CacheStore(abc.ABC):
 
     @abc.abstractmethod
     def read_entry(self, key: str) -> bytes | None:
-        """The entry document stored under `key`, or None when there is none."""
+        """The entry document stored under `key`, or None when there is none. Read with a bound:
+        `zoo.errors.MalformedEntry` when it is larger than any entry
+        (`zoo.engine.entry_schema.ENTRY_MAX_BYTES`) or, where the store can tell, not a regular
+        file (a link on a folder remote)."""
 
     @abc.abstractmethod
     def create_entry(self, key: str, data: bytes) -> bool:
@@ -78,14 +81,26 @@ class FsCacheStore(CacheStore):
 
     def _entry_path(self, key: str) -> str:
         _check_key(key)
-        return self.backend.path("entries", key[:2], f"{key}.json")
+        return self.backend.path(*entry_name(key).split("/"))
 
     def _object_path(self, sha256: str) -> str:
         _check_key(sha256)
         return self.backend.path("objects", "sha256", sha256[:2], sha256)
 
     def read_entry(self, key: str) -> bytes | None:
-        return self.backend.read(self._entry_path(key))
+        from zoo.engine import entry_schema
+        from zoo.errors import MalformedEntry
+        from zoo.files import NotARegularFile
+
+        rpath = self._entry_path(key)
+        try:
+            data = self.backend.read(rpath, limit=entry_schema.ENTRY_MAX_BYTES)
+        except NotARegularFile as e:
+            raise MalformedEntry(f"remote cache {self.url}: the entry {entry_name(key)} is {e.strerror}") from None
+        if data is not None and len(data) > entry_schema.ENTRY_MAX_BYTES:
+            raise MalformedEntry(f"remote cache {self.url}: the entry {entry_name(key)} is larger than "
+                                 f"{entry_schema.bound()}")
+        return data
 
     def create_entry(self, key: str, data: bytes) -> bool:
         self._mark()
@@ -129,6 +144,11 @@ class FsCacheStore(CacheStore):
                 if b.read(marker) is None:
                     raise
         self._marked = True
+
+
+def entry_name(key: str) -> str:
+    """Where a store keeps the entry of `key`, relative to its root (for messages)."""
+    return f"entries/{key[:2]}/{key}.json"
 
 
 def _check_key(value: str) -> None:

@@ -28,8 +28,20 @@ lockfile record name: a tampered object (or an entry whose sha256 points at othe
 digest is checked, not two: sha256 would add a second pass over every byte and prove nothing the
 blake3 check does not (the entry that names both is what the bytes are checked against). Where
 sha256 is needed (publishing a build to the zoo, whose blobs are named by it), the publisher
-hashes the file. Trust: whoever can write to the remote can publish entries for keys; a remote
-cache is shared with people you trust to build for you.
+hashes the file.
+
+Trust: a remote entry is hostile input until checked, and is checked before anything is
+installed (`parse_document`). It is read with a bound (`entry_schema.ENTRY_MAX_BYTES`; on a
+folder remote a regular file only, never a link) and validated by a strict schema
+(zoo/engine/entry_schema.py): a document that is not a valid entry is a miss with a one-line note
+naming the remote and the entry (the stage runs here, also under `--frozen`, whose comparison
+with the lockfile then decides). A valid entry that contradicts what it brings is an
+IntegrityError (exit 4, the stage fails, nothing is installed): its declared output digests are
+recomputed from its files exactly as a local commit computes them, and each file's blake3 is
+checked against its bytes as they download, so what `--frozen` and `zoo release` compare with the
+lockfile is always what the fetched bytes are. What the remote can still choose: for a key whose
+lockfile record it does not meet, bytes of its own (a remote cache is shared with people you trust
+to build for you; `--frozen` is what pins them), and the metrics and log of an entry.
 
 An unreachable or refusing remote (SourceUnreachable, AccessDenied) is noted once and the run
 goes on with the local cache only (`notes`).
@@ -54,7 +66,7 @@ from typing import Callable
 from zoo.engine.cache import Cache, Entry, missing_outputs
 from zoo.engine.cache_config import RemoteCacheSetting
 from zoo.engine.cache_store import CacheStore, open_store
-from zoo.errors import AccessDenied, IntegrityError, NoSpace, SourceUnreachable, StorageError, ZooError
+from zoo.errors import AccessDenied, IntegrityError, MalformedEntry, NoSpace, SourceUnreachable, StorageError, ZooError
 
 REMOTE_ENTRY_SCHEMA_VERSION = 1
 PARTIAL = "partial"  # under the cache root: downloads in progress (resumed by the next run)
@@ -96,9 +108,13 @@ class RemoteCache:
 
     # --- reading -------------------------------------------------------------------------
     def remote_entry(self, key: str) -> tuple[Entry, dict[str, str]] | None:
-        """The remote's entry for `key` and its {blake3: sha256} map, or None. IntegrityError when
-        the document is not a valid entry for this key."""
-        found = self._read_entry(key)
+        """The remote's entry for `key` and its {blake3: sha256} map, or None (also when the document
+        is not a valid entry: noted). IntegrityError when it contradicts its key or its files."""
+        try:
+            found = self._read_entry(key)
+        except MalformedEntry as e:
+            self._malformed(e)
+            return None
         return None if found is None else found[:2]
 
     def _read_entry(self, key: str) -> tuple[Entry, dict[str, str], dict[str, object] | None] | None:
@@ -106,8 +122,13 @@ class RemoteCache:
         data = self.store.read_entry(key)
         if data is None:
             return None
-        entry, sha = parse_entry(data, key, self.url)
-        return entry, sha, parse_log_ref(data, key, self.url)
+        return parse_document(data, key, self.url)
+
+    def _malformed(self, e: MalformedEntry) -> None:
+        """A remote entry that is not a valid document is a miss (the stage runs here): noted once."""
+        note = f"{e.message}; taken as a miss"
+        if note not in self.notes:
+            self.notes.append(note)
 
     def peek(self, key: str) -> Entry | None:
         """The remote's entry for `key` without downloading its objects (for `zoo plan` / `status`),
@@ -120,6 +141,9 @@ class RemoteCache:
             if isinstance(e, NoSpace):
                 raise
             self._went_offline(e)
+            return None
+        except MalformedEntry as e:
+            self._malformed(e)
             return None
         except IntegrityError as e:
             self.notes.append(e.message)
@@ -143,6 +167,9 @@ class RemoteCache:
             found = self._read_entry(key)
         except NoSpace:
             raise
+        except MalformedEntry as e:
+            self._malformed(e)
+            return None
         except (SourceUnreachable, AccessDenied, StorageError) as e:  # carry on without the remote
             self._went_offline(e)
             return None
@@ -375,6 +402,8 @@ class RemoteCache:
             self.push(entry)
         except (SourceUnreachable, AccessDenied) as e:
             self._went_offline(e)
+        except MalformedEntry as e:  # the remote holds a bad entry for the key (noted when it was read)
+            self._malformed(e)
         except ZooError as e:  # a corrupt local object, a remote error: the stage's result stands
             self.notes.append(f"stage {entry.stage} was not pushed to the remote cache {self.url}: {e.message}")
 
@@ -388,52 +417,98 @@ class RemoteCache:
                           "the local cache only")
 
 
-def parse_entry(data: bytes, key: str, url: str) -> tuple[Entry, dict[str, str]]:
-    """A remote entry document checked against `key`: its schema, its paths (none may leave the
-    stage's folder), a sha256 for every object, every output present. IntegrityError otherwise."""
+def parse_document(data: bytes, key: str, url: str) -> tuple[Entry, dict[str, str], dict[str, object] | None]:
+    """A remote entry document read for `key`: (entry, {blake3: sha256}, log reference or None).
+
+    Two kinds of refusal, both before anything is installed:
+
+    - `MalformedEntry` (a miss with a note: the stage runs here): the document is not an entry of
+      this schema: not JSON, another schema_version, or any field of the wrong type or form
+      (zoo/engine/entry_schema.py, strict);
+    - `IntegrityError` (exit 4): a well-formed entry that contradicts what it is filed under or
+      what it brings: another key, a path outside the stage's folder, an object without a sha256,
+      a declared output missing, or a declared output digest that is not the one its files make.
+      The output digests are recomputed from the files' blake3 digests exactly as `Cache.commit`
+      computes them for a local run (`misdeclared_outputs`); each file's blake3 is then checked
+      against its bytes while they download. So what `--frozen` and `zoo release` compare with
+      the lockfile is what the fetched bytes are, never what the entry claims.
+    """
+    from pydantic import ValidationError
+
+    from zoo.engine.cache import misdeclared_outputs
+    from zoo.engine.cache_store import entry_name
+    from zoo.engine.entry_schema import RemoteEntryDoc, first_problem
     from zoo.pathsafety import EscapingPath, check_relative_path
 
-    def bad(why: str) -> IntegrityError:
-        return IntegrityError(f"remote cache {url}: the entry for key {key[:16]}… {why}; nothing was installed",
-                              hint="remove that entry from the remote (it is damaged or was tampered with), then run again")
+    where = f"remote cache {url}: the entry {entry_name(key)}"
+
+    def malformed(why: str) -> MalformedEntry:
+        return MalformedEntry(f"{where} is not a valid entry ({why})",
+                              hint="remove that entry from the remote (it is damaged, was tampered with, or was "
+                                   "written by an incompatible zoo)")
 
     try:
-        doc = json.loads(data)
-        if doc.get("schema_version") != REMOTE_ENTRY_SCHEMA_VERSION:
-            raise bad(f"has schema_version {doc.get('schema_version')!r} (this zoo reads {REMOTE_ENTRY_SCHEMA_VERSION})")
-        entry = Entry.from_json(doc["entry"])
-        sha = {str(k): str(v) for k, v in doc["sha256"].items()}
-    except IntegrityError:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise bad(f"is not a valid entry ({type(e).__name__})") from None
-    if doc.get("key") != key or entry.key != key:
-        raise bad("describes another key")
+        raw = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise malformed(f"not JSON: {type(e).__name__}") from None
+    if not isinstance(raw, dict):
+        raise malformed(f"a JSON {type(raw).__name__}, not an object")
+    if raw.get("schema_version") != REMOTE_ENTRY_SCHEMA_VERSION:
+        raise malformed(f"schema_version {raw.get('schema_version')!r}; this zoo reads {REMOTE_ENTRY_SCHEMA_VERSION}")
+    try:
+        doc = RemoteEntryDoc.model_validate(raw)
+        entry = Entry.from_json(doc.entry)
+    except ValidationError as e:
+        problem = first_problem(e)
+        raise malformed(problem if problem.startswith(("key", "sha256", "log", "entry")) else f"entry.{problem}") \
+            from None
+    except ValueError as e:
+        raise malformed(f"entry: {e}") from None
+
+    def lying(why: str) -> IntegrityError:
+        return IntegrityError(f"{where} (stage {entry.stage}) {why}; nothing was installed",
+                              hint="the remote's entry is damaged or was tampered with: remove it from the remote, "
+                                   "then run again")
+
+    if doc.key != key or entry.key != key:
+        raise lying("describes another key")
     for rel, meta in entry.files.items():
         try:
             check_relative_path(rel)
         except EscapingPath:
-            raise bad(f"names a file {rel!r} outside the stage's folder") from None
-        if not isinstance(meta.get("size"), int) or meta.get("digest") not in sha or \
-                len(sha[meta["digest"]]) != 64 or not _hex(sha[meta["digest"]]) or not _hex(str(meta["digest"])):
-            raise bad(f"lacks a valid digest or size for {rel!r}")
+            raise lying(f"names a file {rel!r} outside the stage's folder") from None
+        if not _hex(meta["digest"]) or len(meta["digest"]) != 64 or meta["digest"] not in doc.sha256:
+            raise lying(f"lacks a valid digest for {rel!r}")
     if missing_outputs(entry.outputs, entry.files):
-        raise bad("lacks a declared output")
-    return entry, sha
+        raise lying("lacks a declared output")
+    lies = misdeclared_outputs(entry)
+    if lies:
+        raise lying(f"declares output {lies[0]}")
+    log = None if doc.log is None else {"sha256": doc.log.sha256, "size": doc.log.size}
+    return entry, dict(doc.sha256), log
+
+
+def parse_entry(data: bytes, key: str, url: str) -> tuple[Entry, dict[str, str]]:
+    """`parse_document` without the log reference."""
+    return parse_document(data, key, url)[:2]
 
 
 def parse_log_ref(data: bytes, key: str, url: str) -> dict[str, object] | None:
     """The ``log`` reference of a remote entry document ({"sha256", "size"}), or None when it names
-    none (an entry pushed by an older zoo). IntegrityError when it is malformed."""
+    none (an entry pushed by an older zoo). MalformedEntry when it is malformed."""
+    from pydantic import ValidationError
+
+    from zoo.engine.entry_schema import LogRef
+
     log = json.loads(data).get("log")
     if log is None:
         return None
-    if not isinstance(log, dict) or not _hex(str(log.get("sha256", ""))) or len(str(log.get("sha256"))) != 64 \
-            or not isinstance(log.get("size"), int) or isinstance(log.get("size"), bool) or log["size"] < 0:
-        raise IntegrityError(f"remote cache {url}: the entry for key {key[:16]}… names a malformed log; "
-                             "nothing was installed",
-                             hint="remove that entry from the remote (it is damaged or was tampered with), then run again")
-    return {"sha256": str(log["sha256"]), "size": log["size"]}
+    try:
+        ref = LogRef.model_validate(log)
+    except ValidationError:
+        raise MalformedEntry(f"remote cache {url}: the entry for key {key[:16]}… names a malformed log",
+                             hint="remove that entry from the remote (it is damaged or was tampered with)") from None
+    return {"sha256": ref.sha256, "size": ref.size}
 
 
 def _hex(value: str) -> bool:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zoo.engine.cache import Cache, Entry
+from zoo.engine.cache import Cache, Entry, misdeclared_outputs
 from zoo.engine.cache_config import RemoteCacheSetting
 from zoo.engine.stage_files import FileManifest, FileShipper, check_digests, dependency_codes, materialise, shipped_task
 from zoo.engine.worker import StageResult, StageTask, WorkerError, execute
@@ -107,10 +107,19 @@ class Shipper:
 
     def receive(self, key: str, shipped: Shipped, cache_policy: str) -> Entry:
         """The entry a worker pushed for `key`, its objects downloaded into the caller's cache (verified)."""
-        entry = Entry.from_json(shipped.entry or {})
+        try:
+            entry = Entry.from_json(shipped.entry or {})
+        except ValueError as e:
+            raise IntegrityError(f"a worker returned an invalid cache entry for key {key[:16]}…: {e}".splitlines()[0],
+                                 hint="the workers run another zoo version; install the same one everywhere") from None
         if entry.key != key:
             raise IntegrityError(f"a worker returned an entry for key {entry.key[:16]}… where {key[:16]}… was asked",
                                  hint="the workers run another zoo version; install the same one everywhere")
+        lies = misdeclared_outputs(entry)
+        if lies:
+            raise IntegrityError(f"a worker returned an entry for key {key[:16]}… that declares output {lies[0]}; "
+                                 "nothing was installed", hint="the workers run another zoo version; install the "
+                                                               "same one everywhere")
         self.remote.install(entry, shipped.sha256, record=cache_policy != "disable")
         self.sha.update(shipped.sha256)
         return entry

@@ -82,12 +82,12 @@ class S3Backend(ObjectStoreBackend):
         except FileNotFoundError:
             return None
 
-    def read(self, rpath: str) -> bytes | None:
-        """The whole (small) object, or None if it does not exist."""
+    def read(self, rpath: str, limit: int | None = None) -> bytes | None:
+        """The whole (small) object, or None if it does not exist; with `limit`, at most `limit` + 1 bytes."""
         try:
             body = self._get("get_object", rpath, "read")["Body"]
             with self._errors(f"read {rpath}"), body:
-                return body.read()
+                return body.read() if limit is None else body.read(limit + 1)
         except FileNotFoundError:
             return None
 

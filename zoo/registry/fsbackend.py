@@ -19,6 +19,7 @@ same rules every download uses.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import uuid
 from pathlib import Path
@@ -219,13 +220,33 @@ class FsBackend:
                                hint="push to the S3, WebDAV or folder location behind it")
 
     # ---- reading ------------------------------------------------------------------------
-    def read(self, rpath: str) -> bytes | None:
-        """The whole (small) file, or None if it does not exist."""
+    def read(self, rpath: str, limit: int | None = None) -> bytes | None:
+        """The whole (small) file, or None if it does not exist. With `limit`, at most `limit` + 1
+        bytes (the caller sees a file that is too large without reading all of it), and on a
+        folder remote only a regular file: a symbolic link or a device is
+        `zoo.files.NotARegularFile` (a link to /dev/zero would never end)."""
         try:
+            if limit is not None and self.scheme == "file":
+                return self._read_local(rpath, limit)
             with self._errors(f"read {rpath}"):
-                return self.fs.cat_file(rpath)
+                if limit is None:
+                    return self.fs.cat_file(rpath)
+                with self.fs.open(rpath, "rb") as f:
+                    return f.read(limit + 1)
         except FileNotFoundError:
             return None
+
+    def _read_local(self, rpath: str, limit: int) -> bytes:
+        from zoo.files import NotARegularFile, read_regular
+
+        try:
+            return read_regular(rpath, limit)
+        except (FileNotFoundError, NotARegularFile):
+            raise
+        except OSError as e:
+            if e.errno == errno.ENOTDIR:  # a path component is a file: there is no such entry
+                raise FileNotFoundError(rpath) from None
+            raise StorageError(f"remote {self.url}: read {rpath} failed: {e}") from e
 
     def size(self, rpath: str) -> int | None:
         """Size in bytes, or None if missing."""
