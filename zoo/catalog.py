@@ -34,7 +34,7 @@ NAME_RE = re.compile(r"^([a-z][a-z0-9_-]*):([A-Za-z0-9_.-]+)$")
 def resolve(name: str) -> dict[str, Any]:
     """``{url, sha256, license, attribution, arch, num_classes, preprocessing, catalog}`` of a
     catalog name such as ``torchvision:resnet18``; InvalidInput names the known ones otherwise."""
-    match = NAME_RE.match(name.strip())
+    match = NAME_RE.fullmatch(name.strip())
     if not match:
         raise InvalidInput(f"{name!r} is not a catalog name", hint="write PREFIX:MODEL, e.g. torchvision:resnet18")
     prefix, model = match.groups()
@@ -53,7 +53,7 @@ def resolve(name: str) -> dict[str, Any]:
 
 def is_catalog_name(text: str) -> bool:
     """Whether `text` is ``PREFIX:MODEL`` with a catalog called PREFIX (the model need not exist)."""
-    match = NAME_RE.match(text.strip())
+    match = NAME_RE.fullmatch(text.strip())
     return bool(match) and _find(match.group(1)) is not None
 
 

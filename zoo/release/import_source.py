@@ -91,7 +91,7 @@ def resolve(text: str) -> ImportSource:
     from zoo import catalog
 
     prefix = text.split(":", 1)[0] if ":" in text else ""
-    if not Path(text).expanduser().exists() and (prefix in catalog.known() or catalog.NAME_RE.match(text)):
+    if not Path(text).expanduser().exists() and (prefix in catalog.known() or catalog.NAME_RE.fullmatch(text)):
         return _catalog(text)  # a catalog's name, or one shaped like it (the error lists the catalogs)
     return _local(text)
 
@@ -111,7 +111,7 @@ def fetch(source: ImportSource, cache_dir: Path | None) -> Path | None:
 def default_name(stem: str) -> str:
     """A zoo model name made from a file or repo name: lower case, other characters as '-'."""
     name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")
-    if not re.match(NAME_RE, name):
+    if not re.fullmatch(NAME_RE, name):
         raise InvalidInput(f"cannot make a model name from {stem!r}", hint="give one with --name")
     return name[:200]
 
@@ -134,7 +134,7 @@ def _local(text: str) -> ImportSource:
 def _url(text: str) -> ImportSource:
     url, _, fragment = text.partition("#")
     digest = fragment[len("sha256="):].lower() if fragment.startswith("sha256=") else ""
-    if not _DIGEST.match(digest):
+    if not _DIGEST.fullmatch(digest):
         what = f"its sha256 {digest!r} is not 64 hex digits" if digest else "it has no #sha256=<64 hex digits>"
         raise InvalidInput(f"cannot import {url}: {what}",
                            hint=f"download it once from a source you trust, run `sha256sum FILE` (or `curl -sL "
@@ -210,7 +210,7 @@ def _hub_sha256(repo_id: str, filename: str, commit: str, text: str) -> str:
     pointer), the digest of its bytes at that commit, which git's own hashing makes immutable."""
     [info] = _hub_call(lambda api: api.get_paths_info(repo_id, [filename], revision=commit), text, repo_id, commit)
     lfs = getattr(info, "lfs", None)
-    if lfs is not None and _DIGEST.match(str(getattr(lfs, "sha256", ""))):
+    if lfs is not None and _DIGEST.fullmatch(str(getattr(lfs, "sha256", ""))):
         return lfs.sha256
     from huggingface_hub import hf_hub_download
 
@@ -263,7 +263,7 @@ def _hub_call(call, text: str, repo_id: str, revision: str | None):
 def _version_of(revision: str | None) -> str:
     """The revision as the zoo version when it is one (``v1.2.0`` -> 1.2.0), else 1.0.0."""
     candidate = (revision or "").removeprefix("v")
-    return candidate if re.match(VERSION_RE, candidate) else DEFAULT_VERSION
+    return candidate if re.fullmatch(VERSION_RE, candidate) else DEFAULT_VERSION
 
 
 def _stem(filename: str) -> str:
