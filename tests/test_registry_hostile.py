@@ -415,3 +415,18 @@ def test_four_concurrent_pulls_download_the_build_once(tmp_path, counting_site):
     assert sum(n for p, n in gets.items() if p.endswith("/versions/1.0.0.json")) >= PULLS
     assert not list((tmp_path / "other/blobs/partial").glob("*"))  # no lock file, no temporary file left
     assert zoo("fsck", env=other).code == 0
+
+
+def test_gc_removes_the_lock_file_a_killed_download_left_and_keeps_a_held_one(tmp_path):
+    import fcntl
+
+    partial = LocalZoo().blobs.partial_dir
+    partial.mkdir(parents=True)
+    left, held = partial / f"{'a' * 64}.lock", partial / f"{'b' * 64}.lock"
+    left.touch()  # a download killed (kill -9) while it held its turn leaves its lock file
+    held.touch()
+    with open(held) as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # a download in progress
+        r = zoo("gc")
+        assert r.code == 0, r.text
+        assert not left.exists() and held.exists()

@@ -374,7 +374,27 @@ def remove_abandoned(tmp_dir: Path, *, dry_run: bool = False) -> tuple[int, int]
         except FileNotFoundError:  # adopted and renamed by a download that just started
             continue
         files, size = files + 1, size + length
+    if not dry_run:
+        _drop_unheld_locks(tmp_dir)
     return files, size
+
+
+def _drop_unheld_locks(tmp_dir: Path) -> None:
+    """Remove the lock files (`_one_download`) of downloads killed while they held them: empty
+    files that no process holds (taken without waiting, so a download in progress is left alone)."""
+    for path in tmp_dir.glob("*.lock"):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                os.unlink(path)  # under its lock, as a download's holder does
+        except OSError:
+            pass  # held by a download, or already gone
+        finally:
+            os.close(fd)
 
 
 def _alive(pid: int) -> bool:
