@@ -8,6 +8,7 @@ real servers in test_sources.py and the remote suites."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -302,9 +303,12 @@ def test_another_hosts_temporary_file_is_taken_only_once_it_is_stale(store):
     assert log == [2000] and not theirs.exists()
 
 
-def test_concurrent_downloads_write_their_own_temporary_files(store):
+def test_concurrent_downloads_write_their_own_temporary_files_stand_in_no_flock(store, monkeypatch):
     """Two downloads of one file in flight at once (the second starts inside the first's
-    transfer): each writes its own temporary file, and both end with the verified file."""
+    transfer), where downloads cannot take turns (a stand-in for a file system whose flock does
+    not hold: `_one_download` lets everyone through): each writes its own temporary file, and
+    both end with the verified file."""
+    monkeypatch.setattr(dl, "_one_download", lambda tmp_dir, stem: contextlib.nullcontext())
     names: list[set[str]] = []
 
     def nested(offset):

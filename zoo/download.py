@@ -25,7 +25,10 @@ How a download runs:
   place: an unverified byte is never visible under `dest`. Two processes downloading the same
   file each write their own temporary file; both renames put the same bytes in place;
 - the temporary file is removed on every failure except an interrupted transfer (kept to be
-  resumed): a mismatch, a missing file, a refusal, a full disk.
+  resumed): a mismatch, a missing file, a refusal, a full disk;
+- processes of one host downloading the same file take turns (a flock on ``<dest name>.lock``
+  beside the temporary files): the first downloads, the others then find the file in place,
+  hash it, and use it without fetching it again (`_one_download`).
 
 Errors: nothing answers → `SourceUnreachable`; no source has the file → `NotFound`; wrong
 bytes → `IntegrityError`; HTTP 401/403 or no credentials → `AccessDenied`.
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fcntl
 import glob
 import hashlib
 import os
@@ -98,6 +102,14 @@ def download(sources: Sequence[Source], dest: Path, *, sha256: str | None = None
     dest = Path(dest)
     tmp_dir = Path(tmp_dir) if tmp_dir is not None else dest.parent
     tmp_dir.mkdir(parents=True, exist_ok=True)
+    with _one_download(tmp_dir, dest.name):
+        if _holds(dest, expected, size):
+            return dest  # another process (or thread) downloaded it while we waited: verified, not fetched again
+        return _download(sources, dest, expected, size, what, tmp_dir)
+
+
+def _download(sources: Sequence[Source], dest: Path, expected: dict[str, str], size: int | None, what: str,
+              tmp_dir: Path) -> Path:
     tmp = _claim(tmp_dir, dest.name)
     errors: list[ZooError] = []
     keep = False
@@ -130,6 +142,53 @@ def download(sources: Sequence[Source], dest: Path, *, sha256: str | None = None
         raise
     finally:  # a BaseException (Ctrl-C, a killed worker) leaves the file to be resumed
         _release(tmp)
+
+
+@contextlib.contextmanager
+def _one_download(tmp_dir: Path, stem: str) -> Iterator[None]:
+    """One download of `stem` at a time on this host: an exclusive flock on ``<tmp_dir>/<stem>.lock``
+    (beside the temporary files), so of several processes pulling the same file one downloads and
+    the others wait, then find it in place. The holder removes the lock file before releasing it;
+    a waiter that then gets the lock of a removed file tries again with the current one. Only an
+    economy: where flock does not hold (some network file systems), each downloads and verifies
+    its own copy, as before."""
+    path = tmp_dir / f"{stem}.lock"
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # still ours (under the lock): no lock file is left behind
+        os.close(fd)
+
+
+def _holds(dest: Path, expected: dict[str, str], size: int | None) -> bool:
+    """Whether `dest` is a regular file with every expected digest (hashed now: a file another
+    process placed is verified like a download, never trusted for being there)."""
+    try:
+        if dest.is_symlink() or not dest.is_file() or (size is not None and dest.stat().st_size != size):
+            return False
+        hashers = {name: _hasher(name) for name in expected}
+        with open(dest, "rb") as f:
+            while chunk := f.read(_HASH_CHUNK):
+                for h in hashers.values():
+                    h.update(chunk)
+    except OSError:
+        return False
+    return {name: h.hexdigest() for name, h in hashers.items()} == expected
 
 
 def _combined(errors: list[ZooError], what: str) -> ZooError:
@@ -315,7 +374,27 @@ def remove_abandoned(tmp_dir: Path, *, dry_run: bool = False) -> tuple[int, int]
         except FileNotFoundError:  # adopted and renamed by a download that just started
             continue
         files, size = files + 1, size + length
+    if not dry_run:
+        _drop_unheld_locks(tmp_dir)
     return files, size
+
+
+def _drop_unheld_locks(tmp_dir: Path) -> None:
+    """Remove the lock files (`_one_download`) of downloads killed while they held them: empty
+    files that no process holds (taken without waiting, so a download in progress is left alone)."""
+    for path in tmp_dir.glob("*.lock"):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                os.unlink(path)  # under its lock, as a download's holder does
+        except OSError:
+            pass  # held by a download, or already gone
+        finally:
+            os.close(fd)
 
 
 def _alive(pid: int) -> bool:

@@ -84,7 +84,7 @@ def out_at(repo: str, rev: str, path: str, cache_dir: Path) -> DvcOut:
 
     A pin found before is read from its memo without git; otherwise `resolve_commit`, then `find_out`.
     """
-    if FULL_SHA.match(rev):
+    if FULL_SHA.fullmatch(rev):
         known = _read_memo(_out_memo(cache_dir, repo, rev, normalise_path(path)))
         if known is not None:
             return known
@@ -97,7 +97,7 @@ def resolve_commit(repo: str, rev: str, cache_dir: Path) -> str:
     `repo` comes from `repo_location`. A branch, tag or short sha is refused with the commit it names now.
     """
     git = _Git.of(repo, cache_dir)
-    if FULL_SHA.match(rev):
+    if FULL_SHA.fullmatch(rev):
         if not git.has_commit(rev):
             raise InvalidInput(f"data.rev {rev} is not a commit of the DVC repo {repo}",
                            hint="push that commit to the repo, or pin one it has (`git log`)")

@@ -154,6 +154,13 @@ NO_SPACE_HINT = ("free space on that disk (`zoo gc` frees run-cache space) or po
                  "at a bigger one, then run the command again")
 
 
+def zoo_no_space_hint(zoo_root: object) -> str:
+    """What frees space for the local zoo (not the run cache: `zoo gc` alone frees little there)."""
+    return (f"free space on that disk: `zoo rm NAME@VERSION` removes versions of the local zoo {zoo_root} you no longer "
+            "need (`zoo list` shows them) and `zoo gc` deletes the files no version uses; or set ZOO_HOME to a folder on "
+            "a bigger disk; then run the command again")
+
+
 def is_no_space(e: BaseException) -> bool:
     """True for an OSError that says the disk is full or the quota is exhausted (ENOSPC, EDQUOT)."""
     import errno

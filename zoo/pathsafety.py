@@ -6,7 +6,8 @@ drive letter (`check_relative_path`); where the folder exists on disk, the joine
 resolve inside it, so no symbolic link leads out (`safe_join`). An ONNX model's external-data
 locations follow the same rules (`external_data_locations`); next to a model on disk they must
 also name files that are there (`external_data_files`), and in a version of the zoo files that
-the version lists (`check_external_data`). Escapes raise `zoo.errors.UnsafePath`.
+the version lists (`check_external_data`). A path under a folder that others may write to (a
+folder remote) must resolve inside it (`inside_folder`). Escapes raise `zoo.errors.UnsafePath`.
 
 ONNX files are read at the protobuf wire level (`zoo.onnxwire`): nothing here imports onnx,
 loads weights or executes a model.
@@ -56,6 +57,21 @@ def safe_join(root: Path, relative: str, *, what: str = "path") -> Path:
     if real != real_root and not real.startswith(real_root + os.sep):
         raise UnsafePath(f"{what} {relative!r} resolves outside {root} (symbolic link?)")
     return target
+
+
+def inside_folder(root: str | Path, path: str | Path, *, what: str) -> Path:
+    """`path`, which names something under the folder `root`, if it resolves inside `root`: no
+    component (a symbolic link to a folder or file) leads out. UnsafePath naming `path` and `what`
+    otherwise. `root` is taken as it resolves (the user named it); everything below it is not
+    trusted (a folder remote anyone may have written to)."""
+    real_root = os.path.realpath(root)
+    absolute = os.path.abspath(path)
+    real = os.path.realpath(absolute)
+    if real == real_root or real.startswith(real_root + os.sep):
+        return Path(absolute)
+    raise UnsafePath(f"{absolute} resolves outside {what} {root} (to {real}, through a symbolic link)",
+                     hint=f"remove the link from {root}: zoo reads and writes only inside the folder; nothing was "
+                          "written outside it")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def source_sha256(path: Path) -> str:
 
 def _normalise(sha256: str) -> str:
     value = str(sha256).strip().lower().removeprefix("sha256:")
-    if not _DIGEST.match(value):
+    if not _DIGEST.fullmatch(value):
         raise InvalidInput(f"sha256 {sha256!r} is not a full sha256 digest",
                            hint="give the 64 hex digits printed by `sha256sum FILE` (on a copy you trust)")
     return value

@@ -334,7 +334,7 @@ def rm_cmd(
 def fsck_cmd(
     ref: Optional[str] = typer.Argument(None, help="Only this model (NAME) or version (NAME@VERSION).", show_default=False),
     repair: bool = typer.Option(False, "--repair", help="Remove corrupt blobs and snapshot files (a later pull fetches "
-                                                         "them again), drop tags that point nowhere, rebuild the index."),
+                                                         "them again), drop tags that point nowhere, point `latest` at the newest release, rebuild the index."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Check the local zoo: manifests, blob contents (sha256), snapshot files, tags and the index.

@@ -253,7 +253,7 @@ class InputSpec(_Strict):
         for d in v:
             if isinstance(d, int) and d < 1:
                 raise ValueError(f"dimension {d} must be at least 1 (or a name for a dynamic dimension)")
-            if isinstance(d, str) and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", d):
+            if isinstance(d, str) and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", d):
                 raise ValueError(f"dimension name {d!r} must be an identifier, like batch or sequence")
         return v
 
@@ -358,7 +358,7 @@ class ModelSpec(_Strict):
     @field_validator("from_")
     @classmethod
     def _zoo_model(cls, v):
-        if v is not None and not re.match(ZOO_MODEL_RE, v):
+        if v is not None and not re.fullmatch(ZOO_MODEL_RE, v):
             raise ValueError(f"{v!r} is not 'zoo:NAME@VERSION' with a pinned version (e.g. zoo:lenet-digits@1.0.0)")
         return v
 
@@ -409,7 +409,7 @@ def task_kind(task: str) -> str:
     ValueError for a malformed name or one that looks like a misspelt classification/regression
     (``image-clasification``, ``tabular-regressor``), which would otherwise lose its metrics silently.
     """
-    if not isinstance(task, str) or not re.match(TASK_RE, task):
+    if not isinstance(task, str) or not re.fullmatch(TASK_RE, task):
         raise ValueError(f"task {task!r} must be lowercase words joined by '-', e.g. image-classification")
     words = task.split("-")
     for word in words:
@@ -433,7 +433,7 @@ RESOURCE_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 
 def resource_amount(name: str, amount: Any) -> float:
     """A stage's need of one Dask worker resource as a number: ``1``, ``0.5``, ``"8GB"`` (bytes)."""
-    if not re.match(RESOURCE_NAME_RE, str(name)):
+    if not re.fullmatch(RESOURCE_NAME_RE, str(name)):
         raise ValueError(f"resource name {_short(repr(name))} must be a word (letters, digits, _ . -)")
     if isinstance(amount, str):
         m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", amount)
@@ -482,7 +482,7 @@ class StageSpec(_Strict):
             if not v:
                 raise ValueError("matrix must have at least one axis")
             for axis, values in v.items():
-                if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", axis):
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", axis):
                     raise ValueError(f"matrix axis {axis!r} must be an identifier")
                 if not values:
                     raise ValueError(f"matrix axis {axis!r} has no values")
@@ -514,7 +514,7 @@ class RecipeSpec(_Strict):
     @classmethod
     def _ids(cls, v):
         for sid in v:
-            if not re.match(STAGE_ID_RE, str(sid)):
+            if not re.fullmatch(STAGE_ID_RE, str(sid)):
                 raise ValueError(f"stage id {_short(repr(sid))} may use letters, digits, '-' and '_' only")
             if len(sid) > MAX_STAGE_ID:  # it names folders and log files
                 raise ValueError(f"stage id {_short(repr(sid))} is longer than {MAX_STAGE_ID} characters")

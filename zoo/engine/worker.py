@@ -221,12 +221,14 @@ FULL_BELOW_BYTES = 1 << 20
 
 def disk_full_error(e: BaseException, task: StageTask):
     """A NoSpace error for a stage failure caused by a full disk, or None."""
-    from zoo.errors import is_no_space, no_space
+    from zoo.errors import NoSpace, is_no_space, no_space
 
     seen: set[int] = set()
     cause: BaseException | None = e
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
+        if isinstance(cause, NoSpace):  # already says which disk and what frees it (the local zoo's, say)
+            return NoSpace(cause.message, hint=cause.hint)
         if is_no_space(cause):
             return no_space(_storage_name(getattr(cause, "filename", None) or task.out_dir, task))
         cause = cause.__cause__ or cause.__context__

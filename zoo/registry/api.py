@@ -143,13 +143,15 @@ def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | No
 
     `progress(n)`: n more bytes went up, as the remote's driver reports them (a folder, S3, GCS,
     Azure, WebDAV or SSH remote; a Hugging Face remote uploads in one commit and reports nothing)."""
-    from zoo.registry.refs import LATEST
+    from zoo.registry.refs import LATEST, check_tag
     from zoo.registry.store import latest_is_automatic
 
     zoo = _zoo(zoo)
     r = parse_pinned(ref)
     if LATEST in (tags or []):
         raise latest_is_automatic(r.name)
+    for t in tags or []:
+        check_tag(t)  # before anything goes up
     manifest = zoo.resolve(r)
     remote = _remote(to, zoo)
     if progress is not None and hasattr(remote, "primary"):

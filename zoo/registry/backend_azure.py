@@ -59,7 +59,7 @@ def parse_azure_url(url: str) -> tuple[str | None, str]:
     path = unquote(parts.path).strip("/")
     account = None
     if "." in host:
-        match = _ACCOUNT_HOST.match(host)
+        match = _ACCOUNT_HOST.fullmatch(host)
         if match is None:
             raise InvalidInput(f"{url!r}: {host!r} is neither a container nor an Azure storage account host",
                                hint=f"write {URL_FORMS}")

@@ -8,11 +8,20 @@ mtime_ns, ctime_ns). Any write moves ctime, which the user cannot set back, so a
 identity that still matches proves the bytes were not touched since they were hashed: a
 re-check costs a stat and a small read. Downloads in progress write to temporary files in
 ``partial/`` (see `zoo.download`), renamed into place once verified.
+
+Storing a blob and naming it in a manifest are two steps, so a blob that is already stored but
+unreferenced (left by `zoo rm` or an interrupted publish) and about to be named again must not
+be freed in between. ``.gc.lock`` settles it: whoever stores blobs that a manifest will name
+holds it shared (`adding`) until the manifest is committed; whoever frees unreferenced blobs
+(`zoo rm`, `zoo gc`) holds it exclusive (`freeing`) while it decides and deletes. Writers do
+not wait for each other, only for a freer.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterable, Literal
 
@@ -38,6 +47,38 @@ class BlobStore:
     def partial_dir(self) -> Path:
         """Where downloads write their temporary files (same filesystem as the blobs: renamed into place)."""
         return self.root / "partial"
+
+    @contextmanager
+    def adding(self):
+        """Held (shared) from storing blobs to committing the manifest that names them: no blob
+        is freed meanwhile. Nested or concurrent `adding`s do not wait for each other."""
+        with self._gc_lock(fcntl.LOCK_SH):
+            yield
+
+    @contextmanager
+    def freeing(self):
+        """Held (exclusive) while unreferenced blobs are chosen and deleted: waits for every
+        `adding` in flight, so a blob about to be named by a manifest is seen as referenced."""
+        with self._gc_lock(fcntl.LOCK_EX):
+            yield
+
+    @contextmanager
+    def _gc_lock(self, mode: int):
+        path = self.root / ".gc.lock"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            try:  # a zoo this user may only read (flock works on a read-only descriptor too)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                yield  # no lock file and none can be made: nobody frees blobs here either
+                return
+        try:
+            fcntl.flock(fd, mode)  # released by the close, also when the process dies
+            yield
+        finally:
+            os.close(fd)
 
     def _memo_path(self, sha256: str) -> Path:
         return self.root / "verified" / sha256[:2] / sha256

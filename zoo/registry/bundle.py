@@ -218,7 +218,7 @@ def _checked_members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarI
         if m.issparse():  # a few KB of tar that claims gigabytes of zeros; export never writes one
             raise IntegrityError(f"{path.name}: member {name!r} is a sparse file ({m.size} bytes claimed)",
                                  hint="bundles hold plain regular files only; export the bundle again")
-        if name != INDEX and not _BLOB.match(name) and not _MANIFEST.match(name):
+        if name != INDEX and not _BLOB.fullmatch(name) and not _MANIFEST.fullmatch(name):
             raise IntegrityError(f"{path.name}: unexpected member {name!r}",
                                  hint="a bundle holds zoo-bundle.json, manifests/ and blobs/sha256/ only")
         if name in members:
@@ -249,7 +249,7 @@ def _read_index(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], path:
     if not isinstance(versions, list) or not isinstance(blobs, dict):
         raise InvalidInput(f"{path.name}: {INDEX} needs `versions` (a list) and `blobs` (a mapping)")
     for sha, size in blobs.items():
-        if not _SHA.match(str(sha)) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        if not _SHA.fullmatch(str(sha)) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidInput(f"{path.name}: {INDEX} lists an invalid blob {sha!r}: {size!r}")
     return index
 
@@ -263,7 +263,7 @@ def _read_manifests(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], i
                                                   ("name", "version", "manifest", "manifest_sha256")):
             raise InvalidInput(f"{path.name}: {INDEX} has an invalid version entry {entry!r}")
         mpath = entry["manifest"]
-        if mpath not in members or not _MANIFEST.match(mpath):
+        if mpath not in members or not _MANIFEST.fullmatch(mpath):
             raise IntegrityError(f"{path.name}: the manifest of {entry['name']}@{entry['version']} ({mpath}) is missing")
         data = _read_member(tar, members[mpath], _MAX_INDEX_BYTES)
         if hashlib.sha256(data).hexdigest() != entry["manifest_sha256"]:
@@ -278,7 +278,7 @@ def _read_manifests(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], i
                                      hint="the bundle is incomplete; export it again")
         manifests.append(m)
         listed.add(mpath)
-    extra = sorted(n for n in members if _MANIFEST.match(n) and n not in listed)
+    extra = sorted(n for n in members if _MANIFEST.fullmatch(n) and n not in listed)
     if extra:
         raise IntegrityError(f"{path.name}: manifest {extra[0]} is not in {INDEX}")
     if not manifests:
@@ -319,7 +319,7 @@ def _verify_blobs(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], ind
     file_size = path.stat().st_size
 
     needed = {f.sha256: f.size for m in manifests for f in m.all_files()}
-    present = {_BLOB.match(n).group(1): m for n, m in members.items() if _BLOB.match(n)}
+    present = {_BLOB.fullmatch(n).group(1): m for n, m in members.items() if _BLOB.fullmatch(n)}
     unlisted = sorted(set(present) - set(index["blobs"]))
     if unlisted:
         raise IntegrityError(f"{path.name}: blob {unlisted[0][:12]}… is not in {INDEX}")
@@ -369,9 +369,15 @@ def _check_versions(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, P
 
 def _install(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, Path], index: dict,
              path: Path) -> BundleResult:
+    result = BundleResult(path=str(path), versions=[m.ref for m in manifests])
+    with zoo.blobs.adding():  # no blob freed between being stored (or found stored) and named
+        return _install_locked(zoo, manifests, blobs, index, result)
+
+
+def _install_locked(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, Path], index: dict,
+                    result: BundleResult) -> BundleResult:
     from zoo.files import hardlink_or_copy
 
-    result = BundleResult(path=str(path), versions=[m.ref for m in manifests])
     for sha, src in blobs.items():
         if not zoo.blobs.has(sha, index["blobs"][sha]):
             dest = zoo.blobs.path(sha)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from zoo.download import is_connection_error, refusal_reason
-from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable, StorageError
+from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable, StorageError, UnsafePath
 from zoo.registry.config import scheme_of
 
 CHUNK = 32 << 20  # ranged requests (WebDAV, HTTP) and local reads
@@ -194,13 +194,23 @@ class FsBackend:
         rel = "/".join(parts)
         return f"{self.root}/{rel}" if self.root else rel
 
+    def _inside(self, rpath: str) -> str:
+        """A folder remote: `rpath` unless it resolves outside the remote's folder (a symbolic
+        link someone put in the remote, e.g. ``objects/sha256/ab`` -> /elsewhere): UnsafePath.
+        Every read and write of a folder remote goes through it; other schemes have no links."""
+        if self.scheme == "file":
+            from zoo.pathsafety import inside_folder
+
+            inside_folder(self.root, rpath, what=f"the folder of remote {self.url}")
+        return rpath
+
     @contextlib.contextmanager
     def _errors(self, what: str):
         try:
             yield
         except (FileNotFoundError, FileExistsError, InvalidInput):
             raise
-        except StorageError:
+        except (StorageError, UnsafePath):
             raise
         except Exception as e:  # drivers raise many types; sort them into refused, unreachable, storage errors
             reason = refusal_reason(e)
@@ -230,8 +240,8 @@ class FsBackend:
                 return self._read_local(rpath, limit)
             with self._errors(f"read {rpath}"):
                 if limit is None:
-                    return self.fs.cat_file(rpath)
-                with self.fs.open(rpath, "rb") as f:
+                    return self.fs.cat_file(self._inside(rpath))
+                with self.fs.open(self._inside(rpath), "rb") as f:
                     return f.read(limit + 1)
         except FileNotFoundError:
             return None
@@ -240,7 +250,7 @@ class FsBackend:
         from zoo.files import NotARegularFile, read_regular
 
         try:
-            return read_regular(rpath, limit)
+            return read_regular(self._inside(rpath), limit)
         except (FileNotFoundError, NotARegularFile):
             raise
         except OSError as e:
@@ -252,7 +262,7 @@ class FsBackend:
         """Size in bytes, or None if missing."""
         try:
             with self._errors(f"stat {rpath}"):
-                info = self.fs.info(rpath)
+                info = self.fs.info(self._inside(rpath))
         except FileNotFoundError:
             return None
         size = info.get("size")
@@ -264,7 +274,7 @@ class FsBackend:
             return []
         try:
             with self._errors(f"list {rpath}"):
-                entries = self.fs.ls(rpath, detail=False)
+                entries = self.fs.ls(self._inside(rpath), detail=False)
         except FileNotFoundError:
             return []
         return sorted({str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries} - {""})
@@ -276,7 +286,7 @@ class FsBackend:
         if self.scheme == "file":
             out = []
             with self._errors(f"list {rpath}"):
-                for folder, _, names in os.walk(rpath):
+                for folder, _, names in os.walk(self._inside(rpath)):  # links to folders are not followed
                     for n in names:
                         p = os.path.join(folder, n)
                         with contextlib.suppress(FileNotFoundError):
@@ -295,7 +305,7 @@ class FsBackend:
         """(size, modification time or None) of a file, or None if it does not exist."""
         if self.scheme == "file":
             try:
-                st = os.stat(rpath)
+                st = os.stat(self._inside(rpath))
             except FileNotFoundError:
                 return None
             except OSError as e:
@@ -334,7 +344,7 @@ class FsBackend:
         return self._iter_ranges(rpath, start, size)
 
     def _iter_local(self, rpath: str, start: int, size: int) -> Iterator[bytes]:
-        with self._errors(f"download {rpath}"), open(rpath, "rb") as f:
+        with self._errors(f"download {rpath}"), open(self._inside(rpath), "rb") as f:
             f.seek(start)
             while chunk := f.read(min(CHUNK, size + 1 - f.tell())):
                 yield chunk
@@ -366,7 +376,8 @@ class FsBackend:
         parent = rpath.rpartition("/")[0]
         if parent and self.scheme in ("file", "webdav"):
             with self._errors(f"mkdir {parent}"):
-                self.fs.makedirs(parent, exist_ok=True)
+                self.fs.makedirs(self._inside(parent), exist_ok=True)
+        self._inside(rpath)  # and the file itself (a link in its place is replaced, never written through)
 
     def write(self, rpath: str, data: bytes) -> None:
         """Write (replace) a small file atomically."""
@@ -375,7 +386,7 @@ class FsBackend:
         if self.scheme == "file":
             from zoo.files import atomic_write
 
-            atomic_write(Path(rpath), data)
+            atomic_write(Path(self._inside(rpath)), data)
         else:
             tmp = self._tmp_name(rpath)
             with self._errors(f"write {rpath}"):
@@ -389,7 +400,7 @@ class FsBackend:
         if self.scheme == "file":
             from zoo.files import create_exclusive
 
-            return create_exclusive(Path(rpath), data)
+            return create_exclusive(Path(self._inside(rpath)), data)
         from webdav4.client import ResourceAlreadyExists
 
         tmp = self._tmp_name(rpath)
@@ -421,7 +432,7 @@ class FsBackend:
         self._makedirs(rpath)
         if self.scheme == "file":
             # a copy, not a link: the remote must not share an inode with the local blob
-            dest = Path(rpath)
+            dest = Path(self._inside(rpath))
             tmp = Path(self._tmp_name(rpath))
             try:
                 copy_with_progress(Path(local), tmp, progress)
@@ -441,7 +452,7 @@ class FsBackend:
         try:
             with self._errors(f"delete {rpath}"):
                 if self.scheme == "file":
-                    Path(rpath).unlink()
+                    Path(self._inside(rpath)).unlink()
                 else:
                     self.fs.rm_file(rpath)
         except FileNotFoundError:

@@ -10,7 +10,8 @@ Checked, for the whole zoo or one model (or one version):
 - the index agrees with the manifests and tags (versions, manifest digests, blob references).
 
 `repair` removes corrupt blobs and snapshot files (a later pull fetches them again), removes
-tags that point nowhere (`latest` is re-pointed at the newest release), and rebuilds the index.
+tags that point nowhere, re-points a `latest` that is not the newest release (`refs.latest_of`:
+a publish killed before it moved `latest` leaves it behind), and rebuilds the index.
 A manifest that does not parse is reported, never deleted: it may be the only record of a
 version.
 """
@@ -25,7 +26,7 @@ from zoo.errors import ZooError
 from zoo.registry.codec import load_manifest
 from zoo.files import sha256_and_size
 from zoo.registry.manifest import MANIFEST_FILE, FileRef, Manifest
-from zoo.registry.refs import LATEST, is_prerelease, is_version, newest, parse_ref
+from zoo.registry.refs import LATEST, is_version, latest_of, parse_ref
 from zoo.registry.store import LocalZoo, _rmtree
 
 
@@ -172,7 +173,7 @@ def _check_snapshot_file(zoo: LocalZoo, m: Manifest, snapshot: Path, f: FileRef,
 
 def _check_tags(zoo: LocalZoo, name: str, report: FsckReport, repair: bool) -> bool:
     d = zoo.root / "models" / name / "tags"
-    changed = False
+    changed = latest_reported = False
     for tag_file in sorted(d.iterdir()) if d.is_dir() else []:
         if tag_file.name.startswith("."):
             continue
@@ -186,15 +187,28 @@ def _check_tags(zoo: LocalZoo, name: str, report: FsckReport, repair: bool) -> b
         if why is None:
             continue
         p = Problem("tag", str(tag_file), f"{name}@{tag_file.name} {why}")
+        latest_reported |= tag_file.name == LATEST
         if repair:
             tag_file.unlink(missing_ok=True)
             changed = p.repaired = True
         report.problems.append(p)
-    if changed and zoo.read_tag(name, LATEST) is None:
-        versions = [m.version for m, _ in zoo._model_entries(name)]
-        if versions:
-            releases = [v for v in versions if not is_prerelease(v)]
-            zoo._write_tag(name, LATEST, newest(releases or versions))
+    # `latest` follows a rule (the newest release): a publish killed before it moved `latest`, or a
+    # tag removed above, leaves it pointing at another version or nowhere
+    versions = [m.version for m, _ in zoo._model_entries(name)]
+    want = latest_of(versions)
+    latest_file = d / LATEST
+    try:
+        current = latest_file.read_text().strip()
+    except OSError:
+        current = None
+    if want is not None and current != want:
+        where = f"points at {current}" if current else "is missing"
+        p = Problem("tag", str(latest_file), f"{name}@{LATEST} {where}; the newest release is {want}")
+        if repair:
+            zoo._repair_latest(name, versions)
+            changed = p.repaired = True
+        if not latest_reported:  # a dangling `latest` is one problem, already reported above
+            report.problems.append(p)
     return changed
 
 

@@ -185,6 +185,16 @@ class FsRemoteZoo(RemoteZoo):
         `latest` moved and the index files rebuilt (a push killed right after writing the
         manifest left a version that `show name@version` finds but `list` does not).
         """
+        from zoo.errors import StorageError
+        from zoo.registry.remote import push_cut_off
+
+        self._visible = False
+        try:
+            return self._push(zoo, manifest, tags)
+        except StorageError as e:
+            raise push_cut_off(e, manifest.ref, self.name, self._visible) from e
+
+    def _push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None) -> dict:
         b = self.primary
         b._writable()
         missing = zoo.missing(manifest.all_files())
@@ -194,6 +204,7 @@ class FsRemoteZoo(RemoteZoo):
         if b.read(b.path("zoo-remote.json")) is None:
             b.write(b.path("zoo-remote.json"), json.dumps({"schema_version": REMOTE_SCHEMA_VERSION}).encode())
         existing = self._read_primary_manifest(manifest)
+        self._visible = existing is not None
         if existing is not None and not same_content(existing, manifest):
             raise Conflict(f"{manifest.ref} is already on remote {self.name} with different content",
                            hint="versions are immutable: bump the version")
@@ -203,7 +214,9 @@ class FsRemoteZoo(RemoteZoo):
             if manifest.created is None:
                 manifest = manifest.model_copy(update={"created": utc_now()})
             mpath = b.path("models", manifest.name, "versions", f"{manifest.version}.json")
+            self._visible = None  # cut off during the create, the remote may or may not have made it
             created = b.create(mpath, dump_manifest(manifest))
+            self._visible = True  # ours or a concurrent publisher's: the version is there from here on
             if not created:
                 theirs = self._read_primary_manifest(manifest)
                 if theirs is None or not same_content(theirs, manifest):

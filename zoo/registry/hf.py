@@ -208,6 +208,15 @@ class HfRemoteZoo(RemoteZoo):
 
     # ---- writes (main endpoint only) ------------------------------------------------------
     def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
+        from zoo.registry.remote import push_cut_off
+
+        self._visible = False
+        try:
+            return self._push(zoo, manifest, tags)
+        except StorageError as e:
+            raise push_cut_off(e, manifest.ref, self.name, self._visible) from e
+
+    def _push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None) -> dict:
         from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
         ep = self.endpoints[0]
@@ -222,6 +231,7 @@ class HfRemoteZoo(RemoteZoo):
             api.create_repo(repo, exist_ok=True, private=self.private)
         versions, _ = self._refs(manifest.name, ep)
         if manifest.version in versions:
+            self._visible = True
             self._same_or_conflict(manifest, self._manifest_at(manifest.name, manifest.version, ep))
             # a push cut off after its version tag did not move `latest`: the retry does
             if moves_latest(self.tags(manifest.name).get(LATEST), manifest.version):
@@ -252,11 +262,14 @@ class HfRemoteZoo(RemoteZoo):
             commit = api.create_commit(repo, ops, commit_message=f"zoo: publish {manifest.ref}")
         created = True
         try:
+            self._visible = None  # cut off during the tag, the Hub may or may not have made it
             with _hf_errors(where, f"tag {manifest.ref}"):
                 api.create_tag(repo, tag=manifest.version, revision=commit.oid)
+            self._visible = True
         except StorageError as e:
             if "409" not in e.message:
                 raise
+            self._visible = True
             # another publisher created the version first: fine only if it is the same content
             self._same_or_conflict(manifest, self._manifest_at(manifest.name, manifest.version, ep))
             created = False

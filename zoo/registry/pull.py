@@ -135,27 +135,36 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
     fetched: list[FileRef] = []
     used: list[str] = []
     try:
-        files = zoo.build_files(manifest, b)
-        order = ([source] if source else []) + [x for x in remotes if x is not source]
-        _fetch_needed(zoo, manifest, b.name, files, order, offline, fetched, used, notes)
-        if b.format == "onnx":
-            # external data the model names but the build does not list (checked for safety just below)
-            listed = {f.path for f in files}
-            version_files = {f.path: f for f in manifest.all_files()}
-            extra = [version_files[rel] for rel in zoo.check_onnx_files(manifest, [b.name]) if rel not in listed]
-            _fetch_needed(zoo, manifest, b.name, extra, order, offline, fetched, used, notes)
-        zoo.check_onnx_files(manifest)  # every ONNX file of this version held locally, before adopting anything
-        if source is not None:
-            zoo.adopt(manifest)
-            if r.tag and r.tag != LATEST:
-                zoo.tag(manifest.name, manifest.version, r.tag)  # so the same tag resolves offline later
-        path = zoo.materialize(manifest, b, dest)
+        with zoo.storing(only_inside=dest is not None), zoo.blobs.adding():
+            # what is fetched (or found stored) is not freed before the manifest names it
+            path = _fetch_and_place(zoo, r, manifest, b, source, remotes, dest, offline, fetched, used, notes)
     except OSError as e:  # a failed download removed its temporary file: the space is given back
         if not is_no_space(e):
             raise
         raise storage_error(Path(e.filename) if e.filename else zoo.root, e) from e
     return PullResult(manifest.name, manifest.version, b.name, str(path), source.name if source else "local",
                       len(fetched), sum(f.size for f in fetched), notes, fetched_from=used)
+
+
+def _fetch_and_place(zoo: LocalZoo, r: Ref, manifest: Manifest, b, source: RemoteZoo | None,
+                     remotes: list[RemoteZoo], dest: Path | None, offline: bool, fetched: list[FileRef],
+                     used: list[str], notes: list[str]) -> Path:
+    """Fetch what the build lacks, check the version's ONNX files, adopt the manifest, place the files."""
+    files = zoo.build_files(manifest, b)
+    order = ([source] if source else []) + [x for x in remotes if x is not source]
+    _fetch_needed(zoo, manifest, b.name, files, order, offline, fetched, used, notes)
+    if b.format == "onnx":
+        # external data the model names but the build does not list (checked for safety just below)
+        listed = {f.path for f in files}
+        version_files = {f.path: f for f in manifest.all_files()}
+        extra = [version_files[rel] for rel in zoo.check_onnx_files(manifest, [b.name]) if rel not in listed]
+        _fetch_needed(zoo, manifest, b.name, extra, order, offline, fetched, used, notes)
+    zoo.check_onnx_files(manifest)  # every ONNX file of this version held locally, before adopting anything
+    if source is not None:
+        zoo.adopt(manifest)
+        if r.tag and r.tag != LATEST:
+            zoo.tag(manifest.name, manifest.version, r.tag)  # so the same tag resolves offline later
+    return zoo.materialize(manifest, b, dest)
 
 
 def _fetch_needed(zoo: LocalZoo, manifest: Manifest, build: str, files: list[FileRef], order: list[RemoteZoo],

@@ -39,37 +39,37 @@ class Ref:
 
 
 def is_version(text: str) -> bool:
-    return bool(_VERSION.match(text))
+    return bool(_VERSION.fullmatch(text))
 
 
 def check_name(name: str, what: str = "model name") -> str:
     """A model name safe to use as a folder name; InvalidInput otherwise."""
-    if not isinstance(name, str) or not _NAME.match(name) or len(name) > 200:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > 200:
         raise InvalidInput(f"invalid {what} {name!r}",
                            hint="use lower-case letters, digits, '.', '_' and '-', starting with a letter or digit")
     return name
 
 
 def check_version(version: str) -> str:
-    if not isinstance(version, str) or not _VERSION.match(version):
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
         raise InvalidInput(f"invalid version {version!r}", hint="use semantic versioning, e.g. 1.2.0")
     return version
 
 
 def check_tag(tag: str) -> str:
     """A movable tag name: like a model name, and never shaped like a version (that would be ambiguous)."""
-    if not isinstance(tag, str) or not _TAG.match(tag) or len(tag) > 100:
+    if not isinstance(tag, str) or not _TAG.fullmatch(tag) or len(tag) > 100:
         raise InvalidInput(f"invalid tag {tag!r}", hint="use lower-case letters, digits, '.', '_' and '-'")
-    if _VERSION.match(tag):
+    if _VERSION.fullmatch(tag):
         raise InvalidInput(f"tag {tag!r} looks like a version", hint="tags are names such as 'prod' or 'stable'")
-    if re.match(r"^v?\d+(\.\d+)*([-+].*)?$", tag):
+    if re.fullmatch(r"v?\d+(\.\d+)*([-+].*)?", tag, re.DOTALL):
         raise InvalidInput(f"{tag!r} is neither a full version nor a tag name",
                            hint="versions are MAJOR.MINOR.PATCH (e.g. 1.2.0); tags are names such as 'prod'")
     return tag
 
 
 def check_build(build: str) -> str:
-    if not isinstance(build, str) or not _BUILD.match(build):
+    if not isinstance(build, str) or not _BUILD.fullmatch(build):
         raise InvalidInput(f"invalid build name {build!r}", hint="e.g. cpu-fp32, cpu-int8, cuda-fp16")
     return build
 
@@ -87,7 +87,7 @@ def parse_ref(text: str) -> Ref:
         return Ref(name, tag=LATEST)
     if not rest:
         raise InvalidInput(f"reference {text!r} has nothing after '@'", hint="use NAME@1.2.0 or NAME@prod")
-    if _VERSION.match(rest):
+    if _VERSION.fullmatch(rest):
         return Ref(name, version=rest)
     return Ref(name, tag=check_tag(rest))
 
@@ -130,7 +130,7 @@ def precedence(version: str) -> "semver.Version | None":
     manifest schema accepts beyond strict semver (``1.0.0-01``, ``01.2.3``) still order (numerically)."""
     import semver
 
-    m = _VERSION_PARTS.match(version)
+    m = _VERSION_PARTS.fullmatch(version)
     if not m:
         return None
     major, minor, patch, pre, build = m.groups()
@@ -164,6 +164,13 @@ def version_key(version: str) -> str:
 def newest(versions: list[str]) -> str | None:
     """The highest version by semantic-version precedence, or None."""
     return max(versions, key=version_key) if versions else None
+
+
+def latest_of(versions: list[str]) -> str | None:
+    """Where `latest` points among `versions`: the highest release, or the highest pre-release when
+    there is no release (what `moves_latest` leads to whatever the order of publication)."""
+    releases = [v for v in versions if not is_prerelease(v)]
+    return newest(releases or list(versions))
 
 
 def is_prerelease(version: str) -> bool:

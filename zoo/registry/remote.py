@@ -25,12 +25,36 @@ from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     from zoo.download import Source
+    from zoo.errors import StorageError
     from zoo.registry.blobs import BlobStore
     from zoo.registry.config import RemoteConfig
     from zoo.registry.index import VersionInfo
     from zoo.registry.manifest import FileRef, Manifest
     from zoo.registry.refs import Ref
     from zoo.registry.store import LocalZoo
+
+
+OFFLINE_NOTE = "; --offline uses only the local zoo"  # credentials hints end with it: a pull's way out, not a push's
+
+
+def push_cut_off(e: "StorageError", ref: str, remote: str, visible: bool | None) -> "StorageError":
+    """The error for a push that failed part-way (an outage, a refusal, a full disk on the remote):
+    the same class (exit code), saying whether `ref` is already visible on `remote` (its manifest
+    was written; None: cut off during that very step, so the remote may have made it or not) and
+    that repeating the push finishes it (every step of a push is idempotent)."""
+    if visible:
+        state = (f"{ref} is already visible on remote {remote} (its manifest is there); its `latest`, tags and "
+                 "index may not be updated yet")
+    elif visible is None:
+        state = (f"{ref} may or may not be visible on remote {remote}: the push was cut off while the remote "
+                 f"was writing its manifest (`zoo show {ref} --remote {remote}` tells)")
+    else:
+        state = f"{ref} is not visible on remote {remote} yet (its manifest was not written; files already sent are kept)"
+    before = (e.hint or "").removesuffix(OFFLINE_NOTE) if type(e).__name__ == "AccessDenied" else ""
+    hint = (f"{before}; " if before else "") + (
+        f"{state}. Run `zoo push {ref} --to {remote}` again once the remote can be reached: it sends only what is "
+        "missing and finishes the push")
+    return type(e)(f"push of {ref} to remote {remote} was cut off: {e.message}", hint=hint)
 
 
 class RemoteZoo(abc.ABC):

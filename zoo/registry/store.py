@@ -23,8 +23,8 @@ from zoo.registry.codec import dump_manifest, load_manifest, read_manifest_file,
 from zoo.files import atomic_write, create_exclusive, current_umask, hardlink_or_copy, reflink_or_copy
 from zoo.registry.index import Index, VersionInfo
 from zoo.registry.manifest import MANIFEST_FILE, Build, FileRef, Manifest
-from zoo.registry.refs import (LATEST, Ref, check_name, check_tag, check_version, import_hint, is_prerelease,
-                               moves_latest, newest, parse_ref)
+from zoo.registry.refs import (LATEST, Ref, check_name, check_tag, check_version, import_hint, latest_of,
+                               moves_latest, parse_ref)
 from zoo.pathsafety import check_external_data, safe_join
 
 PUBLISH_THREADS = max(1, min(4, os.cpu_count() or 1))  # files of a version hashed and stored side by side
@@ -164,10 +164,35 @@ class LocalZoo:
                 continue
             try:
                 if self._pending(name).exists():
-                    index.sync_model(name, self._model_entries(name), self._tag_files(name))
+                    entries = self._model_entries(name)
+                    self._repair_latest(name, [m.version for m, _ in entries])
+                    index.sync_model(name, entries, self._tag_files(name))
                     self._pending(name).unlink(missing_ok=True)
             finally:
                 lock.release()
+
+    def _repair_latest(self, name: str, versions: list[str]) -> bool:
+        """Point the `latest` tag file where the zoo's rule says (`refs.latest_of`) if it does not:
+        a writer killed between a version's manifest and its `latest` leaves it behind. The caller
+        holds the model's lock and updates the index; True if the file was written."""
+        want = latest_of(versions)
+        if want is None:
+            return False
+        path = self.root / "models" / name / "tags" / LATEST
+        try:
+            current = path.read_text().strip()
+        except OSError:
+            current = None
+        if current == want:
+            return False
+        atomic_write(path, f"{want}\n".encode())
+        return True
+
+    def ensure_latest(self, name: str) -> None:
+        """Make `latest` follow the rule for `name`'s versions on disk (a no-op when it does)."""
+        with self._lock(name), self._changing(name):
+            if self._repair_latest(name, [m.version for m, _ in self._model_entries(name)]):
+                self.index.set_tag(name, LATEST, self._tag_files(name)[LATEST])
 
     # ---- reading ------------------------------------------------------------------------
     def get(self, name: str, version: str) -> Manifest | None:
@@ -203,6 +228,10 @@ class LocalZoo:
     def resolve(self, ref: str | Ref) -> Manifest:
         """The manifest for ``name``, ``name@1.2.0`` or ``name@tag``; NotFound with suggestions."""
         r = parse_ref(ref) if isinstance(ref, str) else ref
+        if r.tag is not None:
+            # a writer killed mid-way may have left a tag behind its manifests: caught up first
+            # (one listdir when no mark is pending)
+            self.reconcile_pending(self.index)
         version = r.version or self.read_tag(r.name, r.tag)
         if version is None:
             raise self._not_found(r)
@@ -228,8 +257,44 @@ class LocalZoo:
     def missing(self, files: list[FileRef]) -> list[FileRef]:
         return [f for f in files if not self.blobs.has(f.sha256, f.size)]
 
+    @contextmanager
+    def storing(self, *, only_inside: bool = False):
+        """A full disk while writing this zoo is a NoSpace that names the zoo's folder and what frees
+        space in it (not the run cache's remedy); nothing was half-written (see `publish`).
+        `only_inside`: the body also writes elsewhere (`zoo pull --to`), so only an error that names
+        a path inside the zoo is the zoo's; others pass unchanged."""
+        from zoo.errors import NoSpace, is_no_space, no_space, zoo_no_space_hint
+        from zoo.files import _mount_of
+
+        root = os.path.abspath(self.root)
+
+        def ours(text: str | None) -> bool:
+            return not only_inside or bool(text) and ((root + os.sep) in text or text == root)
+
+        def full() -> NoSpace:
+            return no_space(f"{_mount_of(self.root)}, the disk of the local zoo {self.root}", detail=detail,
+                            hint=zoo_no_space_hint(self.root))
+
+        try:
+            yield
+        except NoSpace as e:
+            if not ours(e.message):
+                raise
+            detail = e.message.partition(" (")[2].removesuffix(")")
+            raise full() from e
+        except OSError as e:
+            if not is_no_space(e) or not ours(e.filename and os.path.abspath(e.filename)):
+                raise
+            detail = f"writing {e.filename}" if e.filename else ""
+            raise full() from e
+
     # ---- publishing ---------------------------------------------------------------------
     def publish(self, staging_dir: Path, *, link: bool = False) -> Manifest:
+        """Publish a staging folder as a new version (see `_publish`); a full disk says it is the zoo's."""
+        with self.storing():
+            return self._publish(staging_dir, link=link)
+
+    def _publish(self, staging_dir: Path, *, link: bool = False) -> Manifest:
         """Publish a staging folder (MANIFEST_FILE + every file it lists) as a new version.
 
         `link`: the folder's files are read-only run cache objects (a cached deploy's release),
@@ -262,11 +327,18 @@ class LocalZoo:
             for ref in manifest.all_files():
                 if not self.blobs.has(ref.sha256, ref.size):
                     self.blobs.add(sources[ref.path], ref.sha256, ref.size, f"{manifest.ref}: {ref.path}")
+            current = self.read_tag(manifest.name, LATEST)
+            if current is None or self.get(manifest.name, current) is None or \
+                    (current != manifest.version and moves_latest(current, manifest.version)):
+                self.ensure_latest(manifest.name)  # a first attempt killed before it moved `latest`
             return kept
-        # blobs first (each verified while copied); an unreferenced blob left by a failure is harmless
-        self._add_blobs(manifest, sources, link)
-        self._check_onnx(manifest, lambda ref: self.blobs.path(ref.sha256))
-        return self._commit(manifest.model_copy(update={"created": utc_now()}))
+        # blobs first (each verified while copied); an unreferenced blob left by a failure is harmless.
+        # A blob already stored unreferenced is kept as it is, so none may be freed until the
+        # manifest names them (`BlobStore.adding`)
+        with self.blobs.adding():
+            self._add_blobs(manifest, sources, link)
+            self._check_onnx(manifest, lambda ref: self.blobs.path(ref.sha256))
+            return self._commit(manifest.model_copy(update={"created": utc_now()}))
 
     def _add_blobs(self, manifest: Manifest, sources: dict[str, Path], link: bool) -> None:
         """Store every file of `manifest` as a blob, verified; the files side by side (hashing
@@ -376,8 +448,7 @@ class LocalZoo:
             _rmtree(vdir)
             remaining = [m.version for m, _ in self._model_entries(name)]
             if remaining and self.read_tag(name, LATEST) is None:
-                releases = [v for v in remaining if not is_prerelease(v)]
-                self._write_tag(name, LATEST, newest(releases or remaining))
+                self._write_tag(name, LATEST, latest_of(remaining))
             latest = self.read_tag(name, LATEST) if remaining else None
         freed = self._free_unused(manifest.all_files())
         return {"blobs_freed": freed, "tags_dropped": dropped, "latest": latest}
@@ -385,12 +456,14 @@ class LocalZoo:
     def _free_unused(self, files: list[FileRef]) -> int:
         # reference counts come from an index reconciled with the manifests first (waiting for
         # writers in flight), never from one a killed writer left behind
-        self.reconcile_pending(self.index, wait=True)
+        # (under `freeing`: a publish or pull that is about to name one of them has committed first)
         freed = 0
-        for sha in {f.sha256 for f in files}:
-            if not self.index.blob_in_use(sha) and self.blobs.present(sha):
-                self.blobs.remove(sha)
-                freed += 1
+        with self.blobs.freeing():
+            self.reconcile_pending(self.index, wait=True)
+            for sha in {f.sha256 for f in files}:
+                if not self.index.blob_in_use(sha) and self.blobs.present(sha):
+                    self.blobs.remove(sha)
+                    freed += 1
         return freed
 
     def reindex(self) -> int:
@@ -522,20 +595,21 @@ class LocalZoo:
         be a publish in flight."""
         from zoo.download import remove_abandoned
 
-        self.reconcile_pending(self.index, wait=True)
-        partials, freed = remove_abandoned(self.blobs.partial_dir, dry_run=dry_run)
-        blobs = 0
-        root = self.blobs.root / "sha256"
-        young = time.time() - grace_s
-        for p in sorted(root.glob("*/*")) if root.is_dir() else []:
-            if not self.index.blob_in_use(p.name):
-                st = p.stat()
-                if st.st_ctime > young:
-                    continue
-                freed += st.st_size
-                if not dry_run:
-                    self.blobs.remove(p.name)
-                blobs += 1
+        with self.blobs.freeing():  # a publish that re-uses an old unreferenced blob commits first
+            self.reconcile_pending(self.index, wait=True)
+            partials, freed = remove_abandoned(self.blobs.partial_dir, dry_run=dry_run)
+            blobs = 0
+            root = self.blobs.root / "sha256"
+            young = time.time() - grace_s
+            for p in sorted(root.glob("*/*")) if root.is_dir() else []:
+                if not self.index.blob_in_use(p.name):
+                    st = p.stat()
+                    if st.st_ctime > young:
+                        continue
+                    freed += st.st_size
+                    if not dry_run:
+                        self.blobs.remove(p.name)
+                    blobs += 1
         return {"blobs": blobs, "partials": partials, "bytes": freed}
 
 

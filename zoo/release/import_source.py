@@ -91,7 +91,7 @@ def resolve(text: str) -> ImportSource:
     from zoo import catalog
 
     prefix = text.split(":", 1)[0] if ":" in text else ""
-    if not Path(text).expanduser().exists() and (prefix in catalog.known() or catalog.NAME_RE.match(text)):
+    if not Path(text).expanduser().exists() and (prefix in catalog.known() or catalog.NAME_RE.fullmatch(text)):
         return _catalog(text)  # a catalog's name, or one shaped like it (the error lists the catalogs)
     return _local(text)
 
@@ -111,7 +111,7 @@ def fetch(source: ImportSource, cache_dir: Path | None) -> Path | None:
 def default_name(stem: str) -> str:
     """A zoo model name made from a file or repo name: lower case, other characters as '-'."""
     name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")
-    if not re.match(NAME_RE, name):
+    if not re.fullmatch(NAME_RE, name):
         raise InvalidInput(f"cannot make a model name from {stem!r}", hint="give one with --name")
     return name[:200]
 
@@ -351,7 +351,7 @@ def _hub_call(call, text: str, repo_id: str, revision: str | None):
 def _version_of(revision: str | None) -> str:
     """The revision as the zoo version when it is one (``v1.2.0`` -> 1.2.0), else 1.0.0."""
     candidate = (revision or "").removeprefix("v")
-    return candidate if re.match(VERSION_RE, candidate) else DEFAULT_VERSION
+    return candidate if re.fullmatch(VERSION_RE, candidate) else DEFAULT_VERSION
 
 
 def _stem(filename: str) -> str:
