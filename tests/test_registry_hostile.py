@@ -253,7 +253,9 @@ def test_a_full_zoo_home_during_publish_names_the_zoo_and_its_remedy(tmp_path, t
 class Cable:
     """A TCP cable between zoo and a real server on 127.0.0.1 that is pulled (every connection
     closed, the port closed: the next request is refused) when a request holding every string of
-    `at` comes by: before it reaches the server, or (`after`) once its whole answer has come back."""
+    `at` comes by: before it reaches the server, or (`after`) at the first request zoo sends once
+    that request's whole answer has come back (so zoo has read the answer: pulling the cable right
+    after forwarding it could lose the answer in flight on a loaded host)."""
 
     def __init__(self, upstream_port: int, at: tuple[bytes, ...], after: bool):
         import socket
@@ -262,6 +264,7 @@ class Cable:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.cut = threading.Event()
+        self.answered = threading.Event()  # `after`: the watched request's whole answer went back
         self.socks: list = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -275,7 +278,7 @@ class Cable:
                 return
             server = socket.create_connection(("127.0.0.1", self.upstream))
             self.socks += [client, server]
-            answer = {"watch": False, "bytes": b"", "whole": threading.Event()}
+            answer = {"watch": False, "bytes": b""}
             threading.Thread(target=self._pipe, args=(client, server, True, answer), daemon=True).start()
             threading.Thread(target=self._pipe, args=(server, client, False, answer), daemon=True).start()
 
@@ -285,18 +288,17 @@ class Cable:
                 data = src.recv(65536)
                 if not data:
                     return
+                if upstream and self.answered.is_set():
+                    return self.pull()
                 if upstream and all(s in data for s in self.at):
                     if not self.after:
                         return self.pull()
                     answer["watch"] = True
-                    dst.sendall(data)
-                    answer["whole"].wait(30)
-                    return self.pull()
-                dst.sendall(data)
                 if not upstream and answer["watch"]:
                     answer["bytes"] += data
                     if _whole_answer(answer["bytes"]):
-                        answer["whole"].set()
+                        self.answered.set()  # before zoo can have it: its next request is cut
+                dst.sendall(data)
         except OSError:
             return
 

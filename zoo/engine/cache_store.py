@@ -89,7 +89,7 @@ class FsCacheStore(CacheStore):
 
     def read_entry(self, key: str) -> bytes | None:
         from zoo.engine import entry_schema
-        from zoo.errors import MalformedEntry
+        from zoo.errors import MalformedEntry, UnsafePath
         from zoo.files import NotARegularFile
 
         rpath = self._entry_path(key)
@@ -97,6 +97,8 @@ class FsCacheStore(CacheStore):
             data = self.backend.read(rpath, limit=entry_schema.ENTRY_MAX_BYTES)
         except NotARegularFile as e:
             raise MalformedEntry(f"remote cache {self.url}: the entry {entry_name(key)} is {e.strerror}") from None
+        except UnsafePath as e:  # its folder is a link out of the remote: never read, a miss like any bad entry
+            raise MalformedEntry(f"remote cache {self.url}: the entry {entry_name(key)} is not read: {e.message}") from None
         if data is not None and len(data) > entry_schema.ENTRY_MAX_BYTES:
             raise MalformedEntry(f"remote cache {self.url}: the entry {entry_name(key)} is larger than "
                                  f"{entry_schema.bound()}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import posixpath
 import os
 import uuid
 from pathlib import Path
@@ -201,7 +202,7 @@ class FsBackend:
         if self.scheme == "file":
             from zoo.pathsafety import inside_folder
 
-            inside_folder(self.root, rpath, what=f"the folder of remote {self.url}")
+            inside_folder(self.root, rpath, what="the folder of remote")
         return rpath
 
     @contextlib.contextmanager
@@ -250,7 +251,10 @@ class FsBackend:
         from zoo.files import NotARegularFile, read_regular
 
         try:
-            return read_regular(self._inside(rpath), limit)
+            # the folder must stay inside the remote; the file itself is opened without following
+            # a link (a link is NotARegularFile, which a caller may take as a malformed entry)
+            self._inside(posixpath.dirname(rpath))
+            return read_regular(rpath, limit)
         except (FileNotFoundError, NotARegularFile):
             raise
         except OSError as e:
