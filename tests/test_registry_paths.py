@@ -345,3 +345,32 @@ def test_a_file_that_is_not_onnx_is_invalid_input_not_unsafe(tmp_path):
 def test_safe_join_takes_a_string_root_and_named_arguments(tmp_path):
     assert safe_join(str(tmp_path), "x") == Path(tmp_path) / "x"
     assert safe_join(root=tmp_path, relative="a/b", what="file") == tmp_path / "a/b"
+
+
+def test_measured_on_in_one_line():
+    from zoo.registry.manifest import describe_measured_on
+
+    assert describe_measured_on({}) == "" and describe_measured_on(None) == ""
+    full = {"runtime": "onnxruntime", "runtime_version": "1.32.0", "execution_provider": "CPUExecutionProvider",
+            "device": "AMD EPYC", "platform": "x86-64-avx512-vnni", "threads": 1}
+    assert describe_measured_on(full) == "onnxruntime 1.32.0 CPUExecutionProvider, AMD EPYC (x86-64-avx512-vnni), 1 thread"
+    assert describe_measured_on({**full, "threads": 2}).endswith(", 2 threads")
+    assert describe_measured_on({**full, "threads": None}).endswith("(x86-64-avx512-vnni)")
+    assert describe_measured_on({"platform": "x86-64-avx2"}) == "x86-64-avx2"
+    assert describe_measured_on({"device": "GPU"}) == "GPU"
+
+
+def test_model_size_is_the_file_and_its_sidecars_not_the_test_vectors():
+    def ref(path, size):
+        return FileRef(path=path, sha256=SHA, size=size)
+
+    build = Build(file=ref("builds/b/model.onnx", 100), extra_files=[ref("builds/b/w.bin", 30), ref("builds/b/x.bin", 7)],
+                  test_vectors=[ref("builds/b/tv.npz", 1000)], name="b")
+    assert build.model_size() == 137
+    assert Build(file=ref("builds/b/model.onnx", 100), name="b").model_size() == 100
+
+
+def test_a_manifest_of_an_unknown_older_schema_says_republish_not_upgrade():
+    with pytest.raises(InvalidInput) as e:
+        load_manifest(json.dumps(_manifest(schema_version=0)), "m.json")
+    assert "schema_version 0" in e.value.message and e.value.hint == "republish the version"

@@ -99,3 +99,73 @@ def test_nesting_is_bounded_at_exactly_max_nesting_levels():
     assert check_bounded(nested(MAX_NESTING)) == nested(MAX_NESTING)
     with pytest.raises(ValueError, match=f"nested more than {MAX_NESTING} levels deep"):
         check_bounded(nested(MAX_NESTING + 1))
+
+
+def test_a_figure_of_exactly_1e15_passes_and_just_above_it_does_not():
+    """The bound's own value, written out: a stand-in constant in the test would move with the code."""
+    assert check_bounded(1e15) == 1e15 and check_bounded(-1e15) == -1e15
+    with pytest.raises(ValueError):
+        check_bounded(1.0000001e15)
+    assert check_bounded(2**53) == 2**53
+    with pytest.raises(ValueError):
+        check_bounded(2**53 + 1)
+
+
+def test_why_json_refused_a_strangers_bytes_is_one_short_line():
+    import json
+    import sys
+
+    from zoo.registry.codec import json_problem
+
+    try:
+        json.loads("[" * (sys.getrecursionlimit() + 100))
+    except RecursionError as e:
+        assert json_problem(e) == "nested too deep"
+    try:
+        json.loads("1" * 5000)
+    except ValueError as e:
+        assert json_problem(e) == "an integer of more than 4300 digits"
+    try:
+        json.loads('{"a": ')
+    except ValueError as e:
+        assert json_problem(e).startswith("Expecting value: line 1")
+    assert json_problem(ValueError("x" * 500 + "\nmore")) == "x" * 200
+
+
+def test_the_nesting_bound_is_32_levels_and_a_string_at_the_deepest_level_passes():
+    assert MAX_NESTING == 32  # what the README and docs/trust.md say
+    value: object = "x"
+    for _ in range(32):
+        value = [value]
+    assert check_bounded(value) == value  # a string leaf at depth 32, as a number leaf would be
+    with pytest.raises(ValueError, match="nested more than 32 levels deep"):
+        check_bounded([value])
+
+
+@pytest.mark.parametrize("wrap", [lambda v: {"k": v}, lambda v: [v]], ids=["objects", "lists"])
+def test_nesting_counts_every_level_of_objects_alone_or_lists_alone(wrap):
+    value: object = 1
+    for _ in range(32):
+        value = wrap(value)
+    assert check_bounded(value) == value
+    with pytest.raises(ValueError, match="nested more than 32 levels deep"):
+        check_bounded(wrap(value))
+
+
+def test_the_bounds_edges_one_step_out():
+    with pytest.raises(ValueError):
+        check_bounded(1e15 + 1)  # representable: the first float past the bound
+    # the largest integers whose digits are still counted (13,000 bits: about 3,914 digits, under
+    # Python's 4,300-digit limit for str())
+    with pytest.raises(ValueError, match="an integer of 3914 digits"):
+        check_bounded(2**12999)
+    with pytest.raises(ValueError, match="over 3900 digits"):
+        check_bounded(2**13000)
+
+
+@pytest.mark.parametrize("leaf", [None, True, "x", 1, 1.5], ids=["none", "bool", "str", "int", "float"])
+def test_any_leaf_at_the_deepest_level_passes(leaf):
+    value: object = leaf
+    for _ in range(32):
+        value = {"k": value}
+    assert check_bounded(value) == value
