@@ -100,7 +100,7 @@ def test_export_passes_its_parity_gate_and_gives_the_same_bytes_twice(trained):
     assert parity["outputs"]["probabilities"]["shape"] == [143, 2]
     assert parity["outputs"]["argmax(probabilities)"] == {**parity["outputs"]["argmax(probabilities)"], "exact": True,
                                                           "mismatches": 0}
-    assert {p.key for p in proto.metadata_props} >= {"zoo.stage_key", "zoo.sources", "zoo.license"}
+    assert {p.key for p in proto.metadata_props} >= {"zoo.stage_record", "zoo.sources", "zoo.license"}
     again, _ = _export(tmp, fw, trained["checkpoint"], name="again")
     assert again.read_bytes() == path.read_bytes()
 

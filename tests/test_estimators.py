@@ -110,7 +110,7 @@ def test_export_passes_its_parity_gate_against_the_source_framework(fw, kind, tm
         assert list(outputs) == ["variable"]
     for port in (*proto.graph.input, *proto.graph.output):  # one sample per row, whatever the converter said
         assert port.type.tensor_type.shape.dim[0].dim_param == "batch"
-    assert {p.key for p in proto.metadata_props} >= {"zoo.stage_key", "zoo.sources", "zoo.license"}
+    assert {p.key for p in proto.metadata_props} >= {"zoo.stage_record", "zoo.sources", "zoo.license"}
     first = path.read_bytes()
     again, _ = _export(tmp_path, checkpoint, model, kind)
     assert again.read_bytes() == first  # converters name graphs at random (onnxmltools: a uuid): zoo does not

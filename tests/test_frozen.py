@@ -118,19 +118,38 @@ def test_a_changed_stage_that_is_cached_fails_too(tmp_path):
     recipe.write_text(RECIPE.replace("repeat: 3", "repeat: 5"))
     assert zoo_cli("run", recipe).code == 0
     lock.write_bytes(before)
-    err = _frozen_fails(recipe, lock, f"~ a: key differs from the lockfile's {HERE} record "
-                                      "(config changed: repeat: 3 → 5)", "~ b: key differs")
+    err = _frozen_fails(recipe, lock, f"~ a: differs from the lockfile's {HERE} record "
+                                      "(config changed: repeat: 3 → 5)", "~ b: differs")
     assert "(cached)" not in err
 
 
-def test_a_lock_whose_key_differs_fails_even_on_a_cache_hit(tmp_path):
+def test_a_lock_whose_record_differs_fails_even_on_a_cache_hit(tmp_path):
     recipe, lock = _locked(tmp_path)
-    for other in ("0" * 64, "f" * 64):  # a locked key that sorts before, and one after, the real key
+    for other in ("0", "99"):  # a locked kind version that sorts before, and one after, the real one
         data = yaml.safe_load(lock.read_text())
-        data["platforms"][HERE]["side"]["key"] = other
+        data["platforms"][HERE]["side"]["kind_version"] = other
         lock.write_text(yaml.safe_dump(data))
-        err = _frozen_fails(recipe, lock, f"~ side: key differs from the lockfile's {HERE} record")
+        err = _frozen_fails(recipe, lock, f"~ side: differs from the lockfile's {HERE} record (kind version changed")
         assert "~ a" not in err
+
+
+def test_a_key_moved_by_code_alone_rebuilds_and_passes_when_the_bytes_are_the_locked_ones(tmp_path):
+    """The kind epoch (zoo.stage.KIND_EPOCH, in every key, in no record) stands for a change of code:
+    every key moves, no record does. `--frozen` rebuilds, compares bytes, passes with a note; a
+    plain run leaves the lockfile byte for byte; `status --why` names the change."""
+    recipe, lock = _locked(tmp_path)
+    before = lock.read_bytes()
+    bumped = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "epoch"), os.environ.get("PYTHONPATH", "")])}
+    (tmp_path / "epoch").mkdir()
+    # a sitecustomize that bumps the epoch in the zoo process, as a new zoo release would
+    (tmp_path / "epoch" / "sitecustomize.py").write_text("import zoo.stage\nzoo.stage.KIND_EPOCH += 1\n")
+    why = zoo_cli("status", recipe, "--why", env=bumped)
+    assert why.code == 0 and "code changed: kind epoch 1 → 2" in why.out, why.text
+    cli = zoo_cli("run", recipe, "--frozen", env=bumped)
+    assert cli.code == 0, cli.text
+    assert "3 ran" in cli.out and "its outputs are the lockfile's, so the lockfile holds" in cli.text, cli.text
+    assert lock.read_bytes() == before
+    assert zoo_cli("run", recipe, env=bumped).code == 0 and lock.read_bytes() == before
 
 
 def test_cached_outputs_that_differ_from_the_lock_fail(tmp_path):

@@ -99,7 +99,7 @@ def _touch(path: Path, text: str) -> None:
 
 def _code(folder: Path, stage: str) -> dict[str, str]:
     dag = planner.build(load(folder / "recipe.yaml"))
-    return keys.code_digests(dag.recipe, dag.nodes[stage], Cache(folder / "c").ensure().hashes)
+    return keys.code_digests(dag.nodes[stage].kind, Cache(folder / "c").ensure().hashes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,10 +237,11 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_editing_a_zoo_module_a_builtin_kind_imports_changes_its_key(tmp_path):
-    """On a temporary copy of zoo's source (first on PYTHONPATH, so it shadows the checkout):
-    zoo/sources.py is imported by export (inside a function) and not by train; zoo/cli/release_commands.py
-    by no kind."""
+def test_zoos_plumbing_is_in_no_key_and_a_kinds_own_code_is_in_its_own(tmp_path):
+    """On a temporary copy of zoo's source (first on PYTHONPATH, so it shadows the checkout): a
+    comment in the registry, the file layer, the runner, the downloader, the CLI or zoo/sources.py
+    (which export imports) changes no key; one in a module of export's own package
+    (zoo_stages/exporters/base.py) changes export's key and not train's, which does not import it."""
     src = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(REPO / "zoo", src / "zoo", ignore=ignore)
@@ -264,11 +265,18 @@ def test_editing_a_zoo_module_a_builtin_kind_imports_changes_its_key(tmp_path):
 
     before = plan()
     assert before["train"] and before["export"]
-    _touch(src / "zoo" / "cli" / "release_commands.py", (src / "zoo" / "cli" / "release_commands.py").read_text() + "\n# edited\n")
-    assert plan() == before
-    _touch(src / "zoo" / "sources.py", (src / "zoo" / "sources.py").read_text() + "\n# edited\n")
+    for plumbing in ("registry/store.py", "files.py", "engine/runner.py", "download.py", "cli/main.py",
+                     "cli/release_commands.py", "sources.py", "stage.py", "errors.py"):
+        _touch(src / "zoo" / plumbing, (src / "zoo" / plumbing).read_text() + "\n# edited\n")
+        assert plan() == before, plumbing
+    own = src / "zoo_stages" / "exporters" / "base.py"
+    _touch(own, own.read_text() + "\n# edited\n")
     after = plan()
     assert after["train"] == before["train"] and after["export"] != before["export"]
+    # a module zoo names as computing a kind's bytes (KEYED_ZOO_MODULES): in the keys of the kinds importing it
+    wire = src / "zoo" / "onnxwire.py"
+    _touch(wire, wire.read_text() + "\n# edited\n")
+    assert plan()["export"] != after["export"]
 
 
 # ---------------------------------------------------------------------------------------------

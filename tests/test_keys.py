@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cli_helpers import write_recipe
+from zoo.stage import KIND_EPOCH
 from zoo.engine import keys, kind_loader, planner
 from zoo.engine.cache import Cache
 from zoo.errors import InvalidInput
@@ -79,8 +80,10 @@ def test_the_builtin_kinds_put_every_config_field_in_the_key(tmp_path):
 
 def test_the_key_is_a_digest_of_every_part(tmp_path):
     parts = _parts(tmp_path, WIDE + "stages:\n  s: {kind: reader}\n", "s", inputs={"up": {"data": "d" * 64}})
-    assert set(parts) == {"schema", "kind", "kind_version", "config", "shared", "matrix", "inputs", "code", "tools"}
-    assert parts["schema"] == keys.KEY_SCHEMA_VERSION == 1
+    assert set(parts) == {"schema", "kind", "kind_version", "config", "shared", "matrix", "inputs", "files", "tools",
+                          "code", "epoch"}
+    assert parts["schema"] == keys.KEY_SCHEMA_VERSION == 2
+    assert parts["epoch"] == KIND_EPOCH
     assert parts["kind"] == "reader" and parts["kind_version"] == str(kind_loader.get("reader").version)
     assert parts["inputs"] == {"up": {"data": "d" * 64}}
     assert parts["shared"] == {"data": {"image_size": 8}, "model": {"num_classes": 10}, "task": "image-classification"}
@@ -88,6 +91,11 @@ def test_the_key_is_a_digest_of_every_part(tmp_path):
     for name in parts:  # each part changes the key
         other = dict(parts, **{name: {"changed": name}})
         assert keys.key_of(other) != keys.key_of(parts), name
+        # and each part but the code changes the record the lockfile keeps
+        if name not in ("code", "epoch", "schema"):
+            assert keys.record_digest(other) != keys.record_digest(parts), name
+        else:
+            assert keys.record_digest(other) == keys.record_digest(parts), name
 
 
 def test_the_shared_values_enter_the_key_whole_or_by_field(tmp_path):
@@ -126,7 +134,7 @@ def test_code_enters_the_key_the_kind_module_and_user_files(tmp_path):
     (tmp_path / "user.txt").write_text("one")
     text = "stages:\n  s: {kind: script, config: {file: user.txt}}\n"
     parts = _parts(tmp_path, text, "s")
-    assert set(parts["code"]) == {"kind:zoo_test_kinds", "user.txt"}
+    assert set(parts["code"]) == {"kind:zoo_test_kinds"} and set(parts["files"]) == {"user.txt"}
     assert parts["code"]["kind:zoo_test_kinds"] == keys.StatCache(None).digest(keys.module_files("script")["zoo_test_kinds"])
     (tmp_path / "user.txt").write_text("two")
     assert _key(tmp_path, text, "s") != keys.key_of(parts)
@@ -134,8 +142,8 @@ def test_code_enters_the_key_the_kind_module_and_user_files(tmp_path):
     outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
     outside.write_text("x")
     try:
-        code = _parts(tmp_path, f"stages:\n  s: {{kind: script, config: {{file: {outside}}}}}\n", "s")["code"]
-        assert str(outside.resolve()) in code
+        files = _parts(tmp_path, f"stages:\n  s: {{kind: script, config: {{file: {outside}}}}}\n", "s")["files"]
+        assert str(outside.resolve()) in files
     finally:
         outside.unlink()
     files = keys.watched_files(load(tmp_path / "recipe.yaml"), planner.build(load(tmp_path / "recipe.yaml")).nodes["s"])
@@ -164,15 +172,17 @@ def test_a_folder_dependency_is_watched_with_every_file_in_it(tmp_path):
     assert (tmp_path / "tree" / "sub" / "f.txt").resolve() in files and (tmp_path / "tree").resolve() in files
 
 
-def test_tool_versions_enter_the_key_with_zoo_itself(tmp_path, monkeypatch):
+def test_the_tools_a_stage_uses_enter_the_key_and_zoo_itself_does_not(tmp_path, monkeypatch):
     cls = kind_loader.get("concat")
     monkeypatch.setattr(cls, "tools", ("pyyaml", "no-such-dist-zz"))
     tools = _parts(tmp_path, "stages:\n  s: {kind: concat}\n", "s")["tools"]
-    assert list(tools) == sorted(["pyyaml", "no-such-dist-zz", keys.ZOO_DIST])
+    assert list(tools) == sorted(["pyyaml", "no-such-dist-zz"])  # not zoo-onnx: zoo's version is in no key
     assert tools["no-such-dist-zz"] == "absent" and tools["pyyaml"] not in ("absent", "")
-    assert keys.tool_versions(()) == {keys.ZOO_DIST: keys.tool_version(keys.ZOO_DIST)}
-    assert keys.tool_versions((keys.ZOO_DIST, "pyyaml", "pyyaml")) == {
-        keys.ZOO_DIST: keys.tool_version(keys.ZOO_DIST), "pyyaml": keys.tool_version("pyyaml")}
+    assert keys.tool_versions(()) == {}
+    assert keys.tool_versions(("pyyaml", "pyyaml")) == {"pyyaml": keys.tool_version("pyyaml")}
+    # a kind that narrows its tools for the recipe: only those enter
+    monkeypatch.setattr(cls, "tools_used", lambda self, config, ctx: ("pyyaml",))
+    assert list(_parts(tmp_path, "stages:\n  s: {kind: concat}\n", "s")["tools"]) == ["pyyaml"]
 
 
 def test_recipe_identity_and_lineage_only_for_the_kinds_that_declare_them(tmp_path):

@@ -223,7 +223,8 @@ def test_stand_in_cpu_a_second_class_adds_its_records_without_touching_the_first
     assert set(both[B]) == {"src", "k", "side"} and all(r["host"] == ARM for r in both[B].values())
     # platform-independent stages: the same key and bytes on both; the float stage: other bytes
     assert both[B]["src"]["outputs"] == both[A]["src"]["outputs"]
-    assert both[B]["k"]["key"] == both[A]["k"]["key"] and both[B]["k"]["outputs"] != both[A]["k"]["outputs"]
+    same_record = {f: both[B]["k"][f] for f in ("config", "inputs", "tools", "kind_version")}
+    assert same_record == {f: both[A]["k"][f] for f in same_record} and both[B]["k"]["outputs"] != both[A]["k"]["outputs"]
     # the recipe runs clean on each class whose records it carries, from its cache or an empty one
     text = lock.read_bytes()
     for cpu, cache in ((AVX512, cache_a), (ARM, cache_b), (AVX512, tmp_path / "empty-a"),

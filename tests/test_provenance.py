@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ import onnxruntime as ort  # noqa: E402
 from zoo.engine.hashing import hash_file_uncached  # noqa: E402
 from zoo.engine.lockfile import StageLock, read as read_lock  # noqa: E402
 from zoo.registry.manifest import MANIFEST_FILE, Manifest  # noqa: E402
-from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
+from zoo.stage import KIND_EPOCH, Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
 from zoo_stages.deploy import Deploy  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
 from zoo_stages.lib import archs, provenance  # noqa: E402
@@ -45,16 +44,18 @@ def _recipe(tmp: Path) -> RecipeInfo:
                       path=tmp / "recipe.yaml", digest="d" * 64)
 
 
-def _ctx(tmp: Path, stage: str, key: str, *, lineage=None, publish=False) -> StageContext:
+def _ctx(tmp: Path, stage: str, record: str, *, lineage=None, publish=False, key: str = "") -> StageContext:
+    """A context whose record digest is `record`; its cache key is another value (`key`), which
+    nothing may stamp (a key also holds code: tests/test_frozen.py's epoch test)."""
     return StageContext(stage_id=stage, out_dir=tmp / stage / "out", work_dir=tmp / stage / "work",
-                        recipe=_recipe(tmp), shared={"data": DATA, "model": LENET}, matrix={}, threads=1, key=key,
-                        publish=publish, lineage=lineage or {})
+                        recipe=_recipe(tmp), shared={"data": DATA, "model": LENET}, matrix={}, threads=1,
+                        key=key or f"cache-key-of-{stage}", record=record, publish=publish, lineage=lineage or {})
 
 
 def _record(kind: str, key: str, outputs: dict[str, str]) -> dict:
-    """A lock record as the engine puts it into context.lineage."""
-    return StageLock(kind=kind, key=key, kind_version="2", config={"x": 1}, config_digest="c" * 64,
-                     shared_digest="s" * 64, matrix={}, inputs={}, code={f"kind:zoo_stages.{kind}": "e" * 64},
+    """A lock record as the engine puts it into context.lineage (`key` only makes it differ from others)."""
+    return StageLock(kind=kind, kind_version="2", config={"x": key}, config_digest="c" * 64,
+                     shared={}, matrix={}, inputs={}, files={"data/x.csv": "e" * 64},
                      tools={"onnx": "1.23"}, outputs=outputs, recipe={"license": LICENSE}).to_json()
 
 
@@ -75,14 +76,14 @@ def _build_chain(tmp: Path) -> dict:
     export_cfg = Export.Config.model_validate({"input_shape": [1, 8, 8], "parity": {"samples": 2}, "weights": {
         "path": weights.name, "sha256": sha, "license": WEIGHTS_LICENSE, "attribution": WEIGHTS_CREDIT}})
     exported = Export().run(Inputs([]), export_cfg, _ctx(tmp, "export", "key-export"))["model"]
-    up_export = Upstream("export", "export", {"model": exported}, {}, key="key-export")
+    up_export = Upstream("export", "export", {"model": exported}, {}, key="key-export", record="record-export")
     optimized = Optimize().run(Inputs([up_export]), Optimize.Config(), _ctx(tmp, "optimize", "key-optimize"))["model"]
     quant_cfg = Quantize.Config.model_validate({"mode": "dynamic", "accept": {"min_speedup": 0.0, "max_accuracy_drop": 1.0},
                                                 "latency": {"warmup": 1, "runs": 3}})
     quantized = Quantize().run(Inputs([up_export]), quant_cfg, _ctx(tmp, "quantize", "key-quantize"))["model"]
     ups = [up_export,
-           Upstream("optimize", "optimize", {"model": optimized}, {}, key="key-optimize"),
-           Upstream("quantize", "quantize", {"model": quantized}, {}, key="key-quantize")]
+           Upstream("optimize", "optimize", {"model": optimized}, {}, key="key-optimize", record="record-optimize"),
+           Upstream("quantize", "quantize", {"model": quantized}, {}, key="key-quantize", record="record-quantize")]
     lineage = {u.stage_id: _record(u.kind, u.key, {"model": hash_file_uncached(u.outputs["model"])}) for u in ups}
     deploy_cfg = Deploy.Config.model_validate({"builds": BUILDS, "publish": False})
     release = Deploy().run(Inputs(ups), deploy_cfg, _ctx(tmp, "deploy", "key-deploy", lineage=lineage))["release"]
@@ -103,7 +104,6 @@ def _manifest(release: Path) -> Manifest:
 
 
 def test_intermediate_models_carry_what_their_key_determines(chain):
-    version = metadata.version("zoo-onnx")
     expected_sources = {
         "export": {"weights": f"sha256:{chain['sha']}"},
         "optimize": {"export.model": f"blake3:{hash_file_uncached(chain['export'])}"},
@@ -112,10 +112,10 @@ def test_intermediate_models_carry_what_their_key_determines(chain):
     for kind in ("export", "optimize", "quantize"):
         props = _props(chain[kind])
         zoo = {k: v for k, v in props.items() if k.startswith("zoo.")}
-        assert set(zoo) == {"zoo.version", "zoo.kind", "zoo.stage_key", "zoo.sources", "zoo.license",
-                            "zoo.attribution"}, kind
-        assert zoo["zoo.version"] == version and zoo["zoo.kind"] == kind
-        assert zoo["zoo.stage_key"] == f"key-{kind}" and zoo["zoo.license"] == LICENSE
+        # not zoo's version nor the cache key: neither is in the stage's record
+        assert set(zoo) == {"zoo.kind", "zoo.stage_record", "zoo.sources", "zoo.license", "zoo.attribution"}, kind
+        assert zoo["zoo.kind"] == kind and "cache-key" not in json.dumps(zoo)
+        assert zoo["zoo.stage_record"] == f"key-{kind}" and zoo["zoo.license"] == LICENSE
         assert json.loads(zoo["zoo.sources"]) == expected_sources[kind]
         # the stage id is not in a cache key, so it is never stamped; nor is the recipe's version
         assert "zoo.stage" not in zoo and "zoo.engine.recipe" not in zoo
@@ -136,8 +136,12 @@ def test_weights_attribution_propagates_through_every_stage(chain):
 def test_stamping_is_deterministic_and_keeps_foreign_props(chain, tmp_path):
     again = Optimize().run(Inputs(chain["ups"][:1]), Optimize.Config(), _ctx(tmp_path, "optimize", "key-optimize"))
     assert again["model"].read_bytes() == chain["optimize"].read_bytes()
+    # another cache key (the kind's code changed), the same record: the same bytes
+    recoded = Optimize().run(Inputs(chain["ups"][:1]), Optimize.Config(),
+                             _ctx(tmp_path / "re", "optimize", "key-optimize", key="a-new-code-key"))
+    assert recoded["model"].read_bytes() == chain["optimize"].read_bytes()
     other = Optimize().run(Inputs(chain["ups"][:1]), Optimize.Config(), _ctx(tmp_path, "o2", "another-key"))
-    assert _props(other["model"])["zoo.stage_key"] == "another-key"
+    assert _props(other["model"])["zoo.stage_record"] == "another-key"
     model = onnx.load(str(chain["export"]))
     entry = model.metadata_props.add()
     entry.key, entry.value = "author", "someone"
@@ -165,8 +169,8 @@ def test_every_shipped_build_carries_the_full_stamp(chain):
             props = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map
         src = chain[sources[name]]
         assert props["zoo.recipe"] == "tiny-lenet@2.1.0" and props["zoo.recipe_digest"] == "d" * 64
-        assert props["zoo.stage_key"] == "key-deploy" and props["zoo.build"] == name and props["zoo.kind"] == "deploy"
-        assert props["zoo.license"] == LICENSE and props["zoo.version"] == metadata.version("zoo-onnx")
+        assert props["zoo.stage_record"] == "key-deploy" and props["zoo.build"] == name and props["zoo.kind"] == "deploy"
+        assert props["zoo.license"] == LICENSE and "zoo.version" not in props
         assert json.loads(props["zoo.sources"]) == {f"{sources[name]}.model": f"blake3:{hash_file_uncached(src)}"}
         assert json.loads(props["zoo.attribution"])[0]["license"] == WEIGHTS_LICENSE
     # stamping changes no output: the shipped fp32 model computes exactly what its source does
@@ -207,9 +211,10 @@ def test_release_holds_its_lockfile_and_an_in_toto_statement(chain, tmp_path):
     assert "data:split" in deps
     assert definition["internalParameters"]["license"].startswith(f"{LICENSE}; weights: {WEIGHTS_LICENSE}")
     run = stmt["predicate"]["runDetails"]
-    assert run["builder"]["id"].endswith(f"zoo@{metadata.version('zoo-onnx')}")
+    assert run["builder"] == {"id": "urn:zoo-onnx:builder:zoo", "version": {"kind-epoch": str(KIND_EPOCH)}}
     assert run["byproducts"] == [{"name": "zoo.lock", "digest": {"sha256": m.files[0].sha256}}]
-    assert "key-deploy" in run["metadata"]["invocationId"]
+    assert run["metadata"]["invocationId"] == "urn:zoo-onnx:stage-record:key-deploy"
+    assert "cache-key" not in (rel / provenance.STATEMENT_FILE).read_text()
     # license and attribution reach the manifest, its lineage and the card
     assert m.extra["provenance"]["attribution"][0]["attribution"] == WEIGHTS_CREDIT
     assert m.lineage.sources["weights"] == f"sha256:{chain['sha']}"

@@ -146,7 +146,7 @@ def test_the_lockfile_records_the_declared_values(tmp_path):
     recipe = write_recipe(tmp_path, READER)
     zoo.run(recipe)
     raw = yaml.safe_load(lockfile.lock_path(recipe).read_text())
-    assert raw["schema_version"] == lockfile.LOCK_SCHEMA_VERSION == 3
+    assert raw["schema_version"] == lockfile.LOCK_SCHEMA_VERSION == 4
     (stages,) = raw["platforms"].values()
     assert stages["r"]["shared"] == {"data": {"image_size": 8}, "model": {"num_classes": 10},
                                      "task": "image-classification"}
@@ -181,7 +181,7 @@ def test_a_version_1_lockfile_is_still_read_and_explained(tmp_path):
     # the next run writes the current version, the values of the stages it kept included
     assert zoo.run(recipe).ok
     raw = yaml.safe_load(lockfile.lock_path(recipe).read_text())
-    assert raw["schema_version"] == 3
+    assert raw["schema_version"] == 4
     (stages,) = raw["platforms"].values()
     assert stages["w"]["shared"] == {} and "shared_digest" not in stages["w"]
     assert stages["r"]["shared"]["data"] == {"image_size": 16}
@@ -191,8 +191,8 @@ def test_a_lockfile_from_a_newer_zoo_is_refused_clearly(tmp_path):
     recipe = write_recipe(tmp_path, READER)
     zoo.run(recipe)
     lock_file = lockfile.lock_path(recipe)
-    lock_file.write_text(lock_file.read_text().replace("schema_version: 3", "schema_version: 4"))
-    with pytest.raises(RecipeError, match="unsupported schema_version 4"):
+    lock_file.write_text(lock_file.read_text().replace("schema_version: 4", "schema_version: 5"))
+    with pytest.raises(RecipeError, match="unsupported schema_version 5"):
         lockfile.read(lock_file)
 
 

@@ -125,8 +125,10 @@ def _plan(dag: planner.Dag, cache_dir: str | Path | None, force: Iterable[str] |
         pending = [up for up in node.needs if by_id[up].state == StageState.WILL_RUN]
         parts = key = None
         if not pending:
-            parts, key = keys.stage_key(dag, node, entries, by_id, cache.hashes)
+            parts, key = keys.stage_key(dag, node, entries, {a: r.record for a, r in by_id.items() if r.record},
+                                        cache.hashes)
             all_parts[nid] = parts
+            report.record = keys.record_digest(parts)
         prev = previous.reference(nid, here) if previous else None
         state, reasons, entry = decide(node, parts, key, cache, prev, nid in forced, pending)
         if remote is not None and state == StageState.WILL_RUN and key is not None and nid not in forced \
@@ -207,7 +209,8 @@ def run(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, 
     changed = lockfile.write(lock_file, new_lock) if record and not frozen and worth_writing else False
     result = Result(recipe=dag.recipe.name, version=dag.recipe.version, path=dag.recipe.path,
                     stages=[reports[nid] for nid in dag.order()], cache_dir=cache.root, lock_path=lock_file,
-                    lock_changed=changed, executed=executed, notes=cache.notes + (remote.notes if remote else []),
+                    lock_changed=changed, executed=executed,
+                    notes=cache.notes + (remote.notes if remote else []) + (guard.notes if guard else []),
                     cache_remote=remote.url if remote else None,
                     cache_remote_origin=remote.setting.origin if remote else None,
                     cache_remote_push=remote.setting.push if remote else None)
@@ -276,7 +279,7 @@ def gc(*, cache_dir: str | Path | None = None, keep_recipes: Iterable[str | Path
     if recipes:
         keep = set()
         for r in recipes:
-            keep.update(_locked_keys(Path(r)))
+            keep.update(_locked_records(Path(r)))
     result = cache.gc(keep, dry_run=dry_run)
     result["cache_dir"] = str(cache.root)
     from zoo.registry.store import LocalZoo
@@ -286,8 +289,9 @@ def gc(*, cache_dir: str | Path | None = None, keep_recipes: Iterable[str | Path
     return result
 
 
-def _locked_keys(recipe: Path) -> set[str]:
-    """The cache keys `recipe`'s lockfile pins; InvalidInput for a missing recipe or lockfile."""
+def _locked_records(recipe: Path) -> set[str]:
+    """The record identities `recipe`'s lockfile holds (`Lock.identities`); InvalidInput for a
+    missing recipe or lockfile."""
     from zoo.errors import InvalidInput
 
     if not recipe.is_file():
@@ -299,7 +303,7 @@ def _locked_keys(recipe: Path) -> set[str]:
     if lock is None:
         raise InvalidInput(f"--keep {recipe}: it has no lockfile ({lock_file.name} is missing)",
                            hint=f"run `zoo run {recipe}` first so its lockfile pins what to keep; nothing was freed")
-    return lock.keys()
+    return lock.identities()
 
 
 def cache_push(recipes: Iterable[str | Path] = (), *, remote: str | None = None,

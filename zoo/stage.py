@@ -3,10 +3,13 @@
 A stage kind is a class deriving from `StageKind` that declares:
 
 - ``name``: the kind's name as used in recipes (``kind: quantize``);
-- ``version``: bump it whenever the kind's behaviour changes; it enters every cache key;
+- ``version``: bump it whenever the kind's output bytes change; it enters the kind's keys and lock records;
 - ``Config``: a static pydantic model (derive from `KindConfig`, which forbids unknown keys);
-- ``tools``: distribution names whose installed versions enter the cache key
-  (read with importlib.metadata, so nothing heavy is imported to compute a key);
+- ``tools``: distribution names whose installed versions enter the cache key (read with
+  importlib.metadata, so nothing heavy is imported to compute a key); a kind whose tools depend on
+  the recipe (export: the exporter of ``model.framework``) overrides ``tools_used`` to name only
+  the ones this stage uses, so another version of a package the model never touched changes
+  neither its key nor its lock record;
 - ``shared``: what the kind reads of the recipe-wide sections: a whole section (``"data"``,
   ``"task"``) or single fields (``"model.arch"``). Exactly those values enter the cache key,
   and ``context.shared`` holds exactly those (reading anything else raises `UndeclaredField`),
@@ -16,7 +19,7 @@ A stage kind is a class deriving from `StageKind` that declares:
   writes into its outputs; their values enter the key (most kinds need none, so bumping a
   recipe's version does not retrain);
 - ``lineage``: True if the kind needs the lock records of all its ancestors (``context.lineage``,
-  e.g. to embed provenance); their keys then enter its key;
+  e.g. to embed provenance); the digests of those records (``Upstream.record``) then enter its key;
 
 and implements ``run(inputs, config, context) -> {output name: path inside context.out_dir}``.
 Metrics go in ``context.metrics``. A kind may also override ``dependencies`` to name files
@@ -51,8 +54,19 @@ level: the engine imports kind modules to compute cache keys, and a fully cached
 pay for those imports.
 
 A kind's code enters its cache key without being declared: the source of its module and of every
-module of its distribution that it imports, directly or not, at module level or inside functions
-(found by reading the source, zoo.engine.import_closure), so editing a helper reruns the stages that use it.
+module of its own package that it imports, directly or not, at module level or inside functions
+(found by reading the source, zoo.engine.import_closure), so editing a helper reruns the stages that
+use it. zoo's own modules are not in it: what a kind may use of zoo (this module, `zoo.errors`,
+`zoo.files`, `zoo.pathsafety`, ...) is the kind interface, and `KIND_EPOCH` stands for it in every
+key. The few zoo modules whose code computes a kind's bytes are named in `KEYED_ZOO_MODULES` and
+enter the keys of the kinds that import them.
+
+Keys, lock records and stamps: a stage's key is its lock record (kind, kind version, config,
+declared shared values, matrix, input digests, the files it reads, the tools it uses, declared
+recipe fields, ancestor records) plus its code and `KIND_EPOCH`. The lockfile holds the record and
+the output digests, not the key, so code that changes no byte leaves every lockfile as it was.
+What a kind writes into its outputs may come from the record (``context.record``, its digest),
+never from ``context.key``: a rerun for a code change must be able to give the same bytes.
 """
 
 from __future__ import annotations
@@ -68,6 +82,21 @@ from zoo.errors import InvalidInput, UnsafePath
 
 if TYPE_CHECKING:
     from zoo.registry.manifest import Manifest
+
+# The version of the contract between the engine and the kinds, in every stage key instead of
+# zoo's own code. Bump it when this interface changes in a way that can change what a kind
+# writes, or when an on-disk format a kind writes through zoo changes its bytes (the manifest's or
+# the lockfile's serialisation, the YAML emitter of `zoo.yamlio`, the digests of
+# `zoo.engine.hashing`): every stage of every recipe reruns once, as after a kind version bump.
+# Changes to zoo that shape no kind's bytes (the registry, the downloader, the CLI, the runner)
+# leave it alone, and so every key, cache entry and lockfile.
+KIND_EPOCH = 1
+
+# zoo modules whose code computes a kind's output bytes (the ONNX → torch converter that turns a
+# `model.from` parent into the network train fine-tunes; the protobuf field walker that rewrites
+# an ONNX file's metadata): followed by the key closure like the kind's own package, so an edit
+# reruns the stages whose kinds import them. Everything else of zoo a kind imports is interface.
+KEYED_ZOO_MODULES = ("zoo.onnx_to_torch", "zoo.onnxwire")
 
 
 class KindConfig(BaseModel):
@@ -101,7 +130,8 @@ class Upstream:
     outputs: Mapping[str, Path]
     metrics: Mapping[str, Any]
     matrix: Mapping[str, str] = field(default_factory=dict)
-    key: str = ""
+    key: str = ""  # its cache key: never write it into an output (see the module docstring)
+    record: str = ""  # the digest of its lock record: what provenance may name
 
 
 class Inputs:
@@ -268,7 +298,8 @@ class StageContext:
     shared: Mapping[str, Any]
     matrix: Mapping[str, str]
     threads: int = 1
-    key: str = ""
+    key: str = ""  # the cache key: for logs and the engine, never for output bytes (it holds code)
+    record: str = ""  # the digest of this stage's lock record (key less code): what stamps may name
     publish: bool = True  # False while `zoo repro` rebuilds: no side effects outside out_dir
     lineage: Mapping[str, Any] = field(default_factory=dict)  # ancestor id -> lock record (kinds with lineage=True)
     # under `zoo run --frozen` / `zoo release`: the lockfile's output digests for this key on this
@@ -348,6 +379,11 @@ class StageKind:
     def dependencies(self, config: KindConfig, ctx: KeyContext) -> list[Path]:
         """Files or folders whose content enters the cache key (user code, local data)."""
         return []
+
+    def tools_used(self, config: KindConfig, ctx: KeyContext) -> Sequence[str]:
+        """The distributions this stage uses for this recipe, whose versions enter its key and lock
+        record: `tools` unless the kind knows better (a subset, or an exporter plug-in's own)."""
+        return self.tools
 
     def run(self, inputs: Inputs, config: KindConfig, context: StageContext) -> Mapping[str, Path]:
         """Do the work; write outputs under context.out_dir and return {name: path}."""

@@ -64,7 +64,7 @@ from zoo.errors import GateFailed, InvalidInput, StageFailed, ZooError
 from zoo.files import atomic_copy, atomic_write
 from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
 from zoo.registry.staging import file_ref
-from zoo.stage import Column, Effect, Inputs, KindConfig, ReportTable, StageContext, StageKind, Upstream
+from zoo.stage import Column, Effect, Inputs, KeyContext, KindConfig, ReportTable, StageContext, StageKind, Upstream
 from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib.conversion_check import BATCH_SIZE, ConversionCheck
 from zoo_stages.lib.step_log import StepLog
@@ -76,8 +76,10 @@ from zoo_stages.lib.verify_report import VerifyOutputs, read_verify_outputs
 CARD_FILE = "README.md"
 TOKENIZER_FILE = "tokenizer.json"  # a text model's tokenizer (Hugging Face `tokenizers` JSON), beside the card
 PUBLISHED = "published"  # the effect of publishing the release to the local zoo (zoo.stage.Effect.kind)
-# flatbuffers writes the canonical .ort bytes (see convert.canonical_ort_bytes), so its version matters too
-LINEAGE_TOOLS = ("flatbuffers", "onnx", "onnxruntime", "torch", "zoo-onnx")
+# flatbuffers writes the canonical .ort bytes (see convert.canonical_ort_bytes), so its version
+# matters to `convert: ort` builds; openvino to `convert: openvino` ones
+BASE_TOOLS = ("onnx", "onnxruntime")
+CONVERSION_TOOLS = {"ort": ("flatbuffers",), "openvino": ("openvino",)}
 # default parity tolerances per conversion: fp16 rounds every weight and activation, while the
 # ORT format runs the very same kernels (only graph optimizations are baked in)
 DEFAULT_TOLERANCES = {"fp16": (1e-2, 1e-2), "ort": (1e-4, 1e-4), "openvino": (1e-3, 1e-3), "tensorrt": (1e-2, 1e-2)}
@@ -211,7 +213,7 @@ class Deploy(NumericOutputs, StageKind):
     shared: ClassVar[tuple[str, ...]] = ("data", "model.task", "task")
     outputs: ClassVar[tuple[str, ...]] = ("release",)
     # the manifest and card name the recipe, so its identity enters the key; the release embeds
-    # the lock records of every ancestor (context.lineage), so their keys enter it too
+    # the lock records of every ancestor (context.lineage), so their digests enter it too
     recipe_fields: ClassVar[tuple[str, ...]] = ("name", "version", "description", "license", "digest")
     lineage: ClassVar[bool] = True
     summary: ClassVar[str] = "device builds (fp32, int8, fp16, ORT format), model card, manifest; publish to the zoo"
@@ -219,6 +221,10 @@ class Deploy(NumericOutputs, StageKind):
     release_files: ClassVar[tuple[str, ...]] = (LOCK_FILE, STATEMENT_FILE)
     # files recording the other files' digests (or the run's figures): differ whenever the builds do
     derived_files: ClassVar[tuple[str, ...]] = (LOCK_FILE, STATEMENT_FILE, MANIFEST_FILE, "*.md")
+
+    def tools_used(self, config: DeployConfig, ctx: KeyContext) -> tuple[str, ...]:
+        """onnx and onnxruntime, and the converter of each `convert:` the builds use."""
+        return tuple(sorted({*BASE_TOOLS, *(t for b in config.builds.values() for t in CONVERSION_TOOLS.get(b.convert, ()))}))
 
     def run(self, inputs: Inputs, config: DeployConfig, context: StageContext) -> Mapping[str, Path]:
         release = context.output_path("release")
@@ -523,13 +529,13 @@ class _Release:
         if "data" in lineage.sources:
             data = {"digest": lineage.sources["data"], "source": str((self.data_spec or {}).get("source", ""))}
         subjects = [(ref.path, ref.sha256) for b in builds.values() for ref in b.all_files()]
-        stmt = provenance.statement(subjects=subjects, recipe=recipe, key=self.ctx.key,
+        stmt = provenance.statement(subjects=subjects, recipe=recipe, record=self.ctx.record,
                                     config=self.config.model_dump(mode="json", by_alias=True,
                                                                   exclude=_SIDE_EFFECT_OPTIONS),
                                     lineage=lineage_records, tools=lineage.tools, inputs=unrecorded, data=data,
                                     attribution=self._all_attribution(), lock_sha256=lock_ref.sha256,
                                     publisher={"stage": self.ctx.stage_id, "kind": Deploy.name,
-                                               "kind_version": Deploy.version, "key": self.ctx.key,
+                                               "kind_version": Deploy.version, "record": self.ctx.record,
                                                "inputs": sorted({up.stage_id for up in self.inputs})})
         stmt_path = self.release / STATEMENT_FILE
         atomic_write(stmt_path, provenance.statement_bytes(stmt), fsync=False)
@@ -547,7 +553,7 @@ class _Release:
 
         self.attribution[name] = provenance.model_attribution(source)
         sources = {f"{spec.source}.model": f"{ALGORITHM}:{hash_file_uncached(source)}"}
-        return provenance.release_props(self.ctx.recipe, self.ctx.key, name, sources, self.attribution[name])
+        return provenance.release_props(self.ctx.recipe, self.ctx.record, name, sources, self.attribution[name])
 
     def _one(self, name: str, spec: BuildSpec) -> tuple[Build, dict[str, Any] | None, str | None]:
         """Stage one build under builds/<name>/; returns its Build entry, conversion record, verified name."""
@@ -998,11 +1004,14 @@ class _Release:
 
     def _lineage(self) -> Lineage:
         recipe = self.ctx.recipe
-        stages = {up.stage_id: up.key for up in sorted(self.inputs, key=lambda u: u.stage_id) if up.key}
-        tools = {}
-        for dist in LINEAGE_TOOLS:
+        stages = {up.stage_id: up.record for up in sorted(self.inputs, key=lambda u: u.stage_id) if up.record}
+        # the tools every ancestor used (their lock records) and deploy's own: all in deploy's key
+        tools = {dist: version for record in self.ctx.lineage.values()
+                 for dist, version in (record.get("tools") or {}).items()}
+        for dist in Deploy().tools_used(self.config, None):
             with contextlib.suppress(metadata.PackageNotFoundError):
                 tools[dist] = metadata.version(dist)
+        tools = dict(sorted(tools.items()))
         sources: dict[str, str] = {}
         if self.data_spec:
             try:

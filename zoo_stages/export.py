@@ -196,6 +196,20 @@ class Export(NumericOutputs, StageKind):
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "export to ONNX (checked, shape-inferred, parity-gated against the source framework)"
 
+    def tools_used(self, config: ExportConfig, ctx: KeyContext) -> tuple[str, ...]:
+        """onnx and onnxruntime (checks, parity), and the tools of the exporter of ``model.framework``
+        only: another version of a framework this model does not use changes neither key nor lock."""
+        base = ("onnx", "onnxruntime", "numpy")
+        if config.onnx is not None:
+            return base
+        from zoo.engine import exporter_loader
+        from zoo_stages import exporters
+
+        model = ctx.shared.get("model") or {}
+        framework = model.get("framework") or exporter_loader.DEFAULT_FRAMEWORK
+        exporter = exporters.BUILTIN.get(framework) or exporter_loader.get(framework)
+        return (*base, *exporter.tools_for(model))
+
     def dependencies(self, config: ExportConfig, ctx: KeyContext) -> list[Path]:
         from zoo_stages.lib import archs
 
@@ -301,7 +315,7 @@ def _provenance(inputs: Inputs, context: StageContext, ref: SourceRef | None, fi
         # a zoo-built ONNX source carries its own sources' attribution: keep passing it on
         inherited = provenance.model_attribution(source) if field == "onnx" else []
         attribution = provenance.merge_attribution(attribution, inherited, [own])
-    return provenance.artifact_props("export", context.key, context.recipe.license, dict(sorted(sources.items())),
+    return provenance.artifact_props("export", context.record, context.recipe.license, dict(sorted(sources.items())),
                                      attribution)
 
 

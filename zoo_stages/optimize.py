@@ -146,7 +146,7 @@ class Optimize(NumericOutputs, StageKind):
             optimized.ir_version = onnx_io.MAX_IR_VERSION
         # provenance and the pruned opset imports are written after the graph, in place
         provenance.stamp_file(out, provenance.artifact_props(
-            self.name, context.key, context.recipe.license, provenance.input_digests(inputs),
+            self.name, context.record, context.recipe.license, provenance.input_digests(inputs),
             provenance.upstream_attribution(inputs)),
             opset_import=[(o.domain, o.version) for o in optimized.opset_import])
 

@@ -230,7 +230,7 @@ class _Run:
         from zoo_stages.lib import provenance
 
         # every model this run writes (the output, auto's candidates) carries the same stamp
-        self.props = provenance.artifact_props(Quantize.name, context.key, context.recipe.license,
+        self.props = provenance.artifact_props(Quantize.name, context.record, context.recipe.license,
                                                provenance.input_digests(inputs), provenance.upstream_attribution(inputs))
         self.flags: list[str] = []
         self._preprocessed: Path | None = None

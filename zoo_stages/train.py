@@ -142,6 +142,12 @@ class Train(NumericOutputs, StageKind):
     outputs = ("checkpoint",)
     summary = "train the model on the recipe's dataset (deterministic; safetensors checkpoint)"
 
+    def tools_used(self, config: TrainConfig, ctx: KeyContext) -> tuple[str, ...]:
+        """The tools of the framework ``model.framework`` names (torch by default), not of every one."""
+        from zoo_stages.lib import training_tools
+
+        return training_tools.for_model(ctx.shared.get("model") or {})
+
     def dependencies(self, config: TrainConfig, ctx: KeyContext) -> list[Path]:
         from zoo_stages.lib import archs, datasets, finetune, hf_models
 

@@ -7,6 +7,8 @@ Layout under the cache dir (default ``./cache``, env ``ZOO_CACHE_DIR``, flag ``-
     out/<key>/…             outputs materialised as hardlinks to objects (rebuilt on demand)
     logs/<key>.log          each stage's captured stdout/stderr
     locks/<key>.lock        one lock per key, so concurrent runs never compute a key twice
+    records/ab/<record>     the key of the last entry recorded for a record identity (lockfile.record_identity):
+                            how `status --why` names the code that changed when the record did not
     runs/<id>.lock|.json    each live run's lease: what gc must leave alone (zoo/engine/leases.py)
     partial/                downloads from a remote run cache in progress (zoo/engine/remote_cache.py);
                             an interrupted one is resumed by the next run, gc empties it when no run is live
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -96,6 +99,7 @@ class Cache:
         self.locks = self.root / "locks"
         self.tmp = self.root / "tmp"
         self.runs = self.root / "runs"
+        self.records = self.root / "records"
         self.notes: list[str] = []  # entries found invalid (each a miss), for the run to print
         self._noted: set[str] = set()
         self.lease = None  # the RunLease of the run using this Cache object, if any (zoo/engine/leases.py)
@@ -227,11 +231,35 @@ class Cache:
                                  hint="run again; zoo will fetch or recompute the stage")
         try:
             atomic_write(self.entry_path(entry.key), json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
+            if entry.parts:
+                self._note_record(entry)
         except OSError as e:
             if is_no_space(e):
                 raise no_space(self.root) from e
             raise StorageError(f"cannot record stage {entry.stage} in the cache {self.root}: {e}",
                                hint="check the cache folder's permissions and disk") from e
+
+    def _note_record(self, entry: Entry) -> None:
+        from zoo.engine.lockfile import record_identity
+
+        identity = record_identity(entry.parts)
+        atomic_write(self.records / identity[:2] / identity, entry.key.encode(), fsync=False)  # a hint: may be lost
+
+    def entry_of_record(self, identity: str, *, other_than: str = "") -> Entry | None:
+        """The last entry recorded for record `identity` under a key other than `other_than`, if this
+        cache still holds it (a hint for explaining a rerun; never a hit)."""
+        try:
+            key = (self.records / identity[:2] / identity).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        if key == other_than or not re.fullmatch(r"[0-9a-f]{16,128}", key):
+            return None
+        return self.read_entry(key)
+
+    def lookup_record(self, identity: str) -> Entry | None:
+        """`lookup` of the last entry recorded for record `identity` (every object present), or None."""
+        entry = self.entry_of_record(identity)
+        return self.lookup(entry.key) if entry is not None else None
 
     def tmp_dir(self, prefix: str) -> Path:
         """A fresh workspace: under the run's lease folder when a run holds one (gc skips it)."""
@@ -351,11 +379,12 @@ class Cache:
         return FileLock(str(self.locks / f"{key}.lock"))
 
     # --- garbage collection -------------------------------------------------------------
-    def gc(self, keep_keys: set[str] | None = None, *, dry_run: bool = False) -> dict[str, Any]:
+    def gc(self, keep_records: set[str] | None = None, *, dry_run: bool = False) -> dict[str, Any]:
         """Remove tmp leftovers, materialisations, and objects no kept entry references.
 
-        With `keep_keys`, entries not in it are removed first (e.g. keep only what the
-        current recipes use). Whatever a live run holds (zoo/engine/leases.py) is skipped and counted
+        With `keep_records` (record identities, `zoo.engine.lockfile.record_identity`), entries whose
+        record is not among them are removed first (e.g. keep only what the current recipes' lockfiles
+        record). Whatever a live run holds (zoo/engine/leases.py) is skipped and counted
         in "skipped"; gc waits only for the brief moments a run registers, never for a run.
         Returns counts and bytes freed.
         """
@@ -366,9 +395,11 @@ class Cache:
                     "skipped": {"runs": [], "entries": 0, "workspaces": 0, "materialised": 0, "objects": 0}}
         with gc_mutex(self):
             held = live_holdings(self, clean=not dry_run)
-            return self._gc_locked(keep_keys, held, dry_run)
+            return self._gc_locked(keep_records, held, dry_run)
 
-    def _gc_locked(self, keep_keys: set[str] | None, held, dry_run: bool) -> dict[str, Any]:
+    def _gc_locked(self, keep_records: set[str] | None, held, dry_run: bool) -> dict[str, Any]:
+        from zoo.engine.lockfile import record_identity
+
         freed = removed_entries = removed_objects = 0
         skipped = {"runs": sorted(held.pids), "entries": 0, "workspaces": 0, "materialised": 0, "objects": 0}
         kept_entries = []
@@ -379,7 +410,7 @@ class Cache:
                 continue
             except MalformedEntry:  # never a hit, so of no use to anyone: garbage (a poisoned cache heals)
                 entry = None
-            if entry is not None and (keep_keys is None or entry.key in keep_keys):
+            if entry is not None and (keep_records is None or record_identity(entry.parts) in keep_records):
                 kept_entries.append(entry)
             elif path.stem in held.keys:
                 skipped["entries"] += 1

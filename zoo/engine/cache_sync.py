@@ -69,8 +69,9 @@ def walk(recipe: Path, remote: RemoteCache, *, pull: bool = False, ask_remote: b
         rows.append(row)
         if not all(up in entries for up in node.needs):
             continue
-        _, row.key = keys.stage_key(dag, node, entries, reports, cache.hashes)
-        reports[nid].key = row.key
+        parts, row.key = keys.stage_key(dag, node, entries, {a: r.record for a, r in reports.items() if r.record},
+                                        cache.hashes)
+        reports[nid].key, reports[nid].record = row.key, keys.record_digest(parts)
         local = cache.lookup(row.key)
         row.local = local is not None
         theirs = None

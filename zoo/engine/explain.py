@@ -58,9 +58,10 @@ def compare(parts: dict[str, Any], previous: StageLock | None) -> list[Reason]:
                       if parts["inputs"].get(up, {}).get(name) != previous.inputs.get(up, {}).get(name)]
     if changed_inputs:
         reasons.append(Reason(ReasonCode.INPUT, ", ".join(changed_inputs[:4])))
-    changed_code = sorted(k for k in set(parts["code"]) | set(previous.code) if parts["code"].get(k) != previous.code.get(k))
-    if changed_code:
-        reasons.append(Reason(ReasonCode.CODE, ", ".join(c.removeprefix("kind:") for c in changed_code[:4])))
+    files = parts.get("files", {})
+    changed_files = sorted(k for k in set(files) | set(previous.files) if files.get(k) != previous.files.get(k))
+    if changed_files:
+        reasons.append(Reason(ReasonCode.CODE, ", ".join(changed_files[:4])))
     if parts.get("recipe", {}) != previous.recipe:
         changed = [f"{k}: {_short(previous.recipe.get(k))} → {_short(v)}" for k, v in sorted(parts.get("recipe", {}).items())
                    if previous.recipe.get(k) != v]
@@ -74,6 +75,21 @@ def compare(parts: dict[str, Any], previous: StageLock | None) -> list[Reason]:
                      if parts["tools"].get(t) != previous.tools.get(t)]
     if changed_tools:
         reasons.append(Reason(ReasonCode.TOOLS, ", ".join(changed_tools[:4])))
+    return reasons
+
+
+def code_changes(parts: dict[str, Any], before: dict[str, Any]) -> list[Reason]:
+    """Why a stage whose record is unchanged has another key than the entry `before` (the parts of
+    the last one this cache holds of the same record): the kind's modules that changed, or the
+    kind epoch (zoo.stage.KIND_EPOCH); [] when neither did."""
+    reasons = []
+    now, then = parts.get("code", {}), before.get("code", {})
+    changed = sorted(k for k in set(now) | set(then) if now.get(k) != then.get(k))
+    if changed:
+        more = f" (and {len(changed) - 4} more)" if len(changed) > 4 else ""
+        reasons.append(Reason(ReasonCode.CODE, ", ".join(c.removeprefix("kind:") for c in changed[:4]) + more))
+    if parts.get("epoch") != before.get("epoch"):
+        reasons.append(Reason(ReasonCode.CODE, f"kind epoch {before.get('epoch')} → {parts.get('epoch')}"))
     return reasons
 
 

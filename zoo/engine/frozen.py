@@ -5,11 +5,17 @@ mutates it). Records are per platform class (zoo/engine/lockfile.py): a stage's 
 compared with the record of the class of the machine that built them (a cache hit's builder, or
 the worker that ran it), never with another class's bytes.
 
+A record holds what built the bytes (config, inputs, files, tools...) and the bytes' digests, not
+the cache key: the key also holds code, and code that changes no byte must not fail `--frozen`.
+So a stage whose record is the lock's but whose key is not cached (its kind's code changed, or a
+fresh cache) is built, and passes when its outputs are the locked ones, with a note where the
+code is known to have changed.
+
 - `preflight`: before anything runs, `--frozen` refuses a stage in no record (added), one in the
-  lockfile but not in the recipe (removed), a stage whose key is already known (its upstreams are
-  cached) and matches no record it could be compared with (changed: config, code, tools...), and
-  cached outputs that differ from their builder's record;
-- `Guard`: while the run goes on, each stage whose key only became known (its upstreams ran) is
+  lockfile but not in the recipe (removed), a stage whose record is already known (its upstreams
+  are cached) and matches no record it could be compared with (changed: config, inputs, files,
+  tools...), and cached outputs that differ from their builder's record;
+- `Guard`: while the run goes on, each stage whose record only became known (its upstreams ran) is
   checked before it runs, and each completed stage's outputs after: the first difference stops
   the run (stages already running finish; nothing new starts) and the lockfile is not written.
   So `--frozen` on an empty cache builds what it must and refuses only where the result differs;
@@ -36,9 +42,10 @@ def merged_lock(dag: "Dag", previous: lockfile.Lock | None, records: dict[str, d
     """This run's records ({platform: {stage: record}}) over the previous lock, dropping stages no
     longer in the recipe (on every platform).
 
-    A stage rebuilt with the same key and the same output bytes keeps its previous record: the
-    lock pins inputs and outputs, and rewriting it for new timings or another host's name would
-    turn every reproduction (a fresh clone, another machine of the class) into a lockfile diff.
+    A stage rebuilt from the same record with the same output bytes keeps its previous record (its
+    metrics and host too): the lock pins what built the bytes and the bytes, and rewriting it for
+    new timings, another host's name or a code change that moved no byte would turn every
+    reproduction (a fresh clone, another machine of the class, an upgrade of zoo) into a diff.
     Platforms this run built nothing for keep their records untouched.
     """
     platforms = {p: {sid: s for sid, s in recs.items() if sid in dag.nodes}
@@ -47,7 +54,7 @@ def merged_lock(dag: "Dag", previous: lockfile.Lock | None, records: dict[str, d
         mine = platforms.setdefault(platform, {})
         for sid, record in recs.items():
             old = mine.get(sid)
-            if old is None or (old.key, old.outputs) != (record.key, record.outputs):
+            if old is None or (old.identity(), old.outputs) != (record.identity(), record.outputs):
                 mine[sid] = record
             elif old.shared is None:  # kept from a version 1 lockfile: same key, so the same values
                 old.shared, old.shared_digest = record.shared, ""
@@ -78,7 +85,7 @@ def preflight(dag: "Dag", planned: "Result", parts: dict[str, dict], previous: l
         elif report.state == StageState.CACHED:
             problem = compare(lock, report.id, report.built_on, stage_record(report, parts[report.id]))
         else:
-            problem = key_problem(lock, report.id, report.key, parts[report.id], runs_on, report.reasons)
+            problem = record_problem(lock, report.id, parts[report.id], runs_on, report.reasons)
         if problem:
             problems.append(problem)
             differing.add(report.id)
@@ -94,25 +101,35 @@ class Guard:
         self.lock = lock or lockfile.Lock(recipe={})
         self.runs_on = runs_on
         self.problems: list[str] = []
+        self.notes: list[str] = []  # stages rebuilt for a code change whose bytes are the locked ones
+        self._code_changed: dict[str, str] = {}
 
-    def before_run(self, stage_id: str, key: str, parts: dict[str, Any], reasons: list) -> bool:
+    def before_run(self, stage_id: str, parts: dict[str, Any], reasons: list) -> bool:
         """False (and a problem noted) when the stage about to run cannot produce a locked record."""
-        problem = key_problem(self.lock, stage_id, key, parts, self.runs_on, reasons)
+        problem = record_problem(self.lock, stage_id, parts, self.runs_on, reasons)
         if problem:
             self.problems.append(problem)
+        else:
+            code = [str(r) for r in reasons if r.code == explain.ReasonCode.CODE]
+            if code:
+                self._code_changed[stage_id] = "; ".join(code)
         return not problem
 
-    def locked_outputs(self, stage_id: str, key: str, platform: str) -> dict[str, str]:
-        """The output digests the lock pins for `stage_id` built with `key` on `platform` ({} when it
-        pins none: the run is refused after the stage anyway), for the stage's effects to check."""
+    def locked_outputs(self, stage_id: str, parts: dict[str, Any], platform: str) -> dict[str, str]:
+        """The output digests the lock pins for `stage_id` built from the record `parts` make on
+        `platform` ({} when it pins none: the run is refused after the stage anyway), for the
+        stage's effects to check."""
         locked = self.lock.record(stage_id, platform)
-        return dict(locked.outputs) if locked is not None and locked.key == key else {}
+        return dict(locked.outputs) if locked is not None and locked.identity() == lockfile.record_identity(parts) else {}
 
     def after(self, stage_id: str, platform: str, record: StageLock) -> bool:
         """False (and a problem noted) when a completed stage's record differs from its platform's."""
         problem = compare(self.lock, stage_id, platform, record)
         if problem:
             self.problems.append(problem)
+        elif stage_id in self._code_changed:
+            self.notes.append(f"{stage_id}: rebuilt ({self._code_changed.pop(stage_id)}); its outputs are the "
+                              f"lockfile's, so the lockfile holds")
         return not problem
 
 
@@ -121,9 +138,9 @@ def compare(lock: lockfile.Lock, stage_id: str, platform: str, record: StageLock
     locked = lock.record(stage_id, platform)
     if locked is None:
         return f"+ {stage_id}: not in the lockfile for platform {platform} (built on {platform}; {_has(lock, stage_id)})"
-    if locked.key != record.key:
-        why = "; ".join(str(r) for r in explain.compare(_parts(record), locked)) or "key differs"
-        return f"~ {stage_id}: key differs from the lockfile's {platform} record ({why})"
+    if locked.identity() != record.identity():
+        why = "; ".join(str(r) for r in explain.compare(_parts(record), locked)) or "record differs"
+        return f"~ {stage_id}: differs from the lockfile's {platform} record ({why})"
     if locked.outputs != record.outputs:
         lines = [f"    output {name!r}: built {record.outputs.get(name, 'nothing')}, "
                  f"locked {locked.outputs.get(name, 'nothing')}"
@@ -133,19 +150,22 @@ def compare(lock: lockfile.Lock, stage_id: str, platform: str, record: StageLock
     return ""
 
 
-def key_problem(lock: lockfile.Lock, stage_id: str, key: str, parts: dict[str, Any], runs_on: str | None,
-                reasons: list) -> str:
-    """'' when a stage that must run with `key` on `runs_on` (None: any class) has a record to match."""
+def record_problem(lock: lockfile.Lock, stage_id: str, parts: dict[str, Any], runs_on: str | None,
+                   reasons: list) -> str:
+    """'' when a stage that must run from the record `parts` make, on `runs_on` (None: any class),
+    has a record to match (its outputs are compared when it ends)."""
     candidates = {runs_on: lock.record(stage_id, runs_on)} if runs_on else lock.of_stage(stage_id)
-    if any(r is not None and r.key == key for r in candidates.values()):
+    identity = lockfile.record_identity(parts)
+    if any(r is not None and r.identity() == identity for r in candidates.values()):
         return ""
     if runs_on and candidates[runs_on] is None:
         return (f"+ {stage_id}: not in the lockfile for platform {runs_on} (it would be built here; "
                 f"{_has(lock, stage_id)})")
     reference = candidates.get(runs_on) if runs_on else next(iter(candidates.values()))
-    why = [str(r) for r in reasons if r.code not in (explain.ReasonCode.CACHED, explain.ReasonCode.MISSING)]
+    skip = (explain.ReasonCode.CACHED, explain.ReasonCode.MISSING, explain.ReasonCode.CODE)
+    why = [str(r) for r in reasons if r.code not in skip]
     why += [str(r) for r in explain.compare(parts, reference) if str(r) not in why]
-    return f"~ {stage_id}: would run ({'; '.join(why) or 'key differs'})"
+    return f"~ {stage_id}: would run ({'; '.join(why) or 'record differs'})"
 
 
 def raise_if(problems: list[str], dag: "Dag", ran: list[str]) -> None:
@@ -159,14 +179,14 @@ def raise_if(problems: list[str], dag: "Dag", ran: list[str]) -> None:
 
 
 def stage_record(report, parts: dict[str, Any]) -> StageLock:
-    """The record a planned or completed stage would add (key, parts, outputs; no metrics)."""
-    return StageLock.from_parts(report.key, parts, dict(report.outputs), {})
+    """The record a planned or completed stage would add (parts, outputs; no metrics)."""
+    return StageLock.from_parts(parts, dict(report.outputs), {})
 
 
 def _parts(record: StageLock) -> dict[str, Any]:
     """A record's fields as key parts, for `explain.compare`."""
     return {"kind": record.kind, "kind_version": record.kind_version, "config": record.config,
-            "shared": record.shared or {}, "matrix": record.matrix, "inputs": record.inputs, "code": record.code,
+            "shared": record.shared or {}, "matrix": record.matrix, "inputs": record.inputs, "files": record.files,
             "tools": record.tools, "recipe": record.recipe, "lineage": record.lineage}
 
 

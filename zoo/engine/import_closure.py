@@ -4,10 +4,11 @@ A stage's cache key must hold every line of project code that can run in the sta
 would reuse stale outputs. `closure` starts from a kind's module and follows every import
 statement — at module level and inside functions (kinds import inside ``run()``), ``import a.b``,
 ``from a import b``, relative imports — through the modules of the *project packages* (the
-top-level packages of the distribution that provides the kind: ``zoo`` and ``zoo_stages`` for the
-built-in kinds). Importing a submodule runs its packages' ``__init__``, so those are in the
-closure too. Other modules (the standard library, numpy, torch) are not followed; their
-versions enter keys as the kind's tools.
+kind's own top-level packages: ``zoo_stages`` for the built-in kinds) and the few single modules
+named beside them (`zoo.stage.KEYED_ZOO_MODULES`). Importing a submodule runs its packages'
+``__init__``, so those of the project packages are in the closure too. Other modules are not
+followed: zoo's own (the kind interface; `zoo.stage.KIND_EPOCH` stands for it), the standard
+library, numpy, torch (their versions enter keys as the tools the stage uses).
 
 Files are found the way the import system would find them: the top-level package by
 `importlib.util.find_spec` (which imports nothing for a top-level name), its submodules by path
@@ -49,18 +50,24 @@ class Located:
     folders: tuple[Path, ...] = ()  # where its submodules are (packages only)
 
 
-def closure(roots: Iterable[str], packages: Iterable[str], memo: StatCache | None = None) -> dict[str, Path]:
+def closure(roots: Iterable[str], packages: Iterable[str], memo: StatCache | None = None,
+            modules: Iterable[str] = ()) -> dict[str, Path]:
     """Module name -> source file of `roots` and every project module they import, transitively.
 
     `memo` remembers parsed files across processes (default: the user's `code_memo`).
 
     `packages` are the top-level package names whose modules are followed (the roots' own
-    top-level packages are always among them). A root that cannot be found as a file raises
-    LookupError; an import that names no module file (an attribute, a module outside the
-    project) is skipped.
+    top-level packages are always among them); `modules` are single modules of other packages
+    that are followed too (their packages' ``__init__`` is not: it is not code the stage runs for
+    its bytes). A root that cannot be found as a file raises LookupError; an import that names no
+    module file (an attribute, a module outside the project) is skipped.
     """
     roots = sorted(set(roots))
     project = set(packages) | {r.partition(".")[0] for r in roots}
+    singles = set(modules)
+
+    def followed(name: str) -> bool:
+        return name.partition(".")[0] in project or name in singles
     finder = _Finder()
     found: dict[str, Path] = {}
     seen: set[str] = set()
@@ -78,14 +85,14 @@ def closure(roots: Iterable[str], packages: Iterable[str], memo: StatCache | Non
         located = finder.locate(name)
         if located is None:
             continue  # `from pkg import attribute`: not a module
-        todo.extend(_parents(name))  # importing a.b.c runs a/__init__ and a/b/__init__
+        todo.extend(p for p in _parents(name) if followed(p))  # importing a.b.c runs a/__init__ and a/b/__init__
         if located.path is None:
             continue
         found[name] = located.path
         if located.path.suffix != ".py":
             continue  # a compiled extension: hashed, not read
         for candidate in _imported(name, located.is_package, _statements(located.path, memo)):
-            if candidate.partition(".")[0] in project and candidate not in seen:
+            if followed(candidate) and candidate not in seen:
                 todo.append(candidate)
     return dict(sorted(found.items()))
 

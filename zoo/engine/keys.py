@@ -1,10 +1,21 @@
 """Stage cache keys: a digest of canonical JSON of everything that determines a stage's outputs.
 
-The parts are kind, kind version, resolved config, the recipe-wide fields the kind declares,
-matrix values, digests of input artifacts, digests of the code the stage runs (every project
-module the kind's module imports, transitively: zoo.engine.import_closure; and user code it names), and
-versions of the tools the kind declares. Nothing is imported to compute a key except the kind's
-own (light) module.
+A key is the stage's *record* plus its *code*:
+
+- the record (what the lockfile keeps, `record_parts`): kind, kind version, resolved config, the
+  recipe-wide fields the kind declares, matrix values, digests of its inputs (upstream outputs)
+  and of the files it reads (user code, data: `dependencies`), the versions of the tools it uses
+  for this recipe (`StageKind.tools_used`), declared recipe fields, and for kinds that declare
+  ``lineage`` the digests of their ancestors' records;
+- the code: the kind's own package as far as the kind's module imports it, transitively
+  (zoo.engine.import_closure; `zoo.stage.KEYED_ZOO_MODULES` beside it), and `zoo.stage.KIND_EPOCH`,
+  which stands for zoo's side of the interface. zoo's engine, registry, downloader, CLI and
+  file layer are not in any key, nor is zoo's version: upgrading zoo reruns nothing unless the
+  kinds' code or the epoch changed.
+
+The lock holds records, not keys: a key that changed only through code while the rebuilt bytes
+are equal leaves the lock as it was (zoo/engine/frozen.py). Nothing is imported to compute a key
+except the kind's own (light) module.
 """
 
 from __future__ import annotations
@@ -18,15 +29,16 @@ from zoo.engine import kind_loader
 from zoo.engine.hashing import StatCache, digest_json, digest_path
 from zoo.engine.planner import Dag, Node
 from zoo.engine.recipe import Recipe
-from zoo.stage import KeyContext, RecipeInfo, SharedView
+from zoo.stage import KEYED_ZOO_MODULES, KIND_EPOCH, KeyContext, RecipeInfo, SharedView
 
 if TYPE_CHECKING:
     from zoo.engine.cache import Entry
-    from zoo.engine.runner import StageReport
 
-KEY_SCHEMA_VERSION = 1
+# 2: the record and the code apart (`files` for the files a stage reads, `code` for the kind's
+# package only, `epoch`), tools as the stage uses them, no zoo version, ancestor records not keys
+KEY_SCHEMA_VERSION = 2
 SHARED_SECTIONS = ("model", "data", "task")  # the keys of `Recipe.shared()` (a test holds them equal)
-ZOO_DIST = "zoo-onnx"
+CODE_PARTS = ("code", "epoch")  # in the key, not in the record: what the lockfile leaves out
 
 
 @lru_cache(maxsize=None)
@@ -41,7 +53,7 @@ def tool_version(dist: str) -> str:
 
 
 def tool_versions(dists: tuple[str, ...]) -> dict[str, str]:
-    return {d: tool_version(d) for d in sorted(set(dists) | {ZOO_DIST})}
+    return {d: tool_version(d) for d in sorted(set(dists))}
 
 
 def recipe_info(recipe: Recipe) -> RecipeInfo:
@@ -130,31 +142,47 @@ def shared_sections(recipe: Recipe, node: Node) -> SharedView:
 
 
 def module_files(kind: str) -> dict[str, Path]:
-    """Module name -> source file of the code kind `kind` may run: its module and every module of
-    its distribution's packages that it imports, directly or not (read, not imported; each file's
-    parsed imports are remembered in the user's code memo, see zoo.engine.import_closure).
+    """Module name -> source file of the code kind `kind` runs for its bytes: its module and every
+    module of its own package(s) that it imports, directly or not, and the `KEYED_ZOO_MODULES` it
+    imports (read, not imported; each file's parsed imports are remembered in the user's code memo,
+    see zoo.engine.import_closure). zoo's other modules are the kind interface (`KIND_EPOCH`).
     """
     from zoo.errors import InvalidInput
     from zoo.engine.import_closure import closure
 
     entry = kind_loader.entry(kind)
     roots = {entry.module, kind_loader.get(kind).__module__}
+    packages = {p for p in entry.packages() if p != "zoo"}  # zoo is the interface, not the kind's code
     try:
-        return closure(roots, entry.packages())
+        return closure(roots, packages, modules=KEYED_ZOO_MODULES)
     except LookupError as e:
         raise InvalidInput(f"kind {kind!r}: {e}, so its code cannot enter the cache key",
-                           hint="install the package that provides it from source files") from e
+                           hint="install the package that provides it from source files") from None
 
 
-def code_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str]:
-    """Digests of the kind's code (`module_files`) and of the files its config names."""
+def code_digests(kind: str, hashes: StatCache) -> dict[str, str]:
+    """Digests of the kind's code (`module_files`), labelled ``kind:<module>``."""
+    return {f"kind:{name}": hashes.digest(path) for name, path in module_files(kind).items()}
+
+
+def key_context(recipe: Recipe, node: Node) -> KeyContext:
+    return KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
+
+
+def file_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str]:
+    """Digests of the files and folders the stage's config names (`StageKind.dependencies`)."""
     cls = kind_loader.get(node.kind)
-    out: dict[str, str] = {f"kind:{name}": hashes.digest(path) for name, path in module_files(node.kind).items()}
-    ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
-    for dep in cls().dependencies(node.instance.config, ctx):
+    out: dict[str, str] = {}
+    for dep in cls().dependencies(node.instance.config, key_context(recipe, node)):
         dep = Path(dep)
         out[dependency_label(dep, recipe.path.parent)] = digest_path(dep, hashes)
     return out
+
+
+def tools_used(recipe: Recipe, node: Node) -> tuple[str, ...]:
+    """The distributions the stage uses for this recipe (`StageKind.tools_used`), sorted."""
+    cls = kind_loader.get(node.kind)
+    return tuple(sorted(set(cls().tools_used(node.instance.config, key_context(recipe, node)))))
 
 
 def dependency_label(dep: Path, recipe_dir: Path) -> str:
@@ -179,11 +207,10 @@ def dependency_label(dep: Path, recipe_dir: Path) -> str:
 
 
 def watched_files(recipe: Recipe, node: Node) -> list[Path]:
-    """Every file whose content went into `code_digests` (for the no-op fast path's stamp)."""
+    """Every file whose content went into the key's code and files (for the no-op fast path's stamp)."""
     cls = kind_loader.get(node.kind)
     files: list[Path] = list(module_files(node.kind).values())  # parsed imports: memoised in this process
-    ctx = KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
-    for dep in cls().dependencies(node.instance.config, ctx):
+    for dep in cls().dependencies(node.instance.config, key_context(recipe, node)):
         dep = Path(dep).resolve()
         files.append(dep)
         if dep.is_dir():
@@ -195,7 +222,7 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
               ancestors: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything that enters the key of `node`, given its upstream output digests.
 
-    `ancestors` (ancestor id -> key) enters only for kinds that declare ``lineage = True``.
+    `ancestors` (ancestor id -> digest of its record) enters only for kinds that declare ``lineage = True``.
     """
     cls = kind_loader.get(node.kind)
     parts = {
@@ -206,29 +233,44 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
         "shared": shared_values(recipe, node),
         "matrix": dict(node.instance.matrix),
         "inputs": inputs,
-        "code": code_digests(recipe, node, hashes),
-        "tools": tool_versions(tuple(cls.tools)),
+        "files": file_digests(recipe, node, hashes),
+        "tools": tool_versions(tools_used(recipe, node)),
     }
     if cls.recipe_fields:
         info = recipe_info(recipe)
         parts["recipe"] = {f: str(getattr(info, f)) for f in cls.recipe_fields}
     if cls.lineage:
         parts["lineage"] = dict(sorted((ancestors or {}).items()))
+    parts["code"] = code_digests(node.kind, hashes)
+    parts["epoch"] = KIND_EPOCH
     return parts
+
+
+def record_parts(parts: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a key the lockfile records: all but the code (`CODE_PARTS`)."""
+    return {k: v for k, v in parts.items() if k not in CODE_PARTS}
+
+
+def record_digest(parts: Mapping[str, Any]) -> str:
+    """The digest of a stage's record (`record_parts`; `lockfile.record_identity`): the identity its
+    lock record, its cache entry and the stamps in its outputs share, which code does not move."""
+    from zoo.engine.lockfile import record_identity
+
+    return record_identity(dict(parts))
 
 
 def key_of(parts: dict[str, Any]) -> str:
     return digest_json(parts)
 
 
-def stage_key(dag: Dag, node: Node, entries: Mapping[str, "Entry"], reports: Mapping[str, "StageReport"],
+def stage_key(dag: Dag, node: Node, entries: Mapping[str, "Entry"], records: Mapping[str, str],
               hashes: StatCache) -> tuple[dict[str, Any], str]:
     """The key parts and key of `node` once every stage it needs is done (`plan` and the runner).
 
     `entries`: the cache entry of each stage `node` needs (their output digests are its inputs);
-    `reports`: the report of each ancestor (their keys enter kinds that declare ``lineage``).
+    `records`: the record digest of each ancestor (they enter kinds that declare ``lineage``).
     """
     inputs = {up: entries[up].output_digests() for up in node.needs}
-    ancestors = {a: reports[a].key for a in dag.ancestors(node.id)}
+    ancestors = {a: records.get(a, "") for a in dag.ancestors(node.id)} if kind_loader.get(node.kind).lineage else {}
     parts = key_parts(dag.recipe, node, inputs, hashes, ancestors)
     return parts, key_of(parts)

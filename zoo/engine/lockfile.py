@@ -1,5 +1,15 @@
-"""The lockfile next to a recipe (``recipes/alexnet.lock``): every stage's key, inputs and outputs,
-one set of records per platform class.
+"""The lockfile next to a recipe (``recipes/alexnet.lock``): every stage's record and outputs, one
+set of records per platform class.
+
+What a record holds is what a reviewer needs to trust the bytes and what decides them: the
+kind and its version, the config, the recipe-wide values the kind reads, the matrix, the digests
+of its inputs and of the files it reads, the versions of the tools it uses, and the digests of
+its outputs (plus the scalar metrics of the run that first built them, and where that ran). It
+does not hold the stage's cache key or the digests of zoo's or the kind's code: code that changes
+no byte must leave the lockfile as it is, so that an upgrade of zoo is not a diff in every
+project. A key that moved while the record and the rebuilt bytes stayed equal is a note, not a
+difference (zoo/engine/frozen.py); `record_identity` is the digest the lock, the cache entries
+and the stamps in the outputs share.
 
 It is YAML with a schema version and sorted keys, so it diffs cleanly. `zoo run` updates it,
 `zoo run --frozen` refuses to change it, `zoo plan`/`status --why` compare against it to say
@@ -30,8 +40,24 @@ from zoo.engine.hashing import digest_json
 # 2: each stage records the recipe-wide values its kind declares (`shared`), not only their
 # digest, so `zoo plan` can name the field that changed; version 1 files are still read
 # 3: records grouped by platform class (`platforms:`); versions 1 and 2 are still read
-LOCK_SCHEMA_VERSION = 3
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# 4: records without the key and the code digests (`files`: the files the stage reads; tools as
+# the stage uses them); records of versions 1-3 are read, and match no record of this zoo's runs
+LOCK_SCHEMA_VERSION = 4
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+# the fields of a record that say what built it (`record_identity`); outputs, metrics and host
+# are what came out of it
+IDENTITY_FIELDS = ("kind", "kind_version", "config", "shared", "matrix", "inputs", "files", "tools", "recipe", "lineage")
+OPTIONAL_FIELDS = ("recipe", "lineage")  # only kinds that declare them have them
+
+
+def record_identity(fields: dict[str, Any]) -> str:
+    """The digest of what built a record: its `IDENTITY_FIELDS` (key parts or a lock record's
+    fields alike; an optional field that is empty counts as absent)."""
+    ident = {f: _plain(fields.get(f)) for f in IDENTITY_FIELDS
+             if f not in OPTIONAL_FIELDS or fields.get(f)}
+    if ident.get("shared") is None:
+        ident["shared"] = {}
+    return digest_json(ident)
 
 
 def lock_path(recipe_path: Path) -> Path:
@@ -43,45 +69,61 @@ class StageLock:
     """What one stage was run (or found cached) with, and what it produced."""
 
     kind: str
-    key: str
     kind_version: str
     config: dict[str, Any]
     config_digest: str
     matrix: dict[str, str]
     inputs: dict[str, dict[str, str]]
-    code: dict[str, str]
     tools: dict[str, str]
     outputs: dict[str, str]
+    # the digests of the files the stage reads (user code, data; keys.file_digests), by their key labels
+    files: dict[str, str] = field(default_factory=dict)
     # the recipe-wide values the kind declares ({section: {field: value}}, see zoo.engine.keys.shared_values);
     # None in a record written by a version 1 lockfile, which holds only their digest (`shared_digest`)
     shared: dict[str, Any] | None = None
     shared_digest: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     recipe: dict[str, str] = field(default_factory=dict)
-    lineage: dict[str, str] = field(default_factory=dict)
+    lineage: dict[str, str] = field(default_factory=dict)  # ancestor id -> the digest of its record
     # Where the outputs were built (zoo.host.describe): its platform class is the one the record is
     # filed under (the lock's `platforms:` key); `--frozen` compares no other field of it. Kept out
     # of lineage, so a build's provenance does not change with the machine.
     host: dict[str, Any] = field(default_factory=dict)
+    # read from a lockfile of schema 1-3 only: the key and code digests those recorded (never written)
+    key: str = ""
+    code: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_parts(cls, key: str, parts: dict[str, Any], outputs: dict[str, str], metrics: dict[str, Any],
+    def from_parts(cls, parts: dict[str, Any], outputs: dict[str, str], metrics: dict[str, Any],
                    host: dict[str, Any] | None = None) -> "StageLock":
-        return cls(kind=parts["kind"], key=key, kind_version=parts["kind_version"], config=parts["config"],
+        return cls(kind=parts["kind"], kind_version=parts["kind_version"], config=parts["config"],
                    config_digest=digest_json(parts["config"]), shared=_plain(parts["shared"]),
-                   matrix=parts["matrix"], inputs=parts["inputs"], code=parts["code"], tools=parts["tools"],
-                   outputs=outputs, metrics=_scalar_metrics(metrics), recipe=parts.get("recipe", {}),
-                   lineage=parts.get("lineage", {}), host=dict(host or {}))
+                   matrix=parts["matrix"], inputs=parts["inputs"], files=dict(parts.get("files", {})),
+                   tools=parts["tools"], outputs=outputs, metrics=_scalar_metrics(metrics),
+                   recipe=parts.get("recipe", {}), lineage=parts.get("lineage", {}), host=dict(host or {}))
+
+    @classmethod
+    def read(cls, data: dict[str, Any]) -> "StageLock":
+        """A record as a lockfile of any readable schema holds it (1-3: `code` held the files too)."""
+        data = dict(data)
+        if "code" in data and "files" not in data:
+            data["files"] = {k: v for k, v in (data.get("code") or {}).items() if not str(k).startswith("kind:")}
+        return cls(**data)
+
+    def identity(self) -> str:
+        """`record_identity` of this record."""
+        return record_identity(self.__dict__)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
-        for optional in ("recipe", "lineage", "host"):  # only kinds that declare them have them; old entries lack host
+        for optional in ("recipe", "lineage", "host", "files"):  # only kinds that declare them have them
             if not data[optional]:
                 del data[optional]
         if not data["shared_digest"]:  # only records read from a version 1 lockfile have it
             del data["shared_digest"]
         if data["shared"] is None:
             del data["shared"]
+        del data["key"], data["code"]
         return data
 
 
@@ -115,9 +157,10 @@ class Lock:
         own = self.record(stage_id, platform)
         return own if own is not None else next(iter(self.of_stage(stage_id).values()), None)
 
-    def keys(self) -> set[str]:
-        """Every cache key any platform's records pin (what `zoo gc --keep` keeps)."""
-        return {r.key for records in self.platforms.values() for r in records.values()}
+    def identities(self) -> set[str]:
+        """The `record_identity` of every record of every platform (what `zoo gc --keep` keeps the
+        cache entries of)."""
+        return {r.identity() for records in self.platforms.values() for r in records.values()}
 
     def to_yaml(self) -> str:
         platforms = {p: {sid: s.to_json() for sid, s in sorted(records.items())}
@@ -141,10 +184,10 @@ def read(path: Path) -> Lock | None:
             raise ValueError(f"unsupported schema_version {version!r} (this zoo reads "
                              f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})")
         if version >= 3:
-            platforms = {str(p): {sid: StageLock(**s) for sid, s in (records or {}).items()}
+            platforms = {str(p): {sid: StageLock.read(s) for sid, s in (records or {}).items()}
                          for p, records in (data.get("platforms") or {}).items()}
         else:
-            platforms = _by_builder({sid: StageLock(**s) for sid, s in (data.get("stages") or {}).items()})
+            platforms = _by_builder({sid: StageLock.read(s) for sid, s in (data.get("stages") or {}).items()})
         return Lock(recipe=data.get("recipe", {}), platforms=platforms)
     except (yamlio.YAMLError, ValueError, TypeError, AttributeError, RecursionError) as e:
         # RecursionError: a hand-made lockfile nested thousands of levels deep (zoo writes about 6)

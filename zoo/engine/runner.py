@@ -67,6 +67,7 @@ class StageReport:
     state: StageState = StageState.WAITING
     reasons: list[Reason] = field(default_factory=list)
     key: str | None = None
+    record: str | None = None  # the digest of its lock record (keys.record_digest): what lineage names
     duration_s: float = 0.0
     started: float | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -104,6 +105,9 @@ def decide(node: Node, parts: dict | None, key: str | None, cache: Cache, previo
         reasons = explain.compare(parts, previous)
         if upstream_runs and any(r.code == ReasonCode.INPUT for r in reasons):
             reasons.append(Reason(ReasonCode.UPSTREAM, ", ".join(upstream_runs)))
+        if not reasons:  # the record is the lock's: the code changed, or the outputs are not here
+            before = cache.entry_of_record(keys.record_digest(parts), other_than=key)
+            reasons = explain.code_changes(parts, before.parts) if before is not None else []
         if not reasons:
             detail = ("entry present but incomplete (objects or outputs missing)" if cache.read_entry(key)
                       else "not in this cache")
@@ -142,6 +146,7 @@ class Runner:
         self._remote_asked: set[str] = set()  # stages the remote lacked (asked once per run)
         self._prefetched: dict[str, "PendingFetch"] = {}  # remote fetches begun before their stage's turn
         self._remote_lacks: set[str] = set()  # keys a prefetch found missing on the remote
+        self._provisional_records: dict[str, str] = {}  # record digests of the stages fetched ahead
         # workers on other machines: they publish nothing (effects happen here), and with a remote
         # run cache they move inputs and outputs through it (`_shipper`, set when the run starts)
         self._effects_here = bool(getattr(executor, "remote_workers", False))
@@ -209,6 +214,10 @@ class Runner:
             if self.remote is not None:
                 self.remote.close()  # fetches begun for stages the run did not reach finish or are dropped
 
+    def _records(self) -> dict[str, str]:
+        """The record digest of every stage whose key is known (what lineage kinds' keys hold)."""
+        return {nid: r.record for nid, r in self.reports.items() if r.record}
+
     def lock_records(self) -> dict[str, dict[str, StageLock]]:
         """Lock records of every stage that completed (ran or cached) in this run, by the platform
         class of the machine that built each one's outputs ({platform: {stage: record}}).
@@ -223,7 +232,7 @@ class Runner:
 
     def _record(self, nid: str) -> StageLock:
         entry = self.entries[nid]
-        return StageLock.from_parts(entry.key, self.parts[nid], entry.output_digests(), entry.metrics, host=entry.host)
+        return StageLock.from_parts(self.parts[nid], entry.output_digests(), entry.metrics, host=entry.host)
 
     def _locked_still(self, nid: str) -> bool:
         """Whether the completed stage `nid` matches the lockfile (always, unless `--frozen`); a
@@ -249,7 +258,8 @@ class Runner:
     def _try_start(self, node: Node, report: StageReport) -> bool:
         nid = node.id
         if nid not in self.parts:
-            self.parts[nid], report.key = keys.stage_key(self.dag, node, self.entries, self.reports, self.hashes)
+            self.parts[nid], report.key = keys.stage_key(self.dag, node, self.entries, self._records(), self.hashes)
+            report.record = keys.record_digest(self.parts[nid])
         key = report.key
         self.cache.hold(keys=[key])  # before the lookup: a hit's entry and objects stay until the run ends
         pending = self._prefetched.get(nid)
@@ -266,7 +276,7 @@ class Runner:
             return True
         if self._remote_hit(node, report, key):
             return True
-        if self.guard is not None and not self.guard.before_run(nid, key, self.parts[nid], reasons):
+        if self.guard is not None and not self.guard.before_run(nid, self.parts[nid], reasons):
             self.failed = True
             report.state = StageState.SKIPPED
             report.reasons = [Reason(ReasonCode.NOT_RUN, "--frozen: no record in the lockfile to build it for")]
@@ -368,6 +378,9 @@ class Runner:
         any trouble here just leaves the stage to the usual path."""
         provisional = {up: p for up, p in self._prefetched.items()}
         provisional[nid] = pending
+        # the records of the stages fetched ahead, from the parts computed for their keys here
+        provisional_records: dict[str, str] = {up: self._provisional_records[up]
+                                               for up in provisional if up in self._provisional_records}
         for down in self.dag.order():
             node = self.dag.nodes[down]
             report = self.reports[down]
@@ -378,13 +391,12 @@ class Runner:
                        for up in node.needs):
                 continue
             entries = {**self.entries, **{up: p.entry for up, p in provisional.items()}}
-            ancestors = {a: self.reports[a].key or (provisional[a].key if a in provisional else None)
-                         for a in self.dag.ancestors(down)}
-            if None in ancestors.values():
+            records = {a: self.reports[a].record or provisional_records.get(a) for a in self.dag.ancestors(down)}
+            if None in records.values():
                 continue
             try:
-                _, key = keys.stage_key(self.dag, node, entries, {a: _Keyed(k) for a, k in ancestors.items()},
-                                        self.hashes)
+                parts, key = keys.stage_key(self.dag, node, entries, records, self.hashes)
+                provisional_records[down] = keys.record_digest(parts)
                 if self.cache.lookup(key) is not None or key in self._remote_lacks:
                     continue
                 fetch = self.remote.begin(key)
@@ -396,6 +408,7 @@ class Runner:
                     return
                 continue
             self._prefetched[down] = provisional[down] = fetch
+            self._provisional_records[down] = provisional_records[down]
 
     def _share(self, node: Node, entry: Entry) -> None:
         """Push a stage this run computed to the remote run cache (policy `default` only)."""
@@ -428,7 +441,8 @@ class Runner:
         context = StageContext(stage_id=node.id, out_dir=tmp / "out", work_dir=tmp / "work",
                                recipe=keys.recipe_info(self.dag.recipe),
                                shared=keys.shared_sections(self.dag.recipe, node), matrix=dict(node.instance.matrix),
-                               key=entry.key, publish=True, log=logging.getLogger(f"zoo.stage.{node.id}"),
+                               key=entry.key, record=report.record or "", publish=True,
+                               log=logging.getLogger(f"zoo.stage.{node.id}"),
                                inputs=Inputs(self._upstream(node)), entry_metrics=dict(entry.metrics))
         try:
             cls().on_cached(self.cache.output_paths(entry), node.instance.config, context)
@@ -449,7 +463,8 @@ class Runner:
             paths = self.cache.output_paths(entry)
             up_node = self.dag.nodes[up]
             upstream.append(Upstream(stage_id=up, kind=up_node.kind, outputs=dict(paths), metrics=entry.metrics,
-                                     matrix=dict(up_node.instance.matrix), key=entry.key))
+                                     matrix=dict(up_node.instance.matrix), key=entry.key,
+                                     record=self.reports[up].record or ""))
         return upstream
 
     def _task(self, node: Node, key: str) -> tuple[StageTask, Path]:
@@ -457,11 +472,12 @@ class Runner:
         lineage = {}
         if kind_loader.get(node.kind).lineage:
             for a in self.dag.ancestors(node.id):
-                record = StageLock.from_parts(self.entries[a].key, self.parts[a], self.entries[a].output_digests(), {})
+                record = StageLock.from_parts(self.parts[a], self.entries[a].output_digests(), {})
                 lineage[a] = record.to_json()
         tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-")
         threads = max(1, (os.cpu_count() or 1) // self.jobs)
-        task = StageTask(stage_id=node.id, kind=node.kind, key=key,
+        task = StageTask(stage_id=node.id, kind=node.kind, key=key, record=self.reports[node.id].record or "",
+                         tools=tuple(self.parts[node.id]["tools"]),
                          # only what the recipe set: the worker re-validates it, and validators that
                          # check which options were given must see the recipe, not filled-in defaults
                          config=node.instance.config.model_dump(mode="json", by_alias=True, exclude_unset=True),
@@ -469,7 +485,7 @@ class Runner:
                          recipe=keys.recipe_info(self.dag.recipe), upstream=upstream,
                          out_dir=str(tmp / "out"), work_dir=str(tmp / "work"), log_path=str(tmp / "stage.log"),
                          threads=threads, publish=self.publish, lineage=lineage, storage_root=str(self.cache.root),
-                         locked_outputs=self.guard.locked_outputs(node.id, key, self.here) if self.guard else None)
+                         locked_outputs=self.guard.locked_outputs(node.id, self.parts[node.id], self.here) if self.guard else None)
         return task, tmp
 
     def _finish(self, future: Future) -> None:
@@ -539,13 +555,6 @@ def _ignore_sigint() -> Any:
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-@dataclass(frozen=True)
-class _Keyed:
-    """An ancestor's key, as `keys.stage_key` reads it from a report."""
-
-    key: str
 
 
 def environment_mismatch(parts: dict[str, Any], seen: dict[str, Any] | None) -> str:

@@ -245,5 +245,5 @@ def check_digests(task: "StageTask", code: dict[str, str], *, private: bool = Tr
 
 
 def dependency_codes(parts: dict[str, Any]) -> dict[str, str]:
-    """The key's digests of the files a stage reads (its code digests less the kind's own modules)."""
-    return {label: digest for label, digest in (parts.get("code") or {}).items() if not label.startswith("kind:")}
+    """The key's digests of the files a stage reads (its `files`)."""
+    return dict(parts.get("files") or {})

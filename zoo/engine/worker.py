@@ -38,6 +38,8 @@ class StageTask:
     threads: int = 1
     publish: bool = True
     lineage: dict[str, Any] = field(default_factory=dict)
+    record: str = ""  # the digest of the stage's lock record (StageContext.record)
+    tools: tuple[str, ...] = ()  # the distributions whose versions are in its key (key_environment)
     locked_outputs: dict[str, str] | None = None  # --frozen: the lock's output digests for this key here
     resources: dict[str, Any] = field(default_factory=dict)  # what a Dask worker must offer (recipe `resources:`)
     storage_root: str = ""  # the cache dir, named when its disk fills ("no space left on <cache>")
@@ -192,7 +194,7 @@ def execute(task: StageTask) -> StageResult:
             inputs = Inputs(task.upstream)
             context = StageContext(stage_id=task.stage_id, out_dir=out_dir, work_dir=work_dir, recipe=task.recipe,
                                    shared=task.shared, matrix=task.matrix, threads=task.threads, key=task.key,
-                                   publish=task.publish, lineage=task.lineage,
+                                   record=task.record, publish=task.publish, lineage=task.lineage,
                                    locked_outputs=task.locked_outputs, log=logger)
             logger.info("stage %s (%s) starting with %d thread(s)", task.stage_id, task.kind, task.threads)
             returned = kind.run(inputs, config, context) or {}
@@ -200,7 +202,7 @@ def execute(task: StageTask) -> StageResult:
             metrics = _jsonable(context.metrics)
             logger.info("stage %s done in %.2fs", task.stage_id, time.perf_counter() - started)
             return StageResult(duration_s=time.perf_counter() - started, outputs=outputs, metrics=metrics,
-                               host=host.describe(), environment=key_environment(task.kind),
+                               host=host.describe(), environment=key_environment(task.kind, task.tools),
                                effects=list(context.effects))
         except BaseException as e:  # everything is reported back; the parent decides what it means
             logger.error("stage %s failed:\n%s", task.stage_id, traceback.format_exc())
@@ -304,17 +306,17 @@ def _fallback(obj: Any) -> Any:
     return repr(obj)
 
 
-def key_environment(kind: str) -> dict[str, dict[str, str]]:
-    """The tool versions and kind code digests this process has, as they enter a cache key.
+def key_environment(kind: str, tools: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """The versions of the tools the stage uses (`tools`, as its key names them) and the digests of
+    the kind's code, as this process has them.
 
     The runner computes a stage's key where the recipe is planned; a worker on another machine
     (dask) may have other versions, and its outputs must not be cached under that key.
     """
-    from zoo.engine import kind_loader
     from zoo.engine.hashing import hash_file_uncached
     from zoo.engine.keys import module_files, tool_versions
 
-    return {"tools": tool_versions(tuple(kind_loader.get(kind).tools)),
+    return {"tools": tool_versions(tuple(tools)),
             "code": {f"kind:{name}": hash_file_uncached(path) for name, path in module_files(kind).items()}}
 
 

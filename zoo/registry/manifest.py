@@ -152,7 +152,7 @@ class Lineage(_Strict):
     """Where a version came from: enough to rebuild it and to check a rebuild."""
 
     recipe: dict[str, str] = Field(default_factory=dict, description="name, version, digest")
-    stages: dict[str, str] = Field(default_factory=dict, description="stage id -> cache key")
+    stages: dict[str, str] = Field(default_factory=dict, description="stage id -> the digest of its lock record (zoo.engine.lockfile.record_identity)")
     sources: dict[str, str] = Field(default_factory=dict, description="source name -> digest")
     tools: dict[str, str] = Field(default_factory=dict, description="distribution -> version")
 

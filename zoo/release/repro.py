@@ -202,8 +202,10 @@ class _Checker:
         if same:
             return StageCheck(sid, IDENTICAL, [f"no {built_on} record; bit-identical to the {same[0]} record",
                                                *upstream_note])
-        # prefer a record of the same key (the same inputs), else the first class's
-        platform, locked = next(((p, r) for p, r in others.items() if r.key == report.key), next(iter(others.items())))
+        # prefer a record of the same identity (the same inputs), else the first class's
+        identity = lockfile.record_identity(new_entry.parts) if new_entry is not None and new_entry.parts else ""
+        platform, locked = next(((p, r) for p, r in others.items() if r.identity() == identity),
+                                next(iter(others.items())))
         details = [f"rebuilt on {built_on}, which has no record: compared with the {platform} record for "
                    "equivalence (other CPU kernels round floats differently, so bytes cannot match)", *upstream_note]
         old_entry = _locked_entry(real, locked)
@@ -212,7 +214,7 @@ class _Checker:
                            "(a cache shared with a machine of that class holds them)")
             return StageCheck(sid, DIFFERS, details + _digest_lines(locked.outputs, report.outputs))
         node = self.dag.nodes[sid]
-        real.hold(keys=[locked.key])
+        real.hold(keys=[old_entry.key])
         context = EquivalenceContext(recipe=keys.recipe_info(self.dag.recipe),
                                      shared=keys.shared_sections(self.dag.recipe, node),
                                      matrix=node.instance.matrix, quality_tolerance=self.quality_tolerance)
@@ -239,9 +241,9 @@ def _equivalence(kind, locked, rebuilt, config, context):
 
 
 def _locked_entry(real: Cache, locked: lockfile.StageLock) -> Entry | None:
-    """The real cache's entry holding exactly the locked outputs (a shared cache may hold another
-    class's bytes under the same key), or None."""
-    entry = real.lookup(locked.key)
+    """The real cache's entry of the locked record holding exactly the locked outputs (a shared
+    cache may hold another class's bytes for the same record), or None."""
+    entry = real.lookup_record(locked.identity())
     return entry if entry is not None and entry.output_digests() == locked.outputs else None
 
 
@@ -259,11 +261,10 @@ def _seed_upstream(dag, real: Cache, scratch: Cache, selected: set[str], record_
         if nid in selected or (only is not None and nid not in only):
             continue
         locked = record_of(nid)
-        if locked:
-            real.hold(keys=[locked.key])  # its objects stay while they are linked into the scratch cache
-        entry = real.lookup(locked.key) if locked else None
+        entry = _locked_entry(real, locked) if locked else None
         if entry is None:
             continue  # not in the real cache: it will be rebuilt too
+        real.hold(keys=[entry.key])  # its objects stay while they are linked into the scratch cache
         for meta in entry.files.values():
             dest = scratch.object_path(meta["digest"])
             if not dest.exists():

@@ -73,7 +73,15 @@ class Exporter(ABC):
     name: ClassVar[str]
     extra: ClassVar[str]
     modules: ClassVar[tuple[str, ...]] = ()
+    # the distributions whose versions decide what it writes: they enter the export stage's key and
+    # lock record (with onnx and onnxruntime), and no other exporter's do
+    tools: ClassVar[tuple[str, ...]] = ()
     summary: ClassVar[str] = ""
+
+    @classmethod
+    def tools_for(cls, model: Mapping[str, Any]) -> tuple[str, ...]:
+        """The distributions this exporter uses for the recipe's ``model:`` section (`tools`)."""
+        return cls.tools
 
     @classmethod
     def missing_modules(cls) -> list[str]:

@@ -11,5 +11,6 @@ class JaxExporter(EntryModelExporter):
     name = "jax"
     extra = "jax"
     modules = ("jax", "jax2onnx", "safetensors")
+    tools = ("jax", "jaxlib", "flax", "jax2onnx", "onnx-ir", "safetensors", "numpy")
     summary = "JAX/Flax forward functions (model.entry) with trained parameters via jax2onnx"
     needs_forward_entry = True

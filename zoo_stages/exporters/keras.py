@@ -12,4 +12,5 @@ class KerasExporter(EntryModelExporter):
     name = "keras"
     extra = "keras"
     modules = ("keras", "h5py", "jax", "jax2onnx")
+    tools = ("keras", "h5py", "jax", "jaxlib", "jax2onnx", "onnx-ir", "numpy")
     summary = "Keras 3 models (trained by config.entry) via Keras' ONNX export on the JAX backend"

@@ -22,6 +22,7 @@ class LightGBMExporter(EstimatorExporter):
     name = "lightgbm"
     extra = "lightgbm"
     modules = ("lightgbm", "onnxmltools")
+    tools = ("lightgbm", "onnxmltools", "onnxconverter-common", "numpy")
     summary = "LightGBM boosters via onnxmltools"
     max_opset = 15  # onnxmltools' LightGBM converter writes at most opset 15
 

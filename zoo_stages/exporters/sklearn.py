@@ -15,6 +15,7 @@ class SklearnExporter(EstimatorExporter):
     name = "sklearn"
     extra = "sklearn"
     modules = ("sklearn", "skl2onnx", "skops")
+    tools = ("scikit-learn", "skl2onnx", "onnxconverter-common", "skops", "numpy")
     summary = "scikit-learn estimators and pipelines via skl2onnx"
     max_opset = 21
 

@@ -13,7 +13,17 @@ class TorchExporter(Exporter):
     name = "torch"
     extra = "torch"
     modules = ("torch", "safetensors")
+    tools = ("torch", "onnxscript", "safetensors", "numpy")
     summary = "torch.nn.Module (built-in arch or model.entry) via torch.onnx"
+
+    @classmethod
+    def tools_for(cls, model: Mapping[str, Any]) -> tuple[str, ...]:
+        """`tools`, and transformers for the architecture it builds (bert), and onnx, whose converter
+        turns a `model.from` parent into the torch network."""
+        from zoo_stages.lib import archs
+
+        extra = ("transformers",) if archs.modality(model) == "text" else ()
+        return (*cls.tools, *extra, *(("onnx",) if model.get("from") else ()))
 
     @classmethod
     def check_model(cls, model: Mapping[str, Any]) -> None:

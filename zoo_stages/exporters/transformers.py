@@ -42,6 +42,7 @@ class TransformersExporter(Exporter):
     name = "transformers"
     extra = "transformers"
     modules = ("transformers", "tokenizers", "torch", "safetensors")
+    tools = ("transformers", "tokenizers", "torch", "onnxscript", "safetensors", "numpy")
     summary = "Hugging Face transformers model (architecture + config, or a pinned pretrained folder) via torch.onnx"
 
     @classmethod

@@ -13,6 +13,7 @@ class XGBoostExporter(EstimatorExporter):
     name = "xgboost"
     extra = "xgboost"
     modules = ("xgboost", "onnxmltools")
+    tools = ("xgboost", "xgboost-cpu", "onnxmltools", "onnxconverter-common", "numpy")
     summary = "XGBoost models via onnxmltools"
     max_opset = 15  # onnxmltools' XGBoost converter writes at most opset 15
 

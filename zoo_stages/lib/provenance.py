@@ -6,20 +6,24 @@ byte-deterministic (sorted keys, no timestamps, no host paths):
 - ``metadata_props`` stamped into every ONNX file a stage writes. Intermediate artifacts
   (export, optimize, quantize) carry only what their cache key determines::
 
-      zoo.version      zoo-onnx version          zoo.kind         the stage kind
-      zoo.stage_key    the stage's cache key     zoo.sources      JSON {upstream.output: blake3:<hex>,
-      zoo.license      the recipe's license                             weights|onnx: sha256:<hex>}
+      zoo.kind         the stage kind            zoo.sources      JSON {upstream.output: blake3:<hex>,
+      zoo.stage_record the digest of its lock record                weights|onnx: sha256:<hex>}
+      zoo.license      the recipe's license
       zoo.attribution  JSON list of third-party sources (license, attribution, uri, sha256), when any
 
   The stage id is *not* stamped: it is not part of the cache key, so two stages with the
   same key would share bytes that name only one of them. Release builds (deploy) carry the
   full set: ``zoo.recipe`` (name@version), ``zoo.recipe_digest``, ``zoo.build``, plus the
-  keys above (``zoo.stage_key`` is then deploy's key).
+  keys above (``zoo.stage_record`` is then deploy's).
+
+  Nothing stamped may come from outside the stage's record (zoo/engine/lockfile.py): not the
+  cache key (it also holds the kind's code), not zoo's version. A rerun for a code change that
+  moves no byte then writes the same file, and the lockfile holds.
 - ``zoo.lock``: the lock records of every stage that built the release (zoo/engine/lockfile.py's
   format), i.e. exactly what `zoo repro` needs to rebuild it.
 - ``provenance.intoto.json``: an in-toto Statement v1 with a SLSA provenance v1 predicate:
   subjects are the release's build files (sha256), materials are the stages' outputs, the
-  dataset split and third-party sources, the builder is zoo at its version.
+  dataset split and third-party sources, the builder is zoo at its kind epoch (`zoo.stage.KIND_EPOCH`).
 
 License propagation: each stamping stage reads ``zoo.attribution`` from its upstream ONNX
 models and adds its own third-party sources (export's ``weights:`` / ``onnx:``), so the
@@ -36,7 +40,6 @@ those kinds' ``version`` with it, or `zoo repro --check` will report the differe
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -48,7 +51,6 @@ STATEMENT_FILE = "provenance.intoto.json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:zoo-onnx:buildtype:recipe:v1"
-ZOO_DIST = "zoo-onnx"
 
 # Well-known publishers of pretrained weights: the license and credit a `weights:` source from
 # them carries unless the recipe says otherwise (`weights: {license: ..., attribution: ...}`).
@@ -56,14 +58,6 @@ KNOWN_SOURCES: tuple[tuple[str, dict[str, str]], ...] = (
     ("https://download.pytorch.org/models/",
      {"license": "BSD-3-Clause", "attribution": "torchvision pretrained weights, (c) PyTorch contributors"}),
 )
-
-
-def zoo_version() -> str:
-    """The installed zoo-onnx version (what `zoo.version` records)."""
-    try:
-        return metadata.version(ZOO_DIST)
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def canonical(obj: Any) -> str:
@@ -212,13 +206,12 @@ def license_text(license: str, attribution: Iterable[Mapping[str, str]]) -> str:
     return "; ".join(parts)
 
 
-def artifact_props(kind: str, key: str, license: str, sources: Mapping[str, str],
+def artifact_props(kind: str, record: str, license: str, sources: Mapping[str, str],
                    attribution: Iterable[Mapping[str, str]] = ()) -> dict[str, str]:
     """The stamp of an intermediate ONNX artifact (export, optimize, quantize outputs)."""
     props = {
-        PREFIX + "version": zoo_version(),
         PREFIX + "kind": kind,
-        PREFIX + "stage_key": key,
+        PREFIX + "stage_record": record,
         PREFIX + "sources": canonical(dict(sources)),
         PREFIX + "license": license or "unspecified",
     }
@@ -228,10 +221,10 @@ def artifact_props(kind: str, key: str, license: str, sources: Mapping[str, str]
     return props
 
 
-def release_props(recipe: Any, key: str, build: str, sources: Mapping[str, str],
+def release_props(recipe: Any, record: str, build: str, sources: Mapping[str, str],
                   attribution: Iterable[Mapping[str, str]] = ()) -> dict[str, str]:
     """The stamp of a shipped build (deploy): recipe identity, build name, sources, license."""
-    props = artifact_props("deploy", key, recipe.license, sources, attribution)
+    props = artifact_props("deploy", record, recipe.license, sources, attribution)
     props.update({
         PREFIX + "recipe": f"{recipe.name}@{recipe.version}",
         PREFIX + "recipe_digest": recipe.digest,
@@ -254,7 +247,7 @@ def lock_yaml(recipe: Any, lineage: Mapping[str, Mapping[str, Any]]) -> str:
     from zoo.host import UNKNOWN_PLATFORM
 
     try:
-        stages = {sid: StageLock(**dict(record)) for sid, record in lineage.items()}
+        stages = {sid: StageLock.read(dict(record)) for sid, record in lineage.items()}
     except TypeError as e:
         raise InvalidInput(f"a lineage record is not a lock record: {e}",
                            hint="the engine passes lock records in context.lineage") from None
@@ -262,7 +255,7 @@ def lock_yaml(recipe: Any, lineage: Mapping[str, Mapping[str, Any]]) -> str:
                 platforms={UNKNOWN_PLATFORM: stages} if stages else {}).to_yaml()
 
 
-def statement(*, subjects: Iterable[tuple[str, str]], recipe: Any, key: str, config: Mapping[str, Any],
+def statement(*, subjects: Iterable[tuple[str, str]], recipe: Any, record: str, config: Mapping[str, Any],
               lineage: Mapping[str, Mapping[str, Any]], tools: Mapping[str, str],
               inputs: Mapping[str, str] | None = None, data: Mapping[str, Any] | None = None,
               attribution: Iterable[Mapping[str, str]] = (), lock_sha256: str | None = None,
@@ -273,16 +266,19 @@ def statement(*, subjects: Iterable[tuple[str, str]], recipe: Any, key: str, con
     stage id -> lock record; `inputs`: digests of direct inputs the lineage lacks (stages run
     outside the engine). `data`: {"digest", ...} of the dataset split. `lock_sha256`: the
     release's zoo.lock, recorded as a byproduct. `publisher`: the stage that made the release
-    ({"stage", "kind", "key", "inputs": its direct upstream stage ids}): the zoo.lock cannot hold
+    ({"stage", "kind", "record", "inputs": its direct upstream stage ids}): the zoo.lock cannot hold
     its record (written before it ends), and the lineage graph ends at it.
     """
+    from zoo.engine.lockfile import record_identity
+
     attribution = merge_attribution(attribution)
+    identities = {sid: record_identity(dict(r)) for sid, r in lineage.items()}
     dependencies: list[dict[str, Any]] = []
     for sid in sorted(lineage):
-        record = lineage[sid]
-        for name, digest in sorted((record.get("outputs") or {}).items()):
+        ancestor = lineage[sid]
+        for name, digest in sorted((ancestor.get("outputs") or {}).items()):
             dependencies.append({"name": f"stage:{sid}/{name}", "digest": _digest(digest),
-                                 "annotations": {"kind": record.get("kind"), "key": record.get("key")}})
+                                 "annotations": {"kind": ancestor.get("kind"), "record": identities[sid]}})
     for label, digest in sorted((inputs or {}).items()):
         sid, _, name = label.partition(".")
         if sid not in lineage:
@@ -300,10 +296,12 @@ def statement(*, subjects: Iterable[tuple[str, str]], recipe: Any, key: str, con
         if notes:
             dep["annotations"] = notes
         dependencies.append(dep)
-    version = zoo_version()
+    from zoo.stage import KIND_EPOCH
+
     run_details: dict[str, Any] = {
-        "builder": {"id": f"urn:zoo-onnx:builder:zoo@{version}", "version": {ZOO_DIST: version}},
-        "metadata": {"invocationId": f"urn:zoo-onnx:stage-key:{key}" if key else "urn:zoo-onnx:stage-key:unknown"},
+        # zoo's version is not in any key, so it must not be in the bytes: the kind epoch stands for it
+        "builder": {"id": "urn:zoo-onnx:builder:zoo", "version": {"kind-epoch": str(KIND_EPOCH)}},
+        "metadata": {"invocationId": f"urn:zoo-onnx:stage-record:{record or 'unknown'}"},
     }
     if lock_sha256:
         run_details["byproducts"] = [{"name": LOCK_FILE, "digest": {"sha256": lock_sha256}}]
@@ -321,8 +319,8 @@ def statement(*, subjects: Iterable[tuple[str, str]], recipe: Any, key: str, con
                 },
                 "internalParameters": {
                     "tools": dict(sorted(tools.items())),
-                    "stages": {sid: {"kind": r.get("kind"), "kind_version": r.get("kind_version"), "key": r.get("key")}
-                               for sid, r in sorted(lineage.items())},
+                    "stages": {sid: {"kind": r.get("kind"), "kind_version": r.get("kind_version"),
+                                     "record": identities[sid]} for sid, r in sorted(lineage.items())},
                     **({"publisher": dict(publisher)} if publisher else {}),
                     "license": license_text(recipe.license, attribution),
                     "attribution": attribution,
@@ -393,7 +391,7 @@ def card_section(stmt: Mapping[str, Any]) -> str:
     lines = ["## Provenance", "",
              f"This version ships `{STATEMENT_FILE}` (an in-toto statement with SLSA provenance v1) and "
              f"`{LOCK_FILE}` (the lock record of every stage that built it). Each ONNX build carries the same "
-             "facts in its `metadata_props` (`zoo.recipe`, `zoo.recipe_digest`, `zoo.stage_key`, `zoo.build`, "
+             "facts in its `metadata_props` (`zoo.recipe`, `zoo.recipe_digest`, `zoo.stage_record`, `zoo.build`, "
              "`zoo.sources`, `zoo.license`).", "",
              f"- **Builder:** `{run['builder']['id']}`",
              f"- **Recipe:** {recipe['name']} {recipe['version']}, digest `{recipe['digest']}`",
@@ -410,7 +408,7 @@ def card_section(stmt: Mapping[str, Any]) -> str:
             notes = dict(d.get("annotations") or {})
             if d.get("uri"):
                 notes = {"uri": d["uri"], **notes}
-            text = ", ".join(f"{k} {v}" for k, v in notes.items() if k != "key") or "-"
+            text = ", ".join(f"{k} {v}" for k, v in notes.items() if k != "record") or "-"
             rows.append(f"| `{d['name']}` | {digest} | {text.replace('|', '/')} |")
         lines += rows + [""]
     lines += [f"To rebuild it bit for bit, put `{LOCK_FILE}` next to the recipe as its lockfile and run "
