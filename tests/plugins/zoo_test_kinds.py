@@ -432,7 +432,6 @@ NOTICE = "NOTICE.txt"
 class ShipperConfig(KindConfig):
     publish: bool = True
     false_notice: bool = False  # write a NOTICE.txt that does not match the build (check_release refuses it)
-    noisy: bool = False  # a NOTICE.txt with other bytes on every run
 
 
 class Shipper(StageKind):
@@ -457,10 +456,7 @@ class Shipper(StageKind):
         build = Build(name="data", file=file_ref(folder, payload), format="ort")
         listed = {f.path: ("0" * 64 if config.false_notice else f.sha256) for f in build.all_files()}
         notice = folder / NOTICE
-        # `noisy`: other bytes on every run under the same key, for the `--frozen` check of a release
-        noise = os.urandom(8).hex() + "\n" if config.noisy else ""
-        notice.write_text("shipped by the test shipper\n" + "".join(f"{p} {sha}\n" for p, sha in listed.items())
-                          + noise)
+        notice.write_text("shipped by the test shipper\n" + "".join(f"{p} {sha}\n" for p, sha in listed.items()))
         manifest = Manifest(name=context.recipe.name, version=context.recipe.version, builds={"data": build},
                             files=[file_ref(folder, notice)])
         (folder / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))
@@ -478,8 +474,7 @@ class Shipper(StageKind):
         return "release" if config.publish else None
 
     def check_release(self, manifest, read):
-        lines = read(NOTICE).decode().splitlines()[1:]
-        listed = dict(line.split(" ") for line in lines if " " in line)
+        listed = dict(line.split(" ") for line in read(NOTICE).decode().splitlines()[1:])
         files = {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
         return [] if listed == files else [f"{NOTICE} does not list the build files with their sha256"]
 
