@@ -74,7 +74,7 @@ def test_stages_run_where_their_resources_are_and_move_through_the_remote(tmp_pa
     assert caller.log_path(keys["b"]).read_text()  # the worker's log came back
     # the effect happened at the caller, and only there
     ship = result.stages[2]
-    assert [(e.kind, e.ref) for e in ship.effects] == [("shipped", "shipped@1.0.0")]
+    assert [(e.kind, e.ref) for e in ship.effects] == [("published", "shipped@1.0.0")]
     assert LocalZoo().resolve("shipped@1.0.0").builds["data"]
     for w in (workers["gpu"], workers["mem"]):
         assert LocalZoo(w.home).list() == []
@@ -96,7 +96,7 @@ def test_a_second_run_takes_everything_from_the_callers_cache(tmp_path, workers,
     assert zoo.run(recipe, executor=workers["address"], cache_remote=remote).ok
     again = zoo.run(recipe, executor=workers["address"], cache_remote=remote)
     assert [s.state for s in again.stages] == ["cached"] * 3 and again.executed == []
-    assert [(e.kind, e.ref) for e in again.stages[2].effects] == [("shipped", "shipped@1.0.0")]
+    assert [(e.kind, e.ref) for e in again.stages[2].effects] == [("published", "shipped@1.0.0")]
 
 
 def test_a_machine_with_a_fresh_cache_gets_it_from_the_remote(tmp_path, workers, remote):
@@ -151,7 +151,7 @@ def test_the_same_workers_run_it_through_the_remote(tmp_path, blind_worker, remo
     result = zoo.run(write_recipe(tmp_path, BLIND), executor=address, cache_dir=hidden / "cache-2",
                      cache_remote=remote)
     assert [s.state for s in result.stages] == ["done", "done", "done"], [s.error for s in result.stages]
-    assert [(e.kind, e.ref) for e in result.stages[2].effects] == [("shipped", "shipped@1.0.0")]
+    assert [(e.kind, e.ref) for e in result.stages[2].effects] == [("published", "shipped@1.0.0")]
 
 
 FILES = """\

@@ -127,12 +127,12 @@ def upstream(tmp_path_factory) -> dict:
 
 def _inputs(up: dict, *, with_verify: bool = True) -> Inputs:
     ups = [
-        Upstream("optimize", "optimize", {"model": up["fp32"]}, {}, key="key-optimize"),
-        Upstream("quantize", "quantize", {"model": up["int8"]}, {}, key="key-quantize"),
+        Upstream("optimize", "optimize", {"model": up["fp32"]}, {}, key="cache-key-optimize", record="key-optimize"),
+        Upstream("quantize", "quantize", {"model": up["int8"]}, {}, key="cache-key-quantize", record="key-quantize"),
     ]
     if with_verify:
         ups.append(Upstream("verify", "verify", {"report": up["verify"] / "report.json",
-                                                  "vectors": up["verify"] / "vectors"}, {}, key="key-verify"))
+                                                  "vectors": up["verify"] / "vectors"}, {}, key="cache-key-verify", record="key-verify"))
     return Inputs(ups)
 
 
@@ -145,11 +145,25 @@ def _context(tmp: Path, name: str) -> StageContext:
 
 
 def _deploy(up: dict, tmp: Path, name: str = "run", *, builds=None, with_verify=True, locked=None, **config):
+    """Run deploy; with `publish: true`, then publish its release as the engine does once it completed."""
     cfg = Deploy.Config.model_validate({"builds": builds or BUILDS, "publish": False, **config})
     ctx = _context(tmp, name)
     ctx.locked_outputs = locked
-    out = Deploy().run(_inputs(up, with_verify=with_verify), cfg, ctx)
-    return out["release"], ctx
+    inputs = _inputs(up, with_verify=with_verify)
+    release = Deploy().run(inputs, cfg, ctx)["release"]
+    if cfg.publish:
+        _publish(release, cfg, ctx, inputs)
+    return release, ctx
+
+
+def _publish(release: Path, cfg, ctx: StageContext, inputs: Inputs) -> None:
+    """What the runner does after deploy ran (zoo/engine/publish.py): publish the release deploy
+    declares, given the upstream results and the metrics of deploy's entry (its own timings); the
+    release is this test's workspace, so its files are copied into the zoo."""
+    from zoo.engine.publish import publish_release
+
+    ctx.inputs, ctx.entry_metrics = inputs, dict(ctx.metrics)
+    publish_release(Deploy(), cfg, {"release": release}, ctx, link=False)
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -542,16 +556,16 @@ def test_publish_to_local_zoo_is_idempotent_and_immutable(upstream, tmp_path, is
         _deploy(upstream, tmp_path, "pub-changed", publish=True, intended_use="Something else entirely.")
 
 
-def test_under_frozen_a_release_that_differs_from_the_lock_is_not_published(upstream, tmp_path, isolated_zoo_paths):
-    """`--frozen` hands deploy the lock's digest of its release: other bytes are never published
-    (the run is refused after the stage); the locked bytes are."""
-    from zoo.engine.cache import output_digest
+def test_deploy_declares_its_release_and_publishes_nothing_itself(upstream, tmp_path, isolated_zoo_paths):
+    """Publishing is the engine's effect (zoo/engine/publish.py, applied by the runner only to bytes
+    the lockfile still pins: tests/test_kind_hooks.py): deploy's run leaves the local zoo alone."""
     from zoo.registry.store import LocalZoo
 
-    release, ctx = _deploy(upstream, tmp_path, "frozen-bad", publish=True, locked={"release": "0" * 64})
+    cfg = Deploy.Config.model_validate({"builds": BUILDS, "publish": True})
+    ctx = _context(tmp_path, "declared")
+    release = Deploy().run(_inputs(upstream), cfg, ctx)["release"]
     assert ctx.effects == [] and LocalZoo().get("tiny-digits", "1.2.3") is None
-    _, ctx = _deploy(upstream, tmp_path, "frozen-good", publish=True, locked={"release": output_digest(release)})
-    assert [str(e) for e in ctx.effects] == ["published tiny-digits@1.2.3"]
+    assert Deploy().release_output(cfg) == "release" and (release / MANIFEST_FILE).is_file()
 
 
 def test_release_hooks_name_the_release_check_its_provenance_and_report_its_builds(upstream, tmp_path):
@@ -589,7 +603,7 @@ def _timed_inputs(up: dict, latency: float) -> Inputs:
     gates = report["gates"] + [{"gate": "cpu-int8.latency_p50_ms <= 1", "build": "cpu-int8", "metric": "latency_p50_ms",
                                 "op": "<=", "threshold": 1, "value": latency, "passed": True}]
     ups = list(_inputs(up))
-    ups[-1] = Upstream("verify", "verify", ups[-1].outputs, {"builds": measured, "gates": gates}, key="key-verify")
+    ups[-1] = Upstream("verify", "verify", ups[-1].outputs, {"builds": measured, "gates": gates}, key="cache-key-verify", record="key-verify")
     return Inputs(ups)
 
 
@@ -599,12 +613,11 @@ def test_release_never_holds_timings_but_the_publication_does(upstream, tmp_path
     builds = {"cpu-fp32": {"from": "optimize"}, "cpu-int8": {"from": "quantize"}}
     cfg = Deploy.Config.model_validate({"builds": builds, "publish": True})
     first_ctx, second_ctx = _context(tmp_path, "a"), _context(tmp_path, "b")
-    second_ctx.publish = False  # as under `zoo repro`: no side effects
     first = Deploy().run(_timed_inputs(upstream, 0.05), cfg, first_ctx)["release"]
+    _publish(first, cfg, first_ctx, _timed_inputs(upstream, 0.05))
     # a rerun of verify measures other timings: the release artifact is byte-identical
     second = Deploy().run(_timed_inputs(upstream, 0.09), cfg, second_ctx)["release"]
     assert _files(first) == _files(second)
-    assert second_ctx.effects == []
     m = _manifest(first)
     assert not any(k.startswith(("latency", "throughput", "speedup")) for b in m.builds.values() for k in b.metrics)
     # the published version adds the measured timings (and the timing gate's value) to manifest and card
@@ -621,9 +634,10 @@ def test_release_never_holds_timings_but_the_publication_does(upstream, tmp_path
 
 
 def test_a_cached_release_is_published_with_the_timings_its_verify_entry_measured(upstream, tmp_path, monkeypatch):
-    """on_cached (a cache hit, or a deploy that ran on a Dask worker) gets verify's result in
-    `context.inputs`: the version it publishes is the one `run` publishes on the same verify
-    result (manifest and card), not the release without timings."""
+    """The engine publishes a cached deploy (a cache hit, or a deploy that ran on a Dask worker) with
+    verify's result in `context.inputs`: the version is the one published after deploy ran here on
+    the same verify result (manifest and card), not the release without timings."""
+    from zoo.engine.publish import publish_release
     from zoo.registry.codec import dump_manifest
     from zoo.registry.store import LocalZoo
 
@@ -631,17 +645,18 @@ def test_a_cached_release_is_published_with_the_timings_its_verify_entry_measure
     cfg = Deploy.Config.model_validate({"builds": builds, "publish": True})
     ran_ctx = _context(tmp_path, "ran")
     release = Deploy().run(_timed_inputs(upstream, 0.05), cfg, ran_ctx)["release"]
+    _publish(release, cfg, ran_ctx, _timed_inputs(upstream, 0.05))
     ran = LocalZoo().resolve(ran_ctx.effects[0].ref)
     monkeypatch.setenv("ZOO_HOME", str(tmp_path / "other-home"))  # another machine's zoo, the same cache
     cached_ctx = _context(tmp_path, "cached")
     cached_ctx.inputs = _timed_inputs(upstream, 0.05)
-    Deploy().on_cached({"release": release}, cfg, cached_ctx)
+    publish_release(Deploy(), cfg, {"release": release}, cached_ctx, link=False)
     zoo_ = LocalZoo()
     cached = zoo_.resolve(cached_ctx.effects[0].ref)
     assert cached.builds["cpu-int8"].metrics["latency_p50_ms"] == 0.05
     assert dump_manifest(cached.model_copy(update={"created": ran.created})) == dump_manifest(ran)
-    # without verify's result (a kind's own caller), the release as built, as before
+    # without verify's result (a caller outside the engine), the release as built, as before
     monkeypatch.setenv("ZOO_HOME", str(tmp_path / "third-home"))
-    Deploy().on_cached({"release": release}, cfg, _context(tmp_path, "bare"))
+    publish_release(Deploy(), cfg, {"release": release}, _context(tmp_path, "bare"), link=False)
     assert "latency_p50_ms" not in LocalZoo().resolve("tiny-digits@1.2.3").builds["cpu-int8"].metrics
 

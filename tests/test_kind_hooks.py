@@ -1,7 +1,8 @@
 """What a kind tells the engine after a run (zoo/stage.py): effects, report tables, gates, and what a
-release needs. The kinds here are plug-ins (tests/plugins: `inspector` is gate-like, `shipper`
-publish-like, each with its own metric format and effect name), registered through an entry point
-as a third party's would be: the engine must do for them what it does for verify and deploy."""
+release needs. The kinds here are plug-ins (tests/plugins: `inspector` is gate-like with its own
+metric format, `shipper` publish-like: it declares its release folder, and the engine publishes it
+as `published`), registered through an entry point as a third party's would be: the engine must do
+for them what it does for verify and deploy."""
 
 from __future__ import annotations
 
@@ -30,25 +31,25 @@ def test_the_run_summary_prints_a_plugin_kinds_tables_and_effects_and_the_fast_p
     assert "utf-8" not in cli.out
     at = lines.index("contents of shipped@0.1.0:")
     assert lines[at + 2].split()[0] == "builds/data/model.ort" and lines[at + 3].split()[0] == "NOTICE.txt"
-    assert lines[-2:] == ["shipped shipped@0.1.0", f"updated {recipe.with_suffix('.lock')}"]
+    assert lines[-2:] == ["published shipped@0.1.0", f"updated {recipe.with_suffix('.lock')}"]
     zoo_home = LocalZoo()
     assert zoo_home.get("shipped", "0.1.0") is not None
 
     # nothing changed: the no-op fast path answers, with the effect (it still holds) and no tables
     again = zoo_cli("run", recipe)
     assert again.code == 0 and again.out.splitlines()[-2:] == ["shipped@0.1.0: 0 ran, 3 cached (0.0s of stage time)",
-                                                               "shipped shipped@0.1.0"], again.text
+                                                               "published shipped@0.1.0"], again.text
     # the effect's evidence is gone (the version was removed from the zoo): the fast path must not
-    # claim it; the full path's on_cached ships it again and says so
+    # claim it; the full path's engine publishes the cached release again and says so
     assert zoo_cli("rm", "shipped@0.1.0").code == 0 and zoo_home.get("shipped", "0.1.0") is None
     third = zoo_cli("run", recipe)
-    assert third.code == 0 and third.out.splitlines()[-1] == "shipped shipped@0.1.0", third.text
+    assert third.code == 0 and third.out.splitlines()[-1] == "published shipped@0.1.0", third.text
     assert zoo_home.get("shipped", "0.1.0") is not None
     # --json lists each stage's effects (what and on what; the evidence is this machine's paths)
     fourth = zoo_cli("run", recipe, "--json")
     assert fourth.code == 0, fourth.text
     stages = {s["id"]: s for s in json.loads(fourth.out)["stages"]}
-    assert stages["ship"]["state"] == "cached" and stages["ship"]["effects"] == [{"kind": "shipped", "ref": "shipped@0.1.0"}]
+    assert stages["ship"]["state"] == "cached" and stages["ship"]["effects"] == [{"kind": "published", "ref": "shipped@0.1.0"}]
     assert stages["check"]["effects"] == [] and "shipped" not in json.dumps(stages["ship"]["metrics"])
 
 
@@ -56,7 +57,7 @@ def test_effects_are_reported_for_this_run_and_never_cached(tmp_path):
     recipe = write_recipe(tmp_path, SHIPPED)
     first = zoo.run(recipe)
     ship = {s.id: s for s in first.stages}["ship"]
-    assert [str(e) for e in ship.effects] == ["shipped shipped@0.1.0"]
+    assert [str(e) for e in ship.effects] == ["published shipped@0.1.0"]
     zoo_home = LocalZoo()
     assert zoo_home.manifest_path("shipped", "0.1.0") in {Path(p) for p in ship.effects[0].evidence}
     entry = zoo.engine.cache.Cache(first.cache_dir).lookup(ship.key)

@@ -366,8 +366,8 @@ def test_release_on_an_empty_cache_refuses_a_build_that_differs_and_publishes_no
 
 def test_frozen_run_whose_publishing_stage_differs_from_the_lock_publishes_nothing(tmp_path):
     """The publishing stage's own output differs from its record (same key): the guard refuses the
-    run after it, and the stage asked first (StageContext.lock_mismatch), so the local zoo is left
-    without a version the lockfile does not describe."""
+    run after it, and the engine publishes only what the lock still pins (zoo/engine/publish.py), so
+    the local zoo is left without a version the lockfile does not describe."""
     from zoo.registry.store import LocalZoo
 
     recipe = write_recipe(tmp_path, SHIPPED)

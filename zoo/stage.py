@@ -24,7 +24,8 @@ A stage kind is a class deriving from `StageKind` that declares:
 and implements ``run(inputs, config, context) -> {output name: path inside context.out_dir}``.
 Metrics go in ``context.metrics``. A kind may also override ``dependencies`` to name files
 (user code, datasets) whose content must enter the cache key, and ``on_cached`` to redo an effect
-outside the cache (publishing) when the stage is found cached.
+of its own outside the cache when the stage is found cached (publishing a release is the engine's:
+see ``release_output``).
 
 The engine knows no kind by name; what it shows or checks after a run, a kind says through these
 (all optional; the built-in verify and deploy use them, and a plug-in kind can do the same):
@@ -37,11 +38,16 @@ The engine knows no kind by name; what it shows or checks after a run, a kind sa
   the stage ran (verify's gates, deploy's published builds); the CLI lays them out;
 - ``gates(metrics)``: the quality gates a stage checked (`GateOutcome`); ``zoo release`` requires
   every one to pass. None (the default) means the kind checks no gates;
-- ``release_output(config)``: the output holding the version's release folder, when the stage
-  publishes it to the local zoo (deploy with ``publish: true``); ``zoo release`` ships what the
-  one such stage published. ``release_files`` names the version-level files that release must
-  carry (``zoo.lock``...), and ``check_release(manifest, read)`` lists problems with it (deploy:
-  provenance subjects that do not match the builds);
+- ``release_output(config)``: the output holding the version's release folder (its files and its
+  ``zoo-manifest.json``, written with `zoo.manifest`), when the stage releases a version (deploy
+  with ``publish: true``). The kind only declares it: the engine publishes that folder to this
+  machine's local zoo once the stage completed, ran or found cached (never under ``zoo repro``,
+  nor bytes ``--frozen`` refuses), and records the effect `PUBLISHED` (``published alexnet@1.0.0``;
+  `published_manifest` reads it back); ``publication(release, config, context)`` may hand it a
+  folder that adds what the run measured but the release must not hold (deploy: timings).
+  ``zoo release`` ships what the one such stage published. ``release_files`` names the
+  version-level files that release must carry (``zoo.lock``...), and ``check_release(manifest,
+  read)`` lists problems with it (deploy: provenance subjects that do not match the builds);
 - ``equivalence(locked, rebuilt, config, context)``: whether outputs rebuilt on a CPU of another
   platform class (zoo/host.py) are equivalent to the locked ones (`Equivalence`), for
   ``zoo repro --check``; `context` (`EquivalenceContext`) gives the recipe's shared sections
@@ -81,7 +87,10 @@ from pydantic import BaseModel, ConfigDict
 from zoo.errors import InvalidInput, UnsafePath
 
 if TYPE_CHECKING:
-    from zoo.registry.manifest import Manifest
+    from zoo.manifest import Manifest
+
+# the engine's effect of publishing a stage's declared release (`StageKind.release_output`) to the local zoo
+PUBLISHED = "published"
 
 # The version of the contract between the engine and the kinds, in every stage key instead of
 # zoo's own code. Bump it when this interface changes in a way that can change what a kind
@@ -244,6 +253,17 @@ class Effect:
                    evidence=tuple(str(p) for p in data.get("evidence") or ()))
 
 
+def published_manifest(effect: Effect) -> Manifest:
+    """The manifest of the version a `PUBLISHED` effect names, as this machine's local zoo stores it
+    (the effect's first evidence file: the engine, which publishes, puts it there). OSError or
+    ValueError when the version is gone or its manifest does not parse."""
+    from zoo.manifest import read_manifest
+
+    if effect.kind != PUBLISHED or not effect.evidence:
+        raise ValueError(f"{effect} is not the publication of a version")
+    return read_manifest(Path(effect.evidence[0]))
+
+
 @dataclass(frozen=True)
 class Equivalence:
     """What `StageKind.equivalence` found: equivalent within the kind's tolerance or not, with one
@@ -307,10 +327,10 @@ class StageContext:
     locked_outputs: Mapping[str, str] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     effects: list[Effect] = field(default_factory=list)  # what the stage did outside the cache (not cached)
-    # in `on_cached` only: the upstream results, as `run` got them (outputs in this machine's cache,
-    # each with the metrics of its entry), so an effect redone here can use what was measured upstream
+    # in `on_cached` and `publication` only: the upstream results, as `run` got them (outputs in this
+    # machine's cache, each with the metrics of its entry), so an effect can use what was measured upstream
     inputs: Inputs | None = None
-    # in `on_cached` only: the metrics of the cached entry itself (what the run that made it measured)
+    # in `on_cached` and `publication` only: the metrics of the stage's entry (what the run that made it measured)
     entry_metrics: Mapping[str, Any] | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("zoo.stage"))
 
@@ -323,8 +343,8 @@ class StageContext:
         """Under `--frozen`, the names among `outputs` ({name: path}) whose bytes differ from the
         lockfile's record of this stage on this platform; [] when the run is not frozen or all match.
 
-        A kind with an effect outside the cache (deploy publishing to the local zoo) asks before it
-        acts, so a run the lockfile refuses leaves nothing outside the cache behind.
+        A kind with an effect of its own outside the cache asks before it acts, so a run the lockfile
+        refuses leaves nothing outside the cache behind (the engine does so for the release it publishes).
         """
         if self.locked_outputs is None:
             return []
@@ -392,9 +412,9 @@ class StageKind:
     def on_cached(self, outputs: Mapping[str, Path], config: KindConfig, context: StageContext) -> None:
         """Redo what `run` does outside the cache, for a stage found cached instead of run.
 
-        A cache hit skips `run`, so an effect beyond the outputs (deploy publishes to this
-        machine's local zoo) would be missing where the cache is shared between machines or the
-        zoo was reset. Called in the engine's process with the cached (read-only) outputs; must be
+        A cache hit skips `run`, so an effect beyond the outputs (a kind's own, e.g. a file it
+        writes outside the cache) would be missing where the cache is shared between machines or
+        was reset. (A release the stage declares needs none of this: the engine publishes it.) Called in the engine's process with the cached (read-only) outputs; must be
         idempotent and cheap when the effect is already in place. `context.inputs` holds the
         upstream results as `run` got them. Metrics set in context.metrics are reported for this
         run (not cached), and so are the effects it declares in context.effects. Never called while
@@ -416,6 +436,19 @@ class StageKind:
     def release_output(self, config: KindConfig) -> str | None:
         """The output that is the release folder this stage publishes to the local zoo; None if it publishes none."""
         return None
+
+    def publication(self, release: Path, config: KindConfig, context: StageContext) -> Path:
+        """The folder the engine publishes for the release output `release` (read-only: the run
+        cache's): `release` itself (the default), or a folder under `context.work_dir` with the same
+        builds that adds what the run measured but the release must not hold, for it to stay
+        bit-reproducible (deploy: the timings verify and deploy measured, in manifest and card).
+
+        Asked only when the local zoo lacks the version (a republish compares the release itself),
+        in the engine's process, after the stage ran here, ran on another machine or was found
+        cached: `context.inputs` holds the upstream results and `context.entry_metrics` the
+        metrics of the stage's entry.
+        """
+        return release
 
     def check_release(self, manifest: Manifest, read: Callable[[str], bytes]) -> list[str]:
         """Problems with the version this stage published (its local zoo manifest); [] if none.

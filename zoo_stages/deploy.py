@@ -15,9 +15,12 @@ Recipe usage::
 
 For every build, ``out_dir/release/`` gets ``builds/<build>/model.onnx`` (or ``model.ort``),
 its test vectors (``builds/<build>/test_data_set_0/input_0.pb``... in the ONNX Model Zoo
-layout) and a `Build` entry; then the model card ``README.md`` and, last, ``zoo-manifest.json``.
-That folder is exactly what `LocalZoo.publish` reads, and it is byte-deterministic: the same
-inputs give the same bytes (no timestamps, sorted keys, one inference thread).
+layout) and a `Build` entry; then the model card ``README.md`` and, last, ``zoo-manifest.json``
+(the manifest format of zoo/manifest.py). That folder is a complete release, and it is
+byte-deterministic: the same inputs give the same bytes (no timestamps, sorted keys, one inference
+thread). Deploy does not publish it: with ``publish: true`` it declares the folder as the version's
+release (`release_output`) and the engine publishes it to the local zoo (zoo/engine/publish.py),
+after a run or a cache hit alike, through `publication`, which adds the timings measured upstream.
 
 Provenance (`zoo_stages.lib.provenance`): every shipped ONNX build is stamped with
 ``metadata_props`` (zoo version, recipe name@version and digest, deploy's key, build name,
@@ -62,9 +65,9 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, StageFailed, ZooError
 from zoo.files import atomic_copy, atomic_write
-from zoo.registry.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest
-from zoo.registry.staging import file_ref
-from zoo.stage import Column, Effect, Inputs, KeyContext, KindConfig, ReportTable, StageContext, StageKind, Upstream
+from zoo.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest, file_ref, read_manifest
+from zoo.stage import (PUBLISHED, Column, Effect, Inputs, KeyContext, KindConfig, ReportTable, StageContext, StageKind,
+                       Upstream, published_manifest)
 from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.lib.conversion_check import BATCH_SIZE, ConversionCheck
 from zoo_stages.lib.step_log import StepLog
@@ -75,7 +78,6 @@ from zoo_stages.lib.verify_report import VerifyOutputs, read_verify_outputs
 
 CARD_FILE = "README.md"
 TOKENIZER_FILE = "tokenizer.json"  # a text model's tokenizer (Hugging Face `tokenizers` JSON), beside the card
-PUBLISHED = "published"  # the effect of publishing the release to the local zoo (zoo.stage.Effect.kind)
 # flatbuffers writes the canonical .ort bytes (see convert.canonical_ort_bytes), so its version
 # matters to `convert: ort` builds; openvino to `convert: openvino` ones
 BASE_TOOLS = ("onnx", "onnxruntime")
@@ -240,47 +242,30 @@ class Deploy(NumericOutputs, StageKind):
         context.metrics["release_files"] = len(manifest.all_files()) + 1
         if job.measured:  # deploy's own timings: metrics of its entry, added to the published manifest
             context.metrics["measured"] = job.measured
-        if config.publish and context.publish:
-            if context.lock_mismatch({"release": release}):
-                # --frozen and the release is not the locked one: the run is refused after this
-                # stage, and the local zoo must not keep a version the lockfile does not describe
-                context.log.warning("the release differs from the lockfile's: not published (--frozen)")
-            else:
-                _publish(_publication(release, manifest, job.verify, config, job.data_spec, job.provenance_section,
-                                      work, job.measured), context)
         return {"release": release}
-
-    def on_cached(self, outputs: Mapping[str, Path], config: DeployConfig, context: StageContext) -> None:
-        """Publish the cached release to this machine's local zoo when it is not there yet.
-
-        A no-op (one manifest comparison) when the zoo has the version; otherwise the release is
-        published as `run` publishes it, with the timings verify measured (the metrics of verify's
-        entry, in `context.inputs`). So a deploy taken from a cache, or run on a Dask worker and
-        published here, publishes the manifest and card a local run of deploy on the same verify
-        result would.
-        """
-        if not (config.publish and context.publish):
-            return
-        from zoo.registry.codec import read_manifest_file
-        from zoo.registry.store import LocalZoo
-
-        release = Path(outputs["release"])
-        manifest = read_manifest_file(release / MANIFEST_FILE)
-        folder = release
-        if context.inputs is not None and LocalZoo().get(manifest.name, manifest.version) is None:
-            measured = (context.entry_metrics or {}).get("measured")
-            folder = _publication(release, manifest, read_verify_outputs(context.inputs, context.log), config,
-                                  context.shared.get("data") or None, _card_provenance(release),
-                                  Path(context.work_dir), measured if isinstance(measured, Mapping) else None)
-        _publish(folder, context, link=True)
 
     def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
         """The builds of the version this run published, read back from the local zoo."""
-        return [_builds_table(e.ref) for e in effects if e.kind == PUBLISHED]
+        return [_builds_table(e) for e in effects if e.kind == PUBLISHED]
 
     def release_output(self, config: DeployConfig) -> str | None:
-        """The `release` folder is the version, when deploy publishes it."""
+        """The `release` folder is the version, when deploy publishes it (the engine does)."""
         return "release" if config.publish else None
+
+    def publication(self, release: Path, config: DeployConfig, context: StageContext) -> Path:
+        """The release with the timings measured upstream added (`_publication`), as the engine
+        publishes it when the local zoo lacks the version: verify's (the metrics of its entry, in
+        `context.inputs`) and deploy's own (its entry's `measured`). So a deploy that ran here, was
+        taken from a cache or ran on a Dask worker publishes the same manifest and card on the same
+        verify result. Without upstream results (a caller outside the engine), the release itself.
+        """
+        if context.inputs is None:
+            return release
+        measured = (context.entry_metrics or {}).get("measured")
+        return _publication(release, read_manifest(release / MANIFEST_FILE),
+                            read_verify_outputs(context.inputs, context.log), config,
+                            context.shared.get("data") or None, _card_provenance(release), Path(context.work_dir),
+                            measured if isinstance(measured, Mapping) else None)
 
     def check_release(self, manifest: Manifest, read: Callable[[str], bytes]) -> list[str]:
         """The provenance statement's subjects are exactly the build files, with their sha256."""
@@ -288,21 +273,6 @@ class Deploy(NumericOutputs, StageKind):
 
         build_files = {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
         return release_problems(read(STATEMENT_FILE), build_files)
-
-
-def _publish(folder: Path, context: StageContext, *, link: bool = False) -> None:
-    """Publish `folder` to this machine's local zoo and record the effect. `link`: the folder is
-    the run cache's (read-only objects), so its files become blobs as hard links, not copies."""
-    from zoo.registry.store import LocalZoo
-
-    zoo = LocalZoo()
-    published = zoo.publish(folder, link=link)
-    # evidence that the version is still in this zoo: its manifest and every blob (`zoo rm` or a
-    # `zoo fsck --repair` that removed a bad blob undoes the effect, and the next run publishes again)
-    evidence = [zoo.manifest_path(published.name, published.version)]
-    evidence += [zoo.blobs.path(f.sha256) for f in published.all_files()]
-    context.effects.append(Effect(PUBLISHED, published.ref, tuple(str(p) for p in evidence)))
-    context.log.info("published %s to %s", published.ref, zoo.root)
 
 
 def _copy_model(source: Path, src_info: Any, bdir: Path) -> tuple[Path, list[Path]]:
@@ -382,14 +352,13 @@ def _publication(release: Path, manifest: Manifest, verify: VerifyOutputs, confi
     return pub
 
 
-def _builds_table(ref: str) -> ReportTable:
+def _builds_table(published: Effect) -> ReportTable:
     """The published version's builds (format, precision, size, the task's headline metric when the
     builds have one, latency, sha256), from the local zoo."""
-    from zoo.registry.store import LocalZoo
-
+    ref = published.ref
     try:
-        manifest = LocalZoo().resolve(ref)
-    except ZooError as e:
+        manifest = published_manifest(published)
+    except (OSError, ValueError) as e:
         return ReportTable(f"(cannot read {ref} from the local zoo: {e})")
     # only a metric the builds were measured on: no accuracy column for a regression or generic model
     shown = [m for m in ("accuracy", "mae") if any(m in b.metrics for b in manifest.builds.values())]
@@ -418,7 +387,6 @@ class _Release:
             self.verify, data_spec=self.data_spec, recipe_dir=context.recipe.dir, task=self.task,
             parity_samples=config.parity_samples, vector_samples=config.vector_samples, log=context.log)
         self.attribution: dict[str, list[dict[str, str]]] = {}  # build -> its sources' attribution
-        self.provenance_section = ""  # the card's Provenance section (also for the published copy)
         self.measured: dict[str, dict[str, Any]] = {}  # build -> timings deploy measured and what on
         self.portability: dict[str, str] = {}  # build -> why it is (not) portable ONNX
 
@@ -487,10 +455,9 @@ class _Release:
         from zoo_stages.lib.modelcard import render_card
         from zoo_stages.lib.provenance import card_section
 
-        self.provenance_section = card_section(stmt)
         card = render_card(manifest, dataset=self.data_spec, intended_use=self.config.intended_use,
                            limitations=self.config.limitations, verification=verification, conversions=conversions,
-                           appendix=self.provenance_section)
+                           appendix=card_section(stmt))
         card_path = self.release / CARD_FILE
         atomic_write(card_path, card.encode("utf-8"), fsync=False)
         manifest.card = file_ref(self.release, card_path)

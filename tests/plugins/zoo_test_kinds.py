@@ -389,7 +389,7 @@ class Reader(StageKind):
 
 # --- kinds that use the engine's after-run hooks, as deploy and verify do (tests/test_kind_hooks.py) ---
 
-from zoo.stage import Column, Effect, GateOutcome, ReportTable  # noqa: E402
+from zoo.stage import PUBLISHED, Column, GateOutcome, ReportTable, published_manifest  # noqa: E402
 
 
 class InspectorConfig(KindConfig):
@@ -427,7 +427,6 @@ class Inspector(StageKind):
 
 
 NOTICE = "NOTICE.txt"
-SHIPPED = "shipped"
 
 
 class ShipperConfig(KindConfig):
@@ -436,9 +435,10 @@ class ShipperConfig(KindConfig):
 
 
 class Shipper(StageKind):
-    """Publish-like: ships the upstream `data` as the recipe's version (one build, plus a version-level
-    NOTICE.txt naming each build file's sha256) to the local zoo, declaring the effect; tells the
-    engine which output is the release, which files it must carry and how to check them."""
+    """Publish-like: writes the upstream `data` as the recipe's version (one build, plus a version-level
+    NOTICE.txt naming each build file's sha256) into its release folder and declares it; the engine
+    publishes it to the local zoo, as it does deploy's. Tells the engine which output is the release,
+    which files it must carry and how to check them, and reports the published version's files."""
 
     name = "shipper"
     Config = ShipperConfig
@@ -447,33 +447,25 @@ class Shipper(StageKind):
     release_files = (NOTICE,)
 
     def run(self, inputs, config, context):
-        from zoo.registry.manifest import MANIFEST_FILE, Build, Manifest
+        from zoo.manifest import MANIFEST_FILE, Build, Manifest, file_ref
 
         folder = context.output_path("release")
         payload = folder / "builds" / "data" / "model.ort"
         payload.parent.mkdir(parents=True)
         payload.write_bytes(Path(inputs.one("data")).read_bytes())
-        build = Build(name="data", file=_file_ref(folder, payload), format="ort")
+        build = Build(name="data", file=file_ref(folder, payload), format="ort")
         listed = {f.path: ("0" * 64 if config.false_notice else f.sha256) for f in build.all_files()}
         notice = folder / NOTICE
         notice.write_text("shipped by the test shipper\n" + "".join(f"{p} {sha}\n" for p, sha in listed.items()))
         manifest = Manifest(name=context.recipe.name, version=context.recipe.version, builds={"data": build},
-                            files=[_file_ref(folder, notice)])
+                            files=[file_ref(folder, notice)])
         (folder / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))
-        if config.publish and context.publish and not context.lock_mismatch({"release": folder}):
-            _ship(folder, context)
         return {"release": folder}
 
-    def on_cached(self, outputs, config, context):
-        if config.publish and context.publish:
-            _ship(Path(outputs["release"]), context)
-
     def report(self, stage_id, metrics, effects):
-        from zoo.registry.store import LocalZoo
-
         tables = []
-        for effect in (e for e in effects if e.kind == SHIPPED):
-            manifest = LocalZoo().resolve(effect.ref)
+        for effect in (e for e in effects if e.kind == PUBLISHED):
+            manifest = published_manifest(effect)
             rows = tuple((f.path, f.size) for f in manifest.all_files())
             tables.append(ReportTable(f"contents of {effect.ref}", (Column("file"), Column("size", "right", "size")), rows))
         return tables
@@ -485,25 +477,6 @@ class Shipper(StageKind):
         listed = dict(line.split(" ") for line in read(NOTICE).decode().splitlines()[1:])
         files = {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
         return [] if listed == files else [f"{NOTICE} does not list the build files with their sha256"]
-
-
-def _file_ref(root: Path, path: Path):
-    import hashlib
-
-    from zoo.registry.manifest import FileRef
-
-    data = path.read_bytes()
-    return FileRef(path=path.relative_to(root).as_posix(), sha256=hashlib.sha256(data).hexdigest(), size=len(data))
-
-
-def _ship(folder: Path, context) -> None:
-    from zoo.registry.store import LocalZoo
-
-    zoo = LocalZoo()
-    manifest = zoo.publish(folder)
-    evidence = [zoo.manifest_path(manifest.name, manifest.version)] + [zoo.blobs.path(f.sha256)
-                                                                       for f in manifest.all_files()]
-    context.effects.append(Effect(SHIPPED, manifest.ref, tuple(str(p) for p in evidence)))
 
 
 # --- a stage that behaves like a long training, for the progress and Ctrl-C tests (tests/test_progress.py) ---

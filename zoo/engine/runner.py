@@ -9,7 +9,9 @@ pushed there (`_share`); while a stage's objects download, the stages below it w
 entry already settles begin their own fetches (`_prefetch_downstream`), so a chain of remote hits
 downloads side by side. On an executor whose workers may be on other machines (Dask), effects
 happen here, never on a worker (`_effects_here`), and with a remote run cache the workers take
-inputs from it and push outputs to it (`_submit`, `_take`: zoo/engine/remote_stage.py).
+inputs from it and push outputs to it (`_submit`, `_take`: zoo/engine/remote_stage.py). A release
+a stage declares is published here once the stage completed, whichever way (`_effects`:
+zoo/engine/publish.py).
 """
 
 from __future__ import annotations
@@ -425,27 +427,34 @@ class Runner:
         report.built_on = host.platform_class(entry.host)
         # effects only for what the lock still pins: a frozen run does not publish other bytes
         if self._locked_still(report.id) and self.publish:
-            self._redo_effects(report, entry)
+            self._effects(report, entry, kind_did_its_own=False)
         self.on_update(report)
 
-    def _redo_effects(self, report: StageReport, entry: Entry) -> None:
-        """A cache hit skips run(), and a worker elsewhere publishes nothing: let the kind do here
-        what it does outside the cache (deploy publishes to this machine's zoo)."""
+    def _effects(self, report: StageReport, entry: Entry, *, kind_did_its_own: bool) -> None:
+        """What a completed stage does outside the cache, here: the kind's own effects where `run`
+        did not do them (a cache hit skips run(), a worker elsewhere does none: `on_cached`), then
+        the release the kind declares, published to this machine's zoo (zoo/engine/publish.py)."""
+        from zoo.engine.publish import publish_release
         from zoo.stage import Inputs, StageContext, StageKind
 
         node = self.dag.nodes[report.id]
         cls = kind_loader.get(node.kind)
-        if cls.on_cached is StageKind.on_cached:
+        kind, config = cls(), node.instance.config
+        redo = not kind_did_its_own and cls.on_cached is not StageKind.on_cached
+        if not redo and kind.release_output(config) is None:
             return
-        tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-cached-")
+        tmp = self.cache.tmp_dir(re.sub(r"[^A-Za-z0-9_-]+", "_", node.id) + "-effects-")
         context = StageContext(stage_id=node.id, out_dir=tmp / "out", work_dir=tmp / "work",
                                recipe=keys.recipe_info(self.dag.recipe),
                                shared=keys.shared_sections(self.dag.recipe, node), matrix=dict(node.instance.matrix),
                                key=entry.key, record=report.record or "", publish=True,
                                log=logging.getLogger(f"zoo.stage.{node.id}"),
                                inputs=Inputs(self._upstream(node)), entry_metrics=dict(entry.metrics))
+        outputs = self.cache.output_paths(entry)
         try:
-            cls().on_cached(self.cache.output_paths(entry), node.instance.config, context)
+            if redo:
+                kind.on_cached(outputs, config, context)
+            publish_release(kind, config, outputs, context)
         except Exception as e:  # reported like a failure of the stage: the run did not do what it says
             report.state, report.error = StageState.FAILED, WorkerError.from_exception(e)
             self.failed = True
@@ -453,7 +462,7 @@ class Runner:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         report.metrics = {**entry.metrics, **context.metrics}
-        report.effects = list(context.effects)
+        report.effects = [*report.effects, *context.effects]
 
     def _upstream(self, node: Node) -> list[Upstream]:
         """The results of `node`'s needs: their outputs in this cache, the metrics of their entries."""
@@ -522,8 +531,8 @@ class Runner:
                 report.effects = list(result.effects)
                 report.outputs = {n: o["digest"] for n, o in entry.outputs.items()}
                 report.built_on = host.platform_class(entry.host)
-                if self._locked_still(nid) and self._effects_here and self.publish:
-                    self._redo_effects(report, entry)
+                if self._locked_still(nid) and self.publish:
+                    self._effects(report, entry, kind_did_its_own=not self._effects_here)
             else:
                 report.state, report.error = StageState.FAILED, result.error
                 report.metrics = result.metrics  # what it measured before failing (a failed gate's value)

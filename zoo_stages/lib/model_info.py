@@ -2,7 +2,7 @@
 
 Used by deploy to fill the manifest's `Build` entries, and by anything that must feed a model
 (parity checks, test vectors) without knowing its ports in advance. Ports are returned as
-`zoo.registry.manifest.Port` objects: element types use numpy-style names (``float32``,
+`zoo.manifest.Port` objects: element types use numpy-style names (``float32``,
 ``float16``, ``int64``...), shapes hold ints for fixed dims, strings for symbolic dims and None
 for unknown dims.
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.errors import InvalidInput
 from zoo.pathsafety import external_data_files
-from zoo.registry.manifest import Port
+from zoo.manifest import Port
 
 if TYPE_CHECKING:
     import numpy as np

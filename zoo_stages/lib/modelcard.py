@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from zoo.errors import InvalidInput
-from zoo.registry.manifest import Build, Manifest, describe_measured_on
+from zoo.manifest import Build, Manifest, describe_measured_on
 
 FRONT_MATTER_DELIMITER = "---"
 

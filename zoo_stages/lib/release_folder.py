@@ -1,8 +1,8 @@
-"""The completeness check of a release folder (what `zoo.registry.store.LocalZoo.publish` reads):
+"""The completeness check of a release folder (what the engine publishes to the local zoo):
 every file its manifest lists, with the recorded bytes, and nothing else.
 
 The files are written with `zoo.files` (atomic copies and writes) and described with
-`zoo.registry.staging.file_ref`.
+`zoo.manifest.file_ref`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zoo.errors import StageFailed
-from zoo.registry.manifest import MANIFEST_FILE, Manifest
-from zoo.registry.staging import file_ref
+from zoo.manifest import MANIFEST_FILE, Manifest, file_ref
 
 
 def check_complete(release: Path, manifest: Manifest) -> None:
