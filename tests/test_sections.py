@@ -144,3 +144,13 @@ def test_the_built_in_sections_are_zoos_own_entry_points(tmp_path):
     text = "schema_version: 1\nname: m\nversion: 1.0.0\nmodel: {framework: nosuch}\nstages: {w: {kind: writer}}\n"
     with pytest.raises(RecipeError, match="no exporter for framework 'nosuch'"):  # the model section's own check
         recipe_mod.load(write_recipe(tmp_path, text))
+
+
+def test_the_engine_holds_only_the_generic_recipe_fields():
+    """Every other top-level key is a registered section: no module of zoo/ reads one by name."""
+    import re
+
+    assert recipe_mod.GENERIC_FIELDS == ("schema_version", "name", "version", "description", "license", "stages")
+    for module in Path(recipe_mod.__file__).parents[1].rglob("*.py"):
+        found = re.search(r"spec\.(model|data|task)\b", module.read_text())
+        assert not found, f"{module} reads the recipe's `{found.group(1)}:` section by name"
