@@ -7,8 +7,9 @@ A stage kind is a class deriving from `StageKind` that declares:
 - ``Config``: a static pydantic model (derive from `KindConfig`, which forbids unknown keys);
 - ``tools``: distribution names whose installed versions enter the cache key
   (read with importlib.metadata, so nothing heavy is imported to compute a key);
-- ``shared``: what the kind reads of the recipe-wide sections: a whole section (``"data"``,
-  ``"task"``) or single fields (``"model.arch"``). Exactly those values enter the cache key,
+- ``shared``: what the kind reads of the recipe-wide sections (zoo's ``model``, ``data``, ``task``
+  and any a plugin registers: `zoo/section.py`): a whole section (``"data"``, ``"task"``) or single
+  fields (``"model.arch"``). Exactly those values enter the cache key,
   and ``context.shared`` holds exactly those (reading anything else raises `UndeclaredField`),
   so a metadata edit (``model.task``) reruns only the kinds that read it;
 - ``outputs``: the names of the outputs ``run`` returns;
