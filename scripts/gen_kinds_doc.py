@@ -3,7 +3,7 @@
 The prose of docs/kinds.md is hand-written. Between ``<!-- BEGIN GENERATED: KEY -->`` and
 ``<!-- END GENERATED: KEY -->`` this script writes tables read from the code: every config
 field of each kind (name, type, default, constraints and description, from its pydantic
-``Config``), the recipe-wide ``model:``/``data:`` sections (zoo.engine.recipe ModelSpec/DataSpec),
+``Config``), the recipe-wide ``model:``/``data:`` sections (their registered schemas, zoo_stages/sections/),
 quantize's presets and auto candidates, verify's metrics, the gate operators and deploy's
 conversion tolerances.
 
@@ -168,7 +168,8 @@ def kind_header(name: str) -> str:
 def generated() -> dict[str, str]:
     """Every generated block, by key."""
     from zoo.engine import kind_loader
-    from zoo.engine.recipe import DataSpec, ModelSpec
+    from zoo_stages.sections.data import DataSpec
+    from zoo_stages.sections.model import ModelSpec
     from zoo_stages import deploy, quantize, verify
     from zoo_stages.lib import gates, quant_settings
 

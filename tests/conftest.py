@@ -33,9 +33,10 @@ def isolated_zoo_paths(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     monkeypatch.delenv("ZOO_DEBUG", raising=False)
-    from zoo.engine import kind_loader
+    from zoo.engine import kind_loader, section_loader
 
     kind_loader.clear_cache()
+    section_loader.clear_cache()
     yield base
 
 

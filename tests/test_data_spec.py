@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from zoo.engine import recipe
 from zoo.errors import RecipeError
+from zoo.engine.recipe import load
+from zoo_stages.sections import data as data_section
 
 HEAD = "schema_version: 1\nname: d\nversion: 1.0.0\n"
 STAGES = "stages: {train: {}}\n"
@@ -16,7 +17,7 @@ STAGES = "stages: {train: {}}\n"
 def _load(tmp_path: Path, data: str):
     path = tmp_path / "r.yaml"
     path.write_text(HEAD + "data:\n" + data + STAGES)
-    return path, recipe.load(path)
+    return path, load(path)
 
 
 def _refused(tmp_path: Path, data: str, line: int, fragment: str) -> RecipeError:
@@ -56,6 +57,6 @@ def test_defaults_per_source_and_label_null(tmp_path):
     _, r = _load(tmp_path, "  source: digits\n")
     assert r.spec.data.label is None and r.spec.data.image is None
     _, r = _load(tmp_path, "  source: csv\n  path: t.csv\n  text: a\n  tokenizer: {train: {vocab_size: 100}}\n")
-    assert r.spec.data.max_length == recipe.DEFAULT_MAX_LENGTH
+    assert r.spec.data.max_length == data_section.DEFAULT_MAX_LENGTH
     dumped = r.shared()["data"]
-    assert recipe.DataSpec.model_validate(dumped).model_dump(mode="json") == dumped  # the dump validates to itself
+    assert data_section.DataSpec.model_validate(dumped).model_dump(mode="json") == dumped  # the dump validates to itself

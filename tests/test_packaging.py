@@ -17,8 +17,8 @@ SHIPPED = ("zoo", "zoo_stages")
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> tuple[set[str], str]:
-    """(names in the wheel, pip's and setuptools' output); built from a copy of what the wheel is
+def wheel(tmp_path_factory) -> tuple[set[str], str, str]:
+    """(names in the wheel, pip's and setuptools' output, its entry_points.txt); built from a copy of what the wheel is
     made of, since setuptools writes build/ and *.egg-info beside the sources."""
     out = tmp_path_factory.mktemp("wheel")
     source = tmp_path_factory.mktemp("source")
@@ -31,7 +31,8 @@ def wheel(tmp_path_factory) -> tuple[set[str], str]:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (path,) = out.glob("*.whl")
     with zipfile.ZipFile(path) as z:
-        return set(z.namelist()), proc.stdout + proc.stderr
+        entry_points = next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt"))
+        return set(z.namelist()), proc.stdout + proc.stderr, z.read(entry_points).decode()
 
 
 def _source_files(suffixes: tuple[str, ...]) -> set[str]:
@@ -44,20 +45,34 @@ def _source_files(suffixes: tuple[str, ...]) -> set[str]:
 
 
 def test_every_module_is_in_the_wheel(wheel):
-    names, _ = wheel
+    names, *_ = wheel
     missing = sorted(_source_files((".py",)) - names)
     assert not missing, f"modules missing from the wheel (add their package to pyproject.toml): {missing}"
 
 
 def test_the_data_files_are_in_the_wheel(wheel):
     """The weights catalogs and the web catalog's assets (`zoo site build` copies them)."""
-    names, _ = wheel
+    names, *_ = wheel
     data = _source_files((".json", ".css", ".js", ".svg")) | {"zoo/py.typed"}
     assert data - names == set()
     assert any(n.startswith("zoo/catalogs/") for n in names) and "zoo/site/assets/site.css" in names
 
 
 def test_setuptools_finds_no_unlisted_package(wheel):
-    _, log = wheel
+    _, log, _ = wheel
     assert "absent from the `packages` configuration" not in log, \
         [line for line in log.splitlines() if "absent from" in line]
+
+
+def test_the_wheel_registers_the_built_in_kinds_exporters_and_sections(wheel):
+    """The recipe parser finds `model:`, `data:` and `task:` only through the `zoo.sections` group."""
+    import configparser
+    import tomllib
+
+    *_, text = wheel
+    registered = configparser.ConfigParser(delimiters=("=",))
+    registered.read_string(text)
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
+    for group in ("zoo.stages", "zoo.exporters", "zoo.sections"):
+        assert dict(registered[group]) == declared[group], group
+    assert set(declared["zoo.sections"]) == {"model", "data", "task"}

@@ -19,7 +19,8 @@ from zoo.engine import keys, kind_loader, lockfile, planner
 from zoo.engine.cache import Cache
 from zoo.errors import RecipeError
 from zoo.engine.executors import ProcessExecutor
-from zoo.engine.recipe import InputSpec, PretrainedSpec, load
+from zoo.engine.recipe import load
+from zoo_stages.sections.model import InputSpec, PretrainedSpec
 
 READER = """\
 schema_version: 1

@@ -8,10 +8,11 @@ import pydantic
 import pytest
 from sklearn import metrics as skm
 
-from zoo.engine.recipe import RecipeSpec, task_kind
+from zoo.engine.recipe import recipe_model
 from zoo.errors import InvalidInput
 from zoo_stages.lib import tasks
 from zoo_stages.lib.onnx_run import TensorSpec
+from zoo_stages.sections.task import task_kind
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def diabetes():
 ])
 def test_kind_of_maps_every_documented_spelling(task, kind):
     assert tasks.kind_of(task) == kind
-    assert RecipeSpec.model_validate({"schema_version": 1, "name": "m", "version": "1.0.0", "task": task,
+    assert recipe_model().model_validate({"schema_version": 1, "name": "m", "version": "1.0.0", "task": task,
                                       "stages": {"s": {}}}).task == task
 
 
@@ -66,7 +67,7 @@ def test_misspelt_or_malformed_tasks_are_refused(task, message):
     with pytest.raises(InvalidInput, match=message):
         tasks.kind_of(task)
     with pytest.raises(pydantic.ValidationError):
-        RecipeSpec.model_validate({"schema_version": 1, "name": "m", "version": "1.0.0", "task": task,
+        recipe_model().model_validate({"schema_version": 1, "name": "m", "version": "1.0.0", "task": task,
                                    "stages": {"s": {}}})
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from zoo.engine.recipe import ModelSpec
 from zoo.errors import InvalidInput
 from zoo_stages.lib import archs, onnx_run, tasks
+from zoo_stages.sections.model import ModelSpec
 
 BERT = {"arch": "bert", "hidden_size": 128, "num_layers": 2, "num_heads": 2, "intermediate_size": 512,
         "max_length": 32}

@@ -10,8 +10,9 @@ A stage kind is a class deriving from `StageKind` that declares:
   the recipe (export: the exporter of ``model.framework``) overrides ``tools_used`` to name only
   the ones this stage uses, so another version of a package the model never touched changes
   neither its key nor its lock record;
-- ``shared``: what the kind reads of the recipe-wide sections: a whole section (``"data"``,
-  ``"task"``) or single fields (``"model.arch"``). Exactly those values enter the cache key,
+- ``shared``: what the kind reads of the recipe-wide sections (zoo's ``model``, ``data``, ``task``
+  and any a plugin registers: `zoo/section.py`): a whole section (``"data"``, ``"task"``) or single
+  fields (``"model.arch"``). Exactly those values enter the cache key,
   and ``context.shared`` holds exactly those (reading anything else raises `UndeclaredField`),
   so a metadata edit (``model.task``) reruns only the kinds that read it;
 - ``outputs``: the names of the outputs ``run`` returns;

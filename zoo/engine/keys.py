@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 # 2: the record and the code apart (`files` for the files a stage reads, `code` for the kind's
 # package only, `epoch`), tools as the stage uses them, no zoo version, ancestor records not keys
 KEY_SCHEMA_VERSION = 2
-SHARED_SECTIONS = ("model", "data", "task")  # the keys of `Recipe.shared()` (a test holds them equal)
 CODE_PARTS = ("code", "epoch")  # in the key, not in the record: what the lockfile leaves out
 
 
@@ -62,23 +61,12 @@ def recipe_info(recipe: Recipe) -> RecipeInfo:
                       license=spec.license, path=recipe.path, digest=recipe.digest)
 
 
-@lru_cache(maxsize=None)
 def section_fields() -> dict[str, tuple[str, ...] | None]:
-    """Each recipe-wide section and its fields (None for a plain value such as ``task``)."""
-    import typing
+    """Each recipe-wide section and its fields (None for a plain value such as ``task``): the
+    registered sections (`zoo.engine.section_loader`), what a kind's ``shared`` may name."""
+    from zoo.engine import section_loader
 
-    from pydantic import BaseModel
-
-    from zoo.engine.recipe import RecipeSpec
-
-    out: dict[str, tuple[str, ...] | None] = {}
-    for name in SHARED_SECTIONS:
-        annotation = RecipeSpec.model_fields[name].annotation
-        models = [t for t in (annotation, *typing.get_args(annotation))
-                  if isinstance(t, type) and issubclass(t, BaseModel)]
-        # a field's name in the recipe: its alias where it has one (model.from)
-        out[name] = tuple(f.alias or n for n, f in models[0].model_fields.items()) if models else None
-    return out
+    return section_loader.section_fields()
 
 
 def declared_fields(cls: type) -> dict[str, tuple[str, ...] | None]:

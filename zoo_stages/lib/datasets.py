@@ -4,7 +4,7 @@ Shared by train (fit), quantize (calibration) and verify (metrics), so all three
 the same samples, transformed the same way, in the same order. torch is never imported here;
 pyarrow (Parquet) and tokenizers (text) only when a recipe uses them.
 
-Sources (the recipe's ``data:`` section, see `zoo.engine.recipe.DataSpec`; the parts live in
+Sources (the recipe's ``data:`` section, see `zoo_stages.sections.data.DataSpec`; the parts live in
 `zoo_stages.lib.data`):
 
 - ``digits``: scikit-learn's bundled ``load_digits()`` (1797 real 8x8 images, values 0..16);
@@ -242,7 +242,7 @@ def _spec(data: Any) -> dict:
                            hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
     from pydantic import ValidationError
 
-    from zoo.engine.recipe import DataSpec
+    from zoo_stages.sections.data import DataSpec
 
     try:
         spec = DataSpec.model_validate(data).model_dump(mode="json")

@@ -2,7 +2,7 @@
 read, and the metrics themselves.
 
 - `kind_of`: ``classification``, ``regression`` or ``generic`` for a recipe's `task:` (see
-  `zoo.engine.recipe.task_kind`: ``*-classification``, ``*-regression``, anything else generic);
+  `zoo_stages.sections.task.task_kind`: ``*-classification``, ``*-regression``, anything else generic);
 - `scores_output` / `label_output`: which model output the metrics read (classification: the float
   (samples, classes) scores, and an integer (samples,) label output when the model has one, as
   scikit-learn converters make them; regression: a float (samples,) or (samples, 1) output);
@@ -58,7 +58,7 @@ def kind_of(task: str) -> Kind:
     """The metric family of a recipe's `task:` (InvalidInput for a malformed or misspelt one).
 
     An empty task (a stage run outside a recipe) is generic: no metric is claimed for it."""
-    from zoo.engine.recipe import task_kind
+    from zoo_stages.sections.task import task_kind
 
     if not task:
         return "generic"

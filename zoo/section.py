@@ -1,0 +1,52 @@
+"""The contract between the recipe parser and a recipe-wide section (``model:``, ``data:``, ``task:``).
+
+The engine holds only a recipe's generic parts (name, version, stages, …). Every other top-level
+key is a section a distribution registers, exactly as it registers stage kinds:
+``[project.entry-points."zoo.sections"] mysection = "mypkg.sections:MySection"`` (the entry
+point's name is the key in the recipe). zoo's own ``model``, ``data`` and ``task`` are the
+entry points of its distribution; a plugin brings its own the same way, and its kinds read it
+through their ``shared`` declarations (``"mysection"`` or ``"mysection.field"``), so a section's
+values enter exactly the keys of the kinds that declare them.
+
+A section is a class deriving from `RecipeSection` that declares:
+
+- ``schema``: a pydantic model (a mapping in the recipe; give it ``extra="forbid"`` so a
+  misspelt key is an error with a did-you-mean), or the type of a plain value, which may be
+  ``Annotated`` with a pydantic ``Field`` (pattern, description) and validators;
+- ``default``: the value a recipe without the section gets (None: the section is absent);
+
+and may override ``check`` for what the value alone cannot tell (a file beside the recipe, another
+registry). Its module is imported by every ``zoo validate``, ``plan`` and cached run, so it must be
+light: pydantic and the standard library, heavy imports inside ``check``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class SectionError(ValueError):
+    """A section's value is refused by its ``check``; the recipe's error points at ``field``.
+
+    ``field`` is the path inside the section (``("tokenizer", "path")``; empty for the section as a
+    whole), ``hint`` the line printed under the error.
+    """
+
+    def __init__(self, message: str, field: tuple[str | int, ...] = (), hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = tuple(field)
+        self.hint = hint
+
+
+class RecipeSection:
+    """Base class of a recipe-wide section; see the module docstring."""
+
+    schema: ClassVar[Any]
+    default: ClassVar[Any] = None
+
+    @classmethod
+    def check(cls, value: Any, recipe_dir: Path) -> None:
+        """Refuse a validated `value` (never None) with `SectionError` for what its schema cannot tell;
+        `recipe_dir` is the recipe's folder, which relative paths are read from."""
