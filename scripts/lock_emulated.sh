@@ -41,13 +41,13 @@ import multiprocessing
 multiprocessing.set_executable("$work/python")
 EOF
 
-klass=$(PYTHONPATH= "$work/python" -c "from zoo import host; print(host.platform_class())" 2>/dev/null)
+klass=$(PYTHONPATH="$(pwd)" "$work/python" -c "from zoo import host; print(host.platform_class())" 2>/dev/null)
 echo "[lock_emulated] QEMU model $cpu: platform class $klass (this host: $("$python" -c "from zoo import host; print(host.platform_class())"))"
 
 for recipe in "$@"; do
   echo "[lock_emulated] $recipe"
   # QEMU warns about host-only CPUID bits it cannot emulate on every start: not errors
-  PYTHONPATH="$work/site" ZOO_HOME="$work/home" ZOO_CACHE_DIR="$work/cache" \
+  PYTHONPATH="$work/site:$(pwd)" ZOO_HOME="$work/home" ZOO_CACHE_DIR="$work/cache" \
     "$work/python" -m zoo run "$recipe" 2> >(grep -v "TCG doesn't support requested feature" >&2)
   "$python" - "$recipe" "$klass" <<'EOF'
 import sys

@@ -29,7 +29,7 @@ rm -f recipes/*.lock
 home=$(mktemp -d) cache=$(mktemp -d)
 for r in "${native[@]}"; do
   s=$(date +%s)
-  ZOO_HOME=$home ZOO_CACHE_DIR=$cache .venv/bin/zoo run "recipes/$r.yaml" > "$out/native-$r.log" 2>&1
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" ZOO_HOME=$home ZOO_CACHE_DIR=$cache .venv/bin/zoo run "recipes/$r.yaml" > "$out/native-$r.log" 2>&1
   rc=$?
   echo "native $r rc=$rc $(( $(date +%s) - s ))s" >> "$status"
   [[ $rc == 0 ]] || { echo "FAILED (see $out/native-$r.log)" >> "$status"; exit 1; }
