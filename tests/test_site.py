@@ -226,16 +226,16 @@ def test_builds_show_where_they_were_measured_and_link_their_files(site, page):
 DEPLOY_EDGES = {("export", "deploy"), ("optimize", "deploy"), ("quantize", "deploy"), ("verify", "deploy")}
 
 
-def test_the_lineage_graph_shows_the_stages_their_keys_and_edges(site, page):
+def test_the_lineage_graph_shows_the_stages_their_records_and_edges(site, page):
     manifest = site["zoo"].resolve("lenet-digits@1.0.0")
     page.goto(site["url"] + LENET)
     stages = {g.get_attribute("data-stage"): g.locator("title").text_content()
               for g in page.locator("svg.lineage g.stage").all()}
     assert set(manifest.lineage.stages) <= set(stages) == {"train", "export", "optimize", "quantize", "verify",
                                                            "deploy"}
-    for sid, key in manifest.lineage.stages.items():
-        assert f"key {key}" in stages[sid] and "tools: " in stages[sid]
-    assert "deploy" in stages["deploy"] and "key " in stages["deploy"]  # the stage that published it
+    for sid, record in manifest.lineage.stages.items():
+        assert f"record {record}" in stages[sid] and "tools: " in stages[sid]
+    assert "deploy" in stages["deploy"] and "record " in stages["deploy"]  # the stage that published it
     edges = {(e.get_attribute("data-from"), e.get_attribute("data-to")) for e in page.locator("svg.lineage path.edge").all()}
     assert edges == {("train", "export"), ("export", "optimize"), ("export", "quantize"), ("optimize", "verify"),
                      ("quantize", "verify"), *DEPLOY_EDGES}

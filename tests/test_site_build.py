@@ -134,9 +134,32 @@ def test_the_lineage_comes_from_the_lock_records_that_built_the_version():
     assert graph["read_from"] == ["manifest", "provenance", "zoo.lock"]
     root = ET.fromstring(lineage_svg(graph))
     stages = {g.get("data-stage"): g.find(f"{SVG}title").text for g in root.iter(f"{SVG}g")}
-    assert set(stages) == {"train", "export", "verify"} and f"key {keys['export']}" in stages["export"]
+    assert set(stages) == {"train", "export", "verify"} and f"record {keys['export']}" in stages["export"]
     assert {(p.get("data-from"), p.get("data-to")) for p in root.iter(f"{SVG}path") if p.get("class") == "edge"} == {
         ("train", "export"), ("export", "verify"), ("train", "verify")}
+
+
+def test_a_schema_4_lock_is_matched_by_its_records_digests():
+    """Lockfiles of schema 4 hold no keys: the manifest and the statement name each stage's record
+    digest (zoo.engine.lockfile.record_identity), and the set of records whose digests they name is
+    the one read, not another platform class's."""
+    from zoo.engine.lockfile import StageLock
+
+    def rec(kind, text, inputs, tools):
+        return StageLock(kind=kind, kind_version="1", config={"text": text}, config_digest="c" * 64, matrix={},
+                         inputs=inputs, tools=tools, outputs={"out": "o" * 64}, shared={}).to_json()
+
+    built = {"train": rec("train", "a", {}, {"torch": "2.13"}),
+             "export": rec("export", "b", {"train": {"checkpoint": "x"}}, {"onnx": "1.23"})}
+    other = {sid: {**r, "config": {"text": "elsewhere"}} for sid, r in built.items()}
+    lock = yaml.safe_dump({"schema_version": 4, "platforms": {"aaa-first": other, "x86-64-avx2": built}}).encode()
+    named = {sid: StageLock.read(r).identity() for sid, r in built.items()}
+    provenance = json.dumps({"predicate": {"buildDefinition": {"internalParameters": {"stages": {
+        sid: {"record": digest, "kind": sid} for sid, digest in named.items()}}}}}).encode()
+    graph = stage_graph({"stages": named}, lock, provenance)
+    by_id = {s["id"]: s for s in graph["stages"]}
+    assert by_id["train"]["tools"] == {"torch": "2.13"} and by_id["export"]["record"] == named["export"]
+    assert graph["edges"] == [["train", "export"]]
 
 
 def test_the_stage_that_published_the_version_ends_the_lineage():
@@ -149,7 +172,7 @@ def test_the_stage_that_published_the_version_ends_the_lineage():
                       "inputs": ["export", "verify"]}}}}}).encode()
     graph = stage_graph({"stages": keys}, _lock(keys), provenance)
     deploy = next(s for s in graph["stages"] if s["id"] == "deploy")
-    assert (deploy["key"], deploy["kind"], deploy["kind_version"]) == ("4" * 64, "deploy", "9")
+    assert (deploy["record"], deploy["kind"], deploy["kind_version"]) == ("4" * 64, "deploy", "9")
     assert ["export", "deploy"] in graph["edges"] and ["verify", "deploy"] in graph["edges"]
     assert not any(e[0] == "deploy" for e in graph["edges"])  # nothing comes after it
 
@@ -368,7 +391,7 @@ def test_an_edge_that_skips_layers_bends_only_between_them():
     edges = [("train", "export"), ("export", "optimize"), ("export", "quantize"), ("optimize", "verify"),
              ("quantize", "verify"), ("export", "deploy"), ("optimize", "deploy"), ("quantize", "deploy"),
              ("verify", "deploy")]
-    graph = {"stages": [{"id": i, "key": "k" * 64, "kind": i, "kind_version": "", "tools": {}} for i in ids],
+    graph = {"stages": [{"id": i, "record": "k" * 64, "kind": i, "kind_version": "", "tools": {}} for i in ids],
              "edges": [list(e) for e in edges]}
     root = ET.fromstring(lineage_svg(graph))
     columns = {(float(r.get("x")), float(r.get("x")) + float(r.get("width"))) for r in root.iter(f"{SVG}rect")}

@@ -1,12 +1,13 @@
-"""The lineage of a version: the stages that built it (their keys, kinds and tool versions) and the
-edges between them, read from the version's own files, and its drawing as SVG.
+"""The lineage of a version: the stages that built it (the digests of their lock records, kinds and
+tool versions) and the edges between them, read from the version's own files, and its drawing as SVG.
 
-Stages and keys come from the manifest's ``lineage.stages``, the provenance statement's stages
+Stages and record digests come from the manifest's ``lineage.stages``, the provenance statement's stages
 (``predicate.buildDefinition.internalParameters.stages``) and the lock records; the edges from
 each lock record's ``inputs`` (the upstream stages it read). The stage that published the version
 (deploy) is in no lock record (the release's zoo.lock is written before it ends): it comes from
 the statement's ``internalParameters.publisher``, with edges from its direct inputs. The lockfile holds one set of records
-per platform class: the set whose keys match the manifest's is the one that built this version.
+per platform class: the set whose records match the manifest's is the one that built this version.
+Versions published before lockfile schema 4 name cache keys instead (``key``): read the same way.
 Every one of these files is untrusted input: anything malformed is left out, never raised.
 """
 
@@ -24,22 +25,22 @@ MAX_ID_CHARS = 24
 
 
 def stage_graph(lineage: dict, lock_bytes: bytes | None, provenance_bytes: bytes | None) -> dict:
-    """{"stages": [{"id", "key", "kind", "kind_version", "tools"}], "edges": [[from, to]], "read_from": [...]}
+    """{"stages": [{"id", "record", "kind", "kind_version", "tools"}], "edges": [[from, to]], "read_from": [...]}
     for a manifest's `lineage` (its ``model_dump``) and the bytes of its zoo.lock / provenance statement."""
     stages: dict[str, dict] = {}
 
     def stage(sid) -> dict:
-        return stages.setdefault(str(sid), {"id": str(sid), "key": "", "kind": "", "kind_version": "", "tools": {}})
+        return stages.setdefault(str(sid), {"id": str(sid), "record": "", "kind": "", "kind_version": "", "tools": {}})
 
     read_from = []
-    for sid, key in (lineage.get("stages") or {}).items():
-        stage(sid)["key"] = str(key)
+    for sid, digest in (lineage.get("stages") or {}).items():
+        stage(sid)["record"] = str(digest)
     if lineage.get("stages"):
         read_from.append("manifest")
     provenance = _provenance_stages(provenance_bytes)
     for sid, record in provenance.items():
         s = stage(sid)
-        s["key"] = s["key"] or str(record.get("key") or "")
+        s["record"] = s["record"] or _named(record)
         s["kind"] = str(record.get("kind") or "")
         s["kind_version"] = str(record.get("kind_version") or "")
     if provenance:
@@ -48,12 +49,12 @@ def stage_graph(lineage: dict, lock_bytes: bytes | None, provenance_bytes: bytes
     publisher = _publisher(provenance_bytes)
     if publisher:
         s = stage(publisher["stage"])
-        s.update(key=publisher["key"], kind=publisher["kind"], kind_version=publisher["kind_version"])
+        s.update(record=publisher["record"], kind=publisher["kind"], kind_version=publisher["kind_version"])
         edges.extend((upstream, s["id"]) for upstream in publisher["inputs"])
-    records = _lock_records(lock_bytes, {sid: s["key"] for sid, s in stages.items() if s["key"]})
+    records = _lock_records(lock_bytes, {sid: s["record"] for sid, s in stages.items() if s["record"]})
     for sid, record in records.items():
         s = stage(sid)
-        s["key"] = s["key"] or str(record.get("key") or "")
+        s["record"] = s["record"] or _identity(record)
         s["kind"] = s["kind"] or str(record.get("kind") or "")
         s["kind_version"] = s["kind_version"] or str(record.get("kind_version") or "")
         tools = record.get("tools")
@@ -78,9 +79,27 @@ def _publisher(data: bytes | None) -> dict | None:
     if not isinstance(found, dict) or not found.get("stage"):
         return None
     inputs = found.get("inputs")
-    return {"stage": str(found["stage"]), "key": str(found.get("key") or ""), "kind": str(found.get("kind") or ""),
+    return {"stage": str(found["stage"]), "record": _named(found), "kind": str(found.get("kind") or ""),
             "kind_version": str(found.get("kind_version") or ""),
             "inputs": [str(i) for i in inputs] if isinstance(inputs, list) else []}
+
+
+def _named(found: dict) -> str:
+    """The record digest a statement names for a stage (``key`` in versions before lockfile schema 4)."""
+    return str(found.get("record") or found.get("key") or "")
+
+
+def _identity(record: dict) -> str:
+    """The digest of a lock record (`zoo.engine.lockfile.record_identity`), or the key an older
+    lockfile recorded; "" for a record that cannot be digested (untrusted input: never raised)."""
+    if record.get("key"):
+        return str(record["key"])
+    from zoo.engine.lockfile import record_identity
+
+    try:
+        return record_identity(record)
+    except (TypeError, ValueError, RecursionError):
+        return ""
 
 
 def _provenance_stages(data: bytes | None) -> dict:
@@ -91,9 +110,9 @@ def _provenance_stages(data: bytes | None) -> dict:
     return {k: v for k, v in stages.items() if isinstance(v, dict)} if isinstance(stages, dict) else {}
 
 
-def _lock_records(data: bytes | None, keys: dict[str, str]) -> dict[str, dict]:
-    """The lock's stage records for the platform class whose keys match `keys` best (schema 3), or
-    its only set (schema 1-2)."""
+def _lock_records(data: bytes | None, named: dict[str, str]) -> dict[str, dict]:
+    """The lock's stage records for the platform class whose records match `named` (stage id ->
+    record digest) best (schema 3-4), or its only set (schema 1-2)."""
     if data is None:
         return {}
     from zoo import yamlio
@@ -111,14 +130,14 @@ def _lock_records(data: bytes | None, keys: dict[str, str]) -> dict[str, dict]:
         return {}
 
     def matches(records: dict) -> int:
-        return sum(isinstance(r, dict) and keys.get(sid) == r.get("key") for sid, r in records.items())
+        return sum(isinstance(r, dict) and named.get(sid) == _identity(r) for sid, r in records.items())
 
     best = max(candidates, key=lambda c: matches(c[1]))[1]  # max keeps the first of equals
     return {str(sid): r for sid, r in best.items() if isinstance(r, dict)}
 
 
 def lineage_svg(graph: dict) -> str:
-    """The stage DAG drawn left to right; hovering a stage shows its full key and tool versions."""
+    """The stage DAG drawn left to right; hovering a stage shows its record digest and tool versions."""
     stages = {s["id"]: s for s in graph["stages"]}
     layout = layered(list(stages), [tuple(e) for e in graph["edges"]])
     tallest = max((len(layer) for layer in layout.layers), default=0)
@@ -161,12 +180,12 @@ def _node(s: dict, cx: float, cy: float) -> str:
     kind = s["kind"] if s["kind"] and s["kind"] != sid else ""
     tip = [sid + (f" (kind {s['kind']}" + (f" v{s['kind_version']}" if s["kind_version"] else "") + ")"
                   if s["kind"] else "")]
-    tip.append(f"key {s['key']}" if s["key"] else "key not recorded")
+    tip.append(f"record {s['record']}" if s["record"] else "record not known")
     if s["tools"]:
         tip.append("tools: " + ", ".join(f"{k} {v}" for k, v in s["tools"].items()))
     x, y = cx - NODE_W / 2, cy - NODE_H / 2
     line1 = shown + (f" · {kind}" if kind and text_width(shown + kind) < NODE_W - 16 else "")
-    line2 = f"key {s['key'][:12]}" if s["key"] else "key not recorded"
+    line2 = f"record {s['record'][:12]}" if s["record"] else "record not known"
     body = (element("title", esc("\n".join(tip)))
             + element("rect", x=x, y=y, width=float(NODE_W), height=float(NODE_H), rx="6", class_="stage-box")
             + element("text", esc(line1), x=cx, y=cy - 4, class_="stage-name", text_anchor="middle")
