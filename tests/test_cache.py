@@ -8,6 +8,7 @@ import os
 import pytest
 
 from zoo.engine import hashing
+from zoo.engine.lockfile import record_identity
 from zoo.engine.cache import Cache
 from zoo.errors import Unhashable
 
@@ -18,7 +19,7 @@ def _commit(cache: Cache, tmp_path, key: str, content: bytes):
     (out / "model.bin").write_bytes(content)
     (out / "sub" / "note.txt").write_text("n")
     return cache.commit(key=key, stage="s", kind="k", out_dir=out, outputs={"model": "model.bin", "folder": "sub"},
-                        metrics={"m": 1}, parts={}, duration_s=0.1)
+                        metrics={"m": 1}, parts={"config": {"key": key}}, duration_s=0.1)
 
 
 def test_commit_lookup_materialize(tmp_path):
@@ -52,7 +53,7 @@ def test_gc_removes_unreferenced(tmp_path):
     cache = Cache(tmp_path / "c").ensure()
     _commit(cache, tmp_path, "a" * 64, b"one")
     _commit(cache, tmp_path, "b" * 64, b"two" * 1000)
-    result = cache.gc({"a" * 64})
+    result = cache.gc({record_identity({"config": {"key": "a" * 64}})})  # gc keeps entries by their record
     assert result["entries_removed"] == 1 and result["objects_removed"] == 1
     assert result["bytes_freed"] == 3000
     assert cache.lookup("a" * 64) is not None and cache.lookup("b" * 64) is None

@@ -15,6 +15,7 @@ import stat
 import pytest
 
 from zoo.engine import cache as cache_mod
+from zoo.engine.lockfile import record_identity
 from zoo.engine.cache import Cache, Entry, missing_outputs
 from zoo.files import atomic_write
 from zoo.errors import IntegrityError, StageFailed, StorageError
@@ -33,9 +34,18 @@ def _out(tmp_path, name="out", **files: bytes):
     return out
 
 
+def _parts(key: str) -> dict:
+    """Key parts whose record differs per key, as real ones do (gc keeps entries by record)."""
+    return {"p": 2, "config": {"key": key}}
+
+
+def _record(key: str) -> str:
+    return record_identity(_parts(key))
+
+
 def _commit(cache, out, outputs, key=KEY, **kw):
     args = dict(key=key, stage="s", kind="k", out_dir=out, outputs=outputs, metrics={"m": 1},
-                parts={"p": 2}, duration_s=1.5, host={"cpu": "x"})
+                parts=_parts(key), duration_s=1.5, host={"cpu": "x"})
     args.update(kw)
     return cache.commit(**args)
 
@@ -57,7 +67,7 @@ def test_commit_records_every_output_file_and_folder(tmp_path):
     assert entry.output_digests() == {"model": files["model.bin"]["digest"], "folder": tree, "folder2": tree}
     on_disk = json.loads(cache.entry_path(KEY).read_text())
     assert on_disk == entry.to_json() and on_disk["schema_version"] == 1
-    assert (on_disk["metrics"], on_disk["parts"], on_disk["duration_s"], on_disk["host"]) == ({"m": 1}, {"p": 2}, 1.5, {"cpu": "x"})
+    assert (on_disk["metrics"], on_disk["parts"], on_disk["duration_s"], on_disk["host"]) == ({"m": 1}, _parts(KEY), 1.5, {"cpu": "x"})
     assert on_disk["created"] > 0 and (on_disk["key"], on_disk["stage"], on_disk["kind"]) == (KEY, "s", "k")
     assert cache.lookup(KEY).to_json() == entry.to_json()
     assert (cache.output_paths(entry)["folder"] / "deep" / "b.txt").read_bytes() == b"bb"  # nested folders
@@ -244,7 +254,7 @@ def test_gc_without_keep_frees_only_garbage(tmp_path):
 
 def test_gc_with_keep_removes_the_other_entries_their_logs_and_only_their_own_objects(tmp_path):
     cache, a, b = _two_entries(tmp_path)
-    result = cache.gc({"a" * 64})
+    result = cache.gc({_record("a" * 64)})
     assert (result["entries_removed"], result["objects_removed"], result["bytes_freed"]) == (1, 1, 1000)
     assert cache.lookup("a" * 64) is not None and cache.read_entry("b" * 64) is None
     assert not cache.log_path("b" * 64).exists()
@@ -256,7 +266,7 @@ def test_gc_dry_run_counts_and_removes_nothing(tmp_path):
     cache.output_paths(b)
     (cache.tmp / "leftover").write_bytes(b"x" * 3)
     before = sorted(p for p in cache.root.rglob("*") if ".lock" not in p.name)
-    result = cache.gc({"a" * 64}, dry_run=True)
+    result = cache.gc({_record("a" * 64)}, dry_run=True)
     assert (result["entries_removed"], result["objects_removed"], result["bytes_freed"]) == (1, 1, 1003)
     assert sorted(p for p in cache.root.rglob("*") if ".lock" not in p.name) == before
 
@@ -272,7 +282,7 @@ def test_gc_leaves_what_a_live_run_holds(tmp_path):
         pending.write_bytes(b"being stored")
         workspace = held.tmp_dir("stage-")
         (cache.tmp / "zz-leftover").mkdir()  # after the live run's folder: gc goes on past it
-        result = Cache(cache.root).gc({"a" * 64})
+        result = Cache(cache.root).gc({_record("a" * 64)})
         assert result["skipped"]["entries"] == 1 and result["skipped"]["workspaces"] == 1
         assert result["skipped"]["materialised"] == 1 and result["skipped"]["objects"] == 1
         assert result["skipped"]["runs"] == [os.getpid()]
@@ -280,7 +290,7 @@ def test_gc_leaves_what_a_live_run_holds(tmp_path):
         assert cache.lookup("b" * 64) is not None and pending.exists() and workspace.is_dir()
         assert workspace.parent == held.lease.tmp and not (cache.tmp / "zz-leftover").exists()
     assert held.lease is None
-    result = Cache(cache.root).gc({"a" * 64})  # the run ended: now it is garbage
+    result = Cache(cache.root).gc({_record("a" * 64)})  # the run ended: now it is garbage
     assert result["entries_removed"] == 1 and not pending.exists() and result["skipped"]["runs"] == []
 
 
@@ -436,7 +446,7 @@ def test_gc_completes_with_a_stand_in_concurrent_remover(tmp_path, monkeypatch):
     stray.write_bytes(b"z")
     hits = _stand_in_concurrent_remover(monkeypatch, cache.entries, cache.logs, cache.tmp, cache.out,
                                         cache.objects)
-    result = cache.gc({"a" * 64})
+    result = cache.gc({_record("a" * 64)})
     assert (result["entries_removed"], result["objects_removed"]) == (1, 2)
     assert {cache.entry_path("b" * 64), cache.log_path("b" * 64), cache.tmp / "leftover", cache.tmp / "loose",
             cache.out / ("a" * 64), cache.out / "loose", stray} <= set(hits)
