@@ -559,7 +559,7 @@ def test_outputs_of_a_worker_with_other_tool_versions_are_not_cached(tmp_path, m
 
 
 def test_environment_mismatch_names_each_difference():
-    from zoo.engine.runner import environment_mismatch
+    from zoo.engine.worker import environment_mismatch
 
     parts = {"tools": {"onnx": "1.23.0", "zoo-onnx": "0.1.0"}, "code": {"kind:m": "aa", "file:data.csv": "bb"}}
     assert environment_mismatch(parts, None) == ""
