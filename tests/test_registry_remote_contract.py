@@ -17,7 +17,8 @@ from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, SourceU
 from zoo.registry.blobs import BlobStore
 from zoo.registry.config import RemoteConfig, RemotesConfig
 from zoo.registry.refs import parse_ref
-from zoo.registry.remote import RemoteZoo, open_remote
+from zoo.registry.remote import RemoteZoo
+from zoo.registry.remote_factory import open_remote
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import make_staging
 

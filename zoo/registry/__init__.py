@@ -3,8 +3,8 @@
 Modules (one job each): ``manifest`` (the format), ``codec`` (manifest bytes), ``refs``
 (``name@version|tag``, version order), ``blobs`` (content-addressed store), ``index`` (SQLite
 index), ``store`` (`LocalZoo`), ``staging`` (building a staging folder),
-``config`` (remotes.json), ``remote`` (the `RemoteZoo` interface every backend implements, and
-``open_remote``), ``fsbackend`` (fsspec: folder, S3, WebDAV, HTTP), ``fsremote`` (the remote zoo
+``config`` (remotes.json), ``remote`` (the `RemoteZoo` interface every backend implements),
+``remote_factory`` (``open_remote``: the backend for a configured remote), ``fsbackend`` (fsspec: folder, S3, WebDAV, HTTP), ``fsremote`` (the remote zoo
 layout on those, with mirrors), ``hf`` (Hugging Face Hub), ``select`` (best build for this
 host), ``pull``, ``api`` (what the CLI calls),
 ``bundle`` (air-gapped tar bundles: export, verified import), ``fsck`` (checking and repairing

@@ -40,7 +40,7 @@ def _zoo(zoo: LocalZoo | None) -> LocalZoo:
 
 def _remote(name: str, zoo: LocalZoo):
     from zoo.registry.config import RemotesConfig
-    from zoo.registry.remote import open_remote
+    from zoo.registry.remote_factory import open_remote
 
     return open_remote(RemotesConfig(zoo.root).get(name))
 
