@@ -230,7 +230,7 @@ def prepare(framework: str, work: Path) -> dict:
     if spec.model.entry:  # jax: the forward function's file
         extra = [base / spec.model.entry.partition(":")[0]]
     if framework == "torch":  # the MLP's widths (the data gives its input width) and the opset zoo exports at
-        from zoo_stages.export import DYNAMO_MIN_OPSET
+        from zoo_stages.exporters.torch import DYNAMO_MIN_OPSET
         from zoo_stages.lib.archs import MLP_HIDDEN
 
         export_config = yaml.safe_load(recipe.read_text())["stages"]["export"].get("config") or {}

@@ -232,7 +232,7 @@ def backend_class(kind: str) -> type:
     """The FsBackend class zoo opens for a test kind (tests patch it to stop a push mid-way)."""
     import importlib
 
-    from zoo.registry.fsbackend import SCHEME_BACKENDS, FsBackend
+    from zoo.storage.fsbackend import SCHEME_BACKENDS, FsBackend
 
     if kind in SCHEME_BACKENDS:
         module, name = SCHEME_BACKENDS[kind]

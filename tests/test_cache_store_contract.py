@@ -253,7 +253,7 @@ def test_a_store_whose_marker_write_lost_a_race_goes_on_when_the_marker_is_there
     instead of refusing it. The loser goes on when the winner's marker is there, and fails
     when it is not."""
     from zoo.engine import cache_store
-    from zoo.registry.fsbackend import FsBackend
+    from zoo.storage.fsbackend import FsBackend
 
     url = str(tmp_path / "remote")
     store = FsCacheStore(url)

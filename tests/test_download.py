@@ -433,7 +433,7 @@ def test_the_downloader_and_the_remotes_import_no_transport_library():
     """fsspec, aiohttp and huggingface_hub load only when something is downloaded (zoo --help,
     validate, plan and a cached run import these modules)."""
     code = ("import sys, zoo.download, zoo.sources, zoo.registry.remote, zoo.registry.fsremote, zoo.registry.hf, "
-            "zoo.registry.fsbackend, zoo.registry.pull, zoo.registry.api; "
+            "zoo.storage.fsbackend, zoo.registry.pull, zoo.registry.api; "
             "print(sorted(m for m in ('fsspec', 'aiohttp', 'huggingface_hub', 's3fs', 'webdav4') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

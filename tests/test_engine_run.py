@@ -12,6 +12,7 @@ from pathlib import Path
 
 import zoo
 from cli_helpers import RecordingExecutor, table_rows, write_recipe, zoo as zoo_cli
+from zoo.engine import lockfile
 from zoo.engine.cache import Cache
 
 CHAIN = """\
@@ -473,9 +474,12 @@ stages:
     cache = Cache(first.cache_dir)
     s = next(x for x in first.stages if x.id == "s")
     stamp = json.loads(cache.output_paths(cache.lookup(s.key))["data"].read_text())
-    keys_by_id = {x.id: x.key for x in first.stages}
+    records_by_id = {x.id: x.record for x in first.stages}
     assert stamp["version"] == "0.1.0"
-    assert {k: v["key"] for k, v in stamp["lineage"].items()} == {"a": keys_by_id["a"], "b": keys_by_id["b"]}
+    # the ancestors' lock records, each the one whose digest the stage's key holds (no key, no code)
+    assert {k: lockfile.record_identity(v) for k, v in stamp["lineage"].items()} == {
+        "a": records_by_id["a"], "b": records_by_id["b"]}
+    assert not any("key" in v or "code" in v for v in stamp["lineage"].values())
     assert stamp["lineage"]["b"]["inputs"] == {"a": {"data": stamp["lineage"]["a"]["outputs"]["data"]}}
 
     recipe.write_text(text.replace("version: 0.1.0", "version: 0.2.0"))
@@ -559,7 +563,7 @@ def test_outputs_of_a_worker_with_other_tool_versions_are_not_cached(tmp_path, m
 
 
 def test_environment_mismatch_names_each_difference():
-    from zoo.engine.runner import environment_mismatch
+    from zoo.engine.worker import environment_mismatch
 
     parts = {"tools": {"onnx": "1.23.0", "zoo-onnx": "0.1.0"}, "code": {"kind:m": "aa", "file:data.csv": "bb"}}
     assert environment_mismatch(parts, None) == ""

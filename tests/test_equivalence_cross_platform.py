@@ -24,7 +24,7 @@ import pytest
 from onnx import numpy_helper
 
 from zoo import api, host
-from zoo.engine import keys, kind_loader
+from zoo.engine import keys, kind_loader, pipeline
 from zoo.stage import EquivalenceContext
 from zoo_stages.lib import equivalence
 
@@ -186,7 +186,7 @@ def test_repro_check_on_a_lock_of_another_class_rebuilds_each_stage_from_that_cl
     recipe.write_text(text[:text.index("  verify:")])
     dag = api.load(recipe)
     # 1. the AVX2 machine's train entry: the real checkpoint, under the key this code gives it
-    planned, parts = api._plan(dag, cache, False)
+    planned, parts = pipeline._plan(dag, cache, False)
     train_key = next(s.key for s in planned.stages if s.id == "train")
     from zoo.engine.cache import Cache
 
@@ -201,7 +201,7 @@ def test_repro_check_on_a_lock_of_another_class_rebuilds_each_stage_from_that_cl
     from test_lock_platforms import StandInMachine  # runs each stage in this process, on the stand-in CPU
 
     monkeypatch.setattr(host, "describe", lambda: dict(avx2_host))
-    monkeypatch.setattr(api, "make_executor", lambda spec, jobs: StandInMachine())
+    monkeypatch.setattr(pipeline, "make_executor", lambda spec, jobs: StandInMachine())
     first = api.run(dag, cache_dir=cache)
     assert first.ok and first.executed == ["export", "optimize", "quantize"]
     lock = recipe.with_suffix(".lock").read_text()

@@ -25,7 +25,7 @@ import zoo
 from cli_helpers import write_recipe, zoo as zoo_cli
 from test_kind_hooks import SHIPPED  # a writer, an inspector with a gate, a shipper that publishes
 from zoo import host
-from zoo.engine import lockfile
+from zoo.engine import lockfile, pipeline
 from zoo.errors import LockOutOfDate
 from zoo.release import repro
 
@@ -65,7 +65,7 @@ def machine(monkeypatch):
     """`machine(cpu)`: from now on this process is a machine with the stand-in `cpu`."""
     def become(cpu):
         monkeypatch.setattr(host, "describe", lambda: dict(cpu))
-        monkeypatch.setattr(zoo.api, "make_executor", lambda spec, jobs: StandInMachine())
+        monkeypatch.setattr(pipeline, "make_executor", lambda spec, jobs: StandInMachine())
         assert host.platform_class() == (A if cpu is AVX512 else B)
     return become
 

@@ -43,6 +43,11 @@ def test_a_record_holds_every_part_of_the_key_but_the_code():
     assert r.identity() == keys.record_digest(dict(PARTS, config={"text": "k"}, recipe={"name": "r"}, lineage={"a": "1"},
                                                    code={"kind:m": "other"}, epoch=99))
     assert r.identity() != record("other").identity()
+    # read back from its YAML (empty fields left out) it is the same record
+    for parts in (dict(PARTS, files={}), dict(PARTS, files={}, shared=None, matrix={})):
+        made = lockfile.StageLock.from_parts(parts, {"data": "o" * 64}, {})
+        assert "files" not in made.to_json()
+        assert lockfile.record_identity(made.to_json()) == made.identity() == keys.record_digest(parts)
     assert r.shared == {"data": {"n": [1, 2]}} and type(r.shared["data"]["n"]) is list  # plain YAML data
     assert r.metrics == {"acc": 0.5, "n": 3, "name": "a", "none": None, "ok": True}  # scalars only, sorted
     assert list(r.metrics) == sorted(r.metrics)

@@ -16,7 +16,7 @@ import math
 import pytest
 
 from cli_helpers import zoo
-from zoo.cli import formatting
+from zoo import formatting
 from zoo.registry import api
 from zoo.registry.manifest import MAX_FIGURE, MAX_INT
 from zoo.registry.store import LocalZoo

@@ -15,7 +15,7 @@ from zoo.errors import AccessDenied, IntegrityError, NotFound, SourceUnreachable
 from zoo.registry import api
 from zoo.registry.pull import _fetch_any, resolve_manifest
 from zoo.registry.refs import parse_ref
-from zoo.registry.remote import open_remote
+from zoo.registry.remote_factory import open_remote
 from zoo.registry.config import RemotesConfig
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import free_port, make_staging

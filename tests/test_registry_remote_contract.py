@@ -17,7 +17,8 @@ from zoo.errors import Conflict, IntegrityError, InvalidInput, NotFound, SourceU
 from zoo.registry.blobs import BlobStore
 from zoo.registry.config import RemoteConfig, RemotesConfig
 from zoo.registry.refs import parse_ref
-from zoo.registry.remote import RemoteZoo, open_remote
+from zoo.registry.remote import RemoteZoo
+from zoo.registry.remote_factory import open_remote
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import make_staging
 
@@ -210,7 +211,7 @@ def test_push_reports_every_byte_it_uploads(backend, publisher):
 def test_a_folder_upload_reports_its_bytes_chunk_by_chunk(tmp_path):
     """Progress within a file, not only once it is up: a 70 MB file goes to a folder remote in
     three 32 MB-at-most chunks, each reported as it is written."""
-    from zoo.registry.fsbackend import CHUNK, FsBackend
+    from zoo.storage.fsbackend import CHUNK, FsBackend
 
     local = tmp_path / "big"
     with open(local, "wb") as f:

@@ -146,7 +146,7 @@ def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consu
         [resumed_at] = [start for p, start in backend.hub.ranges if p == path]
         assert 0 < resumed_at <= ref.size // 2, (backend.hub.ranges, path)
     else:
-        from zoo.registry import backend_s3, fsbackend
+        from zoo.storage import backend_s3, fsbackend
 
         owner = backend_class(backend.kind)
         monkeypatch.setattr(fsbackend, "CHUNK", 1024)
@@ -229,8 +229,8 @@ def test_http_remote_is_read_only_and_pulls(tmp_path):
 
 def test_cloud_store_urls_options_and_where_their_credentials_come_from(tmp_path, monkeypatch):
     from zoo.errors import AccessDenied
-    from zoo.registry.config import scheme_of
-    from zoo.registry.fsbackend import credentials_hint, open_backend
+    from zoo.storage.urls import scheme_of
+    from zoo.storage.fsbackend import credentials_hint, open_backend
 
     assert [scheme_of(u) for u in ("gs://b/p", "gcs://b/p", "az://c/p", "abfs://c/p", "abfss://c/p")] == \
         ["gcs", "gcs", "azure", "azure", "azure"]

@@ -255,7 +255,7 @@ def test_an_entry_larger_than_the_bound_is_a_miss_unread_with_a_stand_in_bound(t
     from zoo.engine import entry_schema
     from zoo.engine.cache_config import RemoteCacheSetting
     from zoo.engine.remote_cache import RemoteCache
-    from zoo.registry import fsbackend
+    from zoo.storage import fsbackend
 
     monkeypatch.setattr(entry_schema, "ENTRY_MAX_BYTES", 4096)
     url = str(tmp_path / "remote")

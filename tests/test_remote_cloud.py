@@ -1,4 +1,4 @@
-"""What the Google Cloud Storage and Azure Blob backends (zoo/registry/backend_gcs.py,
+"""What the Google Cloud Storage and Azure Blob backends (zoo/storage/backend_gcs.py,
 backend_azure.py) add to the contract suites, against fake-gcs-server and azurite on 127.0.0.1
 (cloud_servers.py): Azure's URL forms (the account in the host, as adlfs reads them) and a GCS
 service-account key file named by an option, which stores the path and never the key.
@@ -15,9 +15,9 @@ import pytest
 
 from zoo.errors import AccessDenied, InvalidInput
 from zoo.registry import api
-from zoo.registry.backend_azure import AzureBackend, parse_azure_url
+from zoo.storage.backend_azure import AzureBackend, parse_azure_url
 from zoo.registry.config import parse_options
-from zoo.registry.fsbackend import open_backend
+from zoo.storage.fsbackend import open_backend
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import make_staging
 

@@ -1,4 +1,4 @@
-"""What the SSH/SFTP backend (zoo/registry/backend_ssh.py) adds to the contract suites, against
+"""What the SSH/SFTP backend (zoo/storage/backend_ssh.py) adds to the contract suites, against
 OpenSSH's sshd on 127.0.0.1 (ssh_server.py): create-exclusive under a real race, uploads that
 leave nothing partial, host keys checked (unknown and changed keys refused; the user's and the
 system's known_hosts files, read only), ~/.ssh/config host aliases (in a temporary HOME),
@@ -21,10 +21,11 @@ import pytest
 
 from cli_helpers import write_recipe
 from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable
-from zoo.registry import backend_ssh
-from zoo.registry.backend_ssh import SshBackend, resolve_target
-from zoo.registry.config import parse_options, scheme_of
-from zoo.registry.fsbackend import open_backend
+from zoo.storage import backend_ssh
+from zoo.storage.backend_ssh import SshBackend, resolve_target
+from zoo.registry.config import parse_options
+from zoo.storage.urls import scheme_of
+from zoo.storage.fsbackend import open_backend
 
 
 @pytest.fixture
@@ -283,7 +284,7 @@ def test_help_validate_and_a_cached_run_import_no_ssh_driver(tmp_path):
     assert first.returncode == 0, first.stderr
     probe = ("import sys\nsys.argv = ['zoo', *sys.argv[1:]]\nfrom zoo.entry import main\ntry:\n    main()\n"
              "except SystemExit as e:\n    print('EXIT', e.code, file=sys.stderr)\n"
-             "print('SSH', [m for m in ('paramiko', 'fsspec.implementations.sftp', 'zoo.registry.backend_ssh') "
+             "print('SSH', [m for m in ('paramiko', 'fsspec.implementations.sftp', 'zoo.storage.backend_ssh') "
              "if m in sys.modules], file=sys.stderr)\n")
     for args in (["--help"], ["validate", str(recipe)],
                  ["run", str(recipe), "--cache-remote", "ssh://nobody@127.0.0.1:1/nowhere"]):

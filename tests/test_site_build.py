@@ -303,7 +303,7 @@ def test_a_site_of_a_remote_zoo_pulls_from_that_remote(backend, publisher, consu
 @remote_kinds
 def test_publish_uploads_the_site_next_to_the_zoo_and_drops_what_an_older_site_had(backend, publisher, tmp_path):
     from zoo.registry.config import RemotesConfig
-    from zoo.registry.fsbackend import open_backend
+    from zoo.storage.fsbackend import open_backend
 
     api.push("tiny@1.1.0", "origin", zoo=publisher)
     out = tmp_path / "site"

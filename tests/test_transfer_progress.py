@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from cli_helpers import zoo
-from zoo.cli.formatting import size
+from zoo.formatting import size
 from zoo.cli.transfer import PlainTransfer, RichTransfer
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import make_staging

@@ -10,7 +10,7 @@ one URL of an upstream source). Sources come from:
 - `http_source`: an http(s) URL, streamed through fsspec's HTTPFileSystem (a ranged GET to resume);
 - `hf_source`: a file of a Hugging Face Hub repo (``hf_hub_url`` over the same HTTP reads,
   with huggingface_hub's headers: HF_TOKEN, HF_ENDPOINT; HF_HUB_OFFLINE refuses to connect);
-- `zoo.registry.fsbackend.FsBackend.iter_from`: a folder, S3 or WebDAV remote.
+- `zoo.storage.fsbackend.FsBackend.iter_from`: a folder, S3 or WebDAV remote.
 
 How a download runs:
 

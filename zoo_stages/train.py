@@ -71,9 +71,10 @@ from pydantic import Field, model_validator
 from zoo.errors import InvalidInput
 from zoo.stage import Equivalence, EquivalenceContext, Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.lib.equivalence import NumericOutputs
-from zoo_stages.lib import checkpoints
+from zoo_stages.lib import checkpoints, torch_eval
 from zoo_stages.lib.archs import BUILD_FIELDS
 from zoo_stages.lib.datasets import Split
+from zoo_stages.lib.training_split import TrainingSplit
 from zoo_stages.lib.entry_models import ENTRY_MODEL_TOOLS
 from zoo_stages.lib.entry_models import FRAMEWORKS as ENTRY_FRAMEWORKS
 from zoo_stages.lib.estimators import ESTIMATOR_TOOLS, FRAMEWORKS as ESTIMATOR_FRAMEWORKS
@@ -112,15 +113,6 @@ class TrainConfig(KindConfig):
             except InvalidInput as e:  # pydantic reports ValueErrors at the field's position
                 raise ValueError(e.message) from None
         return self
-
-
-class TrainingSplit(Split):
-    """A split as a custom training function gets it: `Split` (named features, labels), and
-    for single-feature data also ``x, y = split`` (the arrays), as entry functions always had."""
-
-    def __iter__(self):
-        yield self.single("unpacking the split as (x, y)")
-        yield self.labels
 
 
 class Train(NumericOutputs, StageKind):
@@ -209,8 +201,8 @@ class Train(NumericOutputs, StageKind):
             raise InvalidInput("the data has no labels, which the built-in training loop needs",
                                hint="give the data labels (a label column or array), or train with `config.entry`")
         names = [i.name for i in archs.model_inputs(model_section, data)]
-        x_train = _as_model_inputs(onnx_run.bind_names(names, train_split.features, where="the train split"))
-        x_val = _as_model_inputs(onnx_run.bind_names(names, val_split.features, where="the held-out split"))
+        x_train = torch_eval.as_model_inputs(onnx_run.bind_names(names, train_split.features, where="the train split"))
+        x_val = torch_eval.as_model_inputs(onnx_run.bind_names(names, val_split.features, where="the held-out split"))
         info = datasets.split_info(data, context.recipe.dir)
         if kind == "classification":
             _check_classes(model_section, train_split, val_split)
@@ -236,11 +228,11 @@ class Train(NumericOutputs, StageKind):
                                            hint="return the trained torch.nn.Module, or None after training `model` in place")
                     model = returned
                 history: list[dict[str, Any]] = []
-                train_figures = _evaluate(model, x_train, train_split.labels, kind, config.batch_size)
+                train_figures = torch_eval.evaluate(model, x_train, train_split.labels, kind, config.batch_size)
             else:
                 history = _fit(model, x_train, train_split.labels, kind, config, context)
                 train_figures = {k.removeprefix("train_"): v for k, v in history[-1].items() if k != "epoch"}
-            val_figures = _evaluate(model, x_val, val_split.labels, kind, max(config.batch_size, 256))
+            val_figures = torch_eval.evaluate(model, x_val, val_split.labels, kind, max(config.batch_size, 256))
             seconds = time.perf_counter() - started
 
         path = checkpoints.save_checkpoint(model, context.output_path("model.safetensors"))
@@ -261,18 +253,6 @@ class Train(NumericOutputs, StageKind):
         shown = " ".join(f"{k} {v:.4f}" for k, v in figures.items() if k.startswith("val_"))
         context.log.info("trained: %s in %.1fs", shown, seconds)
         return {"checkpoint": path}
-
-
-def _as_model_inputs(features: Mapping[str, Any]) -> dict[str, Any]:
-    """The bound features as torch takes them: floats as float32, integers and booleans as int64
-    (token ids, masks); read-only cached arrays are copied once here."""
-    import numpy as np
-
-    out = {}
-    for name, array in features.items():
-        a = np.asarray(array)
-        out[name] = np.array(a, dtype=np.float32 if a.dtype.kind == "f" else np.int64)
-    return out
 
 
 def _check_classes(model_section: Mapping[str, Any], *splits: Split) -> None:
@@ -326,7 +306,7 @@ def _fit(model, x_np: Mapping[str, Any], y_np, kind: str, config: TrainConfig,
     import torch
 
     xs = {name: torch.from_numpy(a) for name, a in x_np.items()}
-    y = _labels(y_np, kind)
+    y = torch_eval.labels(y_np, kind)
     n = len(y)
     opt = _optimizer(model, config.optimizer)
     steps_per_epoch = (n + config.batch_size - 1) // config.batch_size
@@ -345,7 +325,7 @@ def _fit(model, x_np: Mapping[str, Any], y_np, kind: str, config: TrainConfig,
             yb = y[idx]
             opt.zero_grad(set_to_none=True)
             out = model(*(x[idx] for x in xs.values()))
-            loss = _loss(out, yb, kind)
+            loss = torch_eval.loss(out, yb, kind)
             if not torch.isfinite(loss):
                 raise InvalidInput(f"training diverged at epoch {epoch + 1} (loss {loss.item()})",
                                    hint="lower optimizer.lr")
@@ -365,32 +345,6 @@ def _fit(model, x_np: Mapping[str, Any], y_np, kind: str, config: TrainConfig,
     return history
 
 
-def _labels(y_np, kind: str):
-    import numpy as np
-    import torch
-
-    return torch.from_numpy(np.array(y_np, dtype=np.int64 if kind == "classification" else np.float32))
-
-
-def _loss(out, y, kind: str, reduction: str = "mean"):
-    """Cross-entropy on the logits (classification) or MSE of the 1-wide output (regression)."""
-    import torch
-
-    if kind == "classification":
-        return torch.nn.functional.cross_entropy(out, y, reduction=reduction)
-    pred = _regression_output(out)
-    return torch.nn.functional.mse_loss(pred, y, reduction=reduction)
-
-
-def _regression_output(out):
-    """The (N,) predictions of a regression model's (N,) or (N, 1) output."""
-    pred = out.reshape(out.shape[0], -1)
-    if pred.shape[1] != 1:
-        raise InvalidInput(f"a regression task needs one output value per sample, the model gives {pred.shape[1]}",
-                           hint="regression models built by zoo have a 1-wide output; a model.entry must return one")
-    return pred[:, 0]
-
-
 def _optimizer(model, cfg: OptimizerConfig):
     import torch
 
@@ -404,30 +358,3 @@ def _optimizer(model, cfg: OptimizerConfig):
         return cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
     except (RuntimeError, TypeError):
         return cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-
-def _evaluate(model, x_np: Mapping[str, Any], y_np, kind: str, batch_size: int) -> dict[str, float]:
-    """In evaluation mode: mean loss, and accuracy (classification) or mean absolute error (regression)."""
-    import torch
-
-    model.eval()
-    n = 0 if y_np is None else len(y_np)
-    if n == 0 or kind == "generic":
-        return {"loss": float("nan")}
-    y = _labels(y_np, kind)
-    loss_sum, correct, abs_sum = 0.0, 0, 0.0
-    with torch.no_grad():
-        for start in range(0, n, batch_size):
-            out = model(*(torch.from_numpy(x[start:start + batch_size]) for x in x_np.values()))
-            yb = y[start:start + batch_size]
-            loss_sum += _loss(out, yb, kind, reduction="sum").item()
-            if kind == "classification":
-                correct += int((out.argmax(1) == yb).sum())
-            else:
-                abs_sum += float((_regression_output(out) - yb).abs().sum())
-    figures = {"loss": loss_sum / n}
-    if kind == "classification":
-        figures["accuracy"] = correct / n
-    else:
-        figures["mae"] = abs_sum / n
-    return figures

@@ -42,7 +42,7 @@ def push_cmd(recipes: Optional[List[Path]] = RecipesArg, remote: Optional[str] =
     if as_json:
         emit(result)
         return
-    from zoo.cli.formatting import size
+    from zoo.formatting import size
 
     print(f"pushed {result['entries']} entries ({result['objects']} objects, {size(result['bytes'])}) to "
           f"{result['remote']}; {result['already']} already there", flush=True)

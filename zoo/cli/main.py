@@ -193,7 +193,7 @@ def gc(
 ) -> None:
     """Remove cache objects that no entry references, and leftovers of interrupted runs and pulls."""
     from zoo import api
-    from zoo.cli.formatting import size
+    from zoo.formatting import size
 
     result = api.gc(cache_dir=cache_dir, keep_recipes=keep or (), dry_run=dry_run)
     if as_json:
@@ -321,7 +321,7 @@ def _cell(value, column) -> str:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return column.missing
     if column.format == "size":
-        from zoo.cli.formatting import size
+        from zoo.formatting import size
 
         return size(value)
     return format(value, column.format)

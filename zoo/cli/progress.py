@@ -17,7 +17,7 @@ import time
 from typing import Callable, TextIO
 
 from zoo.cli.activity import StageActivity, duration
-from zoo.cli.formatting import size
+from zoo.formatting import size
 from zoo.cli.transfer import rate
 from zoo.engine.runner import StageReport, StageState
 

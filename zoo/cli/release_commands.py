@@ -95,7 +95,7 @@ def release(
         if not g.get("implicit"):
             print(f"  gate {g.get('gate')}: {'pass' if g.get('passed', True) else 'FAIL'}")
     if result.builds or result.files:
-        from zoo.cli.formatting import short_sha
+        from zoo.formatting import short_sha
         from zoo.cli.tables import Col, print_table
 
         # short digests keep the table within 80 columns; --json and `zoo show --json` have them whole

@@ -34,7 +34,7 @@ def build_cmd(
     result = build_site(out, remote=remote)
     if as_json:
         return emit(result)
-    from zoo.cli.formatting import size
+    from zoo.formatting import size
 
     print(f"wrote {result['out']}: {result['models']} models, {result['versions']} versions, {result['builds']} builds "
           f"({result['files']} files, {size(result['bytes'])}) from the {result['source']} zoo", flush=True)
@@ -71,7 +71,7 @@ def publish_cmd(
     result = publish_site(folder, to)
     if as_json:
         return emit(result)
-    from zoo.cli.formatting import size
+    from zoo.formatting import size
 
     print(f"published {result['uploaded']} files ({size(result['bytes'])}) to {result['url']}"
           + (f"; removed {result['removed']} left from an earlier site" if result["removed"] else ""), flush=True)

@@ -14,13 +14,13 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, TextIO
 
-from zoo.cli.formatting import size
+from zoo.formatting import size
 
 EVERY_S = 10.0
 
 
 def rate(nbytes: int, seconds: float) -> str:
-    """MB/s with one decimal (binary megabytes, as `zoo.cli.formatting.size` prints them)."""
+    """MB/s with one decimal (binary megabytes, as `zoo.formatting.size` prints them)."""
     return f"{nbytes / max(seconds, 1e-6) / (1 << 20):.1f} MB/s"
 
 

@@ -71,7 +71,7 @@ def list_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """List the models (or versions) in the local zoo or on a remote. An unknown NAME is exit 2."""
-    from zoo.cli.formatting import timestamp
+    from zoo.formatting import timestamp
     from zoo.cli.tables import Col
     from zoo.registry import api
 
@@ -127,7 +127,8 @@ def show_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show a version: its builds, metrics, lineage and tags."""
-    from zoo.cli.formatting import measured_on, metric, ms, short_sha, size
+    from zoo.formatting import metric, ms, short_sha, size
+    from zoo.registry.manifest import describe_measured_on
     from zoo.cli.tables import Col
     from zoo.registry import api
 
@@ -151,7 +152,7 @@ def show_cmd(
                      short_sha(b["file"]["sha256"]), b.get("runtime") or "-", ", ".join(b["execution_providers"]),
                      _yes_no(b.get("portable")), "yes" if data["downloaded"].get(b["name"]) else "no"])
         if b.get("measured_on"):
-            measured.setdefault(measured_on(b["measured_on"]), []).append(b["name"])
+            measured.setdefault(describe_measured_on(b["measured_on"]), []).append(b["name"])
         for provider, values in sorted((b.get("provider_options") or {}).items()):
             options.append(f"  {b['name']}: {provider} " + ", ".join(f"{k}={v}" for k, v in sorted(values.items())))
         if b.get("verified") is False:
@@ -199,7 +200,7 @@ def search_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Search the local zoo (or a remote) by text, task, tag and build metrics."""
-    from zoo.cli.formatting import metric, ms, short_sha, size
+    from zoo.formatting import metric, ms, short_sha, size
     from zoo.cli.tables import Col
     from zoo.registry import api
 

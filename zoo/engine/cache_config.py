@@ -17,7 +17,7 @@ remote for that project. A URL is any fsspec location zoo's remote backends reac
 ``s3://``, ``webdav+https://``); a bare name is a remote of ``$ZOO_HOME/remotes.json``, whose
 URL and options are reused (its run cache lives in the ``run-cache/`` folder under that URL, apart
 from the versions). Credentials are never in these files: they come from the environment exactly
-as for remote zoos (`zoo.registry.fsbackend.credentials_hint`).
+as for remote zoos (`zoo.storage.fsbackend.credentials_hint`).
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def _read(path: Path, data: bytes) -> dict:
 
 def _setting(value: str, options: dict, push: bool, origin: str) -> RemoteCacheSetting:
     """A URL with its options checked (no secrets), or a configured remote's URL and options."""
-    from zoo.registry.config import parse_options, scheme_of
+    from zoo.registry.config import parse_options
+    from zoo.storage.urls import scheme_of
 
     value = value.strip()
     if _is_url(value):

@@ -5,7 +5,7 @@ A store holds two kinds of thing, both addressed by what they are, never by who 
 - objects: file contents, named by sha256 (so `zoo.download` verifies them while they stream);
 - entries: one small JSON document per cache key, created once and never overwritten.
 
-Layout of `FsCacheStore` (any location `zoo.registry.fsbackend.FsBackend` reaches: a folder,
+Layout of `FsCacheStore` (any location `zoo.storage.fsbackend.FsBackend` reaches: a folder,
 S3, WebDAV; read-only HTTP(S) for readers)::
 
     <root>/zoo-run-cache.json                {"schema_version": 1}
@@ -72,7 +72,7 @@ class FsCacheStore(CacheStore):
     """A `CacheStore` on one fsspec location, through the remote zoo's byte-level backend."""
 
     def __init__(self, url: str, options: dict | None = None):
-        from zoo.registry.fsbackend import open_backend
+        from zoo.storage.fsbackend import open_backend
 
         self.backend = open_backend(url, options)
         self.url = url

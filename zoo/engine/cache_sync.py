@@ -53,11 +53,10 @@ def open_remote(cache: Cache, flag: str | None, recipe: Path | None) -> RemoteCa
 def walk(recipe: Path, remote: RemoteCache, *, pull: bool = False, ask_remote: bool = True) -> list[StageSync]:
     """Each stage of `recipe` in DAG order: its key and whether the local cache and the remote hold
     it; with `pull`, stages only the remote holds are downloaded into the local cache."""
-    from zoo import api
-    from zoo.engine import keys
+    from zoo.engine import keys, pipeline
     from zoo.engine.runner import StageReport
 
-    dag = api.load(recipe)
+    dag = pipeline.load(recipe)
     cache = remote.cache
     entries: dict[str, Entry] = {}
     reports: dict[str, StageReport] = {}

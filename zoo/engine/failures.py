@@ -9,9 +9,9 @@ line to change:
 - a version published with other bytes (`Conflict`): versions are immutable, so the one way out
   is a new `version:` (its file:line:col) or `zoo rm NAME@VERSION` of a local copy never shared.
 
-`zoo.api.run` applies `explain` to every failed stage, so the CLI, `--json` and the Python API say
-the same. The engine knows no kind: gates come through `StageKind.gates`, and a gate is found in
-the recipe by its text, wherever the kind's config keeps it.
+`zoo.engine.pipeline.run` (the API's `zoo.api.run`) applies `explain` to every failed stage, so
+the CLI, `--json` and the Python API say the same. The engine knows no kind: gates come through
+`StageKind.gates`, and a gate is found in the recipe by its text, wherever the kind's config keeps it.
 """
 
 from __future__ import annotations

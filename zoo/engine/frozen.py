@@ -34,7 +34,7 @@ from zoo.errors import LockOutOfDate
 from zoo.engine.runner import StageState
 
 if TYPE_CHECKING:
-    from zoo.api import Result
+    from zoo.engine.pipeline import Result
     from zoo.engine.planner import Dag
 
 

@@ -51,12 +51,15 @@ OPTIONAL_FIELDS = ("recipe", "lineage")  # only kinds that declare them have the
 
 
 def record_identity(fields: dict[str, Any]) -> str:
-    """The digest of what built a record: its `IDENTITY_FIELDS` (key parts or a lock record's
-    fields alike; an optional field that is empty counts as absent)."""
-    ident = {f: _plain(fields.get(f)) for f in IDENTITY_FIELDS
-             if f not in OPTIONAL_FIELDS or fields.get(f)}
-    if ident.get("shared") is None:
-        ident["shared"] = {}
+    """The digest of what built a record: its `IDENTITY_FIELDS`, from key parts or from a lock
+    record's fields alike. A mapping field that is absent or None counts as empty (a record's
+    `to_json` leaves empty ones out), and an empty optional field as absent."""
+    ident: dict[str, Any] = {}
+    for f in IDENTITY_FIELDS:
+        value = fields.get(f)
+        if f in OPTIONAL_FIELDS and not value:
+            continue
+        ident[f] = _plain(value) if f in ("kind", "kind_version") else _plain(value or {})
     return digest_json(ident)
 
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from zoo.engine.cache import Cache, Entry, misdeclared_outputs
 from zoo.engine.cache_config import RemoteCacheSetting
 from zoo.engine.stage_files import FileManifest, FileShipper, check_digests, dependency_codes, materialise, shipped_task
-from zoo.engine.worker import StageResult, StageTask, WorkerError, execute
+from zoo.engine.worker import StageResult, StageTask, WorkerError, environment_mismatch, execute
 from zoo.errors import IntegrityError, InvalidInput, ZooError
 
 if TYPE_CHECKING:
@@ -168,8 +168,6 @@ def _fetch_upstream(task: StageTask, transfer: Transfer, remote: "RemoteCache") 
 def _push(task: StageTask, transfer: Transfer, result: StageResult, cache: Cache, remote: "RemoteCache",
           out_dir: Path) -> StageResult:
     """Commit the outputs to this worker's cache and push them (then the entry) to the remote."""
-    from zoo.engine.runner import environment_mismatch
-
     if environment_mismatch(transfer.parts, result.environment):
         return result  # the caller reports the mismatch; nothing goes under a key these bytes do not belong to
     try:

@@ -40,7 +40,7 @@ from zoo.engine.lockfile import Lock, StageLock
 from zoo.engine.log_follow import LogFollower
 from zoo.engine.planner import Dag, Node
 from zoo.stage import Effect, Upstream
-from zoo.engine.worker import StageResult, StageTask, WorkerError
+from zoo.engine.worker import StageResult, StageTask, WorkerError, environment_mismatch
 
 if TYPE_CHECKING:
     from zoo.engine.remote_cache import PendingFetch, RemoteCache
@@ -566,22 +566,6 @@ def _ignore_sigint() -> Any:
     return signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def environment_mismatch(parts: dict[str, Any], seen: dict[str, Any] | None) -> str:
-    """How the worker's tool versions and kind code differ from the key's ('' if they agree).
-
-    Workers that report nothing (older ones) are trusted, as before."""
-    if not seen:
-        return ""
-    diffs = []
-    for dist, want in sorted(parts.get("tools", {}).items()):
-        got = seen.get("tools", {}).get(dist)
-        if got is not None and got != want:
-            diffs.append(f"{dist} is {got} (here: {want})")
-    for name, want in sorted(parts.get("code", {}).items()):
-        got = seen.get("code", {}).get(name)
-        if name.startswith("kind:") and got is not None and got != want:
-            diffs.append(f"the code of {name[5:]} differs")
-    return "; ".join(diffs)
 
 
 def log_tail(path: str | None, lines: int = 20) -> str:

@@ -320,6 +320,24 @@ def key_environment(kind: str, tools: tuple[str, ...]) -> dict[str, dict[str, st
             "code": {f"kind:{name}": hash_file_uncached(path) for name, path in module_files(kind).items()}}
 
 
+def environment_mismatch(parts: dict[str, Any], seen: dict[str, Any] | None) -> str:
+    """How the worker's tool versions and kind code differ from the key's ('' if they agree).
+
+    Workers that report nothing (older ones) are trusted, as before."""
+    if not seen:
+        return ""
+    diffs = []
+    for dist, want in sorted(parts.get("tools", {}).items()):
+        got = seen.get("tools", {}).get(dist)
+        if got is not None and got != want:
+            diffs.append(f"{dist} is {got} (here: {want})")
+    for name, want in sorted(parts.get("code", {}).items()):
+        got = seen.get("code", {}).get(name)
+        if name.startswith("kind:") and got is not None and got != want:
+            diffs.append(f"the code of {name[5:]} differs")
+    return "; ".join(diffs)
+
+
 class _captured:
     """Send fd 1 and 2 (C libraries included) and the stage logger to the stage's log file."""
 

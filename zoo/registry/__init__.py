@@ -2,14 +2,15 @@
 
 Modules (one job each): ``manifest`` (the format), ``codec`` (manifest bytes), ``refs``
 (``name@version|tag``, version order), ``blobs`` (content-addressed store), ``index`` (SQLite
-index), ``store`` (`LocalZoo`), ``staging`` (building a staging folder),
-``config`` (remotes.json), ``remote`` (the `RemoteZoo` interface every backend implements, and
-``open_remote``), ``fsbackend`` (fsspec: folder, S3, WebDAV, HTTP), ``fsremote`` (the remote zoo
-layout on those, with mirrors), ``hf`` (Hugging Face Hub), ``select`` (best build for this
-host), ``pull``, ``api`` (what the CLI calls),
-``bundle`` (air-gapped tar bundles: export, verified import), ``fsck`` (checking and repairing
-a local zoo), ``testing`` (servers on 127.0.0.1 for tests and benchmarks). File writes, links and
-hashes are `zoo.files`; path and ONNX external-data checks `zoo.pathsafety`.
+index), ``store`` (`LocalZoo`), ``staging`` (building a staging folder), ``config``
+(remotes.json), ``remote`` (the `RemoteZoo` interface every backend implements),
+``remote_factory`` (``open_remote``: the backend for a configured remote), ``fsremote`` (the
+remote zoo layout, with mirrors, on `zoo.storage`'s byte-level backends: folder, S3, GCS, Azure,
+WebDAV, SSH, HTTP), ``hf`` (Hugging Face Hub), ``select`` (best build for this host), ``pull``,
+``api`` (what the CLI calls), ``bundle`` (air-gapped tar bundles: export, verified import),
+``fsck`` (checking and repairing a local zoo), ``testing`` (servers on 127.0.0.1 for tests and
+benchmarks). File writes, links and hashes are `zoo.files`; path and ONNX external-data checks
+`zoo.pathsafety`.
 
 Local zoo layout (``$ZOO_HOME``, default ``~/.local/share/zoo``)::
 

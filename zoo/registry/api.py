@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from zoo.errors import NotFound
 from zoo.registry.index import VersionInfo
@@ -17,6 +17,7 @@ from zoo.registry.manifest import Manifest
 from zoo.registry.pull import PullResult
 from zoo.registry.refs import parse_pinned, parse_ref, version_key
 from zoo.registry.store import LocalZoo
+from zoo.storage.metered import MeteredBackend
 
 __all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "push", "tag", "rm", "fsck",
            "remote_add", "remote_list", "remote_remove", "remote_gc", "PullResult", "VersionInfo", "to_json"]
@@ -40,7 +41,7 @@ def _zoo(zoo: LocalZoo | None) -> LocalZoo:
 
 def _remote(name: str, zoo: LocalZoo):
     from zoo.registry.config import RemotesConfig
-    from zoo.registry.remote import open_remote
+    from zoo.registry.remote_factory import open_remote
 
     return open_remote(RemotesConfig(zoo.root).get(name))
 
@@ -157,33 +158,6 @@ def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | No
     if progress is not None and hasattr(remote, "primary"):
         remote.primary = MeteredBackend(remote.primary, progress)
     return remote.push(zoo, manifest, list(tags or []))
-
-
-class MeteredBackend:
-    """A remote's byte-level backend (zoo/registry/fsbackend.py) whose `put_file` reports bytes
-    as the driver sends them, and whatever the driver did not report once the file is up (so the
-    total is the file's size even where a driver reports nothing); everything else is the
-    backend's own."""
-
-    def __init__(self, backend: Any, progress: Callable[[int], None]):
-        self._backend = backend
-        self._progress = progress
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    def put_file(self, local: Path, rpath: str) -> None:
-        sent = 0
-
-        def report(n: int) -> None:
-            nonlocal sent
-            sent += n
-            self._progress(n)
-
-        self._backend.put_file(local, rpath, progress=report)
-        rest = Path(local).stat().st_size - sent
-        if rest > 0:
-            self._progress(rest)
 
 
 def tag(ref: str, tag_name: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from zoo.errors import InvalidInput, NotFound
 from zoo.files import atomic_write
 from zoo.registry.refs import check_name
+from zoo.storage.urls import scheme_of
 
 CONFIG_FILE = "remotes.json"
 CONFIG_SCHEMA_VERSION = 1
@@ -39,29 +40,6 @@ OPTIONS: dict[str, dict[str, type]] = {
 _SECRET_WORDS = ("password", "secret", "token", "credential", "access_key", "apikey", "api_key")
 # an option that names where a secret is (a variable, a file) holds no secret itself
 _POINTER_SUFFIXES = ("_env", "_file", "_filename")
-
-
-def scheme_of(url: str) -> str:
-    """The kind of remote a URL names: file, s3, gcs, azure, ssh, webdav, http or hf."""
-    low = url.lower()
-    if low.startswith("s3://"):
-        return "s3"
-    if low.startswith(("ssh://", "sftp://")):
-        return "ssh"
-    if low.startswith(("gs://", "gcs://")):
-        return "gcs"
-    if low.startswith(("az://", "abfs://", "abfss://")):
-        return "azure"
-    if low.startswith(("webdav+http://", "webdav+https://")):
-        return "webdav"
-    if low.startswith(("http://", "https://")):
-        return "http"
-    if low.startswith("hf://"):
-        return "hf"
-    if low.startswith("file://") or url.startswith(("/", "~", ".")):
-        return "file"
-    raise InvalidInput(f"unsupported remote URL {url!r}",
-                       hint="use a folder path, file://, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, webdav+https://host/path, ssh://[user@]host[:port]/abs/path, https://… (read-only) or hf://namespace")
 
 
 class RemoteConfig(BaseModel):

@@ -131,6 +131,6 @@ def _zoo_url(url: str, remote: str, settings: dict | None = None) -> str:
 
 
 def _kind(url: str) -> str:
-    from zoo.registry.config import scheme_of
+    from zoo.storage.urls import scheme_of
 
     return scheme_of(url)

@@ -12,7 +12,7 @@ Layout::
 
 The index files are rebuilt from listings after every change, so concurrent publishers of
 different versions converge; plain HTTP remotes read them instead of listing. Byte-level access
-(and each scheme's atomic write and create-exclusive primitives) is `zoo.registry.fsbackend`.
+(and each scheme's atomic write and create-exclusive primitives) is `zoo.storage.fsbackend`.
 
 Freeing space (`remove`, `gc`): a blob is deleted only when no manifest under ``models/``
 references it (read from the manifests, never the derived index) and it is older than the
@@ -36,7 +36,7 @@ from zoo.registry.remote import RemoteZoo, fetch_blob
 if TYPE_CHECKING:
     from zoo.registry.blobs import BlobStore
     from zoo.registry.config import RemoteConfig
-    from zoo.registry.fsbackend import FsBackend
+    from zoo.storage.fsbackend import FsBackend
     from zoo.registry.store import LocalZoo
 
 REMOTE_SCHEMA_VERSION = 1
@@ -64,8 +64,8 @@ class FsRemoteZoo(RemoteZoo):
     """A remote zoo in a folder reachable through fsspec, with optional mirrors (same layout)."""
 
     def __init__(self, config: "RemoteConfig"):
-        from zoo.registry.config import scheme_of
-        from zoo.registry.fsbackend import open_backend
+        from zoo.storage.urls import scheme_of
+        from zoo.storage.fsbackend import open_backend
 
         self.name = config.name
         self.config = config

@@ -23,7 +23,8 @@ from zoo.errors import AccessDenied, IntegrityError, NotFound, SourceUnreachable
 from zoo.files import storage_error
 from zoo.registry.manifest import FileRef, Manifest
 from zoo.registry.refs import LATEST, Ref, parse_ref
-from zoo.registry.remote import RemoteZoo, open_remote
+from zoo.registry.remote import RemoteZoo
+from zoo.registry.remote_factory import open_remote
 from zoo.registry.store import LocalZoo
 
 

@@ -1,9 +1,9 @@
-"""The remote zoo interface (`RemoteZoo`) and `open_remote`, which builds the right backend.
+"""The remote zoo interface (`RemoteZoo`) every backend implements.
 
 Backends: `zoo.registry.fsremote.FsRemoteZoo` (a folder, S3, WebDAV or read-only HTTP(S)
 location in the zoo's folder layout, reached through fsspec) and `zoo.registry.hf.HfRemoteZoo`
-(a Hugging Face Hub namespace). This module imports neither at import time: `open_remote` picks
-one lazily, so the backends import this module and never each other.
+(a Hugging Face Hub namespace); they import this module and never each other, and
+`zoo.registry.remote_factory.open_remote` picks one for a configured remote.
 
 Every backend keeps the same promises, checked by ``tests/test_registry_remote_contract.py``
 against a real server for each:
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from zoo.download import Source
     from zoo.errors import StorageError
     from zoo.registry.blobs import BlobStore
-    from zoo.registry.config import RemoteConfig
     from zoo.registry.index import VersionInfo
     from zoo.registry.manifest import FileRef, Manifest
     from zoo.registry.refs import Ref
@@ -150,14 +149,3 @@ def fetch_blob(blobs: "BlobStore", ref: "FileRef", sources: Sequence["Source"], 
     download(sources, blobs.path(ref.sha256), sha256=ref.sha256, size=ref.size, what=what,
              tmp_dir=blobs.partial_dir)
     blobs.mark_verified(ref.sha256)  # hashed while downloaded: no second hash on first use
-
-
-def open_remote(config: "RemoteConfig") -> RemoteZoo:
-    """The RemoteZoo for a configured remote (imports its backend lazily)."""
-    if config.scheme == "hf":
-        from zoo.registry.hf import HfRemoteZoo
-
-        return HfRemoteZoo(config)
-    from zoo.registry.fsremote import FsRemoteZoo
-
-    return FsRemoteZoo(config)

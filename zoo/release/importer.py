@@ -18,7 +18,7 @@ Steps:
    statement, with ``publish: false``: publishing is this module's. The recipe lives in the run
    cache under ``imports/<digest of its text>/recipe.yaml``, so the same SOURCE gives the same
    recipe, the same lockfile and cached stages.
-3. The recipe runs through the normal engine (`zoo.api.run`), which writes its lockfile.
+3. The recipe runs through the normal engine (`zoo.engine.pipeline.run`, which `zoo.api.run` is), which writes its lockfile.
 4. The deploy stage's release folder is published to the local zoo together with the recipe and
    its lockfile (``import/recipe.yaml``, ``import/recipe.lock``, listed in the manifest's
    ``files``) and the source's provenance in ``extra.import`` (source, URL or path, resolved
@@ -83,7 +83,8 @@ def import_model(source: str, *, name: str | None = None, version: str | None = 
     `shapes`: per-sample sizes (without the batch axis) of inputs whose dimensions the model
     leaves dynamic, which verify's random inputs need (``{"input_ids": [128]}``).
     """
-    from zoo import api, paths
+    from zoo import paths
+    from zoo.engine import pipeline
     from zoo.registry.refs import check_name, check_version
     from zoo.registry.store import LocalZoo
     from zoo.release import import_source
@@ -103,7 +104,7 @@ def import_model(source: str, *, name: str | None = None, version: str | None = 
         inputs = _declared_inputs(local_file, shapes or {}) if local_file is not None else None
     text = recipe_text(src, name, version, inputs)
     recipe = _write_recipe(cache_dir, text)
-    result = api.run(recipe, on_update=on_update)
+    result = pipeline.run(recipe, on_update=on_update)
     if not result.ok:
         raise _stage_failure(result)
     out = ImportResult(name=name, version=version, source=src.provenance(), recipe=str(recipe),

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zoo import api, host, paths
-from zoo.engine import keys, kind_loader, lockfile
+from zoo import host, paths
+from zoo.engine import keys, kind_loader, lockfile, pipeline
 from zoo.engine.cache import Cache, Entry
 from zoo.files import hardlink_or_copy
 from zoo.errors import InvalidInput
@@ -84,7 +84,7 @@ def check(path: str | Path, *, stages: list[str] | None = None, cache_dir: str |
     (with the records of the platform class each stage was rebuilt on; see the module docstring).
     `quality_tolerance`: how far a quality metric may move where equivalence is judged by quality
     (0.01: one point of accuracy; `EquivalenceContext`)."""
-    dag = api.load(path)
+    dag = pipeline.load(path)
     lock = lockfile.read(lockfile.lock_path(dag.recipe.path))
     if lock is None:
         raise InvalidInput(f"{dag.recipe.path.name} has no lockfile to check against",
@@ -126,7 +126,7 @@ class _Checker:
         scratch = Cache(self.tmp / "rebuild").ensure()
         here = host.platform_class()
         reused = _seed_upstream(self.dag, self.real, scratch, selected, lambda nid: self.lock.reference(nid, here))
-        result = api.run(self.dag, cache_dir=scratch.root, jobs=self.jobs, record=False, on_update=self.on_update)
+        result = pipeline.run(self.dag, cache_dir=scratch.root, jobs=self.jobs, record=False, on_update=self.on_update)
         checks = {}
         for report in result.stages:
             if report.id in reused:
@@ -158,7 +158,7 @@ class _Checker:
             note = [f"rebuilt from the {platform} record's upstream outputs ({', '.join(ancestors)}), from the cache"]
         sub = Dag(recipe=self.dag.recipe,
                   nodes={up: self.dag.nodes[up] for up in self.dag.order() if up in ancestors or up == nid})
-        result = api.run(sub, cache_dir=scratch.root, jobs=self.jobs, record=False, on_update=self.on_update)
+        result = pipeline.run(sub, cache_dir=scratch.root, jobs=self.jobs, record=False, on_update=self.on_update)
         return self.checked(next(r for r in result.stages if r.id == nid), scratch, note)
 
     def reference_class(self, nid: str) -> str:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from zoo.engine import kind_loader
-from zoo.errors import Conflict, GateFailed, IntegrityError, InvalidInput, StageFailed, StorageError, ZooError
+from zoo.errors import Conflict, GateFailed, IntegrityError, InvalidInput, LockOutOfDate, StageFailed, StorageError, ZooError
 
 
 @dataclass
@@ -77,13 +77,13 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
             cache_dir: str | Path | None = None, jobs: int = 1, zoo: Any = None,
             on_update: Callable[[Any], None] | None = None) -> ReleaseResult:
     """Run `recipe` under its lockfile, check its gates, publish `name@version` to remote `to`, tag it."""
-    from zoo import api
+    from zoo.engine import pipeline
     from zoo.registry.config import RemotesConfig
     from zoo.registry.refs import LATEST, check_tag, check_version
     from zoo.registry.store import LocalZoo
     from zoo.engine.runner import StageState
 
-    dag = api.load(recipe)
+    dag = pipeline.load(recipe)
     check_version(version)
     if version != dag.recipe.version:
         raise InvalidInput(f"--version {version} does not match the recipe's version {dag.recipe.version} "
@@ -104,9 +104,9 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
                            hint="release to a writable remote (folder, s3://, webdav+https://, hf://)")
 
     try:
-        result = api.run(dag, cache_dir=cache_dir, jobs=jobs, frozen=not allow_stale_lock, on_update=on_update)
-    except api.LockOutOfDate as e:
-        raise api.LockOutOfDate(e.message.replace("--frozen: ", "", 1) + "\nnothing was released",
+        result = pipeline.run(dag, cache_dir=cache_dir, jobs=jobs, frozen=not allow_stale_lock, on_update=on_update)
+    except LockOutOfDate as e:
+        raise LockOutOfDate(e.message.replace("--frozen: ", "", 1) + "\nnothing was released",
                                 hint=f"run `zoo run {dag.recipe.path.name}` and commit the updated lockfile, "
                                      "or pass --allow-stale-lock to release what the recipe builds now") from None
     if not result.ok:

@@ -1,5 +1,5 @@
 """`zoo site publish DIR --to REMOTE`: upload a built site next to a remote zoo, under its ``site/``
-prefix, through the remote's byte-level backend (`zoo.registry.fsbackend.open_backend`, the one
+prefix, through the remote's byte-level backend (`zoo.storage.fsbackend.open_backend`, the one
 `zoo push` writes through): each file appears whole or not at all (the backend's `put_file`).
 
 Pages go up first, then ``site.json``, then ``index.html``, so a reader who reaches the new
@@ -51,7 +51,7 @@ def publish_site(folder: Path, to: str, *, zoo: "LocalZoo | None" = None) -> dic
     Returns {"remote", "url", "uploaded", "bytes", "removed"}; InvalidInput for a Hub or read-only remote."""
     from zoo.errors import InvalidInput
     from zoo.registry.config import RemotesConfig
-    from zoo.registry.fsbackend import open_backend
+    from zoo.storage.fsbackend import open_backend
     from zoo.registry.store import LocalZoo
 
     folder = Path(folder)

@@ -9,7 +9,7 @@ from urllib.parse import quote, unquote
 
 from zoo.site import plots
 from zoo.site.svg import colour, element, esc
-from zoo.cli.formatting import measured_on
+from zoo.registry.manifest import describe_measured_on as measured_on
 from zoo.site.text import number, size
 
 # Only the site's own style sheet and script; no inline code, no other origin (a card is untrusted).

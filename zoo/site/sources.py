@@ -27,7 +27,7 @@ class ZooSource:
         self._scratch: tempfile.TemporaryDirectory | None = None
         if remote:
             from zoo.registry.config import RemotesConfig
-            from zoo.registry.remote import open_remote
+            from zoo.registry.remote_factory import open_remote
 
             self._remote_zoo = open_remote(RemotesConfig(zoo.root).get(remote))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from zoo.cli.formatting import size  # noqa: F401 (sizes as the CLI's tables write them: one way across zoo)
+from zoo.formatting import size  # noqa: F401 (sizes as the CLI's tables write them: one way across zoo)
 
 
 def number(value, digits: int = 4) -> str:

@@ -168,7 +168,7 @@ class EstimatorExporter(Exporter):
 
     @classmethod
     def check_model(cls, model: Mapping[str, Any]) -> None:
-        from zoo_stages.lib.estimators import lookup
+        from zoo_stages.lib.estimators.estimator import lookup
 
         for field in TORCH_FIELDS:
             if model.get(field) is not None:

@@ -29,8 +29,7 @@ def compare_checkpoints(locked: Path, rebuilt: Path, shared: Mapping[str, Any], 
     import numpy as np
     import torch
 
-    from zoo_stages import train
-    from zoo_stages.lib import archs, checkpoints, datasets, onnx_run, tasks
+    from zoo_stages.lib import archs, checkpoints, datasets, onnx_run, tasks, torch_eval
 
     data = dict(shared.get("data") or {})
     model_section = dict(shared.get("model") or {})
@@ -40,14 +39,14 @@ def compare_checkpoints(locked: Path, rebuilt: Path, shared: Mapping[str, Any], 
         return Equivalence(False, ("checkpoint: the held-out split has no labels to judge quality by, and weights "
                                    "trained on other kernels are not numerically close",))
     names = [i.name for i in archs.model_inputs(model_section, data)]
-    x_val = train._as_model_inputs(onnx_run.bind_names(names, val.features, where="the held-out split"))
+    x_val = torch_eval.as_model_inputs(onnx_run.bind_names(names, val.features, where="the held-out split"))
     first = next(iter(x_val.values()))
     width = int(np.prod(first.shape[1:])) if first.ndim > 1 else 1
     sizes = archs.data_sizes(model_section, data, recipe_dir, regression=kind == "regression", width=width)
     models = [checkpoints.build_with_weights(model_section, recipe_dir, p, label, **sizes)
               for p, label in ((locked, "the locked checkpoint"), (rebuilt, "the rebuilt checkpoint"))]
     with torch.no_grad():
-        figures = [train._evaluate(m, x_val, val.labels, kind, 256) for m in models]
+        figures = [torch_eval.evaluate(m, x_val, val.labels, kind, 256) for m in models]
         outputs = [torch.cat([m(*(torch.from_numpy(x[i:i + 256]) for x in x_val.values()))
                               for i in range(0, len(val.labels), 256)]) for m in models]
         states = [m.state_dict() for m in models]

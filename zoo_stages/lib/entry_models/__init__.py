@@ -16,7 +16,7 @@ train, export and the parity gate call; the train stage's ``config.entry`` is ca
 mapping of string keys (no ``/`` in them) to arrays, such as Flax's ``variables``. zoo saves them
 as safetensors (`jax.save`).
 
-For both: ``train`` and ``val`` are `zoo_stages.train.TrainingSplit` objects (``.features``: the
+For both: ``train`` and ``val`` are `zoo_stages.lib.training_split.TrainingSplit` objects (``.features``: the
 data's features by name as float32 arrays, samples along axis 0, in the data's order; ``.labels``;
 a single-feature split also unpacks as ``x, y = train``), ``config`` the train stage's config as a
 plain dict (``seed``, ``epochs``, ``batch_size``, ...), ``context`` the `StageContext`. Before the
@@ -33,9 +33,6 @@ each module). This package's modules import their frameworks inside functions.
 
 from __future__ import annotations
 
-import contextlib
-import random
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -83,21 +80,10 @@ def output_names(model_section: Mapping[str, Any], count: int) -> list[str]:
     return [base] if count == 1 else [f"{base}_{i}" for i in range(count)]
 
 
-@contextlib.contextmanager
-def user_code(seed: int):
-    """Around a recipe's function: global generators seeded, its prints sent to stderr."""
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    with contextlib.redirect_stdout(sys.stderr):
-        yield
-
-
 def run(config: Any, context: StageContext) -> Mapping[str, Path]:
     """The train stage for Keras and JAX models: call the recipe's function, save the checkpoint."""
     from zoo_stages.lib import datasets, tasks
-    from zoo_stages.train import TrainingSplit
+    from zoo_stages.lib.training_split import TrainingSplit
 
     model_section = dict(context.shared.get("model") or {})
     name = model_section["framework"]

@@ -48,7 +48,7 @@ def fit(entry: str, model_section: Mapping[str, Any], recipe_dir: Path, train: A
         config: Mapping[str, Any], seed: int, context: Any) -> JaxModel:
     """The model whose parameters ``entry(apply, train, val, config, context)`` returns."""
     from zoo_stages.lib import archs
-    from zoo_stages.lib.entry_models import user_code
+    from zoo_stages.lib.entry_models.user_code import user_code
 
     apply = forward_function(model_section, recipe_dir)
     fn = archs.load_function(entry, recipe_dir, "config.entry")

@@ -55,7 +55,7 @@ def fit(entry: str, model_section: Mapping[str, Any], recipe_dir: Path, train: A
         config: Mapping[str, Any], seed: int, context: Any) -> Any:
     """The trained ``keras.Model`` that ``entry(train, val, config, context)`` returns."""
     from zoo_stages.lib import archs
-    from zoo_stages.lib.entry_models import user_code
+    from zoo_stages.lib.entry_models.user_code import user_code
 
     keras = backend()
     if model_section.get("entry"):

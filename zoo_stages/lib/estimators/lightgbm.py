@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from zoo_stages.lib.estimators import Estimator
+from zoo_stages.lib.estimators.estimator import Estimator
 
 CHECKPOINT = "model.lightgbm.txt"
 
@@ -25,7 +25,7 @@ def build(estimator: Estimator, params: Mapping[str, Any], seed: int, threads: i
     """The unfitted estimator with `params`, seeded and deterministic unless `params` says otherwise."""
     import lightgbm
 
-    from zoo_stages.lib.estimators import checked_params
+    from zoo_stages.lib.estimators.estimator import checked_params
 
     cls = getattr(lightgbm, estimator.name)
     kwargs = checked_params(cls, {k: v for k, v in params.items() if k not in _ENGINE_PARAMS})

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from zoo.errors import IntegrityError
-from zoo_stages.lib.estimators import Estimator
+from zoo_stages.lib.estimators.estimator import Estimator
 
 CHECKPOINT = "model.skops"
 
@@ -49,7 +49,7 @@ def build(estimator: Estimator, params: Mapping[str, Any], seed: int, threads: i
     """The unfitted estimator with `params`; seeded with `seed` unless `params` sets random_state."""
     import importlib
 
-    from zoo_stages.lib.estimators import checked_params
+    from zoo_stages.lib.estimators.estimator import checked_params
 
     cls = getattr(importlib.import_module(estimator.module), estimator.name)
     kwargs = checked_params(cls, params)

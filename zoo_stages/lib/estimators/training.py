@@ -27,7 +27,8 @@ def run(config: Any, context: StageContext) -> Mapping[str, Path]:
     import numpy as np
 
     from zoo_stages.lib import datasets, tasks
-    from zoo_stages.lib.estimators import framework, lookup
+    from zoo_stages.lib.estimators import framework
+    from zoo_stages.lib.estimators.estimator import lookup
 
     model_section = dict(context.shared.get("model") or {})
     data = dict(context.shared.get("data") or {})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from zoo_stages.lib.estimators import Estimator
+from zoo_stages.lib.estimators.estimator import Estimator
 
 CHECKPOINT = "model.xgboost.json"
 
@@ -25,7 +25,7 @@ def build(estimator: Estimator, params: Mapping[str, Any], seed: int, threads: i
     """The unfitted estimator with `params`, seeded unless `params` sets random_state."""
     import xgboost
 
-    from zoo_stages.lib.estimators import checked_params
+    from zoo_stages.lib.estimators.estimator import checked_params
 
     cls = getattr(xgboost, estimator.name)
     kwargs = checked_params(cls, params)

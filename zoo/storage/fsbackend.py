@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 from zoo.download import is_connection_error, refusal_reason
 from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable, StorageError, UnsafePath
-from zoo.registry.config import scheme_of
+from zoo.storage.urls import scheme_of
 
 CHUNK = 32 << 20  # ranged requests (WebDAV, HTTP) and local reads
 
@@ -87,10 +87,10 @@ def _mtime(info: dict) -> float | None:
 
 # schemes whose backend lives in a module of its own (a subclass of FsBackend): module, class
 SCHEME_BACKENDS: dict[str, tuple[str, str]] = {
-    "s3": ("zoo.registry.backend_s3", "S3Backend"),
-    "ssh": ("zoo.registry.backend_ssh", "SshBackend"),
-    "gcs": ("zoo.registry.backend_gcs", "GcsBackend"),
-    "azure": ("zoo.registry.backend_azure", "AzureBackend"),
+    "s3": ("zoo.storage.backend_s3", "S3Backend"),
+    "ssh": ("zoo.storage.backend_ssh", "SshBackend"),
+    "gcs": ("zoo.storage.backend_gcs", "GcsBackend"),
+    "azure": ("zoo.storage.backend_azure", "AzureBackend"),
 }
 
 

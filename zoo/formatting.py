@@ -1,4 +1,5 @@
-"""How the CLI writes numbers for people: sizes, latencies, metrics, digests (JSON keeps the raw values).
+"""How zoo writes numbers for people: sizes, latencies, metrics, digests (JSON keeps the raw values).
+The CLI's tables and the web catalog's pages (`zoo.site`) both use it, so a size reads the same in each.
 
 Imports nothing beyond the standard library, so any command (and `zoo --help`) may use it.
 """
@@ -61,15 +62,6 @@ def metric(value) -> str:
     if not math.isfinite(number):
         return str(number)
     return f"{number:.4f}" if abs(number) < 10 else f"{number:.4g}"
-
-
-def measured_on(where: dict | None) -> str:
-    """What a build's timings were measured with (its manifest's ``measured_on``), in one line, as
-    the model card says it (`zoo.registry.manifest.describe_measured_on`, imported only when used:
-    this module stays standard-library only)."""
-    from zoo.registry.manifest import describe_measured_on
-
-    return describe_measured_on(where)
 
 
 def short_sha(digest: str | None) -> str:

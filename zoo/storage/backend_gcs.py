@@ -25,7 +25,7 @@ import json
 import os
 
 from zoo.errors import AccessDenied, InvalidInput
-from zoo.registry.fsbackend import ObjectStoreBackend, credentials_hint
+from zoo.storage.fsbackend import ObjectStoreBackend, credentials_hint
 
 # an unreachable remote should fall back to the local cache in seconds: gcsfs retries a failed
 # request 6 times with up to 32 s between tries; our own transfers resume anyway

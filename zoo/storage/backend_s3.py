@@ -21,7 +21,7 @@ import threading
 from typing import Iterator
 
 from zoo.errors import InvalidInput
-from zoo.registry.fsbackend import ObjectStoreBackend
+from zoo.storage.fsbackend import ObjectStoreBackend
 
 _clients: dict[tuple, object] = {}  # option set + AWS_* environment -> botocore S3 client (thread-safe, ~0.1 s to make)
 _clients_lock = threading.Lock()

@@ -34,7 +34,7 @@ import re
 from urllib.parse import unquote, urlsplit
 
 from zoo.errors import AccessDenied, InvalidInput
-from zoo.registry.fsbackend import ObjectStoreBackend, credentials_hint
+from zoo.storage.fsbackend import ObjectStoreBackend, credentials_hint
 
 # an unreachable remote should fall back to the local cache in seconds: the Azure SDK retries a
 # failed request 3 times, the first after 15 s; our own transfers resume anyway

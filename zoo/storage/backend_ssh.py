@@ -50,8 +50,8 @@ from typing import Iterator
 from urllib.parse import unquote, urlsplit
 
 from zoo.errors import AccessDenied, InvalidInput, SourceUnreachable
-from zoo.registry import fsbackend
-from zoo.registry.fsbackend import FsBackend, credentials_hint
+from zoo.storage import fsbackend
+from zoo.storage.fsbackend import FsBackend, credentials_hint
 
 DEFAULT_CONNECT_TIMEOUT_S = 5
 IO_TIMEOUT_S = 120
