@@ -222,7 +222,7 @@ class Export(NumericOutputs, StageKind):
             from zoo_stages import exporters
             from zoo_stages.lib import finetune
 
-            deps.extend(finetune.dependencies(model, ctx.recipe.dir))  # the parent zoo model (model.from)
+            deps.extend(finetune.dependencies(ctx.references))  # the parent zoo model (model.from)
             framework = model.get("framework") or exporter_loader.DEFAULT_FRAMEWORK
             # files the model section names (a transformers pretrained folder)
             deps.extend((exporters.BUILTIN.get(framework) or exporter_loader.get(framework)).dependencies(
@@ -306,7 +306,7 @@ def _provenance(inputs: Inputs, context: StageContext, ref: SourceRef | None, fi
     attribution = provenance.upstream_attribution(inputs)
     if field == "weights":  # a network from the zoo (model.from) credits its parent, which the lineage then names
         attribution = provenance.merge_attribution(
-            attribution, finetune.attribution(dict(context.shared.get("model") or {}), context.recipe.dir))
+            attribution, finetune.attribution(context.references))
     if ref is not None and source is not None:
         digest = _sha256(source)
         sources[field] = f"sha256:{digest}"
@@ -344,7 +344,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
     import numpy as np
     import torch
 
-    from zoo_stages.lib import archs, tasks
+    from zoo_stages.lib import archs, finetune, tasks
 
     model_section = _with_weights_arch(dict(context.shared.get("model") or {}), config.weights if label == "weights"
                                        else None)
@@ -362,7 +362,8 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
         sizes["in_channels"] = ports[0].example[-1 if sizes["layout"] == "NHWC" else 1]
     vocab = int(model_section.get("vocab_size") or sizes.get("vocab_size") or 2)
     with _torch_threads(context.threads):
-        model = checkpoints.build_with_weights(model_section, context.recipe.dir, weights, label, **sizes)
+        model = checkpoints.build_with_weights(model_section, context.recipe.dir, weights, label,
+                                               parent=finetune.parent(context.references), **sizes)
         work = context.work_dir / "export"
         if work.exists():
             shutil.rmtree(work)
