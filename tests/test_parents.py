@@ -48,7 +48,7 @@ def test_only_a_kind_that_declares_the_field_is_given_the_parent_and_keys_its_fi
     found = read.references["model.from"]
     assert (found.ref, found.build, found.source) == ("tiny@1.0.0", "cpu-fp32", "zoo:tiny@1.0.0")  # its float32 build
     assert found.files == (parents.pin_path("tiny", "1.0.0", None), found.path)
-    assert keys.key_context(dag.recipe, dag.nodes["write"]).references == {}  # writer declares no model field
+    assert dict(keys.key_context(dag.recipe, dag.nodes["write"]).references) == {}  # writer declares no model field
     files = keys.file_digests(dag.recipe, dag.nodes["read"], keys.StatCache(tmp_path / "h.sqlite"))
     assert sorted(files) == ["cache:parents/tiny/1.0.0/default.json",
                              "zoo-home:models/tiny/versions/1.0.0/builds/cpu-fp32/model.onnx"]
@@ -57,16 +57,24 @@ def test_only_a_kind_that_declares_the_field_is_given_the_parent_and_keys_its_fi
 def test_a_build_that_is_not_there_or_not_onnx_is_refused_at_the_field(published, tmp_path):
     dag = _dag(tmp_path, build=", build: cuda-fp16")
     with pytest.raises(InvalidInput, match="model.from zoo:tiny@1.0.0: tiny@1.0.0 has no build .cuda-fp16.") as e:
-        keys.key_context(dag.recipe, dag.nodes["read"])
+        dict(keys.key_context(dag.recipe, dag.nodes["read"]).references)
     assert "cpu-fp32, mobile" in e.value.hint
     dag = _dag(tmp_path, build=", build: mobile")
     with pytest.raises(InvalidInput, match="ORT format, which only onnxruntime reads"):
-        keys.key_context(dag.recipe, dag.nodes["read"])
+        dict(keys.key_context(dag.recipe, dag.nodes["read"]).references)
+
+
+def test_the_parent_is_resolved_only_when_a_kind_reads_it(tmp_path):
+    """tools_used reads no reference: a missing parent is reported where the kind lists its files."""
+    dag = _dag(tmp_path)
+    assert keys.tools_used(dag.recipe, dag.nodes["read"]) == ()
+    with pytest.raises(InvalidInput, match="not in the local zoo"):
+        keys.file_digests(dag.recipe, dag.nodes["read"], keys.StatCache(tmp_path / "h.sqlite"))
 
 
 def test_a_missing_parent_names_the_field_and_the_recipe_that_publishes_it(tmp_path):
     write_recipe(tmp_path, "schema_version: 1\nname: tiny\nversion: 1.0.0\nstages: {}\n", name="tiny.yaml")
     dag = _dag(tmp_path)
     with pytest.raises(InvalidInput, match="model.from: the parent model tiny@1.0.0 is not in the local zoo") as e:
-        keys.key_context(dag.recipe, dag.nodes["read"])
+        dict(keys.key_context(dag.recipe, dag.nodes["read"]).references)
     assert "publish it first: `zoo run" in e.value.hint and "tiny.yaml" in e.value.hint

@@ -61,7 +61,7 @@ kind. A recipe section says which of its fields name one (`zoo.section.RecipeSec
 for a kind that declares such a field in ``shared``, the engine takes the model from the local zoo
 (its files checked against their sha256; offline: a version the zoo lacks must be published or
 pulled first) and pins what is read of it, before the stage's key is computed
-(zoo/engine/parents.py). The kind gets it as a `PinnedModel` in ``ctx.references`` /
+(zoo/engine/parents.py; resolved when the kind first reads it). The kind gets it as a `PinnedModel` in ``ctx.references`` /
 ``context.references``, keyed by the field as the recipe writes it (``"model.from"``; absent when
 the recipe leaves the field out), reads only the files it names, and lists its ``files`` among its
 ``dependencies`` where it reads them: so the model's bytes enter the stage's key under names that

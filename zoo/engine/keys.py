@@ -159,7 +159,7 @@ def key_context(recipe: Recipe, node: Node) -> KeyContext:
     from zoo.engine import parents
 
     return KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix,
-                      references=parents.for_stage(shared_values(recipe, node), recipe.path.parent))
+                      references=parents.StageReferences(shared_values(recipe, node), recipe.path.parent))
 
 
 def file_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str]:

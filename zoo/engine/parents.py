@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from zoo.errors import IntegrityError, InvalidInput, NotFound
 from zoo.stage import PinnedModel
@@ -43,6 +43,30 @@ PINS = "parents"  # <cache>/parents/<name>/<version>/<build or DEFAULT_BUILD>.js
 PIN_SCHEMA = 2  # 2: the build's sidecars (ONNX external data) with their sha256
 DEFAULT_BUILD = "default"  # the pin of a reference that names no build (its float32 build)
 PIN_FIELDS = ("ref", "build", "file", "sha256", "sidecars", "license", "outputs")
+
+
+class StageReferences(Mapping[str, PinnedModel]):
+    """`for_stage`, resolved when a kind first reads it (what contexts hold): a stage whose kind never
+    reads its references (tools_used, an effect after the run) pays for no checksum of the model's
+    files, and an error comes where the kind reads the model, as it would from the kind itself."""
+
+    def __init__(self, shared: Mapping[str, Any], recipe_dir: Path):
+        self._shared, self._recipe_dir = shared, recipe_dir
+        self._found: dict[str, PinnedModel] | None = None
+
+    def _models(self) -> dict[str, PinnedModel]:
+        if self._found is None:
+            self._found = for_stage(self._shared, self._recipe_dir)
+        return self._found
+
+    def __getitem__(self, field: str) -> PinnedModel:
+        return self._models()[field]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._models())
+
+    def __len__(self) -> int:
+        return len(self._models())
 
 
 def for_stage(shared: Mapping[str, Any], recipe_dir: Path) -> dict[str, PinnedModel]:

@@ -67,7 +67,7 @@ def stage_dependencies(task: "StageTask") -> list[Path]:
     config = cls.Config.model_validate(task.config)
     # on a worker, after `materialise`: a model its zoo lacks is resolved from the shipped pin
     ctx = KeyContext(recipe=task.recipe, shared=task.shared, matrix=task.matrix,
-                     references=parents.for_stage(task.shared, task.recipe.dir))
+                     references=parents.StageReferences(task.shared, task.recipe.dir))
     return [Path(dep) for dep in cls().dependencies(config, ctx)]
 
 

@@ -196,7 +196,7 @@ def execute(task: StageTask) -> StageResult:
                                    shared=task.shared, matrix=task.matrix, threads=task.threads, key=task.key,
                                    record=task.record, publish=task.publish, lineage=task.lineage,
                                    locked_outputs=task.locked_outputs, log=logger,
-                                   references=parents.for_stage(task.shared, task.recipe.dir))
+                                   references=parents.StageReferences(task.shared, task.recipe.dir))
             logger.info("stage %s (%s) starting with %d thread(s)", task.stage_id, task.kind, task.threads)
             returned = kind.run(inputs, config, context) or {}
             outputs = _relative_outputs(returned, out_dir, cls)
