@@ -126,14 +126,16 @@ def test_a_missing_parent_names_it_and_the_command_that_makes_it(published, tmp_
 
 
 def test_head_keep_needs_the_parents_width_and_freeze_needs_a_matching_name(published, monkeypatch):
+    from zoo.engine import parents
     from zoo_stages.lib import archs, finetune
 
     monkeypatch.setenv("ZOO_HOME", published["env"]["ZOO_HOME"])
     section = {"from": f"zoo:{PARENT}", "num_classes": 5}
+    found = parents.resolve(section["from"], published["dir"], where="model.from")  # as the engine gives train it
     with pytest.raises(InvalidInput) as e:
-        archs.build_model(section, published["dir"])
+        archs.build_model(section, published["dir"], parent=found)
     assert "gives 10 outputs" in e.value.message and "head: new" in e.value.hint
-    model = archs.build_model({**section, "head": "new"}, published["dir"])
+    model = archs.build_model({**section, "head": "new"}, published["dir"], parent=found)
     assert model(torch.zeros(2, 1, 16, 16)).shape == (2, 5)
     with pytest.raises(InvalidInput, match="matches none") as e:
         finetune.freeze(model, ["backbone.*"])

@@ -242,7 +242,7 @@ def test_a_model_from_parent_needs_nothing_on_the_worker(tmp_path):
     assert [s.state for s in local.stages] == ["done"]
     assert shipped.stages[0].key == local.stages[0].key and shipped.stages[0].outputs == local.stages[0].outputs
     pin = "cache:parents/tiny/1.0.0/cpu-fp32.json"
-    assert pin in Cache(Path(os.environ["ZOO_CACHE_DIR"])).lookup(shipped.stages[0].key).parts["code"]
+    assert pin in Cache(Path(os.environ["ZOO_CACHE_DIR"])).lookup(shipped.stages[0].key).parts["files"]
 
 
 def test_a_worker_whose_own_zoo_has_other_bytes_for_the_parent_refuses_it(tmp_path):
@@ -283,12 +283,12 @@ def test_the_parent_pin_records_what_is_read_and_stands_in_where_the_zoo_lacks_t
     from zoo.errors import InvalidInput
     from zoo.registry.store import LocalZoo
     from zoo.registry.testing import make_staging
-    from zoo_stages.lib import finetune
+    from zoo.engine import parents
 
     LocalZoo().publish(make_staging(tmp_path / "staging"))
-    section = {"from": "zoo:tiny@1.0.0", "build": "cpu-fp32"}
-    found = finetune.parent(section, tmp_path)
-    pin = finetune.pin_path("tiny", "1.0.0", "cpu-fp32")
+    ref = "zoo:tiny@1.0.0#cpu-fp32"  # model.from with model.build
+    found = parents.resolve(ref, tmp_path, where="model.from")
+    pin = parents.pin_path("tiny", "1.0.0", "cpu-fp32")
     assert json.loads(pin.read_text()) == {"schema_version": 2, "ref": "tiny@1.0.0", "build": "cpu-fp32",
                                            "file": "builds/cpu-fp32/model.onnx", "sha256": found.sha256,
                                            "sidecars": {}, "license": "mit", "outputs": [4]}
@@ -297,14 +297,14 @@ def test_the_parent_pin_records_what_is_read_and_stands_in_where_the_zoo_lacks_t
     copy = LocalZoo().version_dir("tiny", "1.0.0") / "builds" / "cpu-fp32" / "model.onnx"
     copy.parent.mkdir(parents=True)
     copy.write_bytes(found.path.read_bytes())
-    assert finetune.parent(section, tmp_path) == replace(found, path=copy)
+    assert parents.resolve(ref, tmp_path, where="model.from") == replace(found, path=copy, files=(pin, copy))
     copy.write_bytes(b"other bytes")
     with pytest.raises(IntegrityError):
-        finetune.parent(section, tmp_path)
+        parents.resolve(ref, tmp_path, where="model.from")
     pin.write_text(pin.read_text().replace("tiny@1.0.0", "tiny@2.0.0"))
     with pytest.raises(InvalidInput, match="not a pin of tiny@1.0.0"):
-        finetune.parent(section, tmp_path)
+        parents.resolve(ref, tmp_path, where="model.from")
     copy.unlink()
     pin.unlink()
     with pytest.raises(InvalidInput, match="not in the local zoo"):
-        finetune.parent(section, tmp_path)
+        parents.resolve(ref, tmp_path, where="model.from")

@@ -16,7 +16,9 @@ A section is a class deriving from `RecipeSection` that declares:
 - ``default``: the value a recipe without the section gets (None: the section is absent);
 
 and may override ``check`` for what the value alone cannot tell (a file beside the recipe, another
-registry). Its module is imported by every ``zoo validate``, ``plan`` and cached run, so it must be
+registry), and ``references`` to name the models of the zoo its value refers to (``model.from``),
+which the engine resolves and pins for the kinds that declare those fields (zoo/engine/parents.py;
+a kind reads them as ``context.references``, `zoo.stage.PinnedModel`). Its module is imported by every ``zoo validate``, ``plan`` and cached run, so it must be
 light: pydantic and the standard library, heavy imports inside ``check``.
 """
 
@@ -50,3 +52,10 @@ class RecipeSection:
     def check(cls, value: Any, recipe_dir: Path) -> None:
         """Refuse a validated `value` (never None) with `SectionError` for what its schema cannot tell;
         `recipe_dir` is the recipe's folder, which relative paths are read from."""
+
+    @classmethod
+    def references(cls, value: Any) -> dict[str, str]:
+        """The zoo models `value` names: {field, as the recipe writes it inside the section (``from``):
+        ``zoo:NAME@VERSION`` or ``zoo:NAME@VERSION#BUILD``}. `value` is plain data (never None), cut
+        to the fields one kind declares, so a kind is given exactly the models its key holds."""
+        return {}

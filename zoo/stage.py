@@ -56,6 +56,18 @@ The engine knows no kind by name; what it shows or checks after a run, a kind sa
   means the kind cannot say, so only identical bytes pass. The built-in kinds judge ONNX models by
   their outputs and training by held-out quality (zoo_stages/lib/equivalence.py).
 
+Zoo models a recipe names (``model.from: zoo:NAME@VERSION``): the engine resolves them, never the
+kind. A recipe section says which of its fields name one (`zoo.section.RecipeSection.references`);
+for a kind that declares such a field in ``shared``, the engine takes the model from the local zoo
+(its files checked against their sha256; offline: a version the zoo lacks must be published or
+pulled first) and pins what is read of it, before the stage's key is computed
+(zoo/engine/parents.py; resolved when the kind first reads it). The kind gets it as a `PinnedModel` in ``ctx.references`` /
+``context.references``, keyed by the field as the recipe writes it (``"model.from"``; absent when
+the recipe leaves the field out), reads only the files it names, and lists its ``files`` among its
+``dependencies`` where it reads them: so the model's bytes enter the stage's key under names that
+are the same on every machine, and travel to a Dask worker whose zoo lacks the version, where the
+engine resolves it again from the pin. A kind imports nothing of the model zoo (``zoo.registry``).
+
 Kinds must import heavy libraries (torch, onnx, onnxruntime) inside ``run``, never at module
 level: the engine imports kind modules to compute cache keys, and a fully cached run must not
 pay for those imports.
@@ -129,6 +141,28 @@ class RecipeInfo:
     @property
     def dir(self) -> Path:
         return self.path.parent
+
+
+@dataclass(frozen=True)
+class PinnedModel:
+    """A model of the local zoo that a recipe field names (``model.from: zoo:NAME@VERSION``), as the
+    engine resolved it for a stage (see the module docstring): one ONNX build, its files checked
+    against their sha256, and what is read of its manifest. Paths are read-only."""
+
+    ref: str  # NAME@VERSION
+    build: str  # the build the recipe names, or the version's float32 ONNX build
+    path: Path  # the build's ONNX file
+    sha256: str  # of that file
+    license: str  # the version's
+    outputs: tuple[int | str | None, ...]  # the shape of the build's first output
+    # what stands for the model in a key: the pin (what is read of its manifest), the ONNX file and
+    # its sidecars (external data); a kind that reads the model lists them in `dependencies`
+    files: tuple[Path, ...] = ()
+
+    @property
+    def source(self) -> str:
+        """The model as a recipe and a lineage name it: ``zoo:NAME@VERSION``."""
+        return f"zoo:{self.ref}"
 
 
 @dataclass(frozen=True)
@@ -323,6 +357,8 @@ class StageContext:
     record: str = ""  # the digest of this stage's lock record (key less code): what stamps may name
     publish: bool = True  # False while `zoo repro` rebuilds: no side effects outside out_dir
     lineage: Mapping[str, Any] = field(default_factory=dict)  # ancestor id -> lock record (kinds with lineage=True)
+    # the zoo models the kind's declared fields name, by field ("model.from"): see the module docstring
+    references: Mapping[str, PinnedModel] = field(default_factory=dict)
     # under `zoo run --frozen` / `zoo release`: the lockfile's output digests for this key on this
     # platform (see `lock_mismatch`); None otherwise
     locked_outputs: Mapping[str, str] | None = None
@@ -369,6 +405,8 @@ class KeyContext:
     recipe: RecipeInfo
     shared: Mapping[str, Any]
     matrix: Mapping[str, str]
+    # the zoo models the kind's declared fields name, by field ("model.from"): see the module docstring
+    references: Mapping[str, PinnedModel] = field(default_factory=dict)
 
     def resolve(self, path: str | Path) -> Path:
         p = Path(path).expanduser()

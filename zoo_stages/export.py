@@ -214,7 +214,7 @@ class Export(NumericOutputs, StageKind):
             from zoo_stages import exporters
             from zoo_stages.lib import finetune
 
-            deps.extend(finetune.dependencies(model, ctx.recipe.dir))  # the parent zoo model (model.from)
+            deps.extend(finetune.dependencies(ctx.references))  # the parent zoo model (model.from)
             framework = model.get("framework") or exporter_loader.DEFAULT_FRAMEWORK
             # files the model section names (a transformers pretrained folder)
             deps.extend((exporters.BUILTIN.get(framework) or exporter_loader.get(framework)).dependencies(
@@ -298,7 +298,7 @@ def _provenance(inputs: Inputs, context: StageContext, ref: SourceRef | None, fi
     attribution = provenance.upstream_attribution(inputs)
     if field == "weights":  # a network from the zoo (model.from) credits its parent, which the lineage then names
         attribution = provenance.merge_attribution(
-            attribution, finetune.attribution(dict(context.shared.get("model") or {}), context.recipe.dir))
+            attribution, finetune.attribution(context.references))
     if ref is not None and source is not None:
         digest = export_io.source_digest(source)
         sources[field] = f"sha256:{digest}"

@@ -149,7 +149,7 @@ class Train(NumericOutputs, StageKind):
         model = ctx.shared.get("model") or {}
         if model.get("entry"):
             deps.append(archs.entry_file(model["entry"], ctx.recipe.dir, "model.entry"))
-        deps.extend(finetune.dependencies(model, ctx.recipe.dir))  # the parent zoo model's ONNX file
+        deps.extend(finetune.dependencies(ctx.references))  # the parent zoo model's pin and ONNX files
         deps.extend(hf_models.pretrained_files(model, ctx.recipe.dir).values())  # a transformers folder
         if ctx.shared.get("data"):
             deps.extend(datasets.data_dependencies(dict(ctx.shared["data"]), ctx.recipe.dir))
@@ -163,11 +163,12 @@ class Train(NumericOutputs, StageKind):
         framework = (context.shared.get("model") or {}).get("framework")
         if framework in ENTRY_FRAMEWORKS or framework in ESTIMATOR_FRAMEWORKS or set(locked) != {"checkpoint"}:
             return super().equivalence(locked, rebuilt, config, context)
-        from zoo_stages.lib import training_quality
+        from zoo_stages.lib import finetune, training_quality
 
         return training_quality.compare_checkpoints(Path(locked["checkpoint"]), Path(rebuilt["checkpoint"]),
                                                     context.shared, context.recipe.dir,
-                                                    tolerance=context.quality_tolerance)
+                                                    tolerance=context.quality_tolerance,
+                                                    parent=finetune.parent(context.references))
 
     def run(self, inputs: Inputs, config: TrainConfig, context: StageContext) -> Mapping[str, Path]:
         framework = (context.shared.get("model") or {}).get("framework")
@@ -213,7 +214,8 @@ class Train(NumericOutputs, StageKind):
 
         threads = config.threads or context.threads
         with _deterministic(config.seed, threads):
-            model = archs.build_model(model_section, context.recipe.dir, **sizes)
+            model = archs.build_model(model_section, context.recipe.dir, parent=finetune.parent(context.references),
+                                      **sizes)
             if config.freeze:
                 finetune.freeze(model, config.freeze)
             started = time.perf_counter()

@@ -113,25 +113,22 @@ class Script(StageKind):
 
 
 class Parent(StageKind):
-    """Reads the recipe's `model.from` parent as train and export do (zoo_stages.lib.finetune: its
-    pin and ONNX file are its dependencies) and writes what it read: the pinned description and
-    the sha256 of the file it found."""
+    """Reads the recipe's `model.from` parent as train and export do: the engine resolves it
+    (zoo/engine/parents.py) and hands it over in `references`; its pin and ONNX file are the kind's
+    dependencies. Writes what it read: the pinned description and the sha256 of the file it found."""
 
     name = "parent"
     shared = ("model.from", "model.build")
     outputs = ("data",)
 
     def dependencies(self, config, ctx):
-        from zoo_stages.lib import finetune
-
-        return finetune.dependencies(dict(ctx.shared.get("model") or {}), ctx.recipe.dir)
+        found = ctx.references.get("model.from")
+        return list(found.files) if found else []
 
     def run(self, inputs, config, context):
         import hashlib
 
-        from zoo_stages.lib import finetune
-
-        found = finetune.parent(dict(context.shared.get("model") or {}), context.recipe.dir)
+        found = context.references["model.from"]
         out = context.output_path("data.txt")
         out.write_text(f"{found.ref} {found.build} {found.license} {list(found.outputs)} {found.sha256} "
                        f"{hashlib.sha256(found.path.read_bytes()).hexdigest()}")

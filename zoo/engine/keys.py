@@ -154,7 +154,12 @@ def code_digests(kind: str, hashes: StatCache) -> dict[str, str]:
 
 
 def key_context(recipe: Recipe, node: Node) -> KeyContext:
-    return KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix)
+    """What the stage's kind lists its dependencies with: the zoo models its declared fields name
+    already resolved and pinned (zoo/engine/parents.py), so their files can enter the key."""
+    from zoo.engine import parents
+
+    return KeyContext(recipe=recipe_info(recipe), shared=shared_sections(recipe, node), matrix=node.instance.matrix,
+                      references=parents.StageReferences(shared_values(recipe, node), recipe.path.parent))
 
 
 def file_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str]:
@@ -176,7 +181,8 @@ def tools_used(recipe: Recipe, node: Node) -> tuple[str, ...]:
 def dependency_label(dep: Path, recipe_dir: Path) -> str:
     """The name a dependency has in a key, the same wherever the machine keeps its folders, so keys
     (and the remote run cache) are shared: files in zoo's own folders are named from their root
-    (``zoo-home:blobs/…`` for a `model.from` parent, ``cache:dvc/pins/…`` for a DVC pin), since
+    (``zoo-home:models/…`` and ``cache:parents/…`` for a `model.from` parent, zoo/engine/parents.py;
+    ``cache:dvc/pins/…`` for a DVC pin), since
     ZOO_HOME and the cache live at other paths on other machines; files in the recipe's folder
     relative to it (``data/x.csv``); anything else by its absolute path, which is how a recipe names
     a file outside its project (a recipe that moves, as `zoo import`'s does when pulled, keeps it)."""

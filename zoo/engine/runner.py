@@ -449,7 +449,8 @@ class Runner:
                                shared=keys.shared_sections(self.dag.recipe, node), matrix=dict(node.instance.matrix),
                                key=entry.key, record=report.record or "", publish=True,
                                log=logging.getLogger(f"zoo.stage.{node.id}"),
-                               inputs=Inputs(self._upstream(node)), entry_metrics=dict(entry.metrics))
+                               inputs=Inputs(self._upstream(node)), entry_metrics=dict(entry.metrics),
+                               references=keys.key_context(self.dag.recipe, node).references)
         outputs = self.cache.output_paths(entry)
         try:
             if redo:

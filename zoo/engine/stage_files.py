@@ -3,7 +3,7 @@ the caller (zoo/engine/remote_stage.py).
 
 What a stage reads from the recipe's folder (model code, a training script, a CSV, a tokenizer
 folder) and from zoo's own folders (``zoo-home:models/…`` and ``cache:parents/…`` of a `model.from`
-parent: its ONNX files and pin; ``cache:dvc/…`` of a DVC pin) is what its kind's `dependencies` names: the list whose digests enter the stage's key
+parent: its ONNX files and pin, zoo/engine/parents.py; ``cache:dvc/…`` of a DVC pin) is what its kind's `dependencies` names: the list whose digests enter the stage's key
 (zoo.engine.keys.code_digests). Shipping exactly that list means nothing the stage reads goes
 unshipped and nothing shipped is unkeyed.
 
@@ -60,12 +60,14 @@ class FileManifest:
 
 def stage_dependencies(task: "StageTask") -> list[Path]:
     """The files and folders `task`'s kind declares as dependencies: those whose digests are in its key."""
-    from zoo.engine import kind_loader
+    from zoo.engine import kind_loader, parents
     from zoo.stage import KeyContext
 
     cls = kind_loader.get(task.kind)
     config = cls.Config.model_validate(task.config)
-    ctx = KeyContext(recipe=task.recipe, shared=task.shared, matrix=task.matrix)
+    # on a worker, after `materialise`: a model its zoo lacks is resolved from the shipped pin
+    ctx = KeyContext(recipe=task.recipe, shared=task.shared, matrix=task.matrix,
+                     references=parents.StageReferences(task.shared, task.recipe.dir))
     return [Path(dep) for dep in cls().dependencies(config, ctx)]
 
 

@@ -178,7 +178,7 @@ def _start_parent_watchdog(parent_pid: int, interval_s: float = 1.0) -> None:
 def execute(task: StageTask) -> StageResult:
     """Run the stage; its result holds the outputs, metrics and effects, or the error it failed with."""
     from zoo import host
-    from zoo.engine import kind_loader
+    from zoo.engine import kind_loader, parents
     from zoo.stage import Inputs, StageContext
 
     started = time.perf_counter()
@@ -195,7 +195,8 @@ def execute(task: StageTask) -> StageResult:
             context = StageContext(stage_id=task.stage_id, out_dir=out_dir, work_dir=work_dir, recipe=task.recipe,
                                    shared=task.shared, matrix=task.matrix, threads=task.threads, key=task.key,
                                    record=task.record, publish=task.publish, lineage=task.lineage,
-                                   locked_outputs=task.locked_outputs, log=logger)
+                                   locked_outputs=task.locked_outputs, log=logger,
+                                   references=parents.StageReferences(task.shared, task.recipe.dir))
             logger.info("stage %s (%s) starting with %d thread(s)", task.stage_id, task.kind, task.threads)
             returned = kind.run(inputs, config, context) or {}
             outputs = _relative_outputs(returned, out_dir, cls)

@@ -215,9 +215,9 @@ class _Checker:
             return StageCheck(sid, DIFFERS, details + _digest_lines(locked.outputs, report.outputs))
         node = self.dag.nodes[sid]
         real.hold(keys=[old_entry.key])
-        context = EquivalenceContext(recipe=keys.recipe_info(self.dag.recipe),
-                                     shared=keys.shared_sections(self.dag.recipe, node),
-                                     matrix=node.instance.matrix, quality_tolerance=self.quality_tolerance)
+        known = keys.key_context(self.dag.recipe, node)
+        context = EquivalenceContext(recipe=known.recipe, shared=known.shared, matrix=known.matrix,
+                                     references=known.references, quality_tolerance=self.quality_tolerance)
         verdict = _equivalence(kind_loader.get(node.kind)(), real.output_paths(old_entry),
                                scratch.output_paths(new_entry), node.instance.config, context)
         if verdict is None:

@@ -82,7 +82,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
     import numpy as np
     import torch
 
-    from zoo_stages.lib import archs, tasks
+    from zoo_stages.lib import archs, finetune, tasks
 
     model_section = _with_weights_arch(dict(context.shared.get("model") or {}), config.weights if label == "weights"
                                        else None)
@@ -100,7 +100,8 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
         sizes["in_channels"] = ports[0].example[-1 if sizes["layout"] == "NHWC" else 1]
     vocab = int(model_section.get("vocab_size") or sizes.get("vocab_size") or 2)
     with _torch_threads(context.threads):
-        model = checkpoints.build_with_weights(model_section, context.recipe.dir, weights, label, **sizes)
+        model = checkpoints.build_with_weights(model_section, context.recipe.dir, weights, label,
+                                               parent=finetune.parent(context.references), **sizes)
         work = context.work_dir / "export"
         if work.exists():
             shutil.rmtree(work)

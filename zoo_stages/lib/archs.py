@@ -200,7 +200,7 @@ def data_sizes(model_section: Mapping[str, Any], data: Mapping[str, Any] | None,
 
 def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, layout: str = "NCHW",
                 in_features: int | None = None, vocab_size: int | None = None, outputs: int | None = None,
-                pretrained_weights: bool = True) -> Any:
+                pretrained_weights: bool = True, parent: Any = None) -> Any:
     """The torch.nn.Module described by the recipe's ``model:`` section (random weights, except a
     transformers model's pretrained folder when `pretrained_weights`).
 
@@ -208,6 +208,8 @@ def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, 
     image settings, or the export's input shape), `in_features` for mlp (the table's width),
     `vocab_size` for bert (and a transformers config) when the section has none (the
     tokenizer's); `outputs` is the output width (default ``model.num_classes``; 1 for a regression task).
+    `parent`: the zoo model ``model.from`` names, as the engine resolved it for the stage
+    (`finetune.parent(context.references)`, a `zoo.stage.PinnedModel`).
     """
     if not isinstance(model_section, dict) or not model_section:
         raise InvalidInput("this stage needs the recipe's `model:` section",
@@ -225,7 +227,7 @@ def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, 
     if model_section.get("from"):
         from zoo_stages.lib import finetune
 
-        return finetune.build_model(model_section, Path(recipe_dir), outputs=width)
+        return finetune.build_model(model_section, parent, outputs=width)
     if entry:
         fn = load_function(entry, Path(recipe_dir), field="model.entry")
         model = fn(num_classes=width, in_channels=in_channels)

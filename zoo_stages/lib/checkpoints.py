@@ -29,7 +29,7 @@ def save_checkpoint(model, target: Path) -> Path:
 
 def build_with_weights(model_section: dict, recipe_dir: Path, weights: Path, label: str, **sizes):
     """The recipe's model with `weights` loaded, in eval mode (`sizes`: `archs.build_model`'s
-    keywords, what the data decides).
+    keywords, what the data decides, and a `model.from` recipe's ``parent``).
 
     The module is first built on torch's meta device: its random initialisation (0.4-0.7 s for
     AlexNet's 61M parameters) would be overwritten anyway, so the loaded tensors are assigned

@@ -24,8 +24,9 @@ from zoo.stage import Equivalence
 
 
 def compare_checkpoints(locked: Path, rebuilt: Path, shared: Mapping[str, Any], recipe_dir: Path, *,
-                        tolerance: float) -> Equivalence:
-    """Whether the `rebuilt` checkpoint is as good as the `locked` one on the held-out split."""
+                        tolerance: float, parent: Any = None) -> Equivalence:
+    """Whether the `rebuilt` checkpoint is as good as the `locked` one on the held-out split
+    (`parent`: a `model.from` recipe's parent model, which the network is built from)."""
     import numpy as np
     import torch
 
@@ -43,7 +44,7 @@ def compare_checkpoints(locked: Path, rebuilt: Path, shared: Mapping[str, Any], 
     first = next(iter(x_val.values()))
     width = int(np.prod(first.shape[1:])) if first.ndim > 1 else 1
     sizes = archs.data_sizes(model_section, data, recipe_dir, regression=kind == "regression", width=width)
-    models = [checkpoints.build_with_weights(model_section, recipe_dir, p, label, **sizes)
+    models = [checkpoints.build_with_weights(model_section, recipe_dir, p, label, parent=parent, **sizes)
               for p, label in ((locked, "the locked checkpoint"), (rebuilt, "the rebuilt checkpoint"))]
     with torch.no_grad():
         figures = [torch_eval.evaluate(m, x_val, val.labels, kind, 256) for m in models]

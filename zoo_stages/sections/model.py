@@ -2,14 +2,16 @@
 
 `ModelSpec` is the section's schema (a field only some architectures read is refused for the
 others, at its YAML line); `ModelSection.check` asks the exporter `model.framework` names
-(`zoo.engine.exporter_loader`) whether it accepts the section, e.g. an estimator train can fit.
+(`zoo.engine.exporter_loader`) whether it accepts the section, e.g. an estimator train can fit;
+`ModelSection.references` names the parent model of `model.from` (with its `model.build`), which the
+engine resolves and pins for train and export (zoo/engine/parents.py, `context.references`).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -197,3 +199,12 @@ class ModelSection(RecipeSection):
             field = tuple(getattr(e, "field", ()) or ())
             raise SectionError(str(e), field if field and field[0] in value.model_fields_set else (),
                                hint=getattr(e, "hint", None)) from None
+
+    @classmethod
+    def references(cls, value: Mapping[str, Any]) -> dict[str, str]:
+        """`from` names the parent model; `build` one of its builds (without it, the version's float32
+        ONNX build): ``zoo:NAME@VERSION#BUILD``. Only where the kind declares the fields."""
+        parent, build = value.get("from"), value.get("build")
+        if not parent:
+            return {}
+        return {"from": f"{parent}#{build}" if build else str(parent)}
