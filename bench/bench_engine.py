@@ -5,8 +5,11 @@
    then fully cached rerun (goal ≤ 0.15 s), side by side with an equivalent 6-stage dvc.yaml under
    `dvc repro` (dvc in a temporary venv), in the same run: medians and ratio (goal ≤ 0.3× DVC's
    no-op repro).
+3. With `--against REV`: `zoo --help` and the cached rerun of this checkout side by side with
+   those of another commit (a temporary git worktree of REV, its own code on PYTHONPATH), timed
+   interleaved in the same run so the host's load falls on both alike.
 
-    .venv/bin/python bench/bench_engine.py [--size-mb 230] [--repeat 7] [--dvc-venv DIR]
+    .venv/bin/python bench/bench_engine.py [--size-mb 230] [--repeat 7] [--dvc-venv DIR] [--against REV] [--skip-dvc]
 """
 
 from __future__ import annotations
@@ -83,11 +86,47 @@ def ensure_dvc_venv(venv: Path) -> Path:
     return dvc
 
 
+def interleaved(commands: dict[str, tuple[list[str], Path, dict]], repeat: int) -> dict[str, float]:
+    """The median wall time of each command, run in turn `repeat` times (a, b, a, b, ...)."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(repeat):
+        for name, (cmd, cwd, env) in commands.items():
+            times[name].append(timed(cmd, cwd, env))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def against(rev: str, work: Path, env: dict, size_mb: int, repeat: int) -> None:
+    """`zoo --help` and the cached rerun here and at `rev`, side by side."""
+    tree = work / "against"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), rev], cwd=REPO, check=True)
+    try:
+        sides = {}
+        for name, root in (("this checkout", REPO), (rev, tree)):
+            folder = work / f"side-{len(sides)}"
+            folder.mkdir()
+            (folder / "bench.yaml").write_text(zoo_recipe(size_mb))
+            side_env = dict(env, PYTHONPATH=os.pathsep.join([str(root), str(root / "tests" / "plugins")]),
+                            ZOO_CACHE_DIR=str(folder / "cache"), ZOO_HOME=str(folder / "home"))
+            timed(ZOO + ["run", "bench.yaml"], folder, side_env)  # cold: fills this side's cache
+            sides[name] = (folder, side_env)
+        helps = interleaved({n: (ZOO + ["--help"], f, e) for n, (f, e) in sides.items()}, repeat)
+        reruns = interleaved({n: (ZOO + ["run", "bench.yaml"], f, e) for n, (f, e) in sides.items()}, repeat)
+        here, there = list(sides)
+        print()
+        print(f"{'':<28}{here:>16}{there:>16}{'ratio':>8}")
+        print(f"{'zoo --help (s)':<28}{helps[here]:>16.3f}{helps[there]:>16.3f}{helps[here] / helps[there]:>8.2f}")
+        print(f"{'cached rerun (s)':<28}{reruns[here]:>16.3f}{reruns[there]:>16.3f}{reruns[here] / reruns[there]:>8.2f}")
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=int, default=230)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--dvc-venv", type=Path, default=None, help="reuse a venv with dvc (default: a new temp one)")
+    parser.add_argument("--against", metavar="REV", help="also time --help and the cached rerun at commit REV")
+    parser.add_argument("--skip-dvc", action="store_true", help="leave out the dvc side")
     args = parser.parse_args()
 
     env = dict(os.environ)
@@ -105,6 +144,10 @@ def main() -> None:
         cold = timed(ZOO + ["run", "bench.yaml"], zdir, zenv)
         cached = median_of(ZOO + ["run", "bench.yaml"], zdir, zenv, args.repeat)
         print(f"zoo 6 stages, {args.size_mb} MB artifact: cold {cold:.2f} s, cached rerun median {cached:.3f} s", flush=True)
+        if args.against:
+            against(args.against, work, env, args.size_mb, args.repeat)
+        if args.skip_dvc:
+            return
 
         venv = args.dvc_venv or (work / "dvc-venv")
         dvc = ensure_dvc_venv(venv)
