@@ -199,6 +199,25 @@ def test_editing_a_module_a_plugin_kind_imports_changes_its_key_and_no_other_edi
     assert [m for m in code if changed[m] != code[m]] == ["kind:ikplug.leaf"]
 
 
+def test_imports_inside_an_equivalence_hook_enter_no_key():
+    """`equivalence` judges rebuilt outputs under `zoo repro --check` and makes none: what it imports
+    is not in the key (import_closure.UNKEYED_HOOKS); the same import in any other function is."""
+    source = b"""
+class Kind:
+    def equivalence(self, locked, rebuilt, config, context):
+        from pkg import judge
+        import pkg.judge_more
+    def run(self):
+        from pkg import maker
+def equivalence():
+    from pkg import judged_too
+"""
+    names = {n for _, n, _ in import_closure.parse_statements(source)} | {
+        f"{n}.{a}" for _, n, names in import_closure.parse_statements(source) for a in names or ()}
+    assert "pkg.maker" in names
+    assert not {"pkg.judge", "pkg.judge_more", "pkg.judged_too"} & names
+
+
 def test_an_edit_to_an_imported_module_reruns_the_stage_and_says_which(plugin, tmp_path):
     folder = tmp_path / "r"
     folder.mkdir()
@@ -273,6 +292,13 @@ def test_zoos_plumbing_is_in_no_key_and_a_kinds_own_code_is_in_its_own(tmp_path)
     _touch(own, own.read_text() + "\n# edited\n")
     after = plan()
     assert after["train"] == before["train"] and after["export"] != before["export"]
+    # the parity check: export runs it, train only judges with it under `zoo repro --check` (its
+    # `equivalence` hook, whose imports no key follows)
+    parity = src / "zoo_stages" / "lib" / "parity.py"
+    _touch(parity, parity.read_text() + "\n# edited\n")
+    judged = plan()
+    assert judged["train"] == after["train"] and judged["export"] != after["export"]
+    after = judged
     # a module zoo names as computing a kind's bytes (KEYED_ZOO_MODULES): in the keys of the kinds importing it
     wire = src / "zoo" / "onnxwire.py"
     _touch(wire, wire.read_text() + "\n# edited\n")

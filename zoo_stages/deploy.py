@@ -68,7 +68,7 @@ from zoo.files import atomic_copy, atomic_write
 from zoo.manifest import BUILD_RE, MANIFEST_FILE, Build, FileRef, Lineage, Manifest, file_ref, read_manifest
 from zoo.stage import (PUBLISHED, Column, Effect, Inputs, KeyContext, KindConfig, ReportTable, StageContext, StageKind,
                        Upstream, published_manifest)
-from zoo_stages.lib.equivalence import NumericOutputs
+from zoo_stages.lib.numeric_outputs import NumericOutputs
 from zoo_stages.lib.conversion_check import BATCH_SIZE, ConversionCheck
 from zoo_stages.lib.step_log import StepLog
 from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE

@@ -62,7 +62,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
-from zoo_stages.lib.equivalence import NumericOutputs
+from zoo_stages.lib.numeric_outputs import NumericOutputs
 from zoo_stages.exporters.base import ExportJob
 from zoo_stages.lib import export_io
 from zoo_stages.lib.archs import BUILD_FIELDS

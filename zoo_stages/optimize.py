@@ -37,7 +37,7 @@ from pydantic import Field, field_validator
 
 from zoo.errors import InvalidInput, StageFailed
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind
-from zoo_stages.lib.equivalence import NumericOutputs
+from zoo_stages.lib.numeric_outputs import NumericOutputs
 from zoo_stages.lib import onnx_fields
 
 

@@ -71,7 +71,7 @@ from pydantic import Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, StageFailed
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
-from zoo_stages.lib.equivalence import NumericOutputs
+from zoo_stages.lib.numeric_outputs import NumericOutputs
 from zoo_stages.lib import quant_ops, tasks
 from zoo_stages.lib.quant_select import candidates_table, select_candidate
 from zoo_stages.lib.quant_settings import CANDIDATES, Settings, resolve, saturation_hint

@@ -70,7 +70,7 @@ from pydantic import Field, model_validator
 
 from zoo.errors import InvalidInput
 from zoo.stage import Equivalence, EquivalenceContext, Inputs, KeyContext, KindConfig, StageContext, StageKind
-from zoo_stages.lib.equivalence import NumericOutputs
+from zoo_stages.lib.numeric_outputs import NumericOutputs
 from zoo_stages.lib import checkpoints, torch_eval
 from zoo_stages.lib.archs import BUILD_FIELDS
 from zoo_stages.lib.datasets import Split

@@ -60,7 +60,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import (Column, Effect, GateOutcome, Inputs, KeyContext, KindConfig, ReportTable, StageContext,
                        StageKind)
-from zoo_stages.lib.equivalence import NumericOutputs
+from zoo_stages.lib.numeric_outputs import NumericOutputs
 from zoo_stages.lib import gates as gatelib
 from zoo_stages.lib import tasks
 from zoo_stages.lib.step_log import StepLog

@@ -234,7 +234,7 @@ class KernelsConfig(KindConfig):
 
 
 def _kernels_base():
-    from zoo_stages.lib.equivalence import NumericOutputs
+    from zoo_stages.lib.numeric_outputs import NumericOutputs
 
     return NumericOutputs
 

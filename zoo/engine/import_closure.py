@@ -13,7 +13,8 @@ library, numpy, torch (their versions enter keys as the tools the stage uses).
 Files are found the way the import system would find them: the top-level package by
 `importlib.util.find_spec` (which imports nothing for a top-level name), its submodules by path
 below it. Not followed: imports by a computed name (``importlib.import_module(f"…")``); a kind
-that loads project code that way must name the files in its ``dependencies``.
+that loads project code that way must name the files in its ``dependencies``; and imports inside
+a function named like a hook that makes no output (`UNKEYED_HOOKS`: ``equivalence``).
 
 Parsing is the costly part (about 2 ms a file, 40 files for a built-in kind, 100 for a recipe's
 six), so each file's import statements are remembered by (path, inode, size, mtime_ns): per
@@ -38,7 +39,12 @@ from zoo.engine.hashing import StatCache
 
 # (level, module, names): `import a.b` is (0, "a.b", None); `from ..a import b, c` is (2, "a", ("b", "c"))
 Statement = tuple[int, str, tuple[str, ...] | None]
-IMPORTS_FORMAT = "imports/1"  # the StatCache label of parsed statements; bump it when Statement changes
+IMPORTS_FORMAT = "imports/2"  # the StatCache label of parsed statements; bump it when what is parsed changes
+# StageKind hooks that compute no output byte and run outside a stage (`zoo repro --check` judges
+# rebuilt outputs with `equivalence`): the imports inside a function of that name are not
+# followed, so the judging code (zoo_stages/lib/equivalence.py, the parity check it uses) enters
+# no key. A kind must not call such a hook from `run`.
+UNKEYED_HOOKS = frozenset({"equivalence"})
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,8 @@ def parse_statements(source: bytes, filename: str = "<source>") -> list[Statemen
         elif isinstance(node, ast.If) and _is_type_checking(node.test):
             todo.extend(node.orelse)  # `if TYPE_CHECKING:` never runs
             continue
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in UNKEYED_HOOKS:
+            continue  # runs only to judge outputs, never to make them
         for attr in ("body", "orelse", "finalbody", "handlers", "cases"):
             todo.extend(getattr(node, attr, None) or ())
     return found  # in a fixed order (the walk's): the memo's text is stable

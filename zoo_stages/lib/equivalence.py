@@ -44,7 +44,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from zoo.stage import Equivalence, EquivalenceContext
+from zoo.stage import Equivalence
 from zoo_stages.lib.parity import Tolerance
 
 MODEL_TOLERANCE = Tolerance(atol=1e-4, rtol=1e-3)  # a float model's outputs on other kernels (a conversion's)
@@ -59,19 +59,6 @@ QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantiz
 # figures of a build against a reference run on the same machine: they move with the kernels
 PARITY_FIGURES = frozenset({"max_abs", "max_rel", "mean_abs", "cosine", "cosine_min", "top1_agreement",
                             "exact_match", "violations", "worst_excess", "passed"})
-
-
-class NumericOutputs:
-    """Mixin for a kind whose outputs are judged file by file as above (the built-in kinds)."""
-
-    equivalence_tolerance: Tolerance = MODEL_TOLERANCE
-    derived_files: tuple[str, ...] = ()  # glob patterns (file names) of files not compared
-
-    def equivalence(self, locked: Mapping[str, Path], rebuilt: Mapping[str, Path], config: Any,
-                    context: EquivalenceContext | None) -> Equivalence:
-        quality = context.quality_tolerance if context is not None else QUALITY_TOLERANCE
-        return compare_outputs(locked, rebuilt, tolerance=self.equivalence_tolerance, derived=self.derived_files,
-                               quality_tolerance=quality)
 
 
 def compare_outputs(locked: Mapping[str, Path], rebuilt: Mapping[str, Path], *,
