@@ -178,3 +178,36 @@ def test_a_skops_checkpoint_with_an_unknown_type_is_refused(tmp_path):
         sk.load(forged)
     loaded = sk.load(checkpoint)
     assert type(loaded).__name__ == "GradientBoostingClassifier"
+
+
+_CONVERT_TWICE = """
+import hashlib
+import numpy as np
+from sklearn.ensemble import GradientBoostingClassifier
+from zoo_stages.exporters.base import sort_opset_imports
+from zoo_stages.exporters.sklearn import SklearnExporter
+
+x = np.random.default_rng(0).random((40, 3), dtype=np.float32)
+model = GradientBoostingClassifier(n_estimators=3, random_state=0).fit(x, (x[:, 0] > 0.5).astype(int))
+proto = SklearnExporter().to_onnx(model, "features", 3, 15)
+proto.graph.name = "m"
+sort_opset_imports(proto)
+print([o.domain for o in proto.opset_import], hashlib.sha256(proto.SerializeToString()).hexdigest())
+"""
+
+
+def test_an_estimators_onnx_bytes_do_not_follow_pythons_hash_seed():
+    """skl2onnx collects opset imports in a set: under other hash seeds (each stage is a new
+    process) the same model came out in other bytes. In domain order, every seed gives one file."""
+    import os
+    import subprocess
+    import sys
+
+    outs = set()
+    for seed in ("0", "1", "2", "3", "4", "5"):
+        proc = subprocess.run([sys.executable, "-c", _CONVERT_TWICE], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONHASHSEED=seed))
+        assert proc.returncode == 0, proc.stderr
+        outs.add(proc.stdout.strip())
+    assert len(outs) == 1, outs
+    assert next(iter(outs)).startswith("['', 'ai.onnx.ml']")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from cli_helpers import zoo as zoo_cli
 from conftest import REPO
+from zoo.engine import lockfile
 from zoo.registry import api as registry
 from zoo.registry.store import LocalZoo
 from zoo.registry.testing import moto_s3
@@ -107,13 +109,14 @@ def test_pull_back_into_a_fresh_zoo_home(rel, tmp_path):
     released = yaml.safe_load((dest / "zoo.lock").read_text())
     recipe_lock = yaml.safe_load(rel["lock_before"])
     assert released["recipe"] == recipe_lock["recipe"]
-    # the release's records name no platform class (its bytes depend on its key alone); the
+    # the release's records name no platform class (its bytes depend on its records alone); the
     # recipe's lock files them under the class of this machine, which built them
     (records,) = released["platforms"].values()
     ours = recipe_lock["platforms"][platform_class()]
     assert list(released["platforms"]) == ["unknown"] and set(records) == set(ours) - {"deploy"}
     for sid, stage in records.items():
-        assert (stage["key"], stage["outputs"]) == (ours[sid]["key"], ours[sid]["outputs"])
+        assert lockfile.record_identity(stage) == lockfile.record_identity(ours[sid])  # what built them
+        assert stage["outputs"] == ours[sid]["outputs"] and "key" not in stage and "code" not in stage
     stmt = json.loads((dest / "provenance.intoto.json").read_text())
     subjects = {s["name"]: s["digest"]["sha256"] for s in stmt["subject"]}
     assert subjects == {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
@@ -134,6 +137,20 @@ def test_rerunning_the_same_release_is_a_no_op(rel):
     assert again["builds"] == rel["first"]["builds"] and again["files"] == rel["first"]["files"]
     cli = _release(rel)  # the human-readable form says so too
     assert cli.code == 0 and "already on prod with the same bytes" in cli.out, cli.text
+
+
+def test_a_code_change_that_moves_no_byte_releases_the_same_bytes_with_a_note(rel, tmp_path):
+    """Another kind epoch (zoo.stage.KIND_EPOCH: in every key, in no lock record) stands for an
+    upgrade of zoo that changed the kinds' code: every stage rebuilds, the bytes are the locked ones,
+    so the release is the same (a no-op) and says why the stages ran."""
+    (tmp_path / "sitecustomize.py").write_text("import zoo.stage\nzoo.stage.KIND_EPOCH += 1\n")
+    env = dict(rel["env"], PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    cli = zoo_cli("release", rel["recipe"], "--version", "1.0.0", "--to", "prod", "--json", env=env, timeout=900)
+    assert cli.code == 0, cli.text
+    out = json.loads(cli.out)
+    assert out["noop"] is True and len(out["executed"]) == 6
+    assert any("train: rebuilt (code changed: kind epoch 1 → 2)" in n for n in out["notes"]), out["notes"]
+    assert (rel["base"] / "lenet-digits.lock").read_text() == rel["lock_before"]
 
 
 def test_version_must_match_the_recipe(rel):

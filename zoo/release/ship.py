@@ -115,6 +115,7 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
                         executed=[s.id for s in result.stages if s.state == StageState.RAN],
                         cached=[s.id for s in result.stages if s.state == StageState.CACHED],
                         lock_changed=result.lock_changed)
+    out.notes.extend(result.notes)  # e.g. a stage rebuilt for a code change whose bytes are the locked ones
     out.gates = _check_gates(result, out.notes)
 
     manifest = _local_version(zoo, result, publisher_id, release_output, dag.recipe.name, version, out.notes)

@@ -144,6 +144,17 @@ TORCH_FIELDS = ("arch", "entry", "hidden", "dropout", "hidden_size", "num_layers
 TRANSFORMERS_FIELDS = ("architecture", "config", "pretrained")
 
 
+def sort_opset_imports(proto: Any) -> None:
+    """Put the model's opset imports in domain order. skl2onnx (and onnxmltools) collect them in a
+    set, so their order, and the file's bytes, followed Python's string hash seed: one run in
+    three gave other bytes for the same model."""
+    ordered = sorted(proto.opset_import, key=lambda o: (o.domain, o.version))
+    entries = [(o.domain, o.version) for o in ordered]
+    del proto.opset_import[:]
+    for domain, version in entries:
+        proto.opset_import.add(domain=domain, version=version)
+
+
 def refuse_transformers_fields(model: Mapping[str, Any], framework: str) -> None:
     """ModelFieldError for a transformers field in another framework's model section."""
     for field in TRANSFORMERS_FIELDS:
@@ -221,6 +232,7 @@ class EstimatorExporter(Exporter):
         name_batch_axis(proto)
         onnx_io.fix_ir_version(proto)
         proto.graph.name = type(model).__name__  # onnxmltools names the graph with a random uuid
+        sort_opset_imports(proto)
         proto.doc_string = ""
         proto.graph.doc_string = ""
         provenance.stamp(proto, job.props)

@@ -23,7 +23,9 @@ byte-deterministic (sorted keys, no timestamps, no host paths):
   format), i.e. exactly what `zoo repro` needs to rebuild it.
 - ``provenance.intoto.json``: an in-toto Statement v1 with a SLSA provenance v1 predicate:
   subjects are the release's build files (sha256), materials are the stages' outputs, the
-  dataset split and third-party sources, the builder is zoo at its kind epoch (`zoo.stage.KIND_EPOCH`).
+  dataset split and third-party sources; the builder is zoo, with no version (neither zoo's version
+  nor the kind epoch is in any lock record: a statement naming them would change with an upgrade
+  that moves no other byte).
 
 License propagation: each stamping stage reads ``zoo.attribution`` from its upstream ONNX
 models and adds its own third-party sources (export's ``weights:`` / ``onnx:``), so the
@@ -296,11 +298,10 @@ def statement(*, subjects: Iterable[tuple[str, str]], recipe: Any, record: str, 
         if notes:
             dep["annotations"] = notes
         dependencies.append(dep)
-    from zoo.stage import KIND_EPOCH
-
     run_details: dict[str, Any] = {
-        # zoo's version is not in any key, so it must not be in the bytes: the kind epoch stands for it
-        "builder": {"id": "urn:zoo-onnx:builder:zoo", "version": {"kind-epoch": str(KIND_EPOCH)}},
+        # no version: the bytes may hold only what the stage's record holds (the stages' kind
+        # versions are in internalParameters.stages and the publisher)
+        "builder": {"id": "urn:zoo-onnx:builder:zoo"},
         "metadata": {"invocationId": f"urn:zoo-onnx:stage-record:{record or 'unknown'}"},
     }
     if lock_sha256:
