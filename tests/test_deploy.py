@@ -18,7 +18,7 @@ from zoo.errors import GateFailed, InvalidInput, StageFailed
 from zoo.engine.hashing import hash_file_uncached
 from zoo.registry.manifest import MANIFEST_FILE, Manifest
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
-from zoo_stages.deploy import Deploy
+from zoo_stages.deploy.kind import Deploy
 from zoo_stages.lib.datasets import load_split
 from zoo_stages.lib.modelcard import parse_front_matter
 from data_helpers import xy
@@ -514,7 +514,7 @@ def test_kind_is_registered_and_import_is_light():
 
     assert kind_loader.get("deploy") is Deploy
     assert Deploy.outputs == ("release",) and Deploy.shared == ("data", "model.task", "task")
-    code = ("import sys, zoo_stages.deploy, zoo_stages.lib.convert, zoo_stages.lib.model_info, "
+    code = ("import sys, zoo_stages.deploy.kind, zoo_stages.lib.convert, zoo_stages.lib.model_info, "
             "zoo_stages.lib.modelcard; "
             "print(sorted(m for m in ('onnx', 'onnxruntime', 'torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

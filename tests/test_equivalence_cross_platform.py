@@ -230,9 +230,8 @@ def test_repro_check_on_a_lock_of_another_class_rebuilds_each_stage_from_that_cl
 
 def _vector_check(model: Path, logits: np.ndarray, tmp_path: Path) -> None:
     """deploy's check that `model` reproduces verify's vectors (held-out inputs, `logits`)."""
-    from types import SimpleNamespace
 
-    from zoo_stages.deploy import _Release
+    from zoo_stages.deploy.vectors import check_vector_set
     from zoo_stages.lib import ort_session
     from zoo_stages.lib.model_info import session_ports
     from zoo_stages.lib.vectors import write_test_vectors
@@ -240,8 +239,7 @@ def _vector_check(model: Path, logits: np.ndarray, tmp_path: Path) -> None:
     set_dir = write_test_vectors(tmp_path / "test_data_set_0", {"input": _heldout_input()}, {"logits": logits})
     session = ort_session.make_session(model)
     ports, out_ports = session_ports(session)
-    release = SimpleNamespace(config=SimpleNamespace(builds={"cpu-int8": SimpleNamespace(source="quantize")}))
-    _Release._check_vector_set(release, "cpu-int8", "cpu-int8", session, ports, out_ports, set_dir, model)
+    check_vector_set("cpu-int8", "cpu-int8", "quantize", session, ports, out_ports, set_dir, model)
 
 
 def test_deploy_accepts_an_int8_model_s_vectors_from_another_class_but_not_another_model_s(tmp_path):
