@@ -64,7 +64,7 @@ from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
 from zoo_stages.lib.equivalence import NumericOutputs
 from zoo_stages.exporters.base import ExportJob
-from zoo_stages.lib import export_io
+from zoo_stages.lib import export_io, onnx_io
 from zoo_stages.lib.archs import BUILD_FIELDS
 from zoo_stages.lib.entry_models import ENTRY_MODEL_TOOLS
 from zoo_stages.lib.estimators import ESTIMATOR_TOOLS
@@ -326,17 +326,17 @@ def _passthrough(config: ExportConfig, context: StageContext, target: Path, inpu
 
     source = _fetch(config.onnx, context)
     props = _provenance(inputs, context, config.onnx, "onnx", source)
-    proto = export_io.load_onnx(source)
+    proto = onnx_io.load_model(source, cap_ir_version=False)  # normalised below when above the cap
     external = bool(external_data_files(source))
-    if proto.ir_version > export_io.MAX_IR_VERSION or external:
+    if proto.ir_version > onnx_io.MAX_IR_VERSION or external:
         export_io.normalise(proto)
     export_io.stamp(proto, props)
-    blob = export_io.serialise(proto)
+    blob = onnx_io.serialise(proto)
     if blob is None:
         export_io.save_large(proto, target)
     else:
         export_io.check(blob)
-        export_io.save(proto, target, blob)
+        onnx_io.save(proto, target, blob)
     smoke = _smoke_run(target, config, context.threads, (context.shared.get("model") or {}).get("inputs"))
     context.metrics.update(export_io.describe(proto, target))
     context.metrics.update({

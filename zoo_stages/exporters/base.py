@@ -200,7 +200,7 @@ class EstimatorExporter(Exporter):
     def export(self, job: ExportJob) -> None:
         import numpy as np
 
-        from zoo_stages.lib import datasets, onnx_io, onnx_run, ort_session, parity, provenance, tasks
+        from zoo_stages.lib import datasets, export_io, onnx_io, onnx_run, ort_session, parity, provenance, tasks
         from zoo_stages.lib.estimators.training import table_features
 
         context, config = job.context, job.config
@@ -225,7 +225,7 @@ class EstimatorExporter(Exporter):
         proto.graph.doc_string = ""
         provenance.stamp(proto, job.props)
         blob = onnx_io.model_bytes(proto)
-        check_model_bytes(blob)
+        export_io.check(blob)
         from zoo.files import atomic_write
 
         atomic_write(job.target, blob, fsync=False)
@@ -266,14 +266,3 @@ def name_batch_axis(proto: Any) -> None:
         if len(dims):
             dims[0].Clear()
             dims[0].dim_param = BATCH_AXIS
-
-
-def check_model_bytes(blob: bytes) -> None:
-    """onnx's full check (checker, strict type and shape inference); InvalidInput when it fails."""
-    import onnx
-
-    try:
-        onnx.checker.check_model(blob, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        raise InvalidInput(f"the ONNX model fails onnx's checker: {str(e).splitlines()[0]}",
-                           hint="try another opset") from None

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import StageContext
 from zoo_stages.exporters.base import ExportJob, Exporter, ModelFieldError, refuse_transformers_fields
-from zoo_stages.lib import checkpoints, export_io
+from zoo_stages.lib import checkpoints, export_io, onnx_io
 
 DYNAMO_MIN_OPSET = 18  # the lowest opset torch's dynamo exporter implements; lower ones are converted down
 # the export kind's config models (zoo_stages.export's ExportConfig, ParityConfig, WeightsRef): the kind
@@ -115,7 +115,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
         else:
             proto = export_io.normalise(proto)
             export_io.stamp(proto, props)
-            blob = export_io.serialise(proto)
+            blob = onnx_io.serialise(proto)
         feeds = _example_inputs(ports, config.parity.samples, vocab, seed=config.parity.seed)
         torch_feeds = [torch.from_numpy(a) for a in feeds.values()]
         if blob is None:  # above 2 GB: one step after the other, from files
@@ -129,7 +129,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
             # checker's verdict is read first, so a malformed model is reported as such.
             with ThreadPoolExecutor(max_workers=3, thread_name_prefix="export") as pool:
                 checked = pool.submit(export_io.check, blob)
-                saved = pool.submit(export_io.save, proto, target, blob)
+                saved = pool.submit(onnx_io.save, proto, target, blob)
                 onnx_run = pool.submit(_run_onnxruntime, blob, feeds, context.threads)
                 with torch.no_grad():
                     expected = _flatten_outputs(model(*torch_feeds))
@@ -312,7 +312,7 @@ def _run_exporter(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: 
     or `_export_torchscript`). Weights near protobuf's 2 GB limit go through `raw` with external
     data (then the bytes are None)."""
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    large = weight_bytes >= export_io.PROTOBUF_LIMIT // 2
+    large = weight_bytes >= onnx_io.PROTOBUF_LIMIT // 2
     with warnings.catch_warnings():
         # the TorchScript tracer warns about the static sizes the adaptive pool and transformers'
         # attention read (dynamic axes are declared), and that its exporter is deprecated
@@ -367,7 +367,7 @@ def _export_dynamo(model, dummy: tuple, raw: Path, ports: list[_Port], out_name:
             raise InvalidInput(f"a model above 2 GB exports with dynamo at opset {DYNAMO_MIN_OPSET} or above, "
                                f"not {config.opset}", hint=f"set `opset: {DYNAMO_MIN_OPSET}`")
         program.save(str(raw), external_data=True)
-        return export_io.load_onnx(raw), None
+        return onnx_io.load_model(raw, cap_ir_version=False), None
     proto = program.model_proto
     if built != config.opset:
         proto = _convert_opset(proto, config.opset)
@@ -422,7 +422,7 @@ def _export_torchscript(model, dummy: tuple, raw: Path, ports: list[_Port], out_
         raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
                            hint="raise `opset`, or try `exporter: dynamo`") from None
     if large:
-        return export_io.load_onnx(raw), None
+        return onnx_io.load_model(raw, cap_ir_version=False), None
     blob = buffer.getvalue()
     return onnx.load_from_string(blob), blob
 

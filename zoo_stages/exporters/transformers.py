@@ -85,8 +85,7 @@ class TransformersExporter(Exporter):
         import torch
 
         from zoo.files import atomic_write
-        from zoo_stages.exporters.base import check_model_bytes
-        from zoo_stages.lib import (archs, checkpoints, hf_models, onnx_io, onnx_run, ort_session, parity, provenance,
+        from zoo_stages.lib import (archs, checkpoints, export_io, hf_models, onnx_io, onnx_run, ort_session, parity, provenance,
                                     tasks)
 
         context, config = job.context, job.config
@@ -120,7 +119,7 @@ class TransformersExporter(Exporter):
                 props = _with_pretrained_sources(props, hf_models.folder_digest(section))
             provenance.stamp(proto, props)
             blob = onnx_io.model_bytes(proto)
-            check_model_bytes(blob)
+            export_io.check(blob)
             atomic_write(job.target, blob, fsync=False)
             session = ort_session.make_session(blob, threads=context.threads, level="all")
             got = onnx_run.run(session, {p.name: a for p, a in zip(ports, feeds.values())})

@@ -32,7 +32,6 @@ from zoo.errors import InvalidInput, StageFailed
 log = logging.getLogger("zoo.stage.convert")
 
 OPTIMIZATION_STYLES = ("Fixed", "Runtime")
-_PROTOBUF_LIMIT = 2_000_000_000  # below protobuf's 2 GiB cap, so a single-file save always works
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,17 +39,15 @@ _PROTOBUF_LIMIT = 2_000_000_000  # below protobuf's 2 GiB cap, so a single-file 
 
 
 def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: Sequence[str] | None = None) -> Path:
-    """Convert `src` to float16 weights and compute, writing `dst` (a single .onnx file).
+    """Convert `src` to float16 weights and compute, writing `dst` (one .onnx file; above protobuf's limit its weights in one file beside it).
 
     Inputs and outputs stay float32 when `keep_io_types` (the default). Quantized sources are
     refused: their float parts are scales, and halving them would change the quantization.
     """
-    import onnx
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     from zoo_stages.lib.model_info import detect_precision
-    from zoo.files import atomic_write
-    from zoo_stages.lib.onnx_io import MAX_IR_VERSION, load_model
+    from zoo_stages.lib.onnx_io import MAX_IR_VERSION, load_model, save
 
     model = load_model(Path(src))  # with external data; refuses sidecar paths outside its folder
     precision = detect_precision(model)
@@ -80,15 +77,8 @@ def to_fp16(src: Path, dst: Path, *, keep_io_types: bool = True, op_block_list: 
                           hint="keep the operator named in float32 with the build's `op_block_list`, or make "
                                "the fp16 build `from:` the plain export") from None
     converted.ir_version = min(int(converted.ir_version), MAX_IR_VERSION)
-    dst = Path(dst)
-    if converted.ByteSize() < _PROTOBUF_LIMIT:
-        atomic_write(dst, converted.SerializeToString(deterministic=True), fsync=False)
-    else:
-        # too big for one protobuf: weights go to one sidecar next to the model
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        onnx.save(converted, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=dst.name + ".data")
-    return dst
+    # one file, or above protobuf's limit the weights in one sidecar next to the model
+    return save(converted, Path(dst))
 
 
 @contextlib.contextmanager

@@ -1,11 +1,14 @@
-"""ONNX models in and out of memory: safe loading, deterministic saving, the IR version cap, and
+"""ONNX models in and out of memory, the one place that loads, serialises, saves and checks them:
+safe loading, deterministic bytes, protobuf's size limit, onnx's checker, the IR version cap, and
 the opsets and operator domains a graph uses.
 
 - loading with safety: external-data locations must stay inside the model's folder
   (`zoo.pathsafety.external_data_files`), and the IR version is lowered to what the installed
-  onnxruntime reads (`MAX_IR_VERSION`);
-- saving atomically (`zoo.files.atomic_write`) with deterministic protobuf bytes, after
-  `prune_opset_imports` drops the domains no node uses;
+  onnxruntime reads (`MAX_IR_VERSION`) unless the caller keeps it (export decides from it);
+- serialising deterministically below `PROTOBUF_LIMIT` (`serialise`, `model_bytes`), saving
+  atomically (`zoo.files.atomic_write`) as one file, or above the limit with the weights in
+  external data beside it (`save`); `prune_opset_imports` drops the domains no node uses;
+- checking with onnx's full checker (`check_model`, `checker_error`, `check`);
 - what a graph uses: its default opset, custom operator domains, operator counts.
 
 Sessions are built by `zoo_stages.lib.ort_session`, run by `zoo_stages.lib.onnx_run`.
@@ -25,8 +28,14 @@ if TYPE_CHECKING:
 # onnx 1.23 stamps IR version 14; onnxruntime 1.31 loads at most 13.
 MAX_IR_VERSION = 13
 
-# protobuf cannot serialise a message above 2 GiB; such models need external data.
-_PROTOBUF_LIMIT = (1 << 31) - 1
+# protobuf cannot serialise or parse a message of 2 GiB (2**31 bytes) or more. A model whose bytes
+# are above this limit is saved with its weights in external data (`save`) and refused where one
+# message is needed (`model_bytes`). 1 MiB below protobuf's own limit: what is written into a
+# model's bytes after they were sized (the provenance metadata_props that export's `stamp_bytes`
+# adds, a few KB) cannot take them over it.
+PROTOBUF_LIMIT = 2 * 1024**3 - 1024 * 1024
+# where `save` puts the weights of a model above the limit: `model.onnx.data` beside `model.onnx`
+DATA_SUFFIX = ".data"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,8 +67,9 @@ def fix_ir_version(model: "onnx.ModelProto") -> "onnx.ModelProto":
     return model
 
 
-def load_model(path: Path) -> "onnx.ModelProto":
-    """Load an ONNX model fully into memory, checking external data paths and fixing the IR version.
+def load_model(path: Path, *, cap_ir_version: bool = True) -> "onnx.ModelProto":
+    """Load an ONNX model fully into memory, checking external data paths and (unless
+    `cap_ir_version` is False) lowering the IR version to `MAX_IR_VERSION`.
 
     Raises InvalidInput for a missing or unparsable file and UnsafePath for external data
     that would escape the model's folder.
@@ -75,10 +85,15 @@ def load_model(path: Path) -> "onnx.ModelProto":
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # protobuf raises DecodeError, onnx raises its own; all mean "not a model"
-        raise InvalidInput(f"{path} is not a readable ONNX model: {e}") from None
+        raise InvalidInput(f"{path} is not a readable ONNX model: {_first_line(e)}") from None
     if external_data_files(path):
         load_external_data_for_model(model, str(path.parent))
-    return fix_ir_version(model)
+    return fix_ir_version(model) if cap_ir_version else model
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def load_graph(path: Path) -> "onnx.ModelProto":
@@ -94,7 +109,7 @@ def load_graph(path: Path) -> "onnx.ModelProto":
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # DecodeError and onnx's own errors: not a model
-        raise InvalidInput(f"{path} is not a readable ONNX model: {e}") from None
+        raise InvalidInput(f"{path} is not a readable ONNX model: {_first_line(e)}") from None
     return fix_ir_version(model)
 
 
@@ -118,12 +133,13 @@ def model_digest(path: Path) -> str:
                                         hash_file_uncached(f)] for i, f in enumerate(files)]})
 
 
-def check_model(path: Path, scratch: Path) -> None:
+def check_model(path: Path, scratch: Path | None = None) -> None:
     """``onnx.checker.check_model(full_check=True)`` of the model at `path` with its external data.
 
     onnx refuses external data files with more than one hard link (a guard against links to
     files elsewhere); the cache and the zoo share files by hard link, so such a model is checked
-    on a copy of its files in a temporary folder under `scratch`. Raises what the checker raises.
+    on a copy of its files in a temporary folder under `scratch` (the system's temporary folder
+    when None). Raises what the checker raises.
     """
     import shutil
     import tempfile
@@ -137,7 +153,8 @@ def check_model(path: Path, scratch: Path) -> None:
     if all(f.stat().st_nlink == 1 for f in files):
         onnx.checker.check_model(str(path), full_check=True)
         return
-    Path(scratch).mkdir(parents=True, exist_ok=True)
+    if scratch is not None:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch, prefix="check-") as tmp:
         for f in files:
             dest = Path(tmp) / f.relative_to(files[0].parent)
@@ -146,9 +163,10 @@ def check_model(path: Path, scratch: Path) -> None:
         onnx.checker.check_model(str(Path(tmp) / files[0].name), full_check=True)
 
 
-def checker_error(model: "Path | onnx.ModelProto", scratch: Path) -> str | None:
-    """None when ``onnx.checker`` (full check) accepts the model (a path, checked with its external
-    data as `check_model` does, or a loaded ModelProto), else the first line of its complaint.
+def checker_error(model: "Path | bytes | onnx.ModelProto", scratch: Path | None = None) -> str | None:
+    """None when ``onnx.checker`` (full check: checker, then strict type and shape inference)
+    accepts the model (a path, checked with its external data as `check_model` does, its
+    serialisation, or a loaded ModelProto), else the first line of its complaint.
     zoo's own errors (a missing or unsafe external data file) are raised: they are not a verdict."""
     import onnx
 
@@ -162,8 +180,15 @@ def checker_error(model: "Path | onnx.ModelProto", scratch: Path) -> str | None:
     except ZooError:
         raise
     except Exception as e:  # ValidationError, InferenceError: both mean the checker refused it
-        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return _first_line(e)
     return None
+
+
+def check(model: "Path | bytes | onnx.ModelProto", *, hint: str, scratch: Path | None = None) -> None:
+    """onnx's full check (`checker_error`); InvalidInput naming its complaint, with `hint`."""
+    why = checker_error(model, scratch)
+    if why is not None:
+        raise InvalidInput(f"the ONNX model fails onnx's checker: {why}", hint=hint) from None
 
 
 def model_size(path: Path) -> int:
@@ -171,17 +196,24 @@ def model_size(path: Path) -> int:
     return sum(f.stat().st_size for f in model_files(path))
 
 
-def model_bytes(model: "onnx.ModelProto") -> bytes:
-    """Deterministic serialisation of a model (IR version fixed), refusing models above 2 GiB."""
-    fix_ir_version(model)
+def serialise(model: "onnx.ModelProto") -> bytes | None:
+    """The deterministic serialisation of `model`, or None above `PROTOBUF_LIMIT`."""
     try:
-        return model.SerializeToString(deterministic=True)
-    except Exception:  # protobuf raises ValueError/EncodeError depending on its backend
-        size = model.ByteSize()  # only computed on failure: it costs as much as serialising
-        if size > _PROTOBUF_LIMIT:
-            raise InvalidInput(f"the model is {size / 2**30:.1f} GiB, above protobuf's 2 GiB limit",
-                               hint="models this large need ONNX external data, which this stage does not write") from None
-        raise
+        blob = model.SerializeToString(deterministic=True)
+    except Exception:  # protobuf refuses messages of 2 GiB or more (ValueError or EncodeError)
+        if model.ByteSize() <= PROTOBUF_LIMIT:  # only computed on failure: it costs as much as serialising
+            raise  # not a matter of size
+        return None
+    return blob if len(blob) <= PROTOBUF_LIMIT else None
+
+
+def model_bytes(model: "onnx.ModelProto") -> bytes:
+    """Deterministic serialisation of a model (IR version fixed), refusing models above the limit."""
+    blob = serialise(fix_ir_version(model))
+    if blob is None:
+        raise InvalidInput(f"the model is {model.ByteSize() / 2**30:.1f} GiB, above protobuf's 2 GiB limit",
+                           hint="models this large need ONNX external data, which this stage does not write")
+    return blob
 
 
 def save_model(model: "onnx.ModelProto", path: Path) -> Path:
@@ -189,6 +221,41 @@ def save_model(model: "onnx.ModelProto", path: Path) -> Path:
     from zoo.files import atomic_write
 
     return atomic_write(Path(path), model_bytes(model), fsync=False)  # the cache fsyncs outputs it commits
+
+
+def save(model: "onnx.ModelProto", path: Path, blob: bytes | None = None) -> Path:
+    """Atomically save `model` at `path`: its serialisation (`blob` when the caller has it) as
+    one file, or, above `PROTOBUF_LIMIT`, with its weights in `data_path(path)` (`save_external`).
+    The IR version is the caller's to fix."""
+    from zoo.files import atomic_write
+
+    if blob is None:
+        blob = serialise(model)
+    if blob is None:
+        return save_external(model, path)
+    return atomic_write(Path(path), blob, fsync=False)  # the cache fsyncs outputs it commits
+
+
+def save_external(model: "onnx.ModelProto", path: Path) -> Path:
+    """Save `model` at `path` with every tensor of 1 KiB or more in one data file beside it,
+    `data_path(path)`. Saving moves the weights out of `model`'s tensors and points them at that
+    file, so a model is saved this way once, under its final name (the model file is written
+    atomically; the data file is written beside it under its own name)."""
+    import onnx
+
+    from zoo.files import atomic_output
+
+    path = Path(path)
+    with atomic_output(path, fsync=False) as tmp:
+        onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data_path(path).name, size_threshold=1024)
+    return path
+
+
+def data_path(path: Path) -> Path:
+    """Where `save` puts the weights of the model at `path` when it is above the limit."""
+    path = Path(path)
+    return path.with_name(path.name + DATA_SUFFIX)
 
 
 def as_model(model: "onnx.ModelProto | Path | str | bytes") -> "onnx.ModelProto":

@@ -54,11 +54,12 @@ def blockwise_linear(path: Path, block_size: int) -> None:
     """
     import logging
 
-    import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     from onnxruntime.quantization.onnx_model import ONNXModel
 
-    model = onnx.load(str(path))
+    from zoo_stages.lib import onnx_io
+
+    model = onnx_io.load_model(path, cap_ir_version=False)  # external data checked to stay in its folder
     wrapped = ONNXModel(model)
     wrapped.replace_gemm_with_matmul()
     quantizer = MatMulNBitsQuantizer(wrapped.model, bits=8, block_size=block_size, is_symmetric=True,
@@ -73,8 +74,7 @@ def blockwise_linear(path: Path, block_size: int) -> None:
     if not any(n.op_type == "MatMulNBits" for n in result.graph.node):
         raise StageFailed("linear: blockwise found no fully connected layer with a constant weight to quantize",
                           hint="use `linear: qdq` for this model")
-    result.ir_version = min(result.ir_version, 13)
-    onnx.save_model(result, str(path))
+    onnx_io.save_model(result, path)  # IR capped, deterministic bytes
 
 
 def calibration_reader(feeds, batch_size: int, fixed: bool, log=None):
