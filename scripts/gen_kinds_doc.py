@@ -172,7 +172,8 @@ def generated() -> dict[str, str]:
     from zoo_stages.sections.model import ModelSpec
     from zoo_stages import quantize, verify
     from zoo_stages.deploy import config as deploy_config
-    from zoo_stages.lib import gates, quant_settings
+    from zoo_stages.lib.quality import gates
+    from zoo_stages.lib.quantization import quant_settings
 
     header = ["field", "type", "default", "description"]
     out = {"fields:model": markdown_table(header, field_rows(ModelSpec)),

@@ -20,7 +20,9 @@ from zoo.pathsafety import external_data_files  # noqa: E402
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
 from zoo_stages.exporters.torch import DYNAMO_MIN_OPSET  # noqa: E402
-from zoo_stages.lib import archs, onnx_io, onnx_run, ort_session  # noqa: E402
+from zoo_stages.lib.models import archs
+from zoo_stages.lib.onnx import onnx_io
+from zoo_stages.lib.runtimes import onnx_run, ort_session  # noqa: E402
 
 BERT = {"arch": "bert", "num_classes": 2, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
         "intermediate_size": 64, "max_length": 16, "vocab_size": 40}

@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cli_helpers import zoo as zoo_cli
 from zoo.files import sha256_file
 from zoo.pathsafety import external_data_files
-from zoo_stages.lib import onnx_io
+from zoo_stages.lib.onnx import onnx_io
 
 
 def mlp(width: int, layers: int, seed: int = 0, out_width: int | None = None) -> onnx.ModelProto:

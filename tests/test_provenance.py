@@ -25,7 +25,8 @@ from zoo.registry.manifest import MANIFEST_FILE, Manifest  # noqa: E402
 from zoo.stage import KIND_EPOCH, Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
 from zoo_stages.deploy.kind import Deploy  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
-from zoo_stages.lib import archs, provenance  # noqa: E402
+from zoo_stages.lib.models import archs
+from zoo_stages.lib.release import provenance  # noqa: E402
 from zoo_stages.optimize import Optimize  # noqa: E402
 from zoo_stages.quantize import Quantize  # noqa: E402
 

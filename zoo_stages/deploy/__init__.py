@@ -22,7 +22,7 @@ thread). Deploy does not publish it: with ``publish: true`` it declares the fold
 release (`release_output`) and the engine publishes it to the local zoo (zoo/engine/publish.py),
 after a run or a cache hit alike, through `publication`, which adds the timings measured upstream.
 
-Provenance (`zoo_stages.lib.provenance`): every shipped ONNX build is stamped with
+Provenance (`zoo_stages.lib.release.provenance`): every shipped ONNX build is stamped with
 ``metadata_props`` (zoo version, recipe name@version and digest, deploy's key, build name,
 source digest, license and the sources' attribution); an ORT-format build is converted from a
 stamped copy of its source, so it carries the same props. The release also holds ``zoo.lock``
@@ -38,7 +38,7 @@ statement.
   (held-out data when the recipe has a ``data:`` section, else verify's test inputs, else fixed
   random inputs); a difference beyond ``atol + rtol * |ref|`` raises GateFailed with a table.
   Their test vectors are the converted model's outputs on verify's test inputs.
-- ``convert: tensorrt`` builds (`zoo_stages.lib.tensorrt_build`) ship their source model for
+- ``convert: tensorrt`` builds (`zoo_stages.lib.runtimes.tensorrt_build`) ship their source model for
   onnxruntime's TensorRT provider, with the provider options (precision, engine cache) in the
   build's ``provider_options``: fp16 from a float model, int8 from a QDQ model made with
   quantize's ``preset: tensorrt``; a model TensorRT cannot compile as one engine is refused. On a

@@ -22,7 +22,7 @@ def as_is(job: Release, name: str, spec: BuildSpec, vname: str | None, source: P
     is the model verify checked: metadata changes no output, so verify's figures and
     vectors still apply (the vectors are re-run against the stamped file).
     """
-    from zoo_stages.lib.provenance import stamp_file
+    from zoo_stages.lib.release.provenance import stamp_file
 
     model, extra = copy_model(source, src_info, bdir)
     metrics: dict[str, Any] = {}
@@ -49,7 +49,7 @@ def as_is(job: Release, name: str, spec: BuildSpec, vname: str | None, source: P
 
 def check_digest(job: Release, name: str, spec: BuildSpec, vname: str, source: Path) -> None:
     """verify records the digest of each model it checked: the shipped one must be that model."""
-    from zoo_stages.lib.onnx_io import model_digest
+    from zoo_stages.lib.onnx.onnx_io import model_digest
 
     recorded = (job.verify.entry(vname) or {}).get("model_digest")
     if isinstance(recorded, str) and recorded != model_digest(source):

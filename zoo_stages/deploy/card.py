@@ -11,8 +11,8 @@ from typing import Any, Mapping
 from zoo.files import atomic_write
 from zoo.manifest import MANIFEST_FILE, Manifest, file_ref
 from zoo_stages.deploy.config import DeployConfig
-from zoo_stages.lib.provenance import STATEMENT_FILE
-from zoo_stages.lib.verify_report import VerifyOutputs
+from zoo_stages.lib.release.provenance import STATEMENT_FILE
+from zoo_stages.lib.quality.verify_report import VerifyOutputs
 
 CARD_FILE = "README.md"
 
@@ -21,7 +21,7 @@ def card_provenance(release: Path) -> str:
     """The model card's Provenance section of a finished release, from its statement."""
     import json
 
-    from zoo_stages.lib.provenance import card_section
+    from zoo_stages.lib.release.provenance import card_section
 
     statement = release / STATEMENT_FILE
     return card_section(json.loads(statement.read_text(encoding="utf-8"))) if statement.is_file() else ""
@@ -68,7 +68,7 @@ def publication(release: Path, manifest: Manifest, verify: VerifyOutputs, config
         deploy_extra["verification"] = verification
     deploy_extra["measured"] = {"threads": verify.threads, "builds": sorted(timings)}
     data.extra["deploy"] = deploy_extra
-    from zoo_stages.lib.modelcard import render_card
+    from zoo_stages.lib.release.modelcard import render_card
 
     card = render_card(data, dataset=data_spec, intended_use=config.intended_use, limitations=config.limitations,
                        verification=verification, conversions=deploy_extra.get("conversions"),

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def check_onnx(job: Release, name: str, model: Path) -> None:
     """`onnx.checker` (full check) of a build: a build is valid ONNX that any runtime may load,
     not only a graph onnxruntime tolerates. StageFailed naming the build otherwise."""
-    from zoo_stages.lib import onnx_io
+    from zoo_stages.lib.onnx import onnx_io
 
     why = onnx_io.checker_error(model, job.work)
     if why is not None:
@@ -30,10 +30,10 @@ def check_onnx(job: Release, name: str, model: Path) -> None:
 def runtime(job: Release, name: str, shipped: Shipped, vectors: list[Path]) -> tuple[str, bool]:
     """(runtime requirement, portable) of a shipped build: portable ONNX is standard domains
     only, valid under onnx.checker's full check, and its test vectors reproduced by ONNX's
-    reference evaluator as by onnxruntime (zoo_stages.lib.portability). The verdict's reason is
+    reference evaluator as by onnxruntime (zoo_stages.lib.onnx.portability). The verdict's reason is
     kept for the manifest (``extra.deploy.portability``)."""
-    from zoo_stages.lib import portability
-    from zoo_stages.lib.reference_run import DEFAULT_TOLERANCE, FP16_TOLERANCE
+    from zoo_stages.lib.onnx import portability
+    from zoo_stages.lib.onnx.reference_run import DEFAULT_TOLERANCE, FP16_TOLERANCE
 
     if shipped.runtime is not None:  # OpenVINO IR, ORT format: their runtime, never portable ONNX
         job.portability[name] = f"{shipped.runtime} only"

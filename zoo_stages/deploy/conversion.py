@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from zoo_stages.deploy import fp16, openvino, ort_format, tensorrt
 from zoo_stages.deploy.config import BuildSpec
 from zoo_stages.deploy.shipped import RunCandidate, Shipped, stamped_copy
-from zoo_stages.lib.conversion_check import BATCH_SIZE
+from zoo_stages.lib.quality.conversion_check import BATCH_SIZE
 
 if TYPE_CHECKING:
     from zoo_stages.deploy.release import Release
@@ -57,8 +57,9 @@ def converted(job: Release, name: str, spec: BuildSpec, vname: str | None, sourc
 def int8_equivalent(job: Release, name: str, source: Path, feeds: dict[str, Any],
                     run_candidate: RunCandidate | None) -> str | None:
     """Whether an int8 build run by another runtime is equivalent to its QDQ source by the
-    quantized bar (zoo_stages.lib.equivalence); the verdict line, or None when it is not."""
-    from zoo_stages.lib import equivalence, onnx_run, ort_session
+    quantized bar (zoo_stages.lib.quality.equivalence); the verdict line, or None when it is not."""
+    from zoo_stages.lib.quality import equivalence
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
 
     if run_candidate is None:
         return None

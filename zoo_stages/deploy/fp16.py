@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Mapping
 from zoo_stages.deploy.config import BuildSpec
 from zoo_stages.deploy.measured import timings
 from zoo_stages.deploy.shipped import CPU_PROVIDER, CUDA_PROVIDER, RunCandidate, Shipped
-from zoo_stages.lib.conversion_check import BATCH_SIZE
+from zoo_stages.lib.quality.conversion_check import BATCH_SIZE
 
 if TYPE_CHECKING:
     from zoo_stages.deploy.release import Release
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 def build(job: Release, name: str, spec: BuildSpec, source: Path, bdir: Path,
           props: Mapping[str, str]) -> tuple[Shipped, RunCandidate | None]:
     """The float16 conversion of `source` (stamped with `props`) and, where CUDA is here, its run there."""
-    from zoo_stages.lib import convert as cv
-    from zoo_stages.lib.provenance import stamp_file
+    from zoo_stages.lib.runtimes import convert as cv
+    from zoo_stages.lib.release.provenance import stamp_file
 
     model = stamp_file(cv.to_fp16(source, bdir / "model.onnx", op_block_list=spec.op_block_list), props)
     sidecar = bdir / "model.onnx.data"  # only for models above protobuf's 2 GiB limit
@@ -43,8 +43,8 @@ def on_cuda(job: Release, name: str, shipped: Shipped) -> RunCandidate | None:
         shipped.unverified_reason = ("not run on a CUDA GPU: the host that built it had none (its outputs were "
                                      "checked against its source with onnxruntime on the CPU)")
         return None
-    from zoo_stages.lib import onnx_run, ort_session
-    from zoo_stages.lib.host_info import gpu_name, host_info, measured_on
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
+    from zoo_stages.lib.runtimes.host_info import gpu_name, host_info, measured_on
 
     session = ort_session.make_session(shipped.model, providers=[CUDA_PROVIDER])
     shipped.parity_on = f"{CUDA_PROVIDER} ({gpu_name()})"

@@ -13,9 +13,9 @@ from zoo.stage import (PUBLISHED, Column, Effect, Inputs, KeyContext, KindConfig
 from zoo_stages.deploy.card import card_provenance, publication
 from zoo_stages.deploy.config import DeployConfig
 from zoo_stages.deploy.release import Release
-from zoo_stages.lib.equivalence import NumericOutputs
-from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
-from zoo_stages.lib.verify_report import read_verify_outputs
+from zoo_stages.lib.quality.equivalence import NumericOutputs
+from zoo_stages.lib.release.provenance import LOCK_FILE, STATEMENT_FILE
+from zoo_stages.lib.quality.verify_report import read_verify_outputs
 
 
 class Deploy(NumericOutputs, StageKind):
@@ -26,12 +26,12 @@ class Deploy(NumericOutputs, StageKind):
     # declares (the recipe's `task:` when there is no model section), zoo.lock records their values;
     # 4: publishing is an effect (context.effects), no longer a `published` metric; 5: one session builder
     # (deterministic compute, a model onnxruntime cannot load is InvalidInput), fixed-batch tails padded,
-    # parity by output name with exact integer outputs and per-sample cosine (zoo_stages.lib.parity);
-    # 6: any model: held-out data bound to every input by name, the task's metrics (zoo_stages.lib.tasks),
+    # parity by output name with exact integer outputs and per-sample cosine (zoo_stages.lib.quality.parity);
+    # 6: any model: held-out data bound to every input by name, the task's metrics (zoo_stages.lib.quality.tasks),
     # the manifest's `preprocessing:` and a text model's tokenizer.json; 7: zoo.lock in the lockfile's
     # schema 3 (records by platform class, the release's under `unknown`); 8: a quantized build's
     # vectors from verify on another platform class pass by the quantized bar; equivalence across
-    # platform classes by model outputs (zoo_stages.lib.equivalence); 9: builds say their runtime, whether
+    # platform classes by model outputs (zoo_stages.lib.quality.equivalence); 9: builds say their runtime, whether
     # they are portable ONNX (checked under onnx.reference) and whether they were run where they are made
     # to run (`verified`); a version needs one portable build; `convert: openvino`; timings with `measured_on`;
     # 10: `convert: tensorrt`, builds' `provider_options` (manifest schema 3), parity says where it ran
@@ -96,7 +96,7 @@ class Deploy(NumericOutputs, StageKind):
 
     def check_release(self, manifest: Manifest, read: Callable[[str], bytes]) -> list[str]:
         """The provenance statement's subjects are exactly the build files, with their sha256."""
-        from zoo_stages.lib.provenance import release_problems
+        from zoo_stages.lib.release.provenance import release_problems
 
         build_files = {f.path: f.sha256 for b in manifest.builds.values() for f in b.all_files()}
         return release_problems(read(STATEMENT_FILE), build_files)

@@ -35,7 +35,7 @@ def lineage(job: Release) -> Lineage:
     if job.data_spec:
         try:
             from zoo.engine.hashing import digest_json
-            from zoo_stages.lib.datasets import split_info
+            from zoo_stages.lib.data.datasets import split_info
 
             sources["data"] = digest_json(split_info(job.data_spec, recipe.dir))
         except ZooError as e:  # the card and manifest still say which data section was used
@@ -52,7 +52,7 @@ def preprocessing(job: Release) -> tuple[dict[str, Any], list[FileRef]]:
     need: the tokenizer of a text model, written into the release as tokenizer.json."""
     if not job.data_spec:
         return {}, []
-    from zoo_stages.lib import datasets
+    from zoo_stages.lib.data import datasets
 
     record = datasets.preprocessing(job.data_spec, job.ctx.recipe.dir)
     if not job.data_spec.get("text"):  # only text data has a tokenizer

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from zoo_stages.lib.step_log import StepLog
+from zoo_stages.lib.runtimes.step_log import StepLog
 
 if TYPE_CHECKING:
     from zoo_stages.deploy.release import Release
@@ -19,7 +19,7 @@ def timings(job: Release, name: str, session: Any, feeds: Mapping[str, Any]) -> 
     measures its builds (its warmup, runs and batch sizes; defaults when there is no verify), so
     the figures sit beside verify's in the manifest. The speedup is against verify's reference
     build, timed on verify's host: comparable when deploy runs on the same kind of host."""
-    from zoo_stages.lib import onnx_run, timing
+    from zoo_stages.lib.runtimes import onnx_run, timing
 
     settings = job.verify.latency
     warmup = int(settings.get("warmup", LATENCY_WARMUP))

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def build(job: Release, name: str, spec: BuildSpec, source: Path, src_info: Any, bdir: Path,
           props: Mapping[str, str]) -> Shipped:
     """The ORT-format build of `source`; its parity is checked on the CPU by the caller."""
-    from zoo_stages.lib import convert as cv
+    from zoo_stages.lib.runtimes import convert as cv
 
     style = spec.optimization_style or "Fixed"
     # the ORT format keeps metadata_props: convert a stamped copy so the build carries them

@@ -1,6 +1,6 @@
 """The provenance a release carries: each build's metadata_props (release identity, its source's
 digest, license and attribution), ``zoo.lock`` and the in-toto statement whose subjects are the
-build files (zoo_stages.lib.provenance makes them)."""
+build files (zoo_stages.lib.release.provenance makes them)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from zoo.files import atomic_write
 from zoo.manifest import Build, FileRef, Lineage, file_ref
 from zoo_stages.deploy.config import SIDE_EFFECT_OPTIONS, BuildSpec
-from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
+from zoo_stages.lib.release.provenance import LOCK_FILE, STATEMENT_FILE
 
 if TYPE_CHECKING:
     from zoo_stages.deploy.release import Release
@@ -20,7 +20,7 @@ def props(job: Release, name: str, spec: BuildSpec, source: Path) -> dict[str, s
     """The metadata_props of build `name`: release identity, its source's digest, license
     (its sources' attribution is kept in `job.attribution`)."""
     from zoo.engine.hashing import ALGORITHM, hash_file_uncached
-    from zoo_stages.lib import provenance
+    from zoo_stages.lib.release import provenance
 
     job.attribution[name] = provenance.model_attribution(source)
     sources = {f"{spec.source}.model": f"{ALGORITHM}:{hash_file_uncached(source)}"}
@@ -29,14 +29,14 @@ def props(job: Release, name: str, spec: BuildSpec, source: Path) -> dict[str, s
 
 def all_attribution(job: Release) -> list[dict[str, str]]:
     """The attribution of every build's sources, merged."""
-    from zoo_stages.lib.provenance import merge_attribution
+    from zoo_stages.lib.release.provenance import merge_attribution
 
     return merge_attribution(*job.attribution.values())
 
 
 def write(job: Release, builds: dict[str, Build], lineage: Lineage) -> tuple[list[FileRef], dict[str, Any]]:
     """Write zoo.lock and the in-toto statement into the release; their FileRefs and the statement."""
-    from zoo_stages.lib import provenance
+    from zoo_stages.lib.release import provenance
 
     recipe, lineage_records = job.ctx.recipe, dict(job.ctx.lineage)
     lock_path = job.release / LOCK_FILE

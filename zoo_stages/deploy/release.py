@@ -16,10 +16,10 @@ from zoo_stages.deploy.card import CARD_FILE
 from zoo_stages.deploy.config import BuildSpec, DeployConfig
 from zoo_stages.deploy.conversion import converted
 from zoo_stages.deploy.vectors import vectors
-from zoo_stages.lib.conversion_check import ConversionCheck
-from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
-from zoo_stages.lib.release_folder import check_complete
-from zoo_stages.lib.verify_report import VerifyOutputs, read_verify_outputs
+from zoo_stages.lib.quality.conversion_check import ConversionCheck
+from zoo_stages.lib.release.provenance import LOCK_FILE, STATEMENT_FILE
+from zoo_stages.lib.release.release_folder import check_complete
+from zoo_stages.lib.quality.verify_report import VerifyOutputs, read_verify_outputs
 
 
 class Release:
@@ -74,8 +74,8 @@ class Release:
             task=self.task, preprocessing=preprocessing,
             builds=builds, lineage=lineage, files=files, extra=extra,
         )
-        from zoo_stages.lib.modelcard import render_card
-        from zoo_stages.lib.provenance import card_section
+        from zoo_stages.lib.release.modelcard import render_card
+        from zoo_stages.lib.release.provenance import card_section
 
         card = render_card(manifest, dataset=self.data_spec, intended_use=self.config.intended_use,
                            limitations=self.config.limitations, verification=verification, conversions=conversions,
@@ -140,7 +140,7 @@ class Release:
 
     def _one(self, name: str, spec: BuildSpec) -> tuple[Build, dict[str, Any] | None, str | None]:
         """Stage one build under builds/<name>/; returns its Build entry, conversion record, verified name."""
-        from zoo_stages.lib.model_info import describe
+        from zoo_stages.lib.onnx.model_info import describe
 
         source = self._source_model(name, spec)
         bdir = self.release / "builds" / name

@@ -53,7 +53,7 @@ def copy_model(source: Path, src_info: Any, bdir: Path) -> tuple[Path, list[Path
 
 def stamped_copy(work: Path, name: str, source: Path, src_info: Any, props: Mapping[str, str]) -> Path:
     """A copy of `source` (and its external data) in the work folder, stamped with `props`."""
-    from zoo_stages.lib.provenance import stamp_file
+    from zoo_stages.lib.release.provenance import stamp_file
 
     folder = work / "stamped" / name
     if folder.exists():

@@ -1,5 +1,5 @@
 """`convert: tensorrt` builds: the source model for onnxruntime's TensorRT provider with the
-provider options that make its engine (zoo_stages.lib.tensorrt_build); run and timed on TensorRT
+provider options that make its engine (zoo_stages.lib.runtimes.tensorrt_build); run and timed on TensorRT
 where onnxruntime offers it here, else published unverified with the reason."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from zoo.errors import InvalidInput
 from zoo_stages.deploy.config import BuildSpec
 from zoo_stages.deploy.measured import timings
 from zoo_stages.deploy.shipped import CPU_PROVIDER, CUDA_PROVIDER, RunCandidate, Shipped, copy_model
-from zoo_stages.lib.conversion_check import BATCH_SIZE
+from zoo_stages.lib.quality.conversion_check import BATCH_SIZE
 
 if TYPE_CHECKING:
     from zoo_stages.deploy.release import Release
@@ -21,11 +21,11 @@ if TYPE_CHECKING:
 def build(job: Release, name: str, spec: BuildSpec, source: Path, src_info: Any, bdir: Path,
           props: Mapping[str, str]) -> tuple[Shipped, RunCandidate | None]:
     """A build for onnxruntime's TensorRT provider: the source model (stamped) and the provider
-    options that make its engine (zoo_stages.lib.tensorrt_build). InvalidInput, before anything
+    options that make its engine (zoo_stages.lib.runtimes.tensorrt_build). InvalidInput, before anything
     is written, for a model TensorRT cannot compile as one engine or a precision it cannot have."""
-    from zoo_stages.lib import onnx_io
-    from zoo_stages.lib import tensorrt_build as trt
-    from zoo_stages.lib.provenance import stamp_file
+    from zoo_stages.lib.onnx import onnx_io
+    from zoo_stages.lib.runtimes import tensorrt_build as trt
+    from zoo_stages.lib.release.provenance import stamp_file
 
     where = f"builds.{name} (convert: tensorrt, from: {spec.source})"
     try:
@@ -57,7 +57,7 @@ def build(job: Release, name: str, spec: BuildSpec, source: Path, src_info: Any,
 def on_tensorrt(job: Release, name: str, shipped: Shipped, options: dict[str, str]) -> RunCandidate | None:
     """Where onnxruntime offers TensorRT here: build the engine (cached in the work folder), run
     the build on it for parity and time it; elsewhere mark it unverified and say why."""
-    from zoo_stages.lib import tensorrt_build as trt
+    from zoo_stages.lib.runtimes import tensorrt_build as trt
 
     if not trt.available():
         shipped.verified = False
@@ -66,8 +66,8 @@ def on_tensorrt(job: Release, name: str, shipped: Shipped, options: dict[str, st
             f"{trt.TENSORRT_PROVIDER} (its file is the source model, run on the CPU for its test vectors; "
             "the engine is built where it first runs)")
         return None
-    from zoo_stages.lib import onnx_run
-    from zoo_stages.lib.host_info import gpu_name, host_info, measured_on
+    from zoo_stages.lib.runtimes import onnx_run
+    from zoo_stages.lib.runtimes.host_info import gpu_name, host_info, measured_on
 
     session = trt.make_session(shipped.model, options, job.work / "tensorrt-engines" / name)
     device = gpu_name()

@@ -11,8 +11,8 @@ from zoo.files import atomic_copy
 from zoo_stages.deploy import openvino
 from zoo_stages.deploy.config import BuildSpec
 from zoo_stages.deploy.shipped import Shipped
-from zoo_stages.lib.conversion_check import BATCH_SIZE
-from zoo_stages.lib.vectors import find_sets, read_tensors, vector_files, write_test_vectors
+from zoo_stages.lib.quality.conversion_check import BATCH_SIZE
+from zoo_stages.lib.release.vectors import find_sets, read_tensors, vector_files, write_test_vectors
 
 if TYPE_CHECKING:
     from zoo_stages.deploy.release import Release
@@ -20,15 +20,15 @@ if TYPE_CHECKING:
 # re-running verify's vectors: same model, same kernels; only thread scheduling may differ. Where
 # verify ran on another platform class (a shared or remote cache, `zoo repro --check` across
 # classes), a quantized model's int8 kernels differ more: its vectors pass by the quantized bar of
-# zoo_stages.lib.equivalence (mean cosine), as `repro --check` judges them
+# zoo_stages.lib.quality.equivalence (mean cosine), as `repro --check` judges them
 VECTOR_CHECK_TOLERANCE = (1e-3, 1e-3)
 
 
 def vectors(job: Release, name: str, spec: BuildSpec, vname: str | None, shipped: Shipped, bdir: Path) -> list[Path]:
     """Copy verify's vectors (unconverted, verified builds) or generate them by running the model
     (an OpenVINO build by OpenVINO, on the inputs of its source)."""
-    from zoo_stages.lib import onnx_run, ort_session
-    from zoo_stages.lib.model_info import session_ports
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
+    from zoo_stages.lib.onnx.model_info import session_ports
 
     model_file = shipped.model
     if spec.convert == "openvino":
@@ -60,8 +60,9 @@ def check_vector_set(name: str, vname: str, source: str, session: Any, ports: li
                      set_dir: Path, model_file: Path) -> None:
     """The model of build `name` (from stage `source`) reproduces verify's vector set of `vname`:
     GateFailed naming the build otherwise."""
-    from zoo_stages.lib import equivalence, onnx_run
-    from zoo_stages.lib import parity as paritylib
+    from zoo_stages.lib.quality import equivalence
+    from zoo_stages.lib.runtimes import onnx_run
+    from zoo_stages.lib.quality import parity as paritylib
 
     inputs = read_tensors(set_dir, "input")
     expected = read_tensors(set_dir, "output")

@@ -22,7 +22,7 @@ estimator (converters may name it at random: the same model must give the same b
 stamps provenance, checks the model with onnx's full checker, and gates it: the source framework
 (`predict`) and onnxruntime run every held-out row of the recipe's data; probabilities and
 regression outputs must agree within ``parity.atol + parity.rtol * |source|``, labels exactly.
-A failing gate fails the stage with the parity table (`zoo_stages.lib.parity`).
+A failing gate fails the stage with the parity table (`zoo_stages.lib.quality.parity`).
 
 Exporter modules stay light: the framework and its converter are imported inside functions.
 """
@@ -154,21 +154,21 @@ def refuse_transformers_fields(model: Mapping[str, Any], framework: str) -> None
 
 class EstimatorExporter(Exporter):
     """Exporters of fitted table estimators (see the module docstring); subclasses give
-    `estimators` (their `zoo_stages.lib.estimators` module), `load`, `to_onnx` and `predict`."""
+    `estimators` (their `zoo_stages.lib.models.estimators` module), `load`, `to_onnx` and `predict`."""
 
     max_opset: ClassVar[int] = 17  # the highest default-domain opset the converter writes
     default_opset: ClassVar[int] = 17  # without `opset:` in the recipe (capped at max_opset)
 
     @classmethod
     def estimators(cls):
-        """The framework's module in `zoo_stages.lib.estimators` (what train fits, the checkpoint format)."""
-        from zoo_stages.lib.estimators import framework
+        """The framework's module in `zoo_stages.lib.models.estimators` (what train fits, the checkpoint format)."""
+        from zoo_stages.lib.models.estimators import framework
 
         return framework(cls.name)
 
     @classmethod
     def check_model(cls, model: Mapping[str, Any]) -> None:
-        from zoo_stages.lib.estimators.estimator import lookup
+        from zoo_stages.lib.models.estimators.estimator import lookup
 
         for field in TORCH_FIELDS:
             if model.get(field) is not None:
@@ -200,8 +200,12 @@ class EstimatorExporter(Exporter):
     def export(self, job: ExportJob) -> None:
         import numpy as np
 
-        from zoo_stages.lib import datasets, export_io, onnx_io, onnx_run, ort_session, parity, provenance, tasks
-        from zoo_stages.lib.estimators.training import table_features
+        from zoo_stages.lib.data import datasets
+        from zoo_stages.lib.onnx import export_io, onnx_io
+        from zoo_stages.lib.quality import parity, tasks
+        from zoo_stages.lib.release import provenance
+        from zoo_stages.lib.runtimes import onnx_run, ort_session
+        from zoo_stages.lib.models.estimators.training import table_features
 
         context, config = job.context, job.config
         if job.label != "checkpoint":

@@ -1,5 +1,5 @@
 """The shared flow of the Keras and JAX exporters: models the recipe's own functions trained
-(`zoo_stages.lib.entry_models`), exported and gated against their framework on held-out data.
+(`zoo_stages.lib.models.entry_models`), exported and gated against their framework on held-out data.
 
 The train stage's checkpoint is loaded (a ``.keras`` archive with ``safe_mode=True``, or JAX
 parameters from safetensors with the recipe's ``model.entry`` forward function) and converted:
@@ -49,7 +49,12 @@ class EntryModelExporter(Exporter):
         import numpy as np
 
         from zoo.files import atomic_write
-        from zoo_stages.lib import datasets, entry_models, export_io, onnx_io, onnx_run, ort_session, parity, provenance, tasks
+        from zoo_stages.lib.data import datasets
+        from zoo_stages.lib.models import entry_models
+        from zoo_stages.lib.onnx import export_io, onnx_io
+        from zoo_stages.lib.quality import parity, tasks
+        from zoo_stages.lib.release import provenance
+        from zoo_stages.lib.runtimes import onnx_run, ort_session
 
         context, config = job.context, job.config
         if job.label != "checkpoint":

@@ -7,7 +7,7 @@ its lowest, and onnx's version converter takes the optimised graph down to a low
 ``opset`` (`_convert_opset`); ``exporter: torchscript`` runs the deprecated TorchScript tracer
 (constant folding; opset 17 by default). Without ``exporter:`` the architecture decides
 (`archs.default_exporter`). Below protobuf's 2 GB limit the model is taken in memory; above it
-both exporters write external data (`zoo_stages.lib.export_io`). The exported graph's inputs are
+both exporters write external data (`zoo_stages.lib.onnx.export_io`). The exported graph's inputs are
 the architecture's, with the recipe's declared shapes or the data's (`_ports`), and the parity
 gate runs onnxruntime and torch on the same seeded random inputs.
 """
@@ -24,7 +24,8 @@ from typing import Any, Mapping
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import StageContext
 from zoo_stages.exporters.base import ExportJob, Exporter, ModelFieldError, refuse_transformers_fields
-from zoo_stages.lib import checkpoints, export_io, onnx_io
+from zoo_stages.lib.models import checkpoints
+from zoo_stages.lib.onnx import export_io, onnx_io
 
 DYNAMO_MIN_OPSET = 18  # the lowest opset torch's dynamo exporter implements; lower ones are converted down
 # the export kind's config models (zoo_stages.export's ExportConfig, ParityConfig, WeightsRef): the kind
@@ -43,7 +44,7 @@ class TorchExporter(Exporter):
     def tools_for(cls, model: Mapping[str, Any]) -> tuple[str, ...]:
         """`tools`, and transformers for the architecture it builds (bert), and onnx, whose converter
         turns a `model.from` parent into the torch network."""
-        from zoo_stages.lib import archs
+        from zoo_stages.lib.models import archs
 
         extra = ("transformers",) if archs.modality(model) == "text" else ()
         return (*cls.tools, *extra, *(("onnx",) if model.get("from") else ()))
@@ -82,7 +83,8 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
     import numpy as np
     import torch
 
-    from zoo_stages.lib import archs, finetune, tasks
+    from zoo_stages.lib.models import archs, finetune
+    from zoo_stages.lib.quality import tasks
 
     model_section = _with_weights_arch(dict(context.shared.get("model") or {}), config.weights if label == "weights"
                                        else None)
@@ -181,7 +183,7 @@ def _ports(config: ExportConfig, context: StageContext, model_section: dict) -> 
     (dynamic unless ``dynamic_batch: false``) + the per-sample shape: ``input_shape``, else the
     data's (images: channels and size in its layout; tables: the feature width; text:
     ``[sequence]``, dynamic, ``model.max_length`` long in the example)."""
-    from zoo_stages.lib import archs
+    from zoo_stages.lib.models import archs
 
     declared = model_section.get("inputs") or {}
     batch: int | str = "batch" if config.dynamic_batch else 1
@@ -214,7 +216,7 @@ def _ports(config: ExportConfig, context: StageContext, model_section: dict) -> 
 def _per_sample_shape(inp, config: ExportConfig, context: StageContext, model_section: dict):
     """A function giving the per-sample shape that ``input_shape``, the declared ``model.inputs``
     or the data imply for input `inp`, computed on first use (a table's width reads the data)."""
-    from zoo_stages.lib import archs
+    from zoo_stages.lib.models import archs
 
     data = context.shared.get("data") or {}
 
@@ -242,7 +244,8 @@ def _per_sample_shape(inp, config: ExportConfig, context: StageContext, model_se
 
 def _data_feature(name: str, data: Mapping[str, Any], context: StageContext):
     """The train split's feature that feeds input `name` (for its shape)."""
-    from zoo_stages.lib import datasets, onnx_run
+    from zoo_stages.lib.data import datasets
+    from zoo_stages.lib.runtimes import onnx_run
 
     split = datasets.load_split(dict(data), context.recipe.dir, "train")
     return onnx_run.bind_names([name], split.features, where="the train split")[name]
@@ -453,7 +456,7 @@ class _quiet_loggers:
 def _run_onnxruntime(model: Path | bytes, feeds: Mapping[str, Any], threads: int) -> dict:
     """{output name: array} of the model on `feeds` in onnxruntime (`model`: the serialised model or
     its path); a model with a fixed batch dimension is fed that many samples at a time."""
-    from zoo_stages.lib import onnx_run, ort_session
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
 
     session = ort_session.make_session(model, threads=threads, level="all")
     return onnx_run.run(session, feeds)
@@ -475,7 +478,7 @@ def _flatten_outputs(out) -> list:
 def _parity(expected: list, got: Mapping[str, Any], cfg: ParityConfig):
     """The parity report of onnxruntime's outputs against torch's (matched by position: torch's
     outputs have no names)."""
-    from zoo_stages.lib import parity
+    from zoo_stages.lib.quality import parity
 
     if len(expected) != len(got):
         raise GateFailed(f"torch gives {len(expected)} outputs but the ONNX model gives {len(got)}")
