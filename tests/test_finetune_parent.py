@@ -16,7 +16,7 @@ from zoo.errors import IntegrityError, InvalidInput
 from zoo.registry.manifest import Build, Manifest
 from zoo.registry.staging import file_ref, write_manifest
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import tiny_onnx
+from registry_servers import tiny_onnx
 from zoo.engine import parents
 from zoo_stages.lib.models import finetune
 

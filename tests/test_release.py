@@ -18,7 +18,7 @@ from cli_helpers import zoo as zoo_cli
 from conftest import REPO
 from zoo.registry import api as registry
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import moto_s3
+from registry_servers import moto_s3
 
 pytestmark = pytest.mark.slow
 REF = "lenet-digits@1.0.0"

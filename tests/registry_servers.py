@@ -1,6 +1,7 @@
 """Test and benchmark helpers: tiny staging folders and real servers on 127.0.0.1.
 
-Used by tests/test_registry_*.py and bench/bench_registry.py; nothing here is used at run time.
+Used by the tests and by bench/bench_registry.py and bench/bench_remote_cache.py (which put tests/
+on sys.path); nothing here is used at run time, so it lives outside the installed packages.
 Servers (moto S3, wsgidav WebDAV, olah as a Hugging Face endpoint plus a small Hub write API)
 listen on loopback only and are stopped by their context managers.
 """
