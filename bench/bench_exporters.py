@@ -52,7 +52,7 @@ x = np.load(features_path)
 if framework == "torch":  # sys.argv[5]: the MLP's widths and zoo's opset, as JSON
     import torch
     from safetensors.torch import load_file
-    from zoo_stages.lib.archs import mlp  # only the network's definition: a plain torch.nn.Module
+    from zoo_stages.lib.models.archs import mlp  # only the network's definition: a plain torch.nn.Module
     shape = json.loads(entry)
     model = mlp(x.shape[1], tuple(shape["hidden"]), shape["num_classes"])
     model.load_state_dict(load_file(checkpoint))
@@ -185,7 +185,7 @@ def prepare(framework: str, work: Path) -> dict:
     the checkpoint for the direct script."""
     import numpy as np
 
-    from zoo_stages.lib import datasets
+    from zoo_stages.lib.data import datasets
 
     base = work / framework
     shutil.copytree(REPO / "recipes" / "data", base / "data")
@@ -214,7 +214,7 @@ def prepare(framework: str, work: Path) -> dict:
     extra = []
     if framework == "transformers":  # the same rows zoo's gate compares (the first 256), and the model's config
         from zoo_stages.exporters.transformers import PARITY_ROWS
-        from zoo_stages.lib import archs, hf_models
+        from zoo_stages.lib.models import archs, hf_models
 
         features = base / "held_out.npz"
         np.savez(features, **{k: np.asarray(v[:PARITY_ROWS], dtype=np.int64) for k, v in held_out.features.items()})
@@ -231,7 +231,7 @@ def prepare(framework: str, work: Path) -> dict:
         extra = [base / spec.model.entry.partition(":")[0]]
     if framework == "torch":  # the MLP's widths (the data gives its input width) and the opset zoo exports at
         from zoo_stages.exporters.torch import DYNAMO_MIN_OPSET
-        from zoo_stages.lib.archs import MLP_HIDDEN
+        from zoo_stages.lib.models.archs import MLP_HIDDEN
 
         export_config = yaml.safe_load(recipe.read_text())["stages"]["export"].get("config") or {}
         extra = [json.dumps({"hidden": list(shared["model"].get("hidden") or MLP_HIDDEN),

@@ -117,7 +117,7 @@ def time_models(paths: dict[str, Path], *, runs: int, warmup: int, block: int = 
     """
     import numpy as np
 
-    from zoo_stages.lib.ort_session import make_session
+    from zoo_stages.lib.runtimes.ort_session import make_session
 
     sessions = {name: make_session(path, threads=1, level="all") for name, path in paths.items()}
     x = np.random.default_rng(0).random(shape, dtype=np.float32)
@@ -156,7 +156,7 @@ def save_random_alexnet(path: Path, num_classes: int, seed: int = 0) -> str:
     """A seeded random-init AlexNet state dict (zoo's own layout) saved with torch.save; its sha256."""
     import torch
 
-    from zoo_stages.lib.archs import alexnet
+    from zoo_stages.lib.models.archs import alexnet
 
     torch.manual_seed(seed)
     torch.save(alexnet(num_classes=num_classes).state_dict(), str(path))
@@ -255,7 +255,7 @@ def op_times(path: Path, runs: int = 20) -> dict[str, float]:
 
     import numpy as np
 
-    from zoo_stages.lib.ort_session import make_session
+    from zoo_stages.lib.runtimes.ort_session import make_session
 
     # the profile goes outside the cache entry
     session = make_session(path, threads=1, level="all", profile_prefix=path.parent.parent / "profile")
@@ -276,7 +276,7 @@ def op_times(path: Path, runs: int = 20) -> dict[str, float]:
 
 def host_line() -> str:
     """CPU model and the SIMD features that decide int8 speed, with what they imply."""
-    from zoo_stages.lib.host_info import host_info, int8_may_saturate
+    from zoo_stages.lib.runtimes.host_info import host_info, int8_may_saturate
 
     host = host_info()
     flags = ", ".join(host["flags"]) or "none known"

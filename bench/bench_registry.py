@@ -15,6 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# the staging folders and servers the tests use (tests/registry_servers.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
 
 def _timed(fn, repeat: int = 5) -> tuple[float, object]:
     times, out = [], None
@@ -28,7 +31,7 @@ def _timed(fn, repeat: int = 5) -> tuple[float, object]:
 def bench_list(tmp: Path, n_versions: int) -> None:
     from zoo.registry import api
     from zoo.registry.store import LocalZoo
-    from zoo.registry.testing import make_staging
+    from registry_servers import make_staging
 
     root = tmp / "zoo-list"
     zoo = LocalZoo(root)
@@ -73,7 +76,7 @@ def bench_pull(tmp: Path, mb: int) -> None:
 
     from zoo.registry import api
     from zoo.registry.store import LocalZoo
-    from zoo.registry.testing import make_staging, moto_s3
+    from registry_servers import make_staging, moto_s3
 
     size = mb * 1_000_000
     t = time.perf_counter()

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # registry_servers: the tests' S3 server
 from bench_engine import dvc_project, zoo_recipe  # noqa: E402  (the 6-stage project, shared)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -421,7 +422,7 @@ def main() -> None:
                         help="profile one more B run (cProfile); FILE keeps the profile data")
     args = parser.parse_args()
 
-    from zoo.registry.testing import moto_s3
+    from registry_servers import moto_s3
 
     compile_bytecode()
     work = Path(tempfile.mkdtemp(prefix="zoo-bench-rcache-"))

@@ -102,8 +102,8 @@ def runners(files: dict[str, Path], options: dict[str, dict[str, dict[str, str]]
             engines: Path) -> dict[str, Callable[[Any], Any]]:
     """One `run(x)` per build: onnxruntime sessions and OpenVINO compiled models, 1 thread each;
     on a GPU host the CUDA and TensorRT builds too (TensorRT's with the build's provider options)."""
-    from zoo_stages.lib import openvino_build
-    from zoo_stages.lib.ort_session import make_session
+    from zoo_stages.lib.runtimes import openvino_build
+    from zoo_stages.lib.runtimes.ort_session import make_session
 
     out: dict[str, Callable[[Any], Any]] = {}
     for name in BUILDS:
@@ -123,7 +123,7 @@ def runners(files: dict[str, Path], options: dict[str, dict[str, dict[str, str]]
         inp = session.get_inputs()[0].name
         out["cuda-fp16 (onnxruntime CUDA)"] = lambda x, s=session, i=inp: s.run(None, {i: x})
     if "TensorrtExecutionProvider" in providers:
-        from zoo_stages.lib import tensorrt_build
+        from zoo_stages.lib.runtimes import tensorrt_build
 
         for name in ("tensorrt-fp16", "tensorrt-int8"):
             trt_options = options[name]["TensorrtExecutionProvider"]
@@ -173,7 +173,7 @@ def main() -> None:
 
         tensorrt = "TensorrtExecutionProvider" in onnxruntime.get_available_providers()
         if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
-            from zoo_stages.lib.host_info import gpu_name
+            from zoo_stages.lib.runtimes.host_info import gpu_name
 
             print(f"GPU: {gpu_name()}; onnxruntime providers: {', '.join(onnxruntime.get_available_providers())}")
         recipe.write_text(recipe_text(weights, sha, args.classes, args.quantize, tensorrt))

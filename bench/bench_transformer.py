@@ -415,7 +415,7 @@ def time_round_robin(paths: dict[str, Path], samples: list[dict[str, Any]], *, r
     """
     import numpy as np
 
-    from zoo_stages.lib.ort_session import make_session
+    from zoo_stages.lib.runtimes.ort_session import make_session
 
     sessions = {name: make_session(path, threads=1, level="all") for name, path in paths.items()}
     for i in range(warmup):
@@ -437,7 +437,7 @@ def onnx_accuracy(path: Path, ids, mask, labels) -> float:
     what the latency figures measure)."""
     import numpy as np
 
-    from zoo_stages.lib.ort_session import make_session
+    from zoo_stages.lib.runtimes.ort_session import make_session
 
     session = make_session(path, threads=1, level="all")
     preds = np.array([session.run(["logits"], {"input_ids": ids[i:i + 1], "attention_mask": mask[i:i + 1]})[0].argmax()
@@ -530,7 +530,7 @@ def main() -> None:
             print(f"zoo run FAILED:\n{zoo['error']}", flush=True)
 
         # the peer
-        host_flags = set(__import__("zoo_stages.lib.host_info", fromlist=["host_info"]).host_info()["flags"])
+        host_flags = set(__import__("zoo_stages.lib.runtimes.host_info", fromlist=["host_info"]).host_info()["flags"])
         preset = "avx512_vnni" if "avx512_vnni" in host_flags else "avx2"
         peer_label = f"Optimum int8 ({preset})"
         peer: dict[str, Any] | None = None

@@ -170,8 +170,10 @@ def generated() -> dict[str, str]:
     from zoo.engine import kind_loader
     from zoo_stages.sections.data import DataSpec
     from zoo_stages.sections.model import ModelSpec
-    from zoo_stages import deploy, quantize, verify
-    from zoo_stages.lib import gates, quant_settings
+    from zoo_stages import quantize, verify
+    from zoo_stages.deploy import config as deploy_config
+    from zoo_stages.lib.quality import gates
+    from zoo_stages.lib.quantization import quant_settings
 
     header = ["field", "type", "default", "description"]
     out = {"fields:model": markdown_table(header, field_rows(ModelSpec)),
@@ -195,7 +197,7 @@ def generated() -> dict[str, str]:
     out["gates:operators"] = " ".join(f"`{op}`" for op in gates.OPERATORS) + "\n"
     out["deploy:tolerances"] = markdown_table(
         ["convert", "default atol", "default rtol"],
-        [[f"`{k}`", f"{a:g}", f"{r:g}"] for k, (a, r) in deploy.DEFAULT_TOLERANCES.items()])
+        [[f"`{k}`", f"{a:g}", f"{r:g}"] for k, (a, r) in deploy_config.DEFAULT_TOLERANCES.items()])
     return out
 
 

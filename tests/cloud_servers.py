@@ -20,7 +20,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from zoo.registry.testing import free_port, stop_process, wait_port
+from registry_servers import free_port, stop_process, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE = ROOT / ".tools" / "node_modules" / ".bin" / "azurite-blob"

@@ -1,6 +1,6 @@
 """Test helpers for the datasets module."""
 
-from zoo_stages.lib.datasets import Split
+from zoo_stages.lib.data.datasets import Split
 
 
 def xy(split: Split):

@@ -1,5 +1,5 @@
 """Small ONNX models built with onnx.helper for the tests of the ONNX plumbing
-(zoo_stages.lib.onnx_io, ort_session, onnx_run, parity, timing), with numpy references."""
+(zoo_stages.lib.onnx.onnx_io, ort_session, onnx_run, parity, timing), with numpy references."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ serving folders as plain read-only HTTP), OpenSSH's sshd (session-scoped; ssh_se
 fake-gcs-server and azurite (session-scoped, see cloud_servers.py), and a Hugging Face endpoint
 that is partly a stand-in:
 reads go to olah (a real Hub mirror serving git repos), the Hub's write API is
-`zoo.registry.testing.HubWriteApp`; tests using it carry `hf-stand-in-write-api` in their ids.
+`tests/registry_servers.py`'s `HubWriteApp`; tests using it carry `hf-stand-in-write-api` in their ids.
 
 `backend` is parametrised over the writable backends (`BACKENDS`); a test narrows it with
 ``@pytest.mark.parametrize("backend", [...], indirect=True)``. `publisher` is a local zoo holding
@@ -25,7 +25,7 @@ import pytest
 
 from zoo.registry import api
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import free_port, hub_server, make_staging, moto_s3, webdav_server
+from registry_servers import free_port, hub_server, make_staging, moto_s3, webdav_server
 
 BACKENDS = ["folder", "s3", "gcs", "azure", "webdav", "ssh", "hf"]  # every writable kind
 KINDS = [*BACKENDS, "http"]  # http: a folder remote served read-only over plain HTTP

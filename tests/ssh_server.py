@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.registry.testing import free_port, stop_process, wait_port
+from registry_servers import free_port, stop_process, wait_port
 
 SSHD = "/usr/sbin/sshd"
 INSTALL = "apt-get install -y openssh-server (./dev setup does it)"

@@ -30,7 +30,7 @@ from conftest import REPO
 from zoo.errors import IntegrityError, InvalidInput, NotFound, ZooError
 from zoo.registry import api as registry
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 DOC = REPO / "docs" / "api.md"
 RECIPE = "recipes/lenet-digits.yaml"

@@ -41,7 +41,7 @@ def published(tmp_path_factory):
 @pytest.fixture(scope="module")
 def digits():
     """The held-out digits as the recipe feeds them (16x16, one channel)."""
-    from zoo_stages.lib import datasets
+    from zoo_stages.lib.data import datasets
 
     split = datasets.load_split({"source": "digits", "image_size": 16, "channels": 1, "val_fraction": 0.2,
                                  "split_seed": 0}, REPO / "recipes", "val")
@@ -127,7 +127,7 @@ def test_a_missing_parent_names_it_and_the_command_that_makes_it(published, tmp_
 
 def test_head_keep_needs_the_parents_width_and_freeze_needs_a_matching_name(published, monkeypatch):
     from zoo.engine import parents
-    from zoo_stages.lib import archs, finetune
+    from zoo_stages.lib.models import archs, finetune
 
     monkeypatch.setenv("ZOO_HOME", published["env"]["ZOO_HOME"])
     section = {"from": f"zoo:{PARENT}", "num_classes": 5}

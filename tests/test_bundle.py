@@ -16,7 +16,7 @@ from zoo.registry.codec import same_content
 from zoo.registry.manifest import MANIFEST_FILE, Manifest
 from zoo.registry.staging import file_ref, write_manifest
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 
 def _staging(root: Path, version: str, scale: float) -> Path:

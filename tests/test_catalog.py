@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from zoo.errors import InvalidInput
 from zoo_stages.export import ExportConfig
 from zoo import catalog
-from zoo_stages.lib.vision_archs import VISION_ARCHS
+from zoo_stages.lib.models.vision_archs import VISION_ARCHS
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "input_shape": [3, 224, 224]}

@@ -17,7 +17,7 @@ import pytest
 from cli_helpers import SHIPPED, write_recipe, zoo
 from zoo.registry import api
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 HEAVY = ("torch", "onnx", "onnxruntime", "rich", "fsspec", "boto3", "huggingface_hub")
 

@@ -33,7 +33,7 @@ def recording_dav(tmp_path_factory):
 
     from wsgidav.wsgidav_app import WsgiDAVApp
 
-    from zoo.registry.testing import _cheroot
+    from registry_servers import _cheroot
 
     root = tmp_path_factory.mktemp("dav")
     app = WsgiDAVApp({

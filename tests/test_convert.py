@@ -1,5 +1,5 @@
-"""Unit tests of zoo_stages/lib/model_info.py and zoo_stages/lib/convert.py on tiny ONNX models built here
-(outputs compared with zoo_stages.lib.parity, whose own tests are tests/test_parity.py)."""
+"""Unit tests of zoo_stages/lib/onnx/model_info.py and zoo_stages/lib/runtimes/convert.py on tiny ONNX models built here
+(outputs compared with zoo_stages.lib.quality.parity, whose own tests are tests/test_parity.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib import convert as cv
-from zoo_stages.lib import onnx_run, ort_session
-from zoo_stages.lib.parity import Tolerance, compare
-from zoo_stages.lib.model_info import describe, detect_precision, load_graph
+from zoo_stages.lib.runtimes import convert as cv
+from zoo_stages.lib.runtimes import onnx_run, ort_session
+from zoo_stages.lib.quality.parity import Tolerance, compare
+from zoo_stages.lib.onnx.model_info import describe, detect_precision, load_graph
 
 
 def tiny_classifier(path: Path, *, batch: int | str = "batch", seed: int = 0) -> Path:
@@ -282,7 +282,7 @@ def test_fp16_refuses_onnxruntime_specific_operators(tmp_path):
     from onnx import TensorProto, helper
 
     from zoo.errors import InvalidInput
-    from zoo_stages.lib.convert import to_fp16
+    from zoo_stages.lib.runtimes.convert import to_fp16
 
     node = helper.make_node("FusedGemm", ["x", "w"], ["y"], domain="com.microsoft", name="fused")
     w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], [0.5] * 16)
@@ -300,7 +300,7 @@ def test_a_graph_the_fp16_converter_broke_is_a_stage_failure_naming_the_fix(tmp_
     """Stand-in: the re-sorting finds a node reading a name nothing provides (what a converter bug
     would leave); the build fails with a hint instead of a bare ValueError, and nothing is written."""
     from zoo.errors import StageFailed
-    from zoo_stages.lib import graph_order
+    from zoo_stages.lib.onnx import graph_order
 
     def broken(graph):
         raise graph_order.CycleError("node 'x' reads 'missing', which nothing provides")

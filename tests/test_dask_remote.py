@@ -253,7 +253,7 @@ def test_a_recipe_in_the_callers_cache_naming_absolute_paths_in_its_cache_and_zo
 def test_a_model_from_parent_in_the_callers_zoo_only_runs_on_the_worker(blind_worker, remote, monkeypatch):
     """The parent is in the caller's zoo, where the worker cannot see it, and not in the worker's:
     the stage reads it from its pin and file, shipped with it; no `zoo pull` on the worker."""
-    from zoo.registry.testing import make_staging
+    from registry_servers import make_staging
 
     address, hidden, spec = blind_worker
     monkeypatch.setenv("ZOO_HOME", str(hidden / "home-parent"))
@@ -279,7 +279,7 @@ def test_a_zoo_import_recipe_of_a_file_in_the_callers_source_store_runs_on_the_w
     import hashlib
 
     from zoo import sources
-    from zoo.registry.testing import tiny_onnx
+    from registry_servers import tiny_onnx
     from zoo.release import import_source
     from zoo.release.importer import recipe_text
 

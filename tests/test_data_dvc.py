@@ -19,7 +19,7 @@ from cli_helpers import write_recipe, zoo
 from dvc_repos import git, make_dvc_repo
 from zoo import dvcrepo
 from zoo.errors import IntegrityError, InvalidInput, MissingExtra
-from zoo_stages.lib import datasets
+from zoo_stages.lib.data import datasets
 from zoo_stages.lib.data import dvc as dvc_data
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zoo_stages.lib import datasets
+from zoo_stages.lib.data import datasets
 
 REPO = Path(__file__).resolve().parents[1]
 

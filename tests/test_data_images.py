@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib import datasets
+from zoo_stages.lib.data import datasets
 
 
 @pytest.fixture(autouse=True)

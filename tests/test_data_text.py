@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib import datasets
+from zoo_stages.lib.data import datasets
 from zoo_stages.lib.data import text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def _corpus(tmp_path: Path) -> dict:
 
 
 def test_trained_tokenizer_is_identical_across_processes():
-    code = ("import sys; from pathlib import Path; from zoo_stages.lib import datasets; "
+    code = ("import sys; from pathlib import Path; from zoo_stages.lib.data import datasets; "
             f"sys.stdout.write(datasets.tokenizer_json({LANG!r}, Path({str(REPO / 'recipes')!r})))")
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
             for _ in range(2)]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib import datasets
+from zoo_stages.lib.data import datasets
 from zoo_stages.lib.data.split import shuffle_order
 from data_helpers import xy
 

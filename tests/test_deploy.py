@@ -18,9 +18,9 @@ from zoo.errors import GateFailed, InvalidInput, StageFailed
 from zoo.engine.hashing import hash_file_uncached
 from zoo.registry.manifest import MANIFEST_FILE, Manifest
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
-from zoo_stages.deploy import Deploy
-from zoo_stages.lib.datasets import load_split
-from zoo_stages.lib.modelcard import parse_front_matter
+from zoo_stages.deploy.kind import Deploy
+from zoo_stages.lib.data.datasets import load_split
+from zoo_stages.lib.release.modelcard import parse_front_matter
 from data_helpers import xy
 
 DATA = {"source": "digits", "path": None, "image_size": 8, "channels": 1, "val_fraction": 0.2,
@@ -216,7 +216,7 @@ def test_four_builds_with_correct_files(release):
 def test_unconverted_builds_ship_upstream_bytes_with_verify_metrics_and_vectors(release, upstream):
     rel = release["path"]
     m = _manifest(rel)
-    from zoo_stages.lib.provenance import read_metadata
+    from zoo_stages.lib.release.provenance import read_metadata
 
     # the shipped model is the upstream graph, stamped with its provenance (metadata_props only)
     for build, source in (("cpu-fp32", "fp32"), ("cpu-int8", "int8")):
@@ -336,7 +336,7 @@ def test_parity_failure_raises_gate_with_table(upstream, tmp_path):
 def test_a_build_that_is_not_valid_onnx_fails_the_stage_and_nothing_is_released(upstream, tmp_path, monkeypatch):
     """The float16 converter's own output (its input Casts after the nodes that read them, as
     onnxruntime's converter leaves it without zoo's reordering) fails onnx.checker at deploy."""
-    from zoo_stages.lib import graph_order
+    from zoo_stages.lib.onnx import graph_order
 
     monkeypatch.setattr(graph_order, "sort_graph", lambda graph, outer=(): False)
     with pytest.raises(StageFailed, match="build cuda-fp16: model.onnx is not valid ONNX "
@@ -422,7 +422,7 @@ def test_a_failed_replay_is_recorded_not_fatal_with_a_stand_in_onnxruntime(upstr
     """Stand-in: onnxruntime's replay of saved runtime optimizations is replaced by one that raises
     or that returns shifted outputs (the pinned onnxruntime replays this model fine). The build
     still ships, and its conversion record says what the replay did."""
-    from zoo_stages.lib import onnx_run, ort_session
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
 
     real_open, real_run = ort_session.make_session, onnx_run.run
     replayed = set()
@@ -457,8 +457,8 @@ def test_gpu_builds_are_verified_on_the_providers_a_host_offers_with_a_stand_in_
     says where parity was checked. (On a real GPU host test_recipe_lenet_e2e checks the provider.)"""
     import onnxruntime
     from zoo.registry.store import LocalZoo
-    from zoo_stages.lib import host_info, ort_session
-    from zoo_stages.lib import tensorrt_build as trt
+    from zoo_stages.lib.runtimes import host_info, ort_session
+    from zoo_stages.lib.runtimes import tensorrt_build as trt
 
     real_providers, real_open = onnxruntime.get_available_providers, ort_session.make_session
     asked: list[tuple[tuple[str, ...], dict | None]] = []
@@ -514,8 +514,8 @@ def test_kind_is_registered_and_import_is_light():
 
     assert kind_loader.get("deploy") is Deploy
     assert Deploy.outputs == ("release",) and Deploy.shared == ("data", "model.task", "task")
-    code = ("import sys, zoo_stages.deploy, zoo_stages.lib.convert, zoo_stages.lib.model_info, "
-            "zoo_stages.lib.modelcard; "
+    code = ("import sys, zoo_stages.deploy.kind, zoo_stages.lib.runtimes.convert, zoo_stages.lib.onnx.model_info, "
+            "zoo_stages.lib.release.modelcard; "
             "print(sorted(m for m in ('onnx', 'onnxruntime', 'torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -569,7 +569,7 @@ def test_deploy_declares_its_release_and_publishes_nothing_itself(upstream, tmp_
 
 
 def test_release_hooks_name_the_release_check_its_provenance_and_report_its_builds(upstream, tmp_path):
-    from zoo_stages.lib.provenance import LOCK_FILE, STATEMENT_FILE
+    from zoo_stages.lib.release.provenance import LOCK_FILE, STATEMENT_FILE
 
     release, ctx = _deploy(upstream, tmp_path, "hooks", publish=True)
     kind, manifest = Deploy(), _manifest(release)

@@ -1,5 +1,5 @@
 """Keras 3 and JAX/Flax models that the recipe's own functions build and train (`config.entry`,
-zoo_stages/lib/entry_models): safe, reproducible checkpoints (a .keras archive loaded with
+zoo_stages/lib/models/entry_models): safe, reproducible checkpoints (a .keras archive loaded with
 safe_mode=True; safetensors parameters), and exports (zoo_stages/exporters/{keras,jax}.py) that
 pass a parity gate against the source framework on the held-out rows and give the same bytes
 twice. Both frameworks go through the same tests, with the shipped recipes' entry files."""
@@ -23,7 +23,7 @@ from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages import exporters
 from zoo_stages.export import Export
 from zoo_stages.exporters.entry_models import EntryModelExporter
-from zoo_stages.lib.entry_models import FRAMEWORKS, framework
+from zoo_stages.lib.models.entry_models import FRAMEWORKS, framework
 from zoo_stages.train import Train
 
 from conftest import REPO
@@ -118,7 +118,7 @@ def test_a_model_that_predicts_otherwise_fails_the_gate_with_the_table(trained, 
 
 def test_the_keras_archive_drops_save_times_and_object_ids():
     """Two stand-in .keras archives that differ only where Keras writes the time and Python object ids."""
-    from zoo_stages.lib.entry_models.keras import reproducible_archive
+    from zoo_stages.lib.models.entry_models.keras import reproducible_archive
 
     def archive(when: str, ids: tuple[int, int], date: tuple) -> bytes:
         config = {"layers": [{"dtype": {"shared_object_id": ids[0]}}, {"dtype": {"shared_object_id": ids[0]}},
@@ -186,7 +186,7 @@ def test_a_plain_jax_model_trains_and_exports(tmp_path):
 def test_jax_parameters_are_nested_dicts_of_arrays_and_the_checkpoint_is_checked(tmp_path):
     from safetensors.numpy import save_file
 
-    from zoo_stages.lib.entry_models import jax as jax_models
+    from zoo_stages.lib.models.entry_models import jax as jax_models
 
     params = {"params": {"Dense_0": {"kernel": np.ones((3, 2), np.float32), "bias": np.zeros(2, np.float32)}}}
     flat = jax_models.flatten(params, "the function returned")

@@ -1,4 +1,4 @@
-"""zoo_stages/lib/equivalence.py: equivalence of two builds of one stage's outputs (what the built-in
+"""zoo_stages/lib/quality/equivalence.py: equivalence of two builds of one stage's outputs (what the built-in
 kinds answer to `StageKind.equivalence` for `zoo repro --check` across platform classes): ONNX
 models (same graph structure, outputs on seeded inputs or test vectors, metadata ignored), test
 vectors, .npy/.npz arrays, JSON numbers and quality metrics, files a kind marks as derived, and
@@ -17,8 +17,8 @@ from onnx import numpy_helper
 from onnx_models import linear_model
 from zoo.engine import kind_loader
 from zoo.stage import EquivalenceContext, RecipeInfo, StageKind
-from zoo_stages.lib.equivalence import compare_outputs
-from zoo_stages.lib.parity import Tolerance
+from zoo_stages.lib.quality.equivalence import compare_outputs
+from zoo_stages.lib.quality.parity import Tolerance
 
 
 CONTEXT = EquivalenceContext(recipe=RecipeInfo(name="r", version="1.0.0", description="", license="",
@@ -62,7 +62,7 @@ def test_onnx_models_are_judged_by_their_outputs_and_metadata_is_not_compared(tm
 
 
 def test_onnx_outputs_are_compared_on_the_test_vectors_beside_the_model(tmp_path):
-    from zoo_stages.lib.vectors import write_test_vectors
+    from zoo_stages.lib.release.vectors import write_test_vectors
 
     model = linear_model(seed=3)
     x = np.random.default_rng(1).random((5, 1, 4, 4), dtype=np.float32)

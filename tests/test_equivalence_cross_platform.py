@@ -26,7 +26,7 @@ from onnx import numpy_helper
 from zoo import api, host
 from zoo.engine import keys, kind_loader, pipeline
 from zoo.stage import EquivalenceContext
-from zoo_stages.lib import equivalence
+from zoo_stages.lib.quality import equivalence
 
 DATA = Path(__file__).parent / "data" / "cross_platform"
 AVX2, VNNI = DATA / "x86-64-avx2", DATA / "x86-64-avx512-vnni"
@@ -90,7 +90,7 @@ def test_a_damaged_checkpoint_is_not_equivalent_and_the_tolerance_decides(tmp_pa
 # -- quantize: outputs of int8 models ---------------------------------------------------------
 
 def _heldout_input() -> np.ndarray:
-    from zoo_stages.lib import datasets
+    from zoo_stages.lib.data import datasets
 
     data = _context("train").shared["data"]
     features = datasets.load_split(dict(data), DATA, "val").features
@@ -98,7 +98,7 @@ def _heldout_input() -> np.ndarray:
 
 
 def test_the_same_int8_model_on_avx2_and_vnni_kernels_passes_the_quantized_bar():
-    from zoo_stages.lib import onnx_run, ort_session
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
 
     avx2_logits = np.load(AVX2 / "quantize-logits-heldout.npy")
     here = onnx_run.run(ort_session.make_session(AVX2 / "quantize-model.onnx"), {"input": _heldout_input()})
@@ -230,18 +230,16 @@ def test_repro_check_on_a_lock_of_another_class_rebuilds_each_stage_from_that_cl
 
 def _vector_check(model: Path, logits: np.ndarray, tmp_path: Path) -> None:
     """deploy's check that `model` reproduces verify's vectors (held-out inputs, `logits`)."""
-    from types import SimpleNamespace
 
-    from zoo_stages.deploy import _Release
-    from zoo_stages.lib import ort_session
-    from zoo_stages.lib.model_info import session_ports
-    from zoo_stages.lib.vectors import write_test_vectors
+    from zoo_stages.deploy.vectors import check_vector_set
+    from zoo_stages.lib.runtimes import ort_session
+    from zoo_stages.lib.onnx.model_info import session_ports
+    from zoo_stages.lib.release.vectors import write_test_vectors
 
     set_dir = write_test_vectors(tmp_path / "test_data_set_0", {"input": _heldout_input()}, {"logits": logits})
     session = ort_session.make_session(model)
     ports, out_ports = session_ports(session)
-    release = SimpleNamespace(config=SimpleNamespace(builds={"cpu-int8": SimpleNamespace(source="quantize")}))
-    _Release._check_vector_set(release, "cpu-int8", "cpu-int8", session, ports, out_ports, set_dir, model)
+    check_vector_set("cpu-int8", "cpu-int8", "quantize", session, ports, out_ports, set_dir, model)
 
 
 def test_deploy_accepts_an_int8_model_s_vectors_from_another_class_but_not_another_model_s(tmp_path):

@@ -120,7 +120,7 @@ def test_a_failed_stage_brings_its_error_back_from_the_worker_process(tmp_path):
 def test_a_closed_stdout_ends_quietly(args, tmp_path):
     """The reading end of stdout is closed before zoo writes (as `| head -1` does once it has its line)."""
     from zoo.registry.store import LocalZoo
-    from zoo.registry.testing import make_staging
+    from registry_servers import make_staging
 
     LocalZoo().publish(make_staging(tmp_path / "s"))
     proc = subprocess.Popen([sys.executable, "-m", "zoo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -17,7 +17,7 @@ from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages import exporters
 from zoo_stages.export import Export
 from zoo_stages.exporters.base import EstimatorExporter
-from zoo_stages.lib.estimators import framework
+from zoo_stages.lib.models.estimators import framework
 from zoo_stages.train import Train
 
 from conftest import REPO
@@ -161,7 +161,7 @@ def test_estimator_errors_name_the_fix(tmp_path):
 
 def test_a_skops_checkpoint_with_an_unknown_type_is_refused(tmp_path):
     """The loader's allow-list: a checkpoint naming a type outside it is never loaded."""
-    from zoo_stages.lib.estimators import sklearn as sk
+    from zoo_stages.lib.models.estimators import sklearn as sk
 
     checkpoint, _ = _train(tmp_path, _model("sklearn"))
     blob = checkpoint.read_bytes()

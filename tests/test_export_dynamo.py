@@ -20,7 +20,9 @@ from zoo.pathsafety import external_data_files  # noqa: E402
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
 from zoo_stages.exporters.torch import DYNAMO_MIN_OPSET  # noqa: E402
-from zoo_stages.lib import archs, export_io, onnx_run, ort_session  # noqa: E402
+from zoo_stages.lib.models import archs
+from zoo_stages.lib.onnx import onnx_io
+from zoo_stages.lib.runtimes import onnx_run, ort_session  # noqa: E402
 
 BERT = {"arch": "bert", "num_classes": 2, "hidden_size": 32, "num_layers": 2, "num_heads": 2,
         "intermediate_size": 64, "max_length": 16, "vocab_size": 40}
@@ -74,7 +76,7 @@ def test_every_shipped_arch_exports_deterministically_and_passes_parity(tmp_path
     assert sorted(p.name for p in first.parent.iterdir()) == ["model.onnx"]  # weights inline below 2 GB
     assert metrics["exporter"] == exporter and metrics["parity"]["passed"] is True
     proto = onnx.load(str(first))
-    assert proto.ir_version <= export_io.MAX_IR_VERSION
+    assert proto.ir_version <= onnx_io.MAX_IR_VERSION
     assert {o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")} == {17}
     assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
 
@@ -118,9 +120,9 @@ def test_dynamo_refuses_an_opset_it_cannot_convert_to(tmp_path):
 
 @pytest.fixture
 def above_the_limit(monkeypatch):
-    """Stand-in: export's 2 GB limit lowered to 64 bytes, so a LeNet takes the path of a model
+    """Stand-in: the 2 GB limit lowered to 64 bytes, so a LeNet takes the path of a model
     above protobuf's limit (weights written as external data) without 2 GB of weights."""
-    monkeypatch.setattr(export_io, "PROTOBUF_LIMIT", 64)
+    monkeypatch.setattr(onnx_io, "PROTOBUF_LIMIT", 64)
 
 
 def test_dynamo_export_above_the_limit_with_a_stand_in_limit_writes_external_data_deterministically(
@@ -130,8 +132,8 @@ def test_dynamo_export_above_the_limit_with_a_stand_in_limit_writes_external_dat
     first, metrics = _export(tmp_path, "a", weights, model, **config)
     again, _ = _export(tmp_path, "b", weights, model, **config)
     assert metrics["exporter"] == "dynamo" and metrics["parity"]["passed"] is True
-    assert external_data_files(first) == [export_io.DATA_LOCATION] and metrics["opset"] == DYNAMO_MIN_OPSET
-    for name in ("model.onnx", export_io.DATA_LOCATION):
+    assert external_data_files(first) == ["model.onnx.data"] and metrics["opset"] == DYNAMO_MIN_OPSET
+    for name in ("model.onnx", "model.onnx.data"):
         assert (first.parent / name).read_bytes() == (again.parent / name).read_bytes()
     assert metrics["size_bytes"] > first.stat().st_size  # the data file is counted
     # onnx's version converter cannot take a model above 2 GB down to an older opset: said, not ignored

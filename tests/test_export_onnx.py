@@ -38,8 +38,8 @@ def test_kind_modules_import_nothing_heavy():
     import subprocess
     import sys
 
-    code = ("import sys, zoo_stages.train, zoo_stages.export, zoo.sources, zoo_stages.lib.archs, "
-            "zoo_stages.lib.datasets; "
+    code = ("import sys, zoo_stages.train, zoo_stages.export, zoo.sources, zoo_stages.lib.models.archs, "
+            "zoo_stages.lib.data.datasets; "
             "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'numpy', 'sklearn', 'safetensors', 'keras', "
             "'jax', 'jax2onnx', 'flax') "
             "if m in sys.modules))")
@@ -107,7 +107,7 @@ def test_onnx_pass_through_keeps_bytes(tmp_path):
         assert list(getattr(got, part)) == list(getattr(given, part))
     import json
 
-    from zoo_stages.lib.provenance import read_metadata
+    from zoo_stages.lib.release.provenance import read_metadata
 
     assert json.loads(read_metadata(out)["zoo.sources"]) == {"onnx": f"sha256:{digest}"}
     assert ctx.metrics["source"] == "onnx" and ctx.metrics["parity"]["ran"] is True

@@ -100,19 +100,19 @@ def files_next_to_the_model(tmp_path: Path, model: Path) -> None:
 
 
 def load_model(tmp_path: Path, model: Path) -> None:
-    from zoo_stages.lib import onnx_io
+    from zoo_stages.lib.onnx import onnx_io
 
     onnx_io.load_model(model)
 
 
 def session_straight_from_the_file(tmp_path: Path, model: Path) -> None:
-    from zoo_stages.lib import onnx_io
+    from zoo_stages.lib.onnx import onnx_io
 
     onnx_io.loadable_as_is(model)
 
 
 def describe(tmp_path: Path, model: Path) -> None:
-    from zoo_stages.lib.model_info import describe
+    from zoo_stages.lib.onnx.model_info import describe
 
     describe(model)
 
@@ -240,7 +240,7 @@ def test_locations_inside_the_folder_are_accepted_and_normalised(tmp_path):
 
 
 def test_a_model_with_safe_external_data_loads_with_its_weights(tmp_path):
-    from zoo_stages.lib import onnx_io
+    from zoo_stages.lib.onnx import onnx_io
 
     model = hostile_model(tmp_path / "m", SAFE)
     loaded = onnx_io.load_model(model)

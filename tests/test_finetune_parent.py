@@ -1,7 +1,7 @@
 """A `model.from` parent whose build keeps its weights as ONNX external data: the sidecar is a keyed
 dependency (so a parent whose weights alone changed retrains, and a Dask worker is given the file),
 its sha256 is in the pin, and a machine that has the pin and the files but not the version checks
-every one of them. The engine resolves it (zoo/engine/parents.py); zoo_stages/lib/finetune.py only
+every one of them. The engine resolves it (zoo/engine/parents.py); zoo_stages/lib/models/finetune.py only
 reads the files it is given."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from zoo.errors import IntegrityError, InvalidInput
 from zoo.registry.manifest import Build, Manifest
 from zoo.registry.staging import file_ref, write_manifest
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import tiny_onnx
+from registry_servers import tiny_onnx
 from zoo.engine import parents
-from zoo_stages.lib import finetune
+from zoo_stages.lib.models import finetune
 
 SECTION = {"from": "zoo:ext@1.0.0"}
 REF = "zoo:ext@1.0.0"

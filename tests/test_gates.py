@@ -1,4 +1,4 @@
-"""verify's quality gates (zoo_stages.lib.gates): parsing, every operator at its threshold, missing
+"""verify's quality gates (zoo_stages.lib.quality.gates): parsing, every operator at its threshold, missing
 and non-finite values, evaluation against a build table, and the printed table and summary.
 
 Pure functions on strings, numbers and small dicts: no torch, onnx or onnxruntime. These are the
@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from zoo_stages.lib import gates as gatelib
-from zoo_stages.lib.gates import Gate, GateResult, GateSyntaxError, evaluate, failed_summary, format_table, parse_gate
+from zoo_stages.lib.quality import gates as gatelib
+from zoo_stages.lib.quality.gates import Gate, GateResult, GateSyntaxError, evaluate, failed_summary, format_table, parse_gate
 
 
 def above(x: float) -> float:

@@ -1,4 +1,4 @@
-"""`zoo_stages.lib.graph_order.sort_graph`: an ONNX graph put in topological order, as onnx.checker
+"""`zoo_stages.lib.onnx.graph_order.sort_graph`: an ONNX graph put in topological order, as onnx.checker
 requires, with nothing else changed; an already sorted graph keeps its bytes; subgraphs (If) are
 sorted and ordered after the values they read from the enclosing graph; a cycle or a name nothing
 provides is refused by name."""
@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from zoo_stages.lib.graph_order import CycleError, sort_graph
+from zoo_stages.lib.onnx.graph_order import CycleError, sort_graph
 
 
 def _model(nodes, inputs=("x",), outputs=("y",)) -> onnx.ModelProto:

@@ -1,8 +1,8 @@
-"""Tests of zoo_stages.lib.host_info (its int8 saturation rule is tested with quantize, which uses it)."""
+"""Tests of zoo_stages.lib.runtimes.host_info (its int8 saturation rule is tested with quantize, which uses it)."""
 
 from __future__ import annotations
 
-from zoo_stages.lib.host_info import host_info
+from zoo_stages.lib.runtimes.host_info import host_info
 
 
 def test_host_info_describes_the_cpu():

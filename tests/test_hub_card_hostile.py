@@ -1,6 +1,6 @@
 """The model card `zoo push` writes to a Hugging Face repo for a version without one: its YAML
 metadata (license, tags) is emitted by PyYAML, so a license or task holding a newline adds no key
-to what the Hub reads. The Hub's write API is the stand-in (`zoo.registry.testing.HubWriteApp`
+to what the Hub reads. The Hub's write API is the stand-in (`tests/registry_servers.py`'s `HubWriteApp`
 over olah's git mirrors), hence `hf-stand-in-write-api` in the test's id."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from zoo.registry.codec import read_manifest_file
 from zoo.registry.manifest import MANIFEST_FILE
 from zoo.registry.staging import write_manifest
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 
 @pytest.mark.parametrize("backend", ["hf"], indirect=True, ids=["hf-stand-in-write-api"])

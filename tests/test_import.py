@@ -28,7 +28,7 @@ from test_sources import _Server
 from zoo.errors import InvalidInput
 from zoo.host import platform_class
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import olah_server, tiny_onnx
+from registry_servers import olah_server, tiny_onnx
 from zoo.release import import_source
 from zoo.release.importer import LOCK_FILE, RECIPE_FILE, graph_inputs, parse_shape, recipe_text
 
@@ -240,7 +240,7 @@ def test_a_hub_tag_that_is_a_version_names_the_version(hub, hub_env, tmp_path):
 
 
 def test_an_unreachable_or_offline_hub_is_a_storage_error():
-    from zoo.registry.testing import free_port
+    from registry_servers import free_port
 
     dead = zoo("import", "hf://acme/x", env={"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_OFFLINE": "0"})
     assert dead.code == 3 and "cannot reach the Hub" in dead.err, dead.text

@@ -294,7 +294,7 @@ def test_zoos_plumbing_is_in_no_key_and_a_kinds_own_code_is_in_its_own(tmp_path)
     assert after["train"] == before["train"] and after["export"] != before["export"]
     # the parity check: export runs it, train only judges with it under `zoo repro --check` (its
     # `equivalence` hook, whose imports no key follows)
-    parity = src / "zoo_stages" / "lib" / "parity.py"
+    parity = src / "zoo_stages" / "lib" / "quality" / "parity.py"
     _touch(parity, parity.read_text() + "\n# edited\n")
     judged = plan()
     assert judged["train"] == after["train"] and judged["export"] != after["export"]

@@ -18,7 +18,7 @@ import yaml
 from cli_helpers import zoo
 from test_import import _git_repo, _tiny_bytes, _version_file
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import olah_server
+from registry_servers import olah_server
 from zoo.release import import_source
 from zoo.release.import_source import ImportSource
 from zoo.release.importer import RECIPE_FILE, recipe_text

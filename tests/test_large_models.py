@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cli_helpers import zoo as zoo_cli
 from zoo.files import sha256_file
 from zoo.pathsafety import external_data_files
-from zoo_stages.lib import onnx_io
+from zoo_stages.lib.onnx import onnx_io
 
 
 def mlp(width: int, layers: int, seed: int = 0, out_width: int | None = None) -> onnx.ModelProto:
@@ -118,15 +118,14 @@ def test_import_above_the_protobuf_limit_writes_data_its_model_points_at(tmp_pat
     tensors must name model.onnx.data beside it (not the checker's scratch file)."""
     from zoo.stage import Inputs
     from zoo_stages import export
-    from zoo_stages.lib import export_io
     from test_export_onnx import _ctx
 
     source = save_external(mlp(16, 2), tmp_path / "src" / "mlp.onnx")
-    monkeypatch.setattr(export_io, "PROTOBUF_LIMIT", 64)  # every model is "too big" to serialise in memory
+    monkeypatch.setattr(onnx_io, "PROTOBUF_LIMIT", 64)  # every model is "too big" to serialise in memory
     ctx = _ctx(tmp_path, "big")
     config = export.ExportConfig(onnx={"path": str(source), "sha256": sha256_file(source)})
     out = Path(export.Export().run(Inputs([]), config, ctx)["model"])
-    assert external_data_files(out) == [export_io.DATA_LOCATION]
+    assert external_data_files(out) == ["model.onnx.data"]
     x = np.random.default_rng(1).standard_normal((3, 16), dtype=np.float32)
     np.testing.assert_array_equal(outputs(out, x), outputs(source, x))
 

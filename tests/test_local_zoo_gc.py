@@ -11,7 +11,7 @@ import subprocess
 from cli_helpers import zoo as zoo_cli
 from zoo.download import _HOST
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 
 def _zoo_with_leftovers(tmp_path):

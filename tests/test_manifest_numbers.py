@@ -20,7 +20,7 @@ from zoo import formatting
 from zoo.registry import api
 from zoo.registry.manifest import MAX_FIGURE, MAX_INT
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 MARK = "__HOSTILE_NUMBER__"
 HUGE_INT = "9" * 400

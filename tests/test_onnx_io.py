@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.onnx_io: safe loading, atomic saving, the IR cap, opset imports."""
+"""Tests of zoo_stages.lib.onnx.onnx_io: safe loading, atomic saving, the IR cap, opset imports."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from onnx import TensorProto, helper
 
 from onnx_models import linear_model, numpy_logits
 from zoo.errors import InvalidInput
-from zoo_stages.lib import onnx_io, onnx_run, ort_session
+from zoo_stages.lib.onnx import onnx_io
+from zoo_stages.lib.runtimes import onnx_run, ort_session
 
 
 def test_load_fixes_ir_version_so_onnxruntime_runs_it(tmp_path):

@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.onnx_run: named feeds in, named outputs out, in batches."""
+"""Tests of zoo_stages.lib.runtimes.onnx_run: named feeds in, named outputs out, in batches."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from onnx_models import (CLASSES, TOKENS, linear_model, multi_io_feeds, multi_io_model, multi_io_reference,
                          numpy_logits, reshape_model)
 from zoo.errors import InvalidInput, StageFailed
-from zoo_stages.lib import onnx_run, ort_session
+from zoo_stages.lib.runtimes import onnx_run, ort_session
 
 
 @pytest.fixture(scope="module")

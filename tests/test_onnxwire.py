@@ -8,7 +8,7 @@ from zoo.errors import InvalidInput
 from zoo import onnxwire
 from zoo.onnxwire import ScanError, external_locations
 from zoo.pathsafety import external_data_locations
-from zoo.registry.testing import tiny_onnx
+from registry_servers import tiny_onnx
 
 
 def _external(tensor, location: str):

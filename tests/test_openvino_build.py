@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.openvino_build: an OpenVINO build of an ONNX model, checked against
+"""Tests of zoo_stages.lib.runtimes.openvino_build: an OpenVINO build of an ONNX model, checked against
 onnxruntime on small models built with onnx.helper (float32, QDQ int8, com.microsoft fused ops)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_models import multi_io_feeds, multi_io_model
 from zoo.errors import InvalidInput, MissingExtra, StageFailed
-from zoo_stages.lib import onnx_run, openvino_build, ort_session
+from zoo_stages.lib.runtimes import onnx_run, openvino_build, ort_session
 
 CLASSES = 5
 SIDE = 8
@@ -281,7 +281,7 @@ def test_missing_openvino_names_the_extra(monkeypatch, tmp_path):
 
 
 def test_importing_the_module_loads_neither_openvino_nor_numpy():
-    code = ("import sys, zoo_stages.lib.openvino_build; "
+    code = ("import sys, zoo_stages.lib.runtimes.openvino_build; "
             "print(sorted(m for m in ('openvino', 'numpy', 'onnx', 'onnxruntime') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

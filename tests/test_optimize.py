@@ -14,8 +14,9 @@ from onnx_models import multi_io_feeds, multi_io_model
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages import optimize as optimize_mod
-from zoo_stages.lib import onnx_io, onnx_run, ort_session
-from zoo_stages.lib.parity import Tolerance, compare
+from zoo_stages.lib.onnx import onnx_io
+from zoo_stages.lib.runtimes import onnx_run, ort_session
+from zoo_stages.lib.quality.parity import Tolerance, compare
 from zoo_stages.optimize import Optimize, OptimizeConfig, check_parity
 
 
@@ -280,7 +281,7 @@ def test_transformer_parity_inputs_from_input_shapes_and_tolerances(tmp_path, ti
 
 @pytest.mark.torch
 def test_attention_shape_is_read_from_the_graph(tiny_bert):
-    from zoo_stages.lib.transformer_fusion import attention_shape
+    from zoo_stages.lib.runtimes.transformer_fusion import attention_shape
 
     assert attention_shape(onnx.load(str(tiny_bert))) == (2, 64)
     assert attention_shape(conv_classifier()) == (0, 0)  # no attention: onnxruntime is left to decide

@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.ort_session: the one session builder, and the one error every caller
+"""Tests of zoo_stages.lib.runtimes.ort_session: the one session builder, and the one error every caller
 gives for a model onnxruntime cannot load."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from onnx_models import linear_model, numpy_logits, unknown_op_model
 from zoo.errors import ExitCode, InvalidInput
-from zoo_stages.lib import onnx_run, ort_session
+from zoo_stages.lib.runtimes import onnx_run, ort_session
 
 
 def test_every_session_is_sequential_and_deterministic_with_the_requested_threads_and_level():
@@ -72,8 +72,8 @@ def _export_smoke_run(path):
 def _conversion_parity(path):
     import logging
 
-    from zoo_stages.lib.conversion_check import ConversionCheck
-    from zoo_stages.lib.verify_report import VerifyOutputs
+    from zoo_stages.lib.quality.conversion_check import ConversionCheck
+    from zoo_stages.lib.quality.verify_report import VerifyOutputs
 
     check = ConversionCheck(VerifyOutputs(), data_spec=None, recipe_dir=path.parent, task="classification",
                             parity_samples=None, vector_samples=1, log=logging.getLogger("test"))
@@ -81,7 +81,7 @@ def _conversion_parity(path):
 
 
 def _model_info_describe(path):
-    from zoo_stages.lib.model_info import describe
+    from zoo_stages.lib.onnx.model_info import describe
 
     return describe(path)
 

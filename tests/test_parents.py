@@ -12,7 +12,7 @@ from zoo.engine import keys, parents, planner
 from zoo.engine.recipe import load
 from zoo.errors import InvalidInput
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 from zoo_stages.sections.model import ModelSection
 
 RECIPE = """\

@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.parity: one comparison of named outputs, with rules by element type."""
+"""Tests of zoo_stages.lib.quality.parity: one comparison of named outputs, with rules by element type."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from onnx_models import multi_io_feeds, multi_io_model
 from zoo.errors import GateFailed, InvalidInput
-from zoo_stages.lib import onnx_run, ort_session
-from zoo_stages.lib.parity import Tolerance, compare
+from zoo_stages.lib.runtimes import onnx_run, ort_session
+from zoo_stages.lib.quality.parity import Tolerance, compare
 
 LOOSE = Tolerance(atol=1e-4, rtol=1e-3)
 

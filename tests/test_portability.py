@@ -1,6 +1,6 @@
 """Portable builds: standard operator domains (graph, subgraphs, local functions), the runtime a
 build needs, and test vectors run under onnx's reference evaluator
-(zoo_stages.lib.portability, zoo_stages.lib.reference_run). Small models built with onnx.helper."""
+(zoo_stages.lib.onnx.portability, zoo_stages.lib.onnx.reference_run). Small models built with onnx.helper."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_models import linear_model, multi_io_feeds, multi_io_model, numpy_logits, reshape_model
 from zoo.errors import GateFailed, InvalidInput, StageFailed, UnsafePath
-from zoo_stages.lib import onnx_run, ort_session, parity, portability, reference_run
-from zoo_stages.lib.vectors import find_sets, write_test_vectors
+from zoo_stages.lib.onnx import portability, reference_run
+from zoo_stages.lib.quality import parity
+from zoo_stages.lib.runtimes import onnx_run, ort_session
+from zoo_stages.lib.release.vectors import find_sets, write_test_vectors
 
 IR = 10  # onnxruntime 1.32 loads IR <= 13, onnx 1.23 stamps 14
 

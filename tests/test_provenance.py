@@ -23,9 +23,10 @@ from zoo.engine.hashing import hash_file_uncached  # noqa: E402
 from zoo.engine.lockfile import StageLock, read as read_lock  # noqa: E402
 from zoo.registry.manifest import MANIFEST_FILE, Manifest  # noqa: E402
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
-from zoo_stages.deploy import Deploy  # noqa: E402
+from zoo_stages.deploy.kind import Deploy  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
-from zoo_stages.lib import archs, provenance  # noqa: E402
+from zoo_stages.lib.models import archs
+from zoo_stages.lib.release import provenance  # noqa: E402
 from zoo_stages.optimize import Optimize  # noqa: E402
 from zoo_stages.quantize import Quantize  # noqa: E402
 

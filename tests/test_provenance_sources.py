@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib import provenance
+from zoo_stages.lib.release import provenance
 
 
 def test_read_metadata_refuses_a_file_that_is_not_protobuf(tmp_path):

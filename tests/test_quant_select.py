@@ -1,4 +1,4 @@
-"""quantize's `mode: auto` selection (zoo_stages.lib.quant_select): which candidate rows pass, at
+"""quantize's `mode: auto` selection (zoo_stages.lib.quantization.quant_select): which candidate rows pass, at
 the exact limits of the accuracy drop, the minimum speedup and "never slower than fp32", which
 passing row is kept (fastest, ties to the earlier), and the candidates table.
 
@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from zoo_stages.lib.quant_select import candidates_table, select_candidate
+from zoo_stages.lib.quantization.quant_select import candidates_table, select_candidate
 
 
 def above(x: float) -> float:

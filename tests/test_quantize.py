@@ -13,9 +13,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, RecipeInfo, StageContext, Upstream
-from zoo_stages.lib import datasets, host_info, onnx_io, onnx_run, ort_session, timing
-from zoo_stages.lib.parity import compare
-from zoo_stages.lib.quant_settings import CANDIDATES, resolve, saturation_hint
+from zoo_stages.lib.data import datasets
+from zoo_stages.lib.onnx import onnx_io
+from zoo_stages.lib.runtimes import host_info, onnx_run, ort_session, timing
+from zoo_stages.lib.quality.parity import compare
+from zoo_stages.lib.quantization.quant_settings import CANDIDATES, resolve, saturation_hint
 from zoo_stages.quantize import Quantize, QuantizeConfig
 from data_helpers import xy
 

@@ -16,8 +16,10 @@ from test_quantize import stand_in_clock  # noqa: F401 (the fixture `clock` read
 from zoo.errors import InvalidInput
 from zoo.pathsafety import external_data_files
 from zoo.stage import Inputs, Upstream
-from zoo_stages.lib import datasets, onnx_io, onnx_run, ort_session
-from zoo_stages.lib.parity import compare
+from zoo_stages.lib.data import datasets
+from zoo_stages.lib.onnx import onnx_io
+from zoo_stages.lib.runtimes import onnx_run, ort_session
+from zoo_stages.lib.quality.parity import compare
 from zoo_stages.quantize import Quantize, QuantizeConfig
 
 NPZ = {"source": "npz", "path": "features.npz"}  # stands for a data section with named arrays
@@ -64,7 +66,7 @@ def bert(tmp_path_factory) -> dict[str, Path]:
     """The tiny BERT, plain and as optimize's transformer optimizer leaves it."""
     pytest.importorskip("transformers")
     from bert_models import export_tiny_bert
-    from zoo_stages.lib import transformer_fusion
+    from zoo_stages.lib.runtimes import transformer_fusion
 
     folder = tmp_path_factory.mktemp("bert")
     plain = export_tiny_bert(folder / "bert.onnx")

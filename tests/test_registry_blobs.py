@@ -19,7 +19,7 @@ from zoo.errors import IntegrityError
 from zoo.registry.blobs import BlobStore, _identity
 from zoo.registry.manifest import MANIFEST_FILE
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 DATA = b"zoo blob " * 1000  # 9000 bytes
 SHA = hashlib.sha256(DATA).hexdigest()

@@ -8,7 +8,7 @@ from pathlib import Path
 from cli_helpers import zoo
 
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 HEAVY = ("onnx", "onnxruntime", "torch", "fsspec", "dvc", "huggingface_hub", "boto3", "s3fs", "gcsfs", "adlfs", "azure",
          "paramiko", "rich")

@@ -18,7 +18,7 @@ import pytest
 from cli_helpers import zoo
 
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging, tiny_onnx
+from registry_servers import make_staging, tiny_onnx
 
 
 def _publish(tmp_path: Path, version: str = "1.0.0", **kw) -> LocalZoo:
@@ -369,7 +369,7 @@ def counting_site(tmp_path):
 
     from wsgidav.wsgidav_app import WsgiDAVApp
 
-    from zoo.registry.testing import _cheroot
+    from registry_servers import _cheroot
 
     root = tmp_path / "site"
     root.mkdir()

@@ -19,7 +19,7 @@ from zoo.registry.codec import load_manifest
 from zoo.registry.manifest import MANIFEST_FILE, Build, Manifest
 from zoo.registry.staging import file_ref, write_manifest
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging, tiny_onnx
+from registry_servers import make_staging, tiny_onnx
 
 TWO_BUILDS = {"cpu-fp32": {"metrics": {"latency_p50_ms": 2.0}}, "cpu-int8": {"metrics": {"latency_p50_ms": 1.0}}}
 

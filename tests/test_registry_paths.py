@@ -20,7 +20,7 @@ from zoo.errors import InvalidInput, StorageError, UnsafePath
 from zoo.registry.codec import content_key, dump_manifest, load_manifest, read_manifest_file, same_content, utc_now
 from zoo.pathsafety import EscapingPath, check_external_data, check_relative_path, external_data_locations, safe_join
 from zoo.registry.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Build, FileRef, Manifest
-from zoo.registry.testing import tiny_onnx
+from registry_servers import tiny_onnx
 
 SHA = "a" * 64
 

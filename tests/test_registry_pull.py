@@ -18,7 +18,7 @@ from zoo.registry.refs import parse_ref
 from zoo.registry.remote_factory import open_remote
 from zoo.registry.config import RemotesConfig
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import free_port, make_staging
+from registry_servers import free_port, make_staging
 
 MODEL = "builds/cpu-fp32/model.onnx"
 TWO = {"cpu-fp32": {"metrics": {"latency_p50_ms": 2.0}}, "cpu-int8": {"precision": "int8", "metrics": {"latency_p50_ms": 1.0}}}
@@ -312,7 +312,7 @@ def test_external_data_listed_by_another_build_is_fetched_with_the_model(tmp_pat
     model's build fetches that file too (it is checked to be inside the version first)."""
     from zoo.registry.manifest import Build, Manifest
     from zoo.registry.staging import file_ref, write_manifest
-    from zoo.registry.testing import tiny_onnx
+    from registry_servers import tiny_onnx
 
     staging = tmp_path / "ext"
     tiny_onnx(staging / "builds/a/model.onnx", external="w.bin")

@@ -20,7 +20,7 @@ from zoo.registry.refs import parse_ref
 from zoo.registry.remote import RemoteZoo
 from zoo.registry.remote_factory import open_remote
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 WRITABLE = {"folder", "s3", "gcs", "azure", "webdav", "ssh", "hf"}
 LOOSE_BLOBS = {"folder", "s3", "gcs", "azure", "webdav", "ssh"}  # backends whose gc frees blobs

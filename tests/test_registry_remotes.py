@@ -1,7 +1,7 @@
 """ONE suite, run against every remote backend on 127.0.0.1: a local folder, S3 (moto's server),
 WebDAV (wsgidav + cheroot) and a Hugging Face endpoint. The Hugging Face endpoint is partly a
 stand-in: reads go to olah (a real Hub mirror serving git repos), but the Hub's write API
-(create_repo, create_commit, create_tag, delete_tag) is `zoo.registry.testing.HubWriteApp`, a
+(create_repo, create_commit, create_tag, delete_tag) is `tests/registry_servers.py`'s `HubWriteApp`, a
 small stand-in written for these tests, so publishing to the real Hub is not tested here; its
 tests carry `hf-stand-in-write-api` in their ids. Covers push, list/show/pull from the remote,
 tampering, concurrent publishers (real processes), resumed transfers, offline use and mirrors."""
@@ -21,7 +21,7 @@ from zoo.errors import IntegrityError, InvalidInput, NotFound, SourceUnreachable
 from zoo.registry import api
 from zoo.registry.codec import same_content
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging, webdav_server
+from registry_servers import make_staging, webdav_server
 
 RACER = Path(__file__).resolve().parent / "racing_publisher.py"
 MODEL = "builds/cpu-fp32/model.onnx"

@@ -16,7 +16,7 @@ from zoo.registry.codec import dump_manifest, load_manifest, same_content
 from zoo.registry.manifest import MANIFEST_FILE, Build, Manifest
 from zoo.registry.staging import file_ref, write_manifest
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging, tiny_onnx
+from registry_servers import make_staging, tiny_onnx
 
 RACER = Path(__file__).resolve().parent / "racing_publisher.py"
 

@@ -91,7 +91,7 @@ def test_version_key_agrees_with_precedence_for_everything_the_manifest_accepts(
 def test_an_index_of_an_older_schema_is_rebuilt_when_opened(tmp_path):
     from zoo.registry.index import INDEX_SCHEMA_VERSION
     from zoo.registry.store import LocalZoo
-    from zoo.registry.testing import make_staging
+    from registry_servers import make_staging
 
     zoo = LocalZoo(tmp_path / "home")
     for v in ("1.0.0-alpha.1", "1.0.0-alpha-x", "1.0.0"):

@@ -20,7 +20,7 @@ from conftest import REPO
 from zoo.engine import lockfile
 from zoo.registry import api as registry
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import moto_s3
+from registry_servers import moto_s3
 
 pytestmark = pytest.mark.slow
 REF = "lenet-digits@1.0.0"
@@ -148,7 +148,7 @@ def test_a_code_change_that_moves_no_byte_releases_the_same_bytes_with_a_note(re
     cli = zoo_cli("release", rel["recipe"], "--version", "1.0.0", "--to", "prod", "--json", env=env, timeout=900)
     assert cli.code == 0, cli.text
     out = json.loads(cli.out)
-    assert out["noop"] is True and len(out["executed"]) == 6
+    assert out["created"] is False and out["uploaded"] == 0 and len(out["executed"]) == 6  # the same version
     assert any("train: rebuilt (code changed: kind epoch 1 → 2)" in n for n in out["notes"]), out["notes"]
     assert (rel["base"] / "lenet-digits.lock").read_text() == rel["lock_before"]
 

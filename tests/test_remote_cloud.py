@@ -19,7 +19,7 @@ from zoo.storage.backend_azure import AzureBackend, parse_azure_url
 from zoo.registry.config import parse_options
 from zoo.storage.fsbackend import open_backend
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 ACCOUNT = "devstoreaccount1"  # azurite's account (cloud_servers.AZURITE_ACCOUNT)
 

@@ -15,7 +15,7 @@ from dvc_repos import dvc
 from zoo.errors import MissingExtra
 from zoo.registry import api
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 
 @pytest.fixture(scope="module")

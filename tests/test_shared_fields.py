@@ -338,7 +338,7 @@ def test_every_builtin_kind_declares_exactly_what_it_reads():
 def _publish_parent(folder) -> None:
     """tiny@1.0.0 in the local zoo, for `model.from` (its file enters train's and export's keys)."""
     from zoo.registry.store import LocalZoo
-    from zoo.registry.testing import make_staging
+    from registry_servers import make_staging
 
     LocalZoo().publish(make_staging(folder / "parent"))
 

@@ -27,7 +27,7 @@ import pytest
 from cli_helpers import zoo as zoo_cli
 from conftest import REPO
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import free_port, make_staging, wait_port
+from registry_servers import free_port, make_staging, wait_port
 
 pytestmark = pytest.mark.slow
 

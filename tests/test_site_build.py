@@ -22,7 +22,7 @@ from zoo.errors import ExitCode, InvalidInput
 from zoo.registry import api
 from zoo.registry.manifest import FileRef
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import free_port, make_staging, wait_port
+from registry_servers import free_port, make_staging, wait_port
 from zoo.site import layout, plots
 from zoo.site.build import build_site
 from zoo.site.card import render_card

@@ -225,7 +225,7 @@ def test_a_model_from_parent_needs_nothing_on_the_worker(tmp_path):
     """The parent is in the caller's zoo only: the worker (its own empty ZOO_HOME and cache) is
     given its pin and ONNX file, reads the same parent, and never holds it as a version."""
     from zoo.registry.store import LocalZoo
-    from zoo.registry.testing import make_staging
+    from registry_servers import make_staging
 
     LocalZoo().publish(make_staging(tmp_path / "staging"))
     project = tmp_path / "project"
@@ -249,7 +249,7 @@ def test_a_worker_whose_own_zoo_has_other_bytes_for_the_parent_refuses_it(tmp_pa
     """The worker's zoo holds tiny@1.0.0 with other bytes: the caller's file is not placed over
     its own, and the stage does not run (exit 4)."""
     from zoo.registry.store import LocalZoo
-    from zoo.registry.testing import make_staging
+    from registry_servers import make_staging
 
     LocalZoo().publish(make_staging(tmp_path / "staging"))
     LocalZoo(tmp_path / "worker" / "home").publish(make_staging(tmp_path / "other", scale=5.0))
@@ -282,7 +282,7 @@ def test_the_parent_pin_records_what_is_read_and_stands_in_where_the_zoo_lacks_t
 
     from zoo.errors import InvalidInput
     from zoo.registry.store import LocalZoo
-    from zoo.registry.testing import make_staging
+    from registry_servers import make_staging
     from zoo.engine import parents
 
     LocalZoo().publish(make_staging(tmp_path / "staging"))

@@ -1,4 +1,4 @@
-"""Progress lines of a stage's long loops (zoo_stages/lib/step_log.py): calibration batches and
+"""Progress lines of a stage's long loops (zoo_stages/lib/runtimes/step_log.py): calibration batches and
 latency runs log ``LABEL i/N``, which `zoo run` shows as a count with an ETA (zoo/cli/activity.py)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from zoo.cli.activity import parse_step
-from zoo_stages.lib import step_log
-from zoo_stages.lib.step_log import StepLog
+from zoo_stages.lib.runtimes import step_log
+from zoo_stages.lib.runtimes.step_log import StepLog
 
 
 class Clock:
@@ -50,7 +50,7 @@ def test_no_logger_no_lines(caplog):
 
 
 def test_each_latency_run_is_counted_outside_the_timed_region():
-    from zoo_stages.lib import timing
+    from zoo_stages.lib.runtimes import timing
 
     class Session:
         runs = 0
@@ -70,7 +70,7 @@ def test_each_latency_run_is_counted_outside_the_timed_region():
 
 
 def test_calibration_logs_the_batches_the_calibrator_took(log, caplog):
-    from zoo_stages.lib.quant_ops import calibration_reader
+    from zoo_stages.lib.quantization.quant_ops import calibration_reader
 
     reader = calibration_reader({"x": np.zeros((10, 3), np.float32)}, batch_size=4, fixed=False, log=log)
     while reader.get_next() is not None:

@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.tasks: the task kinds, the output the metrics read, and the metrics
+"""Tests of zoo_stages.lib.quality.tasks: the task kinds, the output the metrics read, and the metrics
 themselves, against scikit-learn's metric functions on real data (digits, diabetes)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from sklearn import metrics as skm
 
 from zoo.engine.recipe import recipe_model
 from zoo.errors import InvalidInput
-from zoo_stages.lib import tasks
-from zoo_stages.lib.onnx_run import TensorSpec
+from zoo_stages.lib.quality import tasks
+from zoo_stages.lib.runtimes.onnx_run import TensorSpec
 from zoo_stages.sections.task import task_kind
 
 

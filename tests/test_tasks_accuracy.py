@@ -1,4 +1,4 @@
-"""Edge cases of the classification accuracy in zoo_stages.lib.tasks."""
+"""Edge cases of the classification accuracy in zoo_stages.lib.quality.tasks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib import tasks
+from zoo_stages.lib.quality import tasks
 
 
 def accuracy(scores, labels):

@@ -1,4 +1,4 @@
-"""TensorRT builds (zoo_stages.lib.tensorrt_build, deploy's `convert: tensorrt`): what TensorRT can
+"""TensorRT builds (zoo_stages.lib.runtimes.tensorrt_build, deploy's `convert: tensorrt`): what TensorRT can
 compile is checked on any host; the engine options travel in the manifest; without the provider the
 build is published unverified and never pulled by default. The GPU path (the engine built and timed
 by onnxruntime's TensorrtExecutionProvider) needs an NVIDIA GPU and is not run by this suite."""
@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from cli_helpers import zoo as zoo_cli
 from conftest import REPO
-from zoo_stages.lib import tensorrt_build as trt
+from zoo_stages.lib.runtimes import tensorrt_build as trt
 
 
 def _qdq_model(*, zero_point: int = 0, zp_type: int = TensorProto.INT8, bias_int32: bool = False,
@@ -123,7 +123,7 @@ def test_an_int8_tensorrt_build_from_a_tensorrt_quantization_and_a_refusal_befor
     good = zoo_cli("run", _lenet_with_tensorrt_int8(tmp_path / "good", "quantize-trt"), env=env, timeout=600)
     assert good.code == 0, good.text
     from zoo.registry.store import LocalZoo
-    from zoo_stages.lib import onnx_io
+    from zoo_stages.lib.onnx import onnx_io
 
     zoo = LocalZoo(tmp_path / "home")
     manifest = zoo.resolve("lenet-digits@1.0.0")

@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.timing: latency, interleaved comparison, throughput (stand-in clock
+"""Tests of zoo_stages.lib.runtimes.timing: latency, interleaved comparison, throughput (stand-in clock
 and sessions for what a figure must be; a real session only for what holds on any machine)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import pytest
 
 from onnx_models import linear_model
 from zoo.errors import InvalidInput
-from zoo_stages.lib import ort_session, timing
+from zoo_stages.lib.runtimes import ort_session, timing
 
 
 class _StandInClock:
-    """Stand-in for `time` in zoo_stages.lib.timing: perf_counter_ns only moves when a stand-in session runs."""
+    """Stand-in for `time` in zoo_stages.lib.runtimes.timing: perf_counter_ns only moves when a stand-in session runs."""
 
     def __init__(self):
         self.now_ns = 0

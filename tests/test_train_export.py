@@ -21,7 +21,8 @@ import onnxruntime as ort  # noqa: E402
 from zoo.errors import GateFailed, InvalidInput  # noqa: E402
 from zoo.stage import Inputs, KeyContext, RecipeInfo, StageContext, Upstream  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
-from zoo_stages.lib import archs, datasets  # noqa: E402
+from zoo_stages.lib.data import datasets
+from zoo_stages.lib.models import archs  # noqa: E402
 from data_helpers import xy  # noqa: E402
 from zoo_stages.train import Train  # noqa: E402
 

@@ -22,8 +22,9 @@ from onnx_models import multi_io_feeds, multi_io_model  # noqa: E402
 from zoo.errors import InvalidInput  # noqa: E402
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
-from zoo_stages.lib import archs, datasets  # noqa: E402
-from zoo_stages.lib.datasets import Split  # noqa: E402
+from zoo_stages.lib.data import datasets
+from zoo_stages.lib.models import archs  # noqa: E402
+from zoo_stages.lib.data.datasets import Split  # noqa: E402
 from zoo_stages.train import Train  # noqa: E402
 
 MLP = {"arch": "mlp", "num_classes": 2, "hidden": [64, 32]}
@@ -130,7 +131,7 @@ def _export(tmp, name, ckpt, model, data, task="classification", **config):
 
 
 def _torch_model(ckpt, model, **sizes):
-    from zoo_stages.lib import checkpoints
+    from zoo_stages.lib.models import checkpoints
 
     return checkpoints.build_with_weights(model, ".", ckpt, "checkpoint", **sizes)
 

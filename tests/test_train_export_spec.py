@@ -9,7 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib import archs, onnx_run, tasks
+from zoo_stages.lib.models import archs
+from zoo_stages.lib.quality import tasks
+from zoo_stages.lib.runtimes import onnx_run
 from zoo_stages.sections.model import ModelSpec
 
 BERT = {"arch": "bert", "hidden_size": 128, "num_layers": 2, "num_heads": 2, "intermediate_size": 512,

@@ -12,7 +12,7 @@ from cli_helpers import zoo
 from zoo.formatting import size
 from zoo.cli.transfer import PlainTransfer, RichTransfer
 from zoo.registry.store import LocalZoo
-from zoo.registry.testing import make_staging
+from registry_servers import make_staging
 
 MB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""framework: transformers (zoo_stages/lib/hf_models.py, zoo_stages/exporters/transformers.py): a
+"""framework: transformers (zoo_stages/lib/models/hf_models.py, zoo_stages/exporters/transformers.py): a
 Hugging Face model given as an architecture + config, or a local pretrained folder pinned by sha256,
 trained through the torch loop into a safetensors checkpoint with Hugging Face's keys, and exported
 with named inputs and outputs (dynamic batch and sequence) behind a parity gate against
@@ -21,7 +21,7 @@ from zoo.errors import GateFailed, IntegrityError, InvalidInput  # noqa: E402
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
 from zoo_stages.exporters.transformers import TransformersExporter  # noqa: E402
-from zoo_stages.lib import checkpoints, hf_models  # noqa: E402
+from zoo_stages.lib.models import checkpoints, hf_models  # noqa: E402
 from zoo_stages.train import Train  # noqa: E402
 
 from conftest import REPO  # noqa: E402
@@ -64,7 +64,7 @@ def _fresh_checkpoint(tmp: Path, model: dict, data: dict) -> Path:
     """The section's model, seeded and untrained, as the train stage would save it."""
     import torch
 
-    from zoo_stages.lib import archs
+    from zoo_stages.lib.models import archs
 
     torch.manual_seed(0)
     net = archs.build_model(model, tmp, **archs.data_sizes(model, data, tmp))
@@ -118,7 +118,7 @@ def test_export_names_the_ports_passes_parity_on_held_out_text_and_gives_the_sam
 
 
 def _sizes(model: dict, data: dict, recipe_dir: Path) -> dict:
-    from zoo_stages.lib import archs
+    from zoo_stages.lib.models import archs
 
     return archs.data_sizes(model, data, recipe_dir)
 

@@ -1,4 +1,4 @@
-"""Tests of zoo_stages.lib.vectors: test vectors in the ONNX Model Zoo layout."""
+"""Tests of zoo_stages.lib.release.vectors: test vectors in the ONNX Model Zoo layout."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib import onnx_io, onnx_run, ort_session
-from zoo_stages.lib.vectors import (find_sets, read_tensors, read_test_vectors, vector_files,
+from zoo_stages.lib.onnx import onnx_io
+from zoo_stages.lib.runtimes import onnx_run, ort_session
+from zoo_stages.lib.release.vectors import (find_sets, read_tensors, read_test_vectors, vector_files,
                                     write_test_vectors)
 
 

@@ -14,9 +14,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from zoo.errors import GateFailed, InvalidInput, RecipeError
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
-from zoo_stages.lib import onnx_io, onnx_run, ort_session
-from zoo_stages.lib.vectors import read_test_vectors
-from zoo_stages.lib.datasets import load_split
+from zoo_stages.lib.onnx import onnx_io
+from zoo_stages.lib.runtimes import onnx_run, ort_session
+from zoo_stages.lib.release.vectors import read_test_vectors
+from zoo_stages.lib.data.datasets import load_split
 from zoo_stages.verify import Verify, VerifyConfig, _build_name, metric_names
 from data_helpers import xy
 
@@ -333,7 +334,7 @@ def verify_models(tmp_path, models, *, task, split=None, monkeypatch=None, model
                   data=None, **overrides):
     """Run verify on `models` ({build name: ModelProto}, the first the reference) as upstream
     stages of the same names. `split` (a datasets.Split) stands in for the recipe's held-out data."""
-    from zoo_stages.lib import datasets
+    from zoo_stages.lib.data import datasets
 
     base = tmp_path / name
     base.mkdir()
@@ -354,7 +355,7 @@ def read_back(out, ctx):
     """verify's outputs as deploy reads them."""
     import logging
 
-    from zoo_stages.lib.verify_report import read_verify_outputs
+    from zoo_stages.lib.quality.verify_report import read_verify_outputs
 
     return read_verify_outputs(Inputs([Upstream("verify", "verify", dict(out), ctx.metrics)]),
                                logging.getLogger("test"))
@@ -411,7 +412,7 @@ def test_multi_input_models_are_fed_every_input_and_vectors_hold_every_port(tmp_
 
 def test_multi_input_data_is_bound_by_name_and_scored_on_the_label_output(tmp_path, monkeypatch):
     from onnx_models import multi_io_feeds, multi_io_model, multi_io_reference
-    from zoo_stages.lib.datasets import Split
+    from zoo_stages.lib.data.datasets import Split
 
     feeds = multi_io_feeds(40)
     labels = np.random.default_rng(3).integers(0, 4, 40).astype(np.int64)
@@ -433,7 +434,7 @@ def test_an_sklearn_shaped_classifier_takes_accuracy_from_its_label_output(tmp_p
     from sklearn import metrics as skm
 
     from onnx_models import sklearn_classifier_model
-    from zoo_stages.lib.datasets import Split
+    from zoo_stages.lib.data.datasets import Split
 
     strong, weak = digits_flat["strong"], digits_flat["weak"]
     x, y = digits_flat["x"], digits_flat["y"]
@@ -452,7 +453,7 @@ def test_an_sklearn_shaped_classifier_takes_accuracy_from_its_label_output(tmp_p
 
 def test_a_build_whose_label_output_changes_reports_exact_match_and_drops(tmp_path, monkeypatch, digits_flat):
     from onnx_models import sklearn_classifier_model
-    from zoo_stages.lib.datasets import Split
+    from zoo_stages.lib.data.datasets import Split
 
     strong, weak = digits_flat["strong"], digits_flat["weak"]
     x, y = digits_flat["x"], digits_flat["y"]
@@ -485,7 +486,7 @@ def test_regression_metrics_increases_and_gates(tmp_path, monkeypatch, diabetes)
     from sklearn import metrics as skm
 
     from onnx_models import regression_model
-    from zoo_stages.lib.datasets import Split
+    from zoo_stages.lib.data.datasets import Split
 
     good, poor, x, y = diabetes["good"], diabetes["poor"], diabetes["x"], diabetes["y"]
     models = {"good": regression_model(good.coef_, good.intercept_),
@@ -546,7 +547,7 @@ def test_a_detector_never_gets_an_accuracy(tmp_path, task):
 
 def test_inapplicable_gates_are_refused_with_the_reason(tmp_path, monkeypatch):
     from onnx_models import multi_io_feeds, multi_io_model
-    from zoo_stages.lib.datasets import Split
+    from zoo_stages.lib.data.datasets import Split
 
     models = {"a": multi_io_model(seed=0)}
     split = Split(multi_io_feeds(8), np.zeros(8, dtype=np.int64))

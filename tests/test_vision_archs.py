@@ -1,4 +1,4 @@
-"""torchvision's ImageNet classifiers in plain torch.nn (zoo_stages.lib.vision_archs): state dicts
+"""torchvision's ImageNet classifiers in plain torch.nn (zoo_stages.lib.models.vision_archs): state dicts
 name for name and shape for shape against a listing written from torchvision's source, parameter
 counts against torchvision's published ``num_params``, and the string form ``weights:
 torchvision:NAME`` exported from a local HTTP server (a stand-in catalog points there)."""
@@ -24,7 +24,7 @@ from zoo.errors import InvalidInput  # noqa: E402
 from zoo.stage import Inputs, RecipeInfo, StageContext  # noqa: E402
 from zoo_stages.export import Export  # noqa: E402
 from zoo import catalog  # noqa: E402
-from zoo_stages.lib import archs, checkpoints, vision_archs  # noqa: E402
+from zoo_stages.lib.models import archs, checkpoints, vision_archs  # noqa: E402
 
 # torchvision's `meta["num_params"]` of each architecture's IMAGENET1K_V1 weights
 # (torchvision/models/resnet.py, mobilenetv3.py, efficientnet.py)
@@ -139,7 +139,7 @@ def test_state_dict_names_and_shapes_are_torchvision_s(arch):
 
 def test_every_catalog_model_builds_its_arch():
     models = catalog.load("torchvision")["models"]
-    assert sorted(models) == sorted([*vision_archs.VISION_ARCHS, "alexnet"])  # alexnet: zoo_stages.lib.archs
+    assert sorted(models) == sorted([*vision_archs.VISION_ARCHS, "alexnet"])  # alexnet: zoo_stages.lib.models.archs
     for name, entry in models.items():
         net = archs.build_model({"arch": entry["arch"], "num_classes": entry["num_classes"]}, Path("."))
         assert sum(p.numel() for p in net.parameters()) == NUM_PARAMS[name]

@@ -4,7 +4,7 @@ external-data locations.
 An ONNX model is a protobuf ``ModelProto``. `fields` lists the fields of a message straight from
 the bytes (a memory map), skipping each value by its length, so reading the small fields of a
 2 GB model costs the same as of a 2 KB one (``onnx.load`` would copy every weight byte). The
-stage kinds read and rewrite a model's top-level fields with it (``zoo_stages.lib.onnx_fields``),
+stage kinds read and rewrite a model's top-level fields with it (``zoo_stages.lib.onnx.onnx_fields``),
 and `external_tensors` descends through it into the messages that can hold tensors.
 
 `external_tensors` visits a superset of what ``onnx.external_data_helper`` visits: graph

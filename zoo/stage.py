@@ -54,7 +54,7 @@ The engine knows no kind by name; what it shows or checks after a run, a kind sa
   ``zoo repro --check``; `context` (`EquivalenceContext`) gives the recipe's shared sections
   (the data, to judge quality on its held-out split) and the quality tolerance. None (the default)
   means the kind cannot say, so only identical bytes pass. The built-in kinds judge ONNX models by
-  their outputs and training by held-out quality (zoo_stages/lib/equivalence.py).
+  their outputs and training by held-out quality (zoo_stages/lib/quality/equivalence.py).
 
 Zoo models a recipe names (``model.from: zoo:NAME@VERSION``): the engine resolves them, never the
 kind. A recipe section says which of its fields name one (`zoo.section.RecipeSection.references`);

@@ -19,7 +19,7 @@ Weights come from exactly one of:
 - ``onnx: {url|path, sha256}``: an existing ONNX model, checked and passed through unchanged
   (torch is not needed; the graph and weights are kept, only provenance metadata is added).
 
-The model is built from the recipe's ``model:`` section (`zoo_stages.lib.archs`; the data
+The model is built from the recipe's ``model:`` section (`zoo_stages.lib.models.archs`; the data
 decides image channels, an mlp's width and, without ``model.vocab_size``, bert's vocabulary) and
 exported with torch's dynamo exporter (torch.export + onnxscript, torch's default since 2.9; it
 builds opset 18, its default, and converts down to a lower configured ``opset``) or, with
@@ -44,12 +44,12 @@ input is ``model.max_length`` long).
 Parity gate: onnxruntime and torch run the same ``parity.samples`` seeded random inputs on every
 input (floats uniform in [0, 1), token ids uniform below the vocabulary size, attention masks of
 ones, other integers 0 or 1); any output element with ``|onnx - torch| > atol + rtol * |torch|``
-fails the stage with a table of max-abs and max-rel errors per output (`zoo_stages.lib.parity`).
+fails the stage with a table of max-abs and max-rel errors per output (`zoo_stages.lib.quality.parity`).
 Exporting the same weights twice gives the same bytes.
 
 Provenance: the model's ``metadata_props`` record zoo's version, the stage key, the digests of
 the checkpoint or source file, the recipe's license and the source's attribution (see
-`zoo_stages.lib.provenance`; ``weights: {license, attribution}`` override the defaults).
+`zoo_stages.lib.release.provenance`; ``weights: {license, attribution}`` override the defaults).
 """
 
 from __future__ import annotations
@@ -62,12 +62,12 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
-from zoo_stages.lib.numeric_outputs import NumericOutputs
+from zoo_stages.lib.quality.numeric_outputs import NumericOutputs
 from zoo_stages.exporters.base import ExportJob
-from zoo_stages.lib import export_io
-from zoo_stages.lib.archs import BUILD_FIELDS
-from zoo_stages.lib.entry_models import ENTRY_MODEL_TOOLS
-from zoo_stages.lib.estimators import ESTIMATOR_TOOLS
+from zoo_stages.lib.onnx import export_io, onnx_io
+from zoo_stages.lib.models.archs import BUILD_FIELDS
+from zoo_stages.lib.models.entry_models import ENTRY_MODEL_TOOLS
+from zoo_stages.lib.models.estimators import ESTIMATOR_TOOLS
 
 
 
@@ -175,7 +175,7 @@ class Export(NumericOutputs, StageKind):
     # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost); 7: the dynamo exporter by
     # default (torchscript for bert), external data above 2 GB from either exporter; the parent of model.from
     # in the key; 8: transformers (named inputs, parity on held-out text, a pinned pretrained folder as the
-    # weights); 9: keras and jax exporters; 10: equivalence across platform classes by model outputs and quality (zoo_stages.lib.equivalence)
+    # weights); 9: keras and jax exporters; 10: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence)
     version = "10"
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime", "transformers", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
@@ -203,7 +203,7 @@ class Export(NumericOutputs, StageKind):
         return (*base, *exporter.tools_for(model))
 
     def dependencies(self, config: ExportConfig, ctx: KeyContext) -> list[Path]:
-        from zoo_stages.lib import archs
+        from zoo_stages.lib.models import archs
 
         deps: list[Path] = []
         model = ctx.shared.get("model") or {}
@@ -212,7 +212,7 @@ class Export(NumericOutputs, StageKind):
         if config.onnx is None:
             from zoo.engine import exporter_loader
             from zoo_stages import exporters
-            from zoo_stages.lib import finetune
+            from zoo_stages.lib.models import finetune
 
             deps.extend(finetune.dependencies(ctx.references))  # the parent zoo model (model.from)
             framework = model.get("framework") or exporter_loader.DEFAULT_FRAMEWORK
@@ -220,7 +220,7 @@ class Export(NumericOutputs, StageKind):
             deps.extend((exporters.BUILTIN.get(framework) or exporter_loader.get(framework)).dependencies(
                 model, ctx.recipe.dir))
         if config.onnx is None and ctx.shared.get("data") and _reads_data_files(model, config):
-            from zoo_stages.lib import datasets
+            from zoo_stages.lib.data import datasets
 
             deps.extend(datasets.data_dependencies(dict(ctx.shared["data"]), ctx.recipe.dir))
         for field, ref in (("weights", config.weights), ("onnx", config.onnx)):
@@ -277,7 +277,7 @@ def _reads_data_files(model: Mapping[str, Any], config: ExportConfig) -> bool:
     """Whether exporting reads the data's files: an estimator's parity gate (the held-out rows), an
     mlp's width (without an input shape) or a bert's vocabulary (without model.vocab_size);
     images need only the settings."""
-    from zoo_stages.lib import archs
+    from zoo_stages.lib.models import archs
 
     if model.get("framework") not in (None, "torch"):  # an estimator's parity gate runs the held-out rows
         return True
@@ -290,9 +290,9 @@ def _reads_data_files(model: Mapping[str, Any], config: ExportConfig) -> bool:
 def _provenance(inputs: Inputs, context: StageContext, ref: SourceRef | None, field: str,
                 source: Path | None) -> dict[str, str]:
     """The metadata_props of the exported model: key, input digests, license and attribution."""
-    from zoo_stages.lib import provenance
+    from zoo_stages.lib.release import provenance
 
-    from zoo_stages.lib import finetune
+    from zoo_stages.lib.models import finetune
 
     sources = provenance.input_digests(inputs)
     attribution = provenance.upstream_attribution(inputs)
@@ -326,17 +326,17 @@ def _passthrough(config: ExportConfig, context: StageContext, target: Path, inpu
 
     source = _fetch(config.onnx, context)
     props = _provenance(inputs, context, config.onnx, "onnx", source)
-    proto = export_io.load_onnx(source)
+    proto = onnx_io.load_model(source, cap_ir_version=False)  # normalised below when above the cap
     external = bool(external_data_files(source))
-    if proto.ir_version > export_io.MAX_IR_VERSION or external:
+    if proto.ir_version > onnx_io.MAX_IR_VERSION or external:
         export_io.normalise(proto)
     export_io.stamp(proto, props)
-    blob = export_io.serialise(proto)
+    blob = onnx_io.serialise(proto)
     if blob is None:
         export_io.save_large(proto, target)
     else:
         export_io.check(blob)
-        export_io.save(proto, target, blob)
+        onnx_io.save(proto, target, blob)
     smoke = _smoke_run(target, config, context.threads, (context.shared.get("model") or {}).get("inputs"))
     context.metrics.update(export_io.describe(proto, target))
     context.metrics.update({
@@ -353,7 +353,7 @@ def _smoke_run(path: Path, config: ExportConfig, threads: int, declared: Mapping
     that rank, the recipe's ``model.inputs`` those it declares; `onnx_run.random_feeds` values)."""
     import numpy as np
 
-    from zoo_stages.lib import onnx_run, ort_session
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
 
     session = ort_session.make_session(path, threads=threads, level="all")
     shapes = {}

@@ -3,18 +3,18 @@
 Steps: (1) optional simplification with onnxsim or onnxoptimizer; (2) optionally onnxruntime's
 transformer optimizer (``transformer: {model_type: bert, ...}``: attention, LayerNorm and GELU
 fusions into ``com.microsoft`` Attention, SkipLayerNormalization, BiasGelu...; see
-`zoo_stages.lib.transformer_fusion`), whose fused operator counts go in ``metrics["fused"]``;
+`zoo_stages.lib.runtimes.transformer_fusion`), whose fused operator counts go in ``metrics["fused"]``;
 (3) onnxruntime's offline optimizer at ``level`` (basic | extended | all) for
 ``execution_provider``, saved with ``SessionOptions.optimized_model_filepath``; (4) a parity
 check of the result against the input on ``parity.samples`` fixed random samples fed to every
 named input, on 1 thread: the input unoptimized, the result in the optimizer's own session
 (which runs exactly the graph it saved, so no second 200 MB load); exceeding
 ``atol + rtol*|ref|`` anywhere (integer outputs: any difference) raises GateFailed with the
-`zoo_stages.lib.parity` table. The parity inputs' shapes come from the model's fixed dims, the
+`zoo_stages.lib.quality.parity` table. The parity inputs' shapes come from the model's fixed dims, the
 recipe's ``model.inputs`` (named dynamic dims become ``parity.dynamic_size``) and, over both,
 ``input_shapes: {input: [batch, ...]}``.
 The provenance stamp and the pruned opset imports are then written into the saved file in
-place (`zoo_stages.lib.onnx_fields`), without re-serialising the graph.
+place (`zoo_stages.lib.onnx.onnx_fields`), without re-serialising the graph.
 
 Levels: ``basic`` keeps standard ONNX ops only (constant folding, redundant-node removal) and
 is the default because it stays portable and quantizable. ``extended`` adds onnxruntime fused
@@ -23,7 +23,7 @@ ops (``com.microsoft`` FusedConv, FusedGemm...), ``all`` also adds layout transf
 build, and the quantizer cannot handle them; the domains used are recorded in the metrics.
 
 The output is deterministic: the same input gives the same bytes (checked by the tests). Its
-``metadata_props`` carry the provenance stamp (`zoo_stages.lib.provenance`): zoo version, stage
+``metadata_props`` carry the provenance stamp (`zoo_stages.lib.release.provenance`): zoo version, stage
 key, input digests, license and the attribution inherited from the input model.
 """
 
@@ -37,8 +37,8 @@ from pydantic import Field, field_validator
 
 from zoo.errors import InvalidInput, StageFailed
 from zoo.stage import Inputs, KindConfig, StageContext, StageKind
-from zoo_stages.lib.numeric_outputs import NumericOutputs
-from zoo_stages.lib import onnx_fields
+from zoo_stages.lib.quality.numeric_outputs import NumericOutputs
+from zoo_stages.lib.onnx import onnx_fields
 
 
 class ParityConfig(KindConfig):
@@ -93,7 +93,7 @@ class Optimize(NumericOutputs, StageKind):
     name = "optimize"
     # 2: provenance metadata_props; 3: one parity module (per-output records, exact integer outputs);
     # 4: every named input fed (input_shapes, model.inputs), transformer fusions
-    # 5: equivalence across platform classes by model outputs and quality (zoo_stages.lib.equivalence)
+    # 5: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence)
     version = "5"
     Config = OptimizeConfig
     tools = ("onnx", "onnxruntime", "onnxsim", "onnxoptimizer", "numpy")
@@ -105,7 +105,9 @@ class Optimize(NumericOutputs, StageKind):
     def run(self, inputs: Inputs, config: OptimizeConfig, context: StageContext) -> Mapping[str, Path]:
         import onnx
 
-        from zoo_stages.lib import onnx_io, ort_session, provenance
+        from zoo_stages.lib.onnx import onnx_io
+        from zoo_stages.lib.release import provenance
+        from zoo_stages.lib.runtimes import ort_session
 
         src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
         fused: dict[str, int] | None = None
@@ -117,7 +119,7 @@ class Optimize(NumericOutputs, StageKind):
             reference = onnx_io.model_bytes(original)
             model = simplify(original, config.simplify) if config.simplify != "none" else original
             if config.transformer is not None:
-                from zoo_stages.lib import transformer_fusion
+                from zoo_stages.lib.runtimes import transformer_fusion
 
                 t = config.transformer
                 model, fused, heads = transformer_fusion.fuse(model, model_type=t.model_type, num_heads=t.num_heads,
@@ -186,7 +188,7 @@ def simplify(model, tool: str):
     """
     import importlib.util
 
-    from zoo_stages.lib import onnx_io
+    from zoo_stages.lib.onnx import onnx_io
 
     if tool in ("onnxsim", "onnxoptimizer") and importlib.util.find_spec(tool) is None:
         raise InvalidInput(f"`simplify: {tool}` needs the {tool} package, which is not installed",
@@ -228,13 +230,13 @@ def check_parity(reference, candidate, parity: ParityConfig, input_shapes: Mappi
     ``parity.samples`` batches: per-sample shapes from the model's fixed dims, the recipe's
     ``model.inputs`` (`declared`; named dims become ``parity.dynamic_size``) and `input_shapes`
     (``{input: [batch, ...]}``, over both; its batch is the batch size, default 1 unless the model
-    fixes it). Returns `zoo_stages.lib.parity.ParityReport.to_json` plus the seed and the largest
+    fixes it). Returns `zoo_stages.lib.quality.parity.ParityReport.to_json` plus the seed and the largest
     absolute difference.
     """
     import onnxruntime as ort
 
-    from zoo_stages.lib import onnx_run, ort_session
-    from zoo_stages.lib import parity as paritylib
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
+    from zoo_stages.lib.quality import parity as paritylib
 
     def session(model):
         if isinstance(model, ort.InferenceSession):

@@ -10,7 +10,7 @@ Modes:
   so the speedup against the fp32 parent is always measured and a slower build is flagged.
 - ``static``: activations calibrated on ``calibration.samples`` samples of the recipe's train
   split (a fixed, seeded sample, so the bytes are reproducible; every named input is fed, bound
-  to the data's features by `zoo_stages.lib.onnx_run.bind`), in ``format: qdq`` (default) or
+  to the data's features by `zoo_stages.lib.runtimes.onnx_run.bind`), in ``format: qdq`` (default) or
   ``qoperator``, optionally ``per_channel`` and ``reduce_range``.
 - ``auto``: builds the candidates below, measures each (p50 latency on batch 1, quality on the
   held-out split against the fp32 input) and keeps the fastest one that passes
@@ -18,7 +18,7 @@ Modes:
   ``candidates.json`` and ``metrics["candidates"]``. None passing raises GateFailed with the table.
 
 Quality follows the recipe's ``task:``. Classification with labelled data: accuracy of the
-scores output (drop against fp32). Every task: `zoo_stages.lib.parity` of the int8 outputs
+scores output (drop against fp32). Every task: `zoo_stages.lib.quality.parity` of the int8 outputs
 against the fp32 ones on the same inputs (``metrics["parity"]``: max-abs, lowest mean cosine,
 top-1 agreement); where accuracy does not apply (regression, generic, no labels), auto judges
 a candidate by that cosine (``accept.min_cosine``). Without ``data:`` the inputs are seeded
@@ -52,7 +52,7 @@ External data: a model whose weights lie in files beside it (torch's dynamo expo
 above 2 GB) is quantized with onnxruntime's ``use_external_data_format``; the output is one
 self-contained file (the int8 weights are a quarter of the size; above 2 GB it is refused).
 
-The model's ``metadata_props`` carry the provenance stamp (`zoo_stages.lib.provenance`).
+The model's ``metadata_props`` carry the provenance stamp (`zoo_stages.lib.release.provenance`).
 
 Latency numbers in the metrics and candidates.json vary run to run; the model bytes do not,
 except that in ``auto`` mode the winner itself is chosen by measured latency (candidates within
@@ -71,11 +71,12 @@ from pydantic import Field, field_validator, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, StageFailed
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
-from zoo_stages.lib.numeric_outputs import NumericOutputs
-from zoo_stages.lib import quant_ops, tasks
-from zoo_stages.lib.quant_select import candidates_table, select_candidate
-from zoo_stages.lib.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
-from zoo_stages.lib.step_log import StepLog
+from zoo_stages.lib.quality.numeric_outputs import NumericOutputs
+from zoo_stages.lib.quality import tasks
+from zoo_stages.lib.quantization import quant_ops
+from zoo_stages.lib.quantization.quant_select import candidates_table, select_candidate
+from zoo_stages.lib.quantization.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
+from zoo_stages.lib.runtimes.step_log import StepLog
 
 QuantTypeName = Literal["QInt8", "QUInt8"]
 
@@ -195,7 +196,7 @@ class QuantizeConfig(KindConfig):
 class Quantize(NumericOutputs, StageKind):
     name = "quantize"
     # 2: provenance metadata_props; 3: every named input fed, task-aware quality, transformer and external-data models
-    # 4: equivalence across platform classes by model outputs and quality (zoo_stages.lib.equivalence)
+    # 4: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence)
     version = "4"
     Config = QuantizeConfig
     tools = ("onnx", "onnxruntime", "numpy")
@@ -208,7 +209,7 @@ class Quantize(NumericOutputs, StageKind):
         data = ctx.shared.get("data")
         if not data:
             return []
-        from zoo_stages.lib.datasets import data_dependencies
+        from zoo_stages.lib.data.datasets import data_dependencies
 
         return data_dependencies(data, ctx.recipe.dir)
 
@@ -227,7 +228,7 @@ class _Run:
         self.task = tasks.kind_of(context.shared.get("task") or "image-classification")  # the recipe's default
         self.declared = (context.shared.get("model") or {}).get("inputs")
         self.src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
-        from zoo_stages.lib import provenance
+        from zoo_stages.lib.release import provenance
 
         # every model this run writes (the output, auto's candidates) carries the same stamp
         self.props = provenance.artifact_props(Quantize.name, context.record, context.recipe.license,
@@ -247,7 +248,7 @@ class _Run:
 
         from zoo.files import hardlink_or_copy
         from zoo.pathsafety import external_data_files
-        from zoo_stages.lib import onnx_fields, onnx_io
+        from zoo_stages.lib.onnx import onnx_fields, onnx_io
 
         src = Path(self.src)
         loadable = onnx_io.loadable_as_is(src)  # also checks that external data stays beside the model
@@ -290,7 +291,7 @@ class _Run:
     def _val_split(self):
         """The held-out split (at most eval_samples), loaded once; InvalidInput when empty."""
         if self._val is None:
-            from zoo_stages.lib.datasets import load_split
+            from zoo_stages.lib.data.datasets import load_split
 
             split = load_split(self.data, self.context.recipe.dir, "val").head(self.config.eval_samples)
             if len(split) == 0:
@@ -307,8 +308,8 @@ class _Run:
         if self._calib is None:
             import numpy as np
 
-            from zoo_stages.lib import onnx_run, ort_session
-            from zoo_stages.lib.datasets import load_split
+            from zoo_stages.lib.runtimes import onnx_run, ort_session
+            from zoo_stages.lib.data.datasets import load_split
 
             session = ort_session.make_session(self.fp32_path, threads=1, level="disable")
             fixed = onnx_run.fixed_batch(session)
@@ -388,7 +389,7 @@ class _Run:
         lacks): a build called int8 must hold quantized operators."""
         import onnx
 
-        from zoo_stages.lib import onnx_io
+        from zoo_stages.lib.onnx import onnx_io
 
         ops = onnx_io.op_counts(onnx.load(str(raw), load_external_data=False))
         if any(_is_quantized_op(op) for op in ops):
@@ -408,7 +409,8 @@ class _Run:
         import onnx
 
         from zoo.pathsafety import external_data_files
-        from zoo_stages.lib import onnx_fields, onnx_io, provenance
+        from zoo_stages.lib.onnx import onnx_fields, onnx_io
+        from zoo_stages.lib.release import provenance
 
         if external_data_files(raw):  # only above 2 GB: make one self-contained file
             onnx_io.save_model(onnx_io.load_model(raw), raw)
@@ -424,7 +426,7 @@ class _Run:
 
     def measure(self, path: Path) -> dict[str, Any]:
         """p50/p90 latency at batch 1, and the quality (task-aware, see the module docstring) of one model."""
-        from zoo_stages.lib import timing as timinglib
+        from zoo_stages.lib.runtimes import timing as timinglib
 
         lat_cfg = self.config.latency
         row, timing, sample = self._prepare(path)
@@ -437,7 +439,7 @@ class _Run:
     def measure_pair(self, fp32_prepared: tuple, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         """`measure` of the fp32 parent (`_prepare`d) and the quantized model, timed in interleaved
         rounds that stop early (latency.min_runs) once one is clearly faster."""
-        from zoo_stages.lib import timing as timinglib
+        from zoo_stages.lib.runtimes import timing as timinglib
 
         lat_cfg = self.config.latency
         fp32, fp32_timing, sample = fp32_prepared
@@ -453,7 +455,7 @@ class _Run:
     def _eval_feeds(self, session) -> tuple[dict[str, Any], Any]:
         """(feeds of every input, labels or None) the models are evaluated on: the held-out split
         bound to the model's inputs, or without data seeded random feeds."""
-        from zoo_stages.lib import onnx_run
+        from zoo_stages.lib.runtimes import onnx_run
 
         if self.data:
             split = self._val_split()
@@ -471,11 +473,11 @@ class _Run:
         """(row with size and quality, a timing session, the batch-1 feeds to time) for one model.
 
         The first model prepared is the fp32 parent: its outputs are kept, and every later
-        model's outputs are compared with them (`zoo_stages.lib.parity`).
+        model's outputs are compared with them (`zoo_stages.lib.quality.parity`).
         """
-        from zoo_stages.lib import onnx_run, ort_session
-        from zoo_stages.lib import parity as paritylib
-        from zoo_stages.lib import timing as timinglib
+        from zoo_stages.lib.runtimes import onnx_run, ort_session
+        from zoo_stages.lib.quality import parity as paritylib
+        from zoo_stages.lib.runtimes import timing as timinglib
 
         timing = ort_session.make_session(path, threads=self.config.latency.threads, level="all")
         row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size}
@@ -615,7 +617,7 @@ def _is_quantized_op(op: str) -> bool:
 
 
 def _accuracy(specs, outputs: Mapping[str, Any], labels) -> float | None:
-    """Accuracy of a classifier's outputs (`zoo_stages.lib.tasks`: its label output exactly, else
+    """Accuracy of a classifier's outputs (`zoo_stages.lib.quality.tasks`: its label output exactly, else
     the argmax of its scores output); None when no output can be read as a classifier's."""
     metrics = tasks.evaluate("classification", outputs, labels, tasks.scores_output(specs),
                              label_output=tasks.label_output(specs))

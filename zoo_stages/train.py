@@ -1,10 +1,10 @@
 """The `train` kind: fit the recipe's model on the recipe's dataset, deterministically.
 
 A scikit-learn, LightGBM or XGBoost estimator (``model.framework`` with ``model.estimator`` and
-``model.params``) is fitted by `zoo_stages.lib.estimators.training` (checkpoints in each
+``model.params``) is fitted by `zoo_stages.lib.models.estimators.training` (checkpoints in each
 framework's safe format). Keras and JAX models (``model.framework: keras | jax``) are built and
 trained by the recipe's own function, ``config.entry: path/to/file.py:function``
-(`zoo_stages.lib.entry_models`, which documents the contract in full):
+(`zoo_stages.lib.models.entry_models`, which documents the contract in full):
 
 - keras: called as ``function(train, val, config, context)``, it returns the trained
   ``keras.Model`` (Keras 3 on its JAX backend); checkpoint ``model.keras``, made reproducible and
@@ -22,7 +22,7 @@ argmax of the first output) or ``*_mae``, ``num_parameters``, ``samples``, ``sec
 
 What follows is about torch models, Hugging Face `transformers` models
 included (``model.framework: transformers``: the architecture built from its config, or a pinned
-pretrained folder's weights to fine-tune, `zoo_stages.lib.hf_models`; the checkpoint keeps
+pretrained folder's weights to fine-tune, `zoo_stages.lib.models.hf_models`; the checkpoint keeps
 Hugging Face's state-dict keys).
 
 Output ``checkpoint``: ``model.safetensors`` (the model's state dict, float32). The same
@@ -32,12 +32,12 @@ threads, and batches come from a seeded permutation (no DataLoader workers). Flo
 split differently on different thread counts, so pin ``threads`` for bit-identical rebuilds.
 
 The data's named features feed the model's inputs by name, in the order the architecture
-declares them (`zoo_stages.lib.archs.model_inputs`: ``input`` for images, ``features`` for mlp,
+declares them (`zoo_stages.lib.models.archs.model_inputs`: ``input`` for images, ``features`` for mlp,
 ``input_ids`` and ``attention_mask`` for bert and transformers models, with ``token_type_ids``
 where the class takes them and the data makes them; a single feature feeds a single input whatever
 its name). Float features are given as float32, integer ones as int64.
 
-The loss follows the recipe's ``task:`` (`zoo_stages.lib.tasks.kind_of`): cross-entropy on the
+The loss follows the recipe's ``task:`` (`zoo_stages.lib.quality.tasks.kind_of`): cross-entropy on the
 logits for classification (int64 class labels), mean squared error between the 1-wide output
 and the float labels for regression. Metrics: ``train_loss`` (averaged over the last epoch's
 batches, in training mode) and ``val_loss`` (held-out split, evaluation mode); for
@@ -55,7 +55,7 @@ metrics, ``context.log``). Seeds are set before the call. It returns the trained
 task's loss) and writes the checkpoint as usual.
 
 Fine-tuning: with the recipe's ``model.from: zoo:NAME@VERSION`` the network starts as that zoo
-model (its weights; ``model.head: new`` for a fresh last layer), see `zoo_stages.lib.finetune`;
+model (its weights; ``model.head: new`` for a fresh last layer), see `zoo_stages.lib.models.finetune`;
 ``config.freeze`` (parameter-name patterns, e.g. ``[features.*]``) keeps matching parameters
 fixed, for any model. Metric ``trainable_parameters`` counts what trained.
 """
@@ -70,14 +70,14 @@ from pydantic import Field, model_validator
 
 from zoo.errors import InvalidInput
 from zoo.stage import Equivalence, EquivalenceContext, Inputs, KeyContext, KindConfig, StageContext, StageKind
-from zoo_stages.lib.numeric_outputs import NumericOutputs
-from zoo_stages.lib import checkpoints, torch_eval
-from zoo_stages.lib.archs import BUILD_FIELDS
-from zoo_stages.lib.datasets import Split
-from zoo_stages.lib.training_split import TrainingSplit
-from zoo_stages.lib.entry_models import ENTRY_MODEL_TOOLS
-from zoo_stages.lib.entry_models import FRAMEWORKS as ENTRY_FRAMEWORKS
-from zoo_stages.lib.estimators import ESTIMATOR_TOOLS, FRAMEWORKS as ESTIMATOR_FRAMEWORKS
+from zoo_stages.lib.quality.numeric_outputs import NumericOutputs
+from zoo_stages.lib.models import checkpoints, torch_eval
+from zoo_stages.lib.models.archs import BUILD_FIELDS
+from zoo_stages.lib.data.datasets import Split
+from zoo_stages.lib.models.training_split import TrainingSplit
+from zoo_stages.lib.models.entry_models import ENTRY_MODEL_TOOLS
+from zoo_stages.lib.models.entry_models import FRAMEWORKS as ENTRY_FRAMEWORKS
+from zoo_stages.lib.models.estimators import ESTIMATOR_TOOLS, FRAMEWORKS as ESTIMATOR_FRAMEWORKS
 
 
 class OptimizerConfig(KindConfig):
@@ -106,7 +106,7 @@ class TrainConfig(KindConfig):
     @model_validator(mode="after")
     def _entry_format(self):
         if self.entry is not None:
-            from zoo_stages.lib.archs import parse_entry
+            from zoo_stages.lib.models.archs import parse_entry
 
             try:
                 parse_entry(self.entry, "config.entry")
@@ -119,10 +119,10 @@ class Train(NumericOutputs, StageKind):
     name = "train"
     # 2: named features in the arch's input order, mlp and bert, loss by task, entry functions get Splits;
     # 3: model.from (start from a zoo model), config.freeze; 4: scikit-learn, LightGBM and XGBoost
-    # estimators (model.framework, zoo_stages.lib.estimators); 5: Hugging Face transformers models
-    # (framework: transformers, zoo_stages.lib.hf_models) through the torch loop
-    # 6: Keras and JAX models trained by config.entry (zoo_stages.lib.entry_models)
-    # 7: equivalence across platform classes judged by held-out quality (zoo_stages.lib.training_quality)
+    # estimators (model.framework, zoo_stages.lib.models.estimators); 5: Hugging Face transformers models
+    # (framework: transformers, zoo_stages.lib.models.hf_models) through the torch loop
+    # 6: Keras and JAX models trained by config.entry (zoo_stages.lib.models.entry_models)
+    # 7: equivalence across platform classes judged by held-out quality (zoo_stages.lib.quality.training_quality)
     version = "7"
     Config = TrainConfig
     tools = ("torch", "numpy", "safetensors", "transformers", *ESTIMATOR_TOOLS, *ENTRY_MODEL_TOOLS)
@@ -136,12 +136,13 @@ class Train(NumericOutputs, StageKind):
 
     def tools_used(self, config: TrainConfig, ctx: KeyContext) -> tuple[str, ...]:
         """The tools of the framework ``model.framework`` names (torch by default), not of every one."""
-        from zoo_stages.lib import training_tools
+        from zoo_stages.lib.models import training_tools
 
         return training_tools.for_model(ctx.shared.get("model") or {})
 
     def dependencies(self, config: TrainConfig, ctx: KeyContext) -> list[Path]:
-        from zoo_stages.lib import archs, datasets, finetune, hf_models
+        from zoo_stages.lib.data import datasets
+        from zoo_stages.lib.models import archs, finetune, hf_models
 
         deps: list[Path] = []
         if config.entry:
@@ -158,12 +159,13 @@ class Train(NumericOutputs, StageKind):
     def equivalence(self, locked: Mapping[str, Path], rebuilt: Mapping[str, Path], config: TrainConfig,
                     context: EquivalenceContext) -> Equivalence:
         """A torch checkpoint trained on another platform class is judged by held-out quality
-        (`zoo_stages.lib.training_quality`): its weights are not numerically close. Estimators,
+        (`zoo_stages.lib.quality.training_quality`): its weights are not numerically close. Estimators,
         Keras and JAX checkpoints are compared as arrays within tolerance (`NumericOutputs`)."""
         framework = (context.shared.get("model") or {}).get("framework")
         if framework in ENTRY_FRAMEWORKS or framework in ESTIMATOR_FRAMEWORKS or set(locked) != {"checkpoint"}:
             return super().equivalence(locked, rebuilt, config, context)
-        from zoo_stages.lib import finetune, training_quality
+        from zoo_stages.lib.models import finetune
+        from zoo_stages.lib.quality import training_quality
 
         return training_quality.compare_checkpoints(Path(locked["checkpoint"]), Path(rebuilt["checkpoint"]),
                                                     context.shared, context.recipe.dir,
@@ -173,17 +175,20 @@ class Train(NumericOutputs, StageKind):
     def run(self, inputs: Inputs, config: TrainConfig, context: StageContext) -> Mapping[str, Path]:
         framework = (context.shared.get("model") or {}).get("framework")
         if framework in ENTRY_FRAMEWORKS:
-            from zoo_stages.lib import entry_models  # Keras and JAX: the recipe's function trains
+            from zoo_stages.lib.models import entry_models  # Keras and JAX: the recipe's function trains
 
             return entry_models.run(config, context)
         if framework in ESTIMATOR_FRAMEWORKS:
-            from zoo_stages.lib.estimators import training  # scikit-learn, LightGBM, XGBoost estimators
+            from zoo_stages.lib.models.estimators import training  # scikit-learn, LightGBM, XGBoost estimators
 
             return training.run(config, context)
         import numpy as np
         import torch
 
-        from zoo_stages.lib import archs, datasets, finetune, onnx_run, tasks
+        from zoo_stages.lib.data import datasets
+        from zoo_stages.lib.models import archs, finetune
+        from zoo_stages.lib.quality import tasks
+        from zoo_stages.lib.runtimes import onnx_run
 
         data = dict(context.shared.get("data") or {})
         model_section = dict(context.shared.get("model") or {})

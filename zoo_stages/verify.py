@@ -19,10 +19,10 @@ features bound to the inputs by name with `onnx_run.bind`), or, without a ``data
 seeded random inputs whose dynamic dimensions come from the recipe's ``model.inputs``.
 
 Per build: ``onnx.checker``; its ports (name, dtype, shape of every input and output); the
-metrics of the recipe's `task:` (`zoo_stages.lib.tasks`: classification accuracy, top5_accuracy,
+metrics of the recipe's `task:` (`zoo_stages.lib.quality.tasks`: classification accuracy, top5_accuracy,
 macro_f1; regression mae, rmse, r2; none for a generic task or without labels) and their change
 against the reference (``accuracy_drop``, ``mae_increase``: positive is worse); parity against the
-reference, every output matched by name (`zoo_stages.lib.parity`): ``max_abs``, ``max_rel``, the
+reference, every output matched by name (`zoo_stages.lib.quality.parity`): ``max_abs``, ``max_rel``, the
 lowest mean ``cosine`` and ``cosine_min`` over float outputs, ``exact_match`` (the lowest share
 of equal elements over integer, boolean and string outputs, which are never compared by
 distance), ``top1_agreement`` on a classifier's scores output, and a record per output under
@@ -60,10 +60,10 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import (Column, Effect, GateOutcome, Inputs, KeyContext, KindConfig, ReportTable, StageContext,
                        StageKind)
-from zoo_stages.lib.numeric_outputs import NumericOutputs
-from zoo_stages.lib import gates as gatelib
-from zoo_stages.lib import tasks
-from zoo_stages.lib.step_log import StepLog
+from zoo_stages.lib.quality.numeric_outputs import NumericOutputs
+from zoo_stages.lib.quality import gates as gatelib
+from zoo_stages.lib.quality import tasks
+from zoo_stages.lib.runtimes.step_log import StepLog
 
 if TYPE_CHECKING:
     import logging
@@ -263,10 +263,10 @@ class Targets:
 
 class Verify(NumericOutputs, StageKind):
     name = "verify"
-    # 2: parity over every output, matched by name (zoo_stages.lib.parity)
+    # 2: parity over every output, matched by name (zoo_stages.lib.quality.parity)
     # 3: every named input fed (data bound by name, or random with model.inputs); task metrics
-    #    (zoo_stages.lib.tasks); parity per output kind (exact_match for integer outputs); ports recorded
-    # 4: equivalence across platform classes by model outputs and quality (zoo_stages.lib.equivalence)
+    #    (zoo_stages.lib.quality.tasks); parity per output kind (exact_match for integer outputs); ports recorded
+    # 4: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence)
     version = "4"
     Config = VerifyConfig
     tools = ("onnx", "onnxruntime", "numpy")
@@ -280,14 +280,14 @@ class Verify(NumericOutputs, StageKind):
         data = ctx.shared.get("data")
         if not data:
             return []
-        from zoo_stages.lib.datasets import data_dependencies
+        from zoo_stages.lib.data.datasets import data_dependencies
 
         return data_dependencies(data, ctx.recipe.dir)
 
     def run(self, inputs: Inputs, config: VerifyConfig, context: StageContext) -> Mapping[str, Path]:
         from zoo.files import atomic_write_json
-        from zoo_stages.lib import parity
-        from zoo_stages.lib.host_info import host_info
+        from zoo_stages.lib.quality import parity
+        from zoo_stages.lib.runtimes.host_info import host_info
 
         build_stages = config.resolve_builds(inputs)
         gates = config.parsed_gates(build_stages)
@@ -382,10 +382,10 @@ def _evaluation(data, reference: Path, config: VerifyConfig, context: StageConte
     (e.g. pretrained weights); the task's metrics then do not apply. A dynamic dimension other
     than the batch needs its size from the recipe's ``model.inputs``.
     """
-    from zoo_stages.lib import onnx_run, ort_session
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
 
     if data:
-        from zoo_stages.lib.datasets import load_split
+        from zoo_stages.lib.data.datasets import load_split
 
         split = load_split(data, context.recipe.dir, "val").head(config.eval_samples)
         if len(split) == 0:
@@ -406,7 +406,8 @@ def _evaluation(data, reference: Path, config: VerifyConfig, context: StageConte
 
 def open_build(path: Path, evaluation: Evaluation) -> Opened:
     """Load a build, bind the evaluation inputs to its inputs by name and run it single-threaded."""
-    from zoo_stages.lib import onnx_io, onnx_run, ort_session
+    from zoo_stages.lib.onnx import onnx_io
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
 
     from zoo.pathsafety import external_data_files
 
@@ -428,7 +429,8 @@ def choose_targets(task: str, ref: Opened, evaluation: Evaluation, config: Verif
     """The outputs the task's metrics read and every metric that applies, from the reference build."""
     import numpy as np
 
-    from zoo_stages.lib import onnx_run, parity
+    from zoo_stages.lib.quality import parity
+    from zoo_stages.lib.runtimes import onnx_run
 
     kind = tasks.kind_of(task)
     specs = onnx_run.output_specs(ref.session)
@@ -526,8 +528,9 @@ def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation
     """Everything verify measures on one build but its comparisons with the reference (`scratch`:
     a folder for temporary copies; `log`: where the latency runs' progress lines go)."""
 
-    from zoo_stages.lib import onnx_io, onnx_run, ort_session
-    from zoo_stages.lib import timing as timinglib
+    from zoo_stages.lib.onnx import onnx_io
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
+    from zoo_stages.lib.runtimes import timing as timinglib
 
     # weights in external data files are checked from the files
     checker_error = onnx_io.checker_error(Path(opened.source) if isinstance(opened.source, str) else opened.model,
@@ -620,7 +623,8 @@ def write_vectors(session: Any, feeds: Mapping[str, "np.ndarray"], count: int, s
     every output computed by `session` (a fixed-batch model gets that many samples per set)."""
     import numpy as np
 
-    from zoo_stages.lib import onnx_run, vectors
+    from zoo_stages.lib.release import vectors
+    from zoo_stages.lib.runtimes import onnx_run
 
     if count == 0:
         return []

@@ -234,7 +234,7 @@ class KernelsConfig(KindConfig):
 
 
 def _kernels_base():
-    from zoo_stages.lib.numeric_outputs import NumericOutputs
+    from zoo_stages.lib.quality.numeric_outputs import NumericOutputs
 
     return NumericOutputs
 
@@ -242,7 +242,7 @@ def _kernels_base():
 class Kernels(_kernels_base(), StageKind):
     """Float results that depend on the CPU's platform class, as torch's and onnxruntime's kernels'
     do (a stand-in for their rounding: each class moves the values by its own fraction of `drift`);
-    judges equivalence as the built-in kinds do (zoo_stages.lib.equivalence)."""
+    judges equivalence as the built-in kinds do (zoo_stages.lib.quality.equivalence)."""
 
     name = "kernels"
     Config = KernelsConfig

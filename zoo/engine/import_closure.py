@@ -42,7 +42,7 @@ Statement = tuple[int, str, tuple[str, ...] | None]
 IMPORTS_FORMAT = "imports/2"  # the StatCache label of parsed statements; bump it when what is parsed changes
 # StageKind hooks that compute no output byte and run outside a stage (`zoo repro --check` judges
 # rebuilt outputs with `equivalence`): the imports inside a function of that name are not
-# followed, so the judging code (zoo_stages/lib/equivalence.py, the parity check it uses) enters
+# followed, so the judging code (zoo_stages/lib/quality/equivalence.py, the parity check it uses) enters
 # no key. A kind must not call such a hook from `run`.
 UNKEYED_HOOKS = frozenset({"equivalence"})
 

@@ -8,8 +8,8 @@ index), ``store`` (`LocalZoo`), ``staging`` (building a staging folder), ``confi
 remote zoo layout, with mirrors, on `zoo.storage`'s byte-level backends: folder, S3, GCS, Azure,
 WebDAV, SSH, HTTP), ``hf`` (Hugging Face Hub), ``select`` (best build for this host), ``pull``,
 ``api`` (what the CLI calls), ``bundle`` (air-gapped tar bundles: export, verified import),
-``fsck`` (checking and repairing a local zoo), ``testing`` (servers on 127.0.0.1 for tests and
-benchmarks). File writes, links and hashes are `zoo.files`; path and ONNX external-data checks
+``fsck`` (checking and repairing a local zoo); the servers tests and benchmarks run on 127.0.0.1
+are `tests/registry_servers.py`. File writes, links and hashes are `zoo.files`; path and ONNX external-data checks
 `zoo.pathsafety`.
 
 Local zoo layout (``$ZOO_HOME``, default ``~/.local/share/zoo``)::

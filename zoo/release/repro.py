@@ -16,7 +16,7 @@ upstream outputs they are rebuilt here too, and the check says so. The rebuilt o
 if their bytes are identical to that class's record ("identical"), else if the stage's kind
 judges them equivalent (`StageKind.equivalence`; "equivalent", with the kind of equivalence and
 its figures: the built-in kinds judge ONNX models by their outputs and structure, training by
-held-out quality within `quality_tolerance`; zoo_stages/lib/equivalence.py), since other CPU
+held-out quality within `quality_tolerance`; zoo_stages/lib/quality/equivalence.py), since other CPU
 kernels round floats differently and no byte check can pass there. A kind that cannot judge, or
 locked outputs no longer in the cache, leave "differs".
 

@@ -22,7 +22,7 @@ estimator (converters may name it at random: the same model must give the same b
 stamps provenance, checks the model with onnx's full checker, and gates it: the source framework
 (`predict`) and onnxruntime run every held-out row of the recipe's data; probabilities and
 regression outputs must agree within ``parity.atol + parity.rtol * |source|``, labels exactly.
-A failing gate fails the stage with the parity table (`zoo_stages.lib.parity`).
+A failing gate fails the stage with the parity table (`zoo_stages.lib.quality.parity`).
 
 Exporter modules stay light: the framework and its converter are imported inside functions.
 """
@@ -165,21 +165,21 @@ def refuse_transformers_fields(model: Mapping[str, Any], framework: str) -> None
 
 class EstimatorExporter(Exporter):
     """Exporters of fitted table estimators (see the module docstring); subclasses give
-    `estimators` (their `zoo_stages.lib.estimators` module), `load`, `to_onnx` and `predict`."""
+    `estimators` (their `zoo_stages.lib.models.estimators` module), `load`, `to_onnx` and `predict`."""
 
     max_opset: ClassVar[int] = 17  # the highest default-domain opset the converter writes
     default_opset: ClassVar[int] = 17  # without `opset:` in the recipe (capped at max_opset)
 
     @classmethod
     def estimators(cls):
-        """The framework's module in `zoo_stages.lib.estimators` (what train fits, the checkpoint format)."""
-        from zoo_stages.lib.estimators import framework
+        """The framework's module in `zoo_stages.lib.models.estimators` (what train fits, the checkpoint format)."""
+        from zoo_stages.lib.models.estimators import framework
 
         return framework(cls.name)
 
     @classmethod
     def check_model(cls, model: Mapping[str, Any]) -> None:
-        from zoo_stages.lib.estimators.estimator import lookup
+        from zoo_stages.lib.models.estimators.estimator import lookup
 
         for field in TORCH_FIELDS:
             if model.get(field) is not None:
@@ -211,8 +211,12 @@ class EstimatorExporter(Exporter):
     def export(self, job: ExportJob) -> None:
         import numpy as np
 
-        from zoo_stages.lib import datasets, onnx_io, onnx_run, ort_session, parity, provenance, tasks
-        from zoo_stages.lib.estimators.training import table_features
+        from zoo_stages.lib.data import datasets
+        from zoo_stages.lib.onnx import export_io, onnx_io
+        from zoo_stages.lib.quality import parity, tasks
+        from zoo_stages.lib.release import provenance
+        from zoo_stages.lib.runtimes import onnx_run, ort_session
+        from zoo_stages.lib.models.estimators.training import table_features
 
         context, config = job.context, job.config
         if job.label != "checkpoint":
@@ -237,7 +241,7 @@ class EstimatorExporter(Exporter):
         proto.graph.doc_string = ""
         provenance.stamp(proto, job.props)
         blob = onnx_io.model_bytes(proto)
-        check_model_bytes(blob)
+        export_io.check(blob)
         from zoo.files import atomic_write
 
         atomic_write(job.target, blob, fsync=False)
@@ -278,14 +282,3 @@ def name_batch_axis(proto: Any) -> None:
         if len(dims):
             dims[0].Clear()
             dims[0].dim_param = BATCH_AXIS
-
-
-def check_model_bytes(blob: bytes) -> None:
-    """onnx's full check (checker, strict type and shape inference); InvalidInput when it fails."""
-    import onnx
-
-    try:
-        onnx.checker.check_model(blob, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        raise InvalidInput(f"the ONNX model fails onnx's checker: {str(e).splitlines()[0]}",
-                           hint="try another opset") from None

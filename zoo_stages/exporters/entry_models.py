@@ -1,5 +1,5 @@
 """The shared flow of the Keras and JAX exporters: models the recipe's own functions trained
-(`zoo_stages.lib.entry_models`), exported and gated against their framework on held-out data.
+(`zoo_stages.lib.models.entry_models`), exported and gated against their framework on held-out data.
 
 The train stage's checkpoint is loaded (a ``.keras`` archive with ``safe_mode=True``, or JAX
 parameters from safetensors with the recipe's ``model.entry`` forward function) and converted:
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Mapping
 
 from zoo.errors import InvalidInput
-from zoo_stages.exporters.base import TORCH_FIELDS, ExportJob, Exporter, ModelFieldError, check_model_bytes, name_batch_axis
+from zoo_stages.exporters.base import TORCH_FIELDS, ExportJob, Exporter, ModelFieldError, name_batch_axis
 
 MAX_OPSET = 23  # jax2onnx's default and the newest default-domain opset onnxruntime runs
 DEFAULT_OPSET = 17  # without `opset:` in the recipe, as the estimator exporters
@@ -49,7 +49,12 @@ class EntryModelExporter(Exporter):
         import numpy as np
 
         from zoo.files import atomic_write
-        from zoo_stages.lib import datasets, entry_models, onnx_io, onnx_run, ort_session, parity, provenance, tasks
+        from zoo_stages.lib.data import datasets
+        from zoo_stages.lib.models import entry_models
+        from zoo_stages.lib.onnx import export_io, onnx_io
+        from zoo_stages.lib.quality import parity, tasks
+        from zoo_stages.lib.release import provenance
+        from zoo_stages.lib.runtimes import onnx_run, ort_session
 
         context, config = job.context, job.config
         if job.label != "checkpoint":
@@ -75,7 +80,7 @@ class EntryModelExporter(Exporter):
         proto.graph.doc_string = ""
         provenance.stamp(proto, job.props)
         blob = onnx_io.model_bytes(proto)
-        check_model_bytes(blob)
+        export_io.check(blob)
         atomic_write(job.target, blob, fsync=False)
 
         session = ort_session.make_session(blob, threads=context.threads, level="all")

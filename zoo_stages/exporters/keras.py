@@ -1,6 +1,6 @@
 """The Keras exporter: a Keras 3 model that the recipe's ``config.entry`` trained (the train
 stage's ``.keras`` checkpoint), exported by Keras' own ``model.export(format="onnx")`` on the JAX
-backend (jax2onnx; why JAX and not TensorFlow or torch: `zoo_stages.lib.entry_models.keras`),
+backend (jax2onnx; why JAX and not TensorFlow or torch: `zoo_stages.lib.models.entry_models.keras`),
 parity-gated against Keras on the held-out data (`entry_models.EntryModelExporter`)."""
 
 from __future__ import annotations

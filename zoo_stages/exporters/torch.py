@@ -7,7 +7,7 @@ its lowest, and onnx's version converter takes the optimised graph down to a low
 ``opset`` (`_convert_opset`); ``exporter: torchscript`` runs the deprecated TorchScript tracer
 (constant folding; opset 17 by default). Without ``exporter:`` the architecture decides
 (`archs.default_exporter`). Below protobuf's 2 GB limit the model is taken in memory; above it
-both exporters write external data (`zoo_stages.lib.export_io`). The exported graph's inputs are
+both exporters write external data (`zoo_stages.lib.onnx.export_io`). The exported graph's inputs are
 the architecture's, with the recipe's declared shapes or the data's (`_ports`), and the parity
 gate runs onnxruntime and torch on the same seeded random inputs.
 """
@@ -24,7 +24,8 @@ from typing import Any, Mapping
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import StageContext
 from zoo_stages.exporters.base import ExportJob, Exporter, ModelFieldError, refuse_transformers_fields
-from zoo_stages.lib import checkpoints, export_io
+from zoo_stages.lib.models import checkpoints
+from zoo_stages.lib.onnx import export_io, onnx_io
 
 DYNAMO_MIN_OPSET = 18  # the lowest opset torch's dynamo exporter implements; lower ones are converted down
 # the export kind's config models (zoo_stages.export's ExportConfig, ParityConfig, WeightsRef): the kind
@@ -43,7 +44,7 @@ class TorchExporter(Exporter):
     def tools_for(cls, model: Mapping[str, Any]) -> tuple[str, ...]:
         """`tools`, and transformers for the architecture it builds (bert), and onnx, whose converter
         turns a `model.from` parent into the torch network."""
-        from zoo_stages.lib import archs
+        from zoo_stages.lib.models import archs
 
         extra = ("transformers",) if archs.modality(model) == "text" else ()
         return (*cls.tools, *extra, *(("onnx",) if model.get("from") else ()))
@@ -82,7 +83,8 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
     import numpy as np
     import torch
 
-    from zoo_stages.lib import archs, finetune, tasks
+    from zoo_stages.lib.models import archs, finetune
+    from zoo_stages.lib.quality import tasks
 
     model_section = _with_weights_arch(dict(context.shared.get("model") or {}), config.weights if label == "weights"
                                        else None)
@@ -115,7 +117,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
         else:
             proto = export_io.normalise(proto)
             export_io.stamp(proto, props)
-            blob = export_io.serialise(proto)
+            blob = onnx_io.serialise(proto)
         feeds = _example_inputs(ports, config.parity.samples, vocab, seed=config.parity.seed)
         torch_feeds = [torch.from_numpy(a) for a in feeds.values()]
         if blob is None:  # above 2 GB: one step after the other, from files
@@ -129,7 +131,7 @@ def _export_torch(weights: Path, label: str, config: ExportConfig, context: Stag
             # checker's verdict is read first, so a malformed model is reported as such.
             with ThreadPoolExecutor(max_workers=3, thread_name_prefix="export") as pool:
                 checked = pool.submit(export_io.check, blob)
-                saved = pool.submit(export_io.save, proto, target, blob)
+                saved = pool.submit(onnx_io.save, proto, target, blob)
                 onnx_run = pool.submit(_run_onnxruntime, blob, feeds, context.threads)
                 with torch.no_grad():
                     expected = _flatten_outputs(model(*torch_feeds))
@@ -181,7 +183,7 @@ def _ports(config: ExportConfig, context: StageContext, model_section: dict) -> 
     (dynamic unless ``dynamic_batch: false``) + the per-sample shape: ``input_shape``, else the
     data's (images: channels and size in its layout; tables: the feature width; text:
     ``[sequence]``, dynamic, ``model.max_length`` long in the example)."""
-    from zoo_stages.lib import archs
+    from zoo_stages.lib.models import archs
 
     declared = model_section.get("inputs") or {}
     batch: int | str = "batch" if config.dynamic_batch else 1
@@ -214,7 +216,7 @@ def _ports(config: ExportConfig, context: StageContext, model_section: dict) -> 
 def _per_sample_shape(inp, config: ExportConfig, context: StageContext, model_section: dict):
     """A function giving the per-sample shape that ``input_shape``, the declared ``model.inputs``
     or the data imply for input `inp`, computed on first use (a table's width reads the data)."""
-    from zoo_stages.lib import archs
+    from zoo_stages.lib.models import archs
 
     data = context.shared.get("data") or {}
 
@@ -242,7 +244,8 @@ def _per_sample_shape(inp, config: ExportConfig, context: StageContext, model_se
 
 def _data_feature(name: str, data: Mapping[str, Any], context: StageContext):
     """The train split's feature that feeds input `name` (for its shape)."""
-    from zoo_stages.lib import datasets, onnx_run
+    from zoo_stages.lib.data import datasets
+    from zoo_stages.lib.runtimes import onnx_run
 
     split = datasets.load_split(dict(data), context.recipe.dir, "train")
     return onnx_run.bind_names([name], split.features, where="the train split")[name]
@@ -312,7 +315,7 @@ def _run_exporter(model, dummy: tuple, raw: Path, ports: list[_Port], out_name: 
     or `_export_torchscript`). Weights near protobuf's 2 GB limit go through `raw` with external
     data (then the bytes are None)."""
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    large = weight_bytes >= export_io.PROTOBUF_LIMIT // 2
+    large = weight_bytes >= onnx_io.PROTOBUF_LIMIT // 2
     with warnings.catch_warnings():
         # the TorchScript tracer warns about the static sizes the adaptive pool and transformers'
         # attention read (dynamic axes are declared), and that its exporter is deprecated
@@ -367,7 +370,7 @@ def _export_dynamo(model, dummy: tuple, raw: Path, ports: list[_Port], out_name:
             raise InvalidInput(f"a model above 2 GB exports with dynamo at opset {DYNAMO_MIN_OPSET} or above, "
                                f"not {config.opset}", hint=f"set `opset: {DYNAMO_MIN_OPSET}`")
         program.save(str(raw), external_data=True)
-        return export_io.load_onnx(raw), None
+        return onnx_io.load_model(raw, cap_ir_version=False), None
     proto = program.model_proto
     if built != config.opset:
         proto = _convert_opset(proto, config.opset)
@@ -422,7 +425,7 @@ def _export_torchscript(model, dummy: tuple, raw: Path, ports: list[_Port], out_
         raise InvalidInput(f"the TorchScript exporter cannot export this model at opset {config.opset}: {e}",
                            hint="raise `opset`, or try `exporter: dynamo`") from None
     if large:
-        return export_io.load_onnx(raw), None
+        return onnx_io.load_model(raw, cap_ir_version=False), None
     blob = buffer.getvalue()
     return onnx.load_from_string(blob), blob
 
@@ -453,7 +456,7 @@ class _quiet_loggers:
 def _run_onnxruntime(model: Path | bytes, feeds: Mapping[str, Any], threads: int) -> dict:
     """{output name: array} of the model on `feeds` in onnxruntime (`model`: the serialised model or
     its path); a model with a fixed batch dimension is fed that many samples at a time."""
-    from zoo_stages.lib import onnx_run, ort_session
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
 
     session = ort_session.make_session(model, threads=threads, level="all")
     return onnx_run.run(session, feeds)
@@ -475,7 +478,7 @@ def _flatten_outputs(out) -> list:
 def _parity(expected: list, got: Mapping[str, Any], cfg: ParityConfig):
     """The parity report of onnxruntime's outputs against torch's (matched by position: torch's
     outputs have no names)."""
-    from zoo_stages.lib import parity
+    from zoo_stages.lib.quality import parity
 
     if len(expected) != len(got):
         raise GateFailed(f"torch gives {len(expected)} outputs but the ONNX model gives {len(got)}")

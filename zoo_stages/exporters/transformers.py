@@ -1,7 +1,7 @@
 """The Hugging Face `transformers` exporter (``model.framework: transformers``).
 
 The model is the recipe's architecture with the train stage's checkpoint (or ``weights:``), or
-the pinned pretrained folder's weights when no stage trained it (`zoo_stages.lib.hf_models`).
+the pinned pretrained folder's weights when no stage trained it (`zoo_stages.lib.models.hf_models`).
 It is exported with ``torch.onnx`` on the model with NAMED inputs and outputs: ``input_ids``,
 ``attention_mask`` and ``token_type_ids`` where the class takes them (int64, dynamic ``batch`` and
 ``sequence`` axes, or the recipe's ``model.inputs`` names and dims), and the output fields of
@@ -57,7 +57,7 @@ class TransformersExporter(Exporter):
                                                   "`config:`) or a `model.pretrained` folder",
                                   hint="e.g. architecture: DistilBertForSequenceClassification")
         if model.get("architecture"):
-            from zoo_stages.lib import hf_models
+            from zoo_stages.lib.models import hf_models
 
             try:
                 hf_models.check_architecture(model["architecture"])
@@ -71,12 +71,12 @@ class TransformersExporter(Exporter):
 
     @classmethod
     def dependencies(cls, model: Mapping[str, Any], recipe_dir: Path) -> list[Path]:
-        from zoo_stages.lib import hf_models
+        from zoo_stages.lib.models import hf_models
 
         return list(hf_models.pretrained_files(model, recipe_dir).values())
 
     def pretrained_source(self, context: Any) -> Path | None:
-        from zoo_stages.lib import hf_models
+        from zoo_stages.lib.models import hf_models
 
         model = dict(context.shared.get("model") or {})
         return hf_models.verified_folder(model, context.recipe.dir) if model.get("pretrained") else None
@@ -85,9 +85,11 @@ class TransformersExporter(Exporter):
         import torch
 
         from zoo.files import atomic_write
-        from zoo_stages.exporters.base import check_model_bytes
-        from zoo_stages.lib import (archs, checkpoints, hf_models, onnx_io, onnx_run, ort_session, parity, provenance,
-                                    tasks)
+        from zoo_stages.lib.models import archs, checkpoints, hf_models
+        from zoo_stages.lib.onnx import export_io, onnx_io
+        from zoo_stages.lib.quality import parity, tasks
+        from zoo_stages.lib.release import provenance
+        from zoo_stages.lib.runtimes import onnx_run, ort_session
 
         context, config = job.context, job.config
         section = dict(context.shared.get("model") or {})
@@ -120,7 +122,7 @@ class TransformersExporter(Exporter):
                 props = _with_pretrained_sources(props, hf_models.folder_digest(section))
             provenance.stamp(proto, props)
             blob = onnx_io.model_bytes(proto)
-            check_model_bytes(blob)
+            export_io.check(blob)
             atomic_write(job.target, blob, fsync=False)
             session = ort_session.make_session(blob, threads=context.threads, level="all")
             got = onnx_run.run(session, {p.name: a for p, a in zip(ports, feeds.values())})
@@ -162,7 +164,8 @@ def _parity_feeds(ports, data: Mapping[str, Any], context: Any, model: Any, conf
     rows), or seeded random token ids when the recipe has no text data."""
     import numpy as np
 
-    from zoo_stages.lib import datasets, onnx_run
+    from zoo_stages.lib.data import datasets
+    from zoo_stages.lib.runtimes import onnx_run
 
     rows = max(int(config.parity.samples), PARITY_ROWS)
     if data.get("text"):
@@ -193,7 +196,7 @@ def _axes(ports, section: Mapping[str, Any], model: Any, own: list[str], example
     the axes that follow the sequence length (found by running two lengths)."""
     import torch
 
-    from zoo_stages.lib import hf_models
+    from zoo_stages.lib.models import hf_models
 
     declared = section.get("inputs") or {}
     dims: dict[str, tuple] = {}
@@ -257,7 +260,7 @@ def _torch_onnx(model: Any, example: Mapping[str, Any], ports, outputs: list[str
 
 def _normalise(proto: Any) -> None:
     """Cap the IR version; drop doc strings and node metadata (they may hold source paths)."""
-    from zoo_stages.lib import onnx_io
+    from zoo_stages.lib.onnx import onnx_io
 
     onnx_io.fix_ir_version(proto)
     proto.doc_string = ""
@@ -269,7 +272,7 @@ def _normalise(proto: Any) -> None:
 
 def _with_pretrained_sources(props: Mapping[str, str], digests: Mapping[str, str]) -> dict[str, str]:
     """`props` with the pretrained folder's files in ``zoo.sources``."""
-    from zoo_stages.lib import provenance
+    from zoo_stages.lib.release import provenance
 
     key = provenance.PREFIX + "sources"
     sources = json.loads(props.get(key) or "{}")

@@ -4,7 +4,7 @@
 not apply to is an error naming the sources it applies to); `DataSection.check` refuses what the
 value alone cannot tell: a path that names no file or folder beside the recipe, and for
 ``source: dvc`` a commit or path DVC does not track (read with git alone, `zoo.dvcrepo`). Read as
-arrays by `zoo_stages.lib.datasets`.
+arrays by `zoo_stages.lib.data.datasets`.
 """
 
 from __future__ import annotations

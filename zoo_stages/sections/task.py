@@ -1,4 +1,4 @@
-"""The recipe's `task:`: what the model does, which chooses verify's metrics (`zoo_stages.lib.tasks`).
+"""The recipe's `task:`: what the model does, which chooses verify's metrics (`zoo_stages.lib.quality.tasks`).
 
 A plain value, not a mapping: `TaskSection.schema` is the name's pattern and `task_kind`, which
 maps a name to its metric family and refuses a misspelt classification or regression name.

@@ -1,6 +1,6 @@
 """The recipe's `data:` section as named arrays: one module per job.
 
-The stages import `zoo_stages.lib.datasets` (the public API: `load_split`, `Split`,
+The stages import `zoo_stages.lib.data.datasets` (the public API: `load_split`, `Split`,
 `preprocessing`...); this package holds its parts:
 
 - `images`: digits, image folders and image arrays; the transforms (scale, channels, bilinear
