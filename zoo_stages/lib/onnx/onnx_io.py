@@ -201,8 +201,8 @@ def serialise(model: "onnx.ModelProto") -> bytes | None:
     try:
         blob = model.SerializeToString(deterministic=True)
     except Exception:  # protobuf refuses messages of 2 GiB or more (ValueError or EncodeError)
-        if model.ByteSize() <= PROTOBUF_LIMIT:  # only computed on failure: it costs as much as serialising
-            raise  # not a matter of size
+        # and its ByteSize() is a 32-bit count that wraps above 2 GiB, so it cannot tell this failure
+        # from another: the model goes to external data, whose save fails on its own if it is malformed
         return None
     return blob if len(blob) <= PROTOBUF_LIMIT else None
 
