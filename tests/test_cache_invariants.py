@@ -531,3 +531,22 @@ def test_materialize_when_a_stand_in_concurrent_run_materialised_it_first(tmp_pa
     assert (dest / "m").read_bytes() == b"model" and (dest / "d" / "x").read_bytes() == b"x"
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == ["d", "d/x", "m"]
     assert list(cache.tmp.iterdir()) == []
+
+
+def test_the_records_index_is_a_hint_a_hostile_file_there_is_only_no_hint(tmp_path):
+    """`records/<identity>` names the last key built for a record, to explain a rerun: a link to a
+    device, a huge file, text that is not a key or a key with no entry gives no hint, never a hang
+    or a traceback (a shared cache folder is written by others too)."""
+    cache = Cache(tmp_path / "c").ensure()
+    entry = _commit(cache, _out(tmp_path, **{"model.bin": b"abc"}), {"model": "model.bin"})
+    identity = _record(KEY)
+    assert cache.entry_of_record(identity).key == KEY and cache.entry_of_record(identity, other_than=KEY) is None
+    index = cache.records / identity[:2] / identity
+    for hostile in ("/dev/zero", "not a key", "f" * 64, "A" * 100_000):
+        index.unlink()
+        if hostile.startswith("/"):
+            index.symlink_to(hostile)
+        else:
+            index.write_text(hostile)
+        assert cache.entry_of_record(identity) is None and cache.lookup_record(identity) is None, hostile[:20]
+    assert cache.lookup(entry.key) is not None  # the entry itself is untouched

@@ -248,9 +248,11 @@ class Cache:
     def entry_of_record(self, identity: str, *, other_than: str = "") -> Entry | None:
         """The last entry recorded for record `identity` under a key other than `other_than`, if this
         cache still holds it (a hint for explaining a rerun; never a hit)."""
-        try:
-            key = (self.records / identity[:2] / identity).read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError, ValueError):
+        from zoo.files import NotARegularFile, read_regular
+
+        try:  # a shared cache folder is not the user's own: read a key's worth, never a link or device
+            key = read_regular(self.records / identity[:2] / identity, 256).decode("ascii").strip()
+        except (OSError, NotARegularFile, UnicodeDecodeError, ValueError):
             return None
         if key == other_than or not re.fullmatch(r"[0-9a-f]{16,128}", key):
             return None

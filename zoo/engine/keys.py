@@ -2,7 +2,7 @@
 
 A key is the stage's *record* plus its *code*:
 
-- the record (what the lockfile keeps, `record_parts`): kind, kind version, resolved config, the
+- the record (what the lockfile keeps, `lockfile.IDENTITY_FIELDS`): kind, kind version, resolved config, the
   recipe-wide fields the kind declares, matrix values, digests of its inputs (upstream outputs)
   and of the files it reads (user code, data: `dependencies`), the versions of the tools it uses
   for this recipe (`StageKind.tools_used`), declared recipe fields, and for kinds that declare
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 # 2: the record and the code apart (`files` for the files a stage reads, `code` for the kind's
 # package only, `epoch`), tools as the stage uses them, no zoo version, ancestor records not keys
 KEY_SCHEMA_VERSION = 2
-CODE_PARTS = ("code", "epoch")  # in the key, not in the record: what the lockfile leaves out
 
 
 @lru_cache(maxsize=None)
@@ -162,20 +161,20 @@ def key_context(recipe: Recipe, node: Node) -> KeyContext:
                       references=parents.StageReferences(shared_values(recipe, node), recipe.path.parent))
 
 
-def file_digests(recipe: Recipe, node: Node, hashes: StatCache) -> dict[str, str]:
+def file_digests(recipe: Recipe, node: Node, hashes: StatCache, ctx: KeyContext | None = None) -> dict[str, str]:
     """Digests of the files and folders the stage's config names (`StageKind.dependencies`)."""
     cls = kind_loader.get(node.kind)
     out: dict[str, str] = {}
-    for dep in cls().dependencies(node.instance.config, key_context(recipe, node)):
+    for dep in cls().dependencies(node.instance.config, ctx or key_context(recipe, node)):
         dep = Path(dep)
         out[dependency_label(dep, recipe.path.parent)] = digest_path(dep, hashes)
     return out
 
 
-def tools_used(recipe: Recipe, node: Node) -> tuple[str, ...]:
+def tools_used(recipe: Recipe, node: Node, ctx: KeyContext | None = None) -> tuple[str, ...]:
     """The distributions the stage uses for this recipe (`StageKind.tools_used`), sorted."""
     cls = kind_loader.get(node.kind)
-    return tuple(sorted(set(cls().tools_used(node.instance.config, key_context(recipe, node)))))
+    return tuple(sorted(set(cls().tools_used(node.instance.config, ctx or key_context(recipe, node)))))
 
 
 def dependency_label(dep: Path, recipe_dir: Path) -> str:
@@ -219,6 +218,7 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
     `ancestors` (ancestor id -> digest of its record) enters only for kinds that declare ``lineage = True``.
     """
     cls = kind_loader.get(node.kind)
+    ctx = key_context(recipe, node)  # once: it holds the declared sections and the pinned references
     parts = {
         "schema": KEY_SCHEMA_VERSION,
         "kind": node.kind,
@@ -227,8 +227,8 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
         "shared": shared_values(recipe, node),
         "matrix": dict(node.instance.matrix),
         "inputs": inputs,
-        "files": file_digests(recipe, node, hashes),
-        "tools": tool_versions(tools_used(recipe, node)),
+        "files": file_digests(recipe, node, hashes, ctx),
+        "tools": tool_versions(tools_used(recipe, node, ctx)),
     }
     if cls.recipe_fields:
         info = recipe_info(recipe)
@@ -240,13 +240,8 @@ def key_parts(recipe: Recipe, node: Node, inputs: dict[str, dict[str, str]], has
     return parts
 
 
-def record_parts(parts: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a key the lockfile records: all but the code (`CODE_PARTS`)."""
-    return {k: v for k, v in parts.items() if k not in CODE_PARTS}
-
-
 def record_digest(parts: Mapping[str, Any]) -> str:
-    """The digest of a stage's record (`record_parts`; `lockfile.record_identity`): the identity its
+    """The digest of a stage's record (`lockfile.record_identity`: the key's parts but the code): the identity its
     lock record, its cache entry and the stamps in its outputs share, which code does not move."""
     from zoo.engine.lockfile import record_identity
 
