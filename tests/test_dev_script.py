@@ -75,6 +75,12 @@ def test_the_zoo_environment_brings_every_tool_the_shipped_recipes_record():
     assert missing == {}, "./dev zoo would not install what these shipped recipes run with (dev's RECIPE_EXTRAS)"
 
 
+def test_the_lighter_set_up_docs_install_md_shows_is_enough_for_alexnet():
+    doc = (REPO / "docs" / "install.md").read_text()
+    assert "ZOO_DEV_EXTRAS=torch,simplify ./dev zoo run recipes/alexnet.yaml" in doc
+    assert _locked_tools()["alexnet"] - _closure(["torch", "simplify"]) == set()
+
+
 def test_the_closure_tells_a_missing_extra():
     """The check above can fail: without `simplify`, every optimize stage's onnxsim is missing."""
     without = _closure([e for e in _dev_list("RECIPE_EXTRAS") if e != "simplify"])

@@ -6,6 +6,11 @@ stays cheap; the CLI only calls this API.
 
 from __future__ import annotations
 
+from zoo import telemetry as _telemetry
+
+# before anything imports a runtime: every process zoo runs in imports this package first (zoo/telemetry.py)
+_telemetry.switch_off()
+
 __version__ = "0.1.0"
 
 __all__ = ["run", "plan", "status", "load_torch", "save_torch", "__version__"]
