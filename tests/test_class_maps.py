@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from zoo.errors import InvalidInput
-from zoo_stages.lib.quality import class_maps
+from zoo_stages.lib.quality import class_maps, tasks
 from zoo_stages.lib.release import vectors
 
 
@@ -92,7 +92,9 @@ def test_onnx_run_gives_onnxruntimes_maps_as_a_matrix_over_batches(labels, key):
 
     session = ort.InferenceSession(_zipmap_model(labels, key).SerializeToString(), providers=["CPUExecutionProvider"])
     spec = {s.name: s for s in onnx_run.output_specs(session)}["probabilities"]
-    assert spec.dtype == "float32" and len(spec.shape) == 2
+    key_type = "int64" if key == "classlabels_int64s" else "string"
+    assert spec.dtype == f"seq(map({key_type},tensor(float)))"  # the port as onnxruntime names it...
+    assert tasks.scores_output(onnx_run.output_specs(session)) == "probabilities"  # ...read as a classifier's scores
     x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     out = onnx_run.run(session, {"x": x}, batch_size=2)["probabilities"]
     softmax = np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)

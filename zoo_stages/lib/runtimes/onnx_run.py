@@ -6,7 +6,7 @@ A model has N named inputs and M named outputs of any tensor type. Feeds are a d
 a constant, given whole to every batch); results are a dict ``{output name: array}`` in the
 model's output order, batches concatenated along axis 0. A sequence of maps (a classifier's
 ZipMap, ``list[{class: probability}]``) comes back as a float32 (samples, classes) matrix, columns
-the classes sorted (`zoo_stages.lib.quality.class_maps`); its spec reads float32 (batch, classes).
+the classes sorted (`zoo_stages.lib.quality.class_maps`); its spec keeps onnxruntime's type name.
 
 - `input_specs` / `output_specs`: name, numpy element type and shape (ints for fixed dims,
   strings for symbolic ones, None for unknown ones) of a session's ports;
@@ -68,10 +68,6 @@ def dtype_name(ort_type: str) -> str:
 
 
 def _spec(arg: Any) -> TensorSpec:
-    from zoo_stages.lib.quality.class_maps import is_map_sequence
-
-    if is_map_sequence(arg.type):  # a ZipMap's list of {class: score}: `run` gives it as a (samples, classes) matrix
-        return TensorSpec(name=arg.name, dtype="float32", shape=("batch", "classes"))
     shape = None if arg.shape is None else tuple(
         d if isinstance(d, (int, str)) or d is None else str(d) for d in arg.shape)
     return TensorSpec(name=arg.name, dtype=dtype_name(arg.type), shape=shape)
