@@ -102,6 +102,11 @@ def test_an_skl2onnx_zipmap_classifier_imports_and_pulls_with_class_matrix_vecto
     expected = np.array([[m[k] for k in described["class_keys"]] for m in maps], dtype=np.float32)
     np.testing.assert_allclose(outputs["output_probability"], expected, rtol=1e-5)
     assert list(outputs["output_label"]) == list(labels)
+    # the pulled recipe rebuilds every stage bit for bit (vectors with their class keys included)
+    check = zoo("repro", tmp_path / "pulled" / "import" / "recipe.yaml", "--check",
+                env={"ZOO_CACHE_DIR": str(tmp_path / "fresh-cache")})
+    assert check.code == 0, check.text
+    assert "every rebuilt stage is bit-identical to the lockfile" in check.out
 
 
 def test_a_zipmap_mlp_on_real_iris_verifies_quantizes_and_deploys(tmp_path):
