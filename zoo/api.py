@@ -293,7 +293,7 @@ def load_torch(ref: str, build: str | None = None, *, remote: str | None = None,
     int8 build computes; MatMulNBits weights (``linear: blockwise``) become float32 ``nn.Linear``
     weights and dynamic int8 (MatMulInteger) is computed in float32. A quantized build's module
     lists what was dequantized in ``module.dequantized`` ([] for a float build), and loading one
-    logs and warns it; an op the converter cannot handle is InvalidInput naming the float32 build
+    logs it (one warning line of the ``zoo`` logger); an op the converter cannot handle is InvalidInput naming the float32 build
     to load instead. An ORT-format build (``mobile``) is InvalidInput. ``module.input_names``
     and ``module.output_names`` are the graph's.
     """
@@ -302,10 +302,9 @@ def load_torch(ref: str, build: str | None = None, *, remote: str | None = None,
 
 
 def _convert_build(pulled: Any, zoo: Any) -> Any:
-    """`onnx_to_torch.convert` of a pulled build; a quantized build's dequantization is logged and
-    warned about, and an op it cannot convert names the float32 build to load instead."""
+    """`onnx_to_torch.convert` of a pulled build; a quantized build's dequantization is logged (a
+    warning of the ``zoo`` logger), and an op it cannot convert names the float32 build to load instead."""
     import logging
-    import warnings
 
     from zoo import onnx_to_torch
     from zoo.errors import InvalidInput
@@ -319,10 +318,9 @@ def _convert_build(pulled: Any, zoo: Any) -> Any:
             raise
         raise InvalidInput(e.message, hint=f"load the float32 build instead: zoo.load_torch({pulled.ref!r}, "
                                            f"build={fp32!r}) (`zoo pull {pulled.ref} --as torch --build {fp32}`)") from None
-    if module.dequantized:
-        text = f"{where} is quantized; the torch module holds its weights dequantized: {'; '.join(module.dequantized)}"
-        logging.getLogger("zoo").warning(text)
-        warnings.warn(text, stacklevel=3)
+    if module.dequantized:  # one line, on the CLI as in a Python session (logging's last-resort handler)
+        logging.getLogger("zoo").warning("%s is quantized; the torch module holds its weights dequantized: %s",
+                                         where, "; ".join(module.dequantized))
     return module
 
 

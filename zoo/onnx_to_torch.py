@@ -309,7 +309,7 @@ class _Builder:
             # fold: every input is known now (dequantized weights, shapes, casts of constants)
             results = fn(self.module, [self.constants.get(n) if n else None for n in node.input])
             if op == "DequantizeLinear":
-                self.dequantized.add("DequantizeLinear of an int8 weight -> float32 weight")
+                self.dequantized.add("DequantizeLinear of a stored int8/int32 weight or bias -> float32")
             for name, value in zip(node.output, results):
                 if name:
                     self.constants[name] = value
