@@ -290,13 +290,51 @@ def load_torch(ref: str, build: str | None = None, *, remote: str | None = None,
     exporting torch model named them. `build` defaults to the version's float32 ONNX build. An
     int8 (QDQ) build gives float32 weights dequantized from its int8 ones, with its activation
     quantization kept as fake-quantize steps (straight-through gradients), so it computes what the
-    int8 build computes; an ORT-format build (``mobile``) is InvalidInput. ``module.input_names``
+    int8 build computes; MatMulNBits weights (``linear: blockwise``) become float32 ``nn.Linear``
+    weights and dynamic int8 (MatMulInteger) is computed in float32. A quantized build's module
+    lists what was dequantized in ``module.dequantized`` ([] for a float build), and loading one
+    logs it (one warning line of the ``zoo`` logger); an op the converter cannot handle is InvalidInput naming the float32 build
+    to load instead. An ORT-format build (``mobile``) is InvalidInput. ``module.input_names``
     and ``module.output_names`` are the graph's.
     """
-    from zoo import onnx_to_torch
-
     pulled = _pull_float(ref, build, remote, offline, zoo)
-    return onnx_to_torch.convert(Path(pulled.path), where=f"{pulled.ref} build {pulled.build}")
+    return _convert_build(pulled, zoo)
+
+
+def _convert_build(pulled: Any, zoo: Any) -> Any:
+    """`onnx_to_torch.convert` of a pulled build; a quantized build's dequantization is logged (a
+    warning of the ``zoo`` logger), and an op it cannot convert names the float32 build to load instead."""
+    import logging
+
+    from zoo import onnx_to_torch
+    from zoo.errors import InvalidInput
+
+    where = f"{pulled.ref} build {pulled.build}"
+    try:
+        module = onnx_to_torch.convert(Path(pulled.path), where=where)
+    except InvalidInput as e:
+        fp32 = _float_build_name(pulled.ref, zoo)
+        if fp32 is None or fp32 == pulled.build:
+            raise
+        raise InvalidInput(e.message, hint=f"load the float32 build instead: zoo.load_torch({pulled.ref!r}, "
+                                           f"build={fp32!r}) (`zoo pull {pulled.ref} --as torch --build {fp32}`)") from None
+    if module.dequantized:  # one line, on the CLI as in a Python session (logging's last-resort handler)
+        logging.getLogger("zoo").warning("%s is quantized; the torch module holds its weights dequantized: %s",
+                                         where, "; ".join(module.dequantized))
+    return module
+
+
+def _float_build_name(ref: str, zoo: Any) -> str | None:
+    """The version's float32 ONNX build, or None when it has none."""
+    from zoo.registry.select import float_build
+    from zoo.registry.store import LocalZoo
+
+    from zoo.errors import ZooError
+
+    try:
+        return float_build((zoo or LocalZoo()).resolve(ref)).name
+    except ZooError:  # no float build (NotFound): the converter's error stands as it is
+        return None
 
 
 def save_torch(ref: str, build: str | None = None, *, to: str | Path | None = None, remote: str | None = None,
@@ -307,12 +345,11 @@ def save_torch(ref: str, build: str | None = None, *, to: str | Path | None = No
     default ``./NAME-VERSION-BUILD.pt2``."""
     import torch
 
-    from zoo import onnx_to_torch
     from zoo.files import atomic_write
     from zoo.registry.store import LocalZoo
 
     pulled = _pull_float(ref, build, remote, offline, zoo)
-    module = onnx_to_torch.convert(Path(pulled.path), where=f"{pulled.ref} build {pulled.build}")
+    module = _convert_build(pulled, zoo)
     ports = (zoo or LocalZoo()).resolve(pulled.ref).builds[pulled.build].inputs
     examples, dims = [], []
     for port in ports:

@@ -24,6 +24,10 @@ What the module looks like (`OnnxModule`):
   agree to within about one quantization step of the build's, since onnxruntime runs integer
   kernels), and its gradients pass straight through the rounding, so it can be fine-tuned
   quantization-aware. Operator-format int8 (QLinearConv...) is unsupported.
+- ``com.microsoft::MatMulNBits`` (blockwise 2/4/8-bit weights) becomes an ``nn.Linear`` whose
+  float32 weight is dequantized from its blocks; ``DynamicQuantizeLinear`` + ``MatMulInteger``
+  (dynamic int8) are computed as ONNX specifies, in float32 (`zoo.onnx_to_torch_quant`). What was
+  dequantized is listed in ``module.dequantized`` ([] for a float build).
 - fp16 builds keep their float16 weights and casts (``model.float()`` makes a float32 copy only
   when the graph has no Cast back to fp16).
 
@@ -51,7 +55,7 @@ SUPPORTED = tuple(sorted({
     *(_BINARY), "LeakyRelu", "Elu", "Clip", "Gelu", "FastGelu", "Softmax", "LogSoftmax", "MaxPool", "AveragePool",
     "GlobalAveragePool", "GlobalMaxPool", "Flatten", "Reshape", "Transpose", "Identity", "Dropout", "Concat",
     "Squeeze", "Unsqueeze", "Cast", "Constant", "Shape", "Gather", "ReduceMean", "ReduceSum", "Where",
-    "QuantizeLinear", "DequantizeLinear",
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "MatMulNBits",
 }))
 # inputs a step reads as a shape or axes list, not as data: folded to Python ints at conversion
 SHAPE_INPUTS = {"Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "ReduceMean": (1,), "ReduceSum": (1,)}
@@ -120,6 +124,9 @@ def _module_class():
             super().__init__()
             self.input_names: list[str] = []
             self.output_names: list[str] = []
+            # what the conversion turned from quantized into float ([] for a float build), e.g.
+            # "MatMulNBits (8-bit, block 32) -> float32 Linear weight x3" (zoo.onnx_to_torch_quant)
+            self.dequantized: list[str] = []
             self._steps: list[tuple[Callable, list[str], list[str]]] = []
             self._consts: dict[str, tuple[torch.nn.Module, str]] = {}  # value name -> (owner, attribute)
             self._static: dict[str, Any] = {}  # folded non-tensor constants (shapes, axes)
@@ -188,6 +195,9 @@ class _Builder:
         self.constants: dict[str, Any] = {}  # name -> torch tensor known at conversion
         self.consumers: dict[str, int] = {}
         self.tensor_reads: set[str] = set()  # constants a step reads as a tensor (not only as a shape)
+        from zoo.onnx_to_torch_quant import Dequantized
+
+        self.dequantized = Dequantized()
 
     # -- graph walking ----------------------------------------------------------------------
 
@@ -217,6 +227,7 @@ class _Builder:
                 continue
             self._node(node)
         self._register_constants()
+        self.module.dequantized = self.dequantized.lines()
         return self.module
 
     def _sorted_nodes(self) -> list:
@@ -265,7 +276,18 @@ class _Builder:
             domain = f"{node.domain}::" if node.domain not in ("", "ai.onnx") else ""
             raise InvalidInput(f"{self.where}: unsupported op {domain}{op} at {where}",
                                hint=f"the torch converter (zoo/onnx_to_torch.py) handles: {', '.join(SUPPORTED)}")
+        if op == "MatMulNBits":
+            from zoo.onnx_to_torch_quant import matmul_nbits_layer
+
+            layer, what = matmul_nbits_layer(node, attrs, self.constants, self.where)
+            self.dequantized.add(what)
+            self._place(node.input[1], node, layer)
+            self._step(_LayerStep(layer), [node.input[0]], [node.output[0]])
+            return
+        if op in ("DynamicQuantizeLinear", "MatMulInteger"):
+            self.dequantized.add(f"{op} -> computed in float32 (its int8 weights kept as buffers)")
         if id(node) in self.fake_quant:
+            self.dequantized.add("QuantizeLinear/DequantizeLinear on an activation -> fake-quantize step")
             self._step(_fake_quant(self, self.fake_quant[id(node)], node), [self.fake_quant[id(node)].input[0]],
                        list(node.output))
             return
@@ -286,6 +308,8 @@ class _Builder:
         if all(n in self.constants or not n for n in node.input) and op not in ("Dropout",):
             # fold: every input is known now (dequantized weights, shapes, casts of constants)
             results = fn(self.module, [self.constants.get(n) if n else None for n in node.input])
+            if op == "DequantizeLinear":
+                self.dequantized.add("DequantizeLinear of a stored int8/int32 weight or bias -> float32")
             for name, value in zip(node.output, results):
                 if name:
                     self.constants[name] = value
@@ -316,7 +340,7 @@ class _Builder:
     def _place(self, weight_name: str, node, layer) -> None:
         """Put `layer` at the path its weight's name gives (``features.0.weight`` → ``features.0``)."""
         torch = self.torch
-        base = re.sub(r"(_DequantizeLinear_Output|_quantized)$", "", weight_name)
+        base = re.sub(r"(_DequantizeLinear_Output|_quantized|_Q\d+(?:G\d+)?)$", "", weight_name)
         if base.endswith(".weight") or base.endswith("_weight"):
             parts = [_sanitize(p) for p in base[: -len(".weight")].split(".")]
         else:
@@ -582,6 +606,14 @@ def _functional(op: str, a: dict, node, b: _Builder) -> Callable:
     if op == "QuantizeLinear":
         axis = int(a.get("axis", 1))
         return lambda m, xs: (_quantize(xs, axis),)
+    if op == "DynamicQuantizeLinear":
+        from zoo.onnx_to_torch_quant import dynamic_quantize_linear
+
+        return dynamic_quantize_linear()
+    if op == "MatMulInteger":
+        from zoo.onnx_to_torch_quant import matmul_integer
+
+        return matmul_integer()
     raise InvalidInput(f"{b.where}: unsupported op {op} at node {node.name or '(unnamed)'!r} (here with a "
                        "computed weight)", hint="the converter handles Conv/Gemm/norms with constant weights")
 

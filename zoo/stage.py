@@ -114,11 +114,11 @@ PUBLISHED = "published"
 # leave it alone, and so every key, cache entry and lockfile.
 KIND_EPOCH = 1
 
-# zoo modules whose code computes a kind's output bytes (the ONNX → torch converter that turns a
+# zoo modules whose code computes a kind's output bytes (the ONNX → torch converter, with its quantized ops, that turns a
 # `model.from` parent into the network train fine-tunes; the protobuf field walker that rewrites
 # an ONNX file's metadata): followed by the key closure like the kind's own package, so an edit
 # reruns the stages whose kinds import them. Everything else of zoo a kind imports is interface.
-KEYED_ZOO_MODULES = ("zoo.onnx_to_torch", "zoo.onnxwire")
+KEYED_ZOO_MODULES = ("zoo.onnx_to_torch", "zoo.onnx_to_torch_quant", "zoo.onnxwire")
 
 
 class KindConfig(BaseModel):

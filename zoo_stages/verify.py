@@ -32,6 +32,12 @@ vectors go to ``vectors/<build>/test_data_set_<i>/input_0.pb, input_1.pb, … ou
 (ONNX Model Zoo layout, every input and every output), inputs taken at seeded indices of the
 evaluation inputs and outputs computed by that build.
 
+A classifier whose probabilities are a sequence of maps (ZipMap: ``list[{class: probability}]``,
+scikit-learn models from skl2onnx) is read as its per-class matrix, columns the classes sorted
+(`zoo_stages.lib.quality.class_maps`): it is the scores output of the task's metrics
+(accuracy, top-1 agreement), its parity is per class, and its test vector holds the matrix with the
+class keys (`zoo_stages.lib.release.vectors`).
+
 verify only reports a metric that applies to the model: gates may name any of them, and a gate
 on one that does not apply (accuracy of a generic task or without labels, top5_accuracy with 5
 classes or fewer, max_abs of a model without float outputs) is refused before anything is

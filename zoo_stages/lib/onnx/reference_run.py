@@ -95,14 +95,17 @@ _LATER_KERNELS = {"DequantizeLinear": ("onnx.reference.ops.op_dequantize_linear"
 
 def _missing_kernels(model: "onnx.ModelProto") -> list[type]:
     """Kernels (`_LATER_KERNELS`) standing in for standard operators the evaluator lacks at the
-    model's opset; none where the installed onnx has its own."""
+    model's opset, none where the installed onnx has its own; and ZipMap (ai.onnx.ml), which it
+    lacks at every opset (`zipmap_kernel`)."""
     import importlib
 
     from onnx.defs import get_schema
     from onnx.reference.ops import load_op
 
+    from zoo_stages.lib.onnx import zipmap_kernel
+
     opset = next((op.version for op in model.opset_import if op.domain in ("", "ai.onnx")), None)
-    found = []
+    found = [zipmap_kernel.kernel()] if zipmap_kernel.uses_zipmap(model) else []
     for op_type, (module, cls) in _LATER_KERNELS.items():
         try:
             schema = get_schema(op_type, opset, "")

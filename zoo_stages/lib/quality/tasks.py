@@ -110,7 +110,12 @@ def _is_int(dtype: str) -> bool:
 
 
 def _fits(kind: str, spec: Any) -> bool:
-    """Whether output `spec` (name, dtype, shape) can be read as `kind`'s scores."""
+    """Whether output `spec` (name, dtype, shape) can be read as `kind`'s scores. A sequence of
+    {class: score} maps (ZipMap) is a classifier's: `onnx_run.run` gives it as (samples, classes)."""
+    from zoo_stages.lib.quality.class_maps import is_map_sequence
+
+    if is_map_sequence(spec.dtype):
+        return kind == "classification"
     dims = _dims(spec)
     if dims is None or not _is_float(spec.dtype):
         return False

@@ -4,7 +4,9 @@ session with its interface: `reference_run.ReferenceSession`, onnx's reference e
 A model has N named inputs and M named outputs of any tensor type. Feeds are a dict
 ``{input name: array}`` whose arrays all hold the samples along axis 0 (an input of rank 0 is
 a constant, given whole to every batch); results are a dict ``{output name: array}`` in the
-model's output order, batches concatenated along axis 0.
+model's output order, batches concatenated along axis 0. A sequence of maps (a classifier's
+ZipMap, ``list[{class: probability}]``) comes back as a float32 (samples, classes) matrix, columns
+the classes sorted (`zoo_stages.lib.quality.class_maps`); its spec keeps onnxruntime's type name.
 
 - `input_specs` / `output_specs`: name, numpy element type and shape (ints for fixed dims,
   strings for symbolic ones, None for unknown ones) of a session's ports;
@@ -260,8 +262,14 @@ def run(session: Any, feeds: Mapping[str, Any], *, batch_size: int | None = None
             batch = {k: np.concatenate([v, np.repeat(v[-1:], fixed - real, axis=0)]) for k, v in batch.items()}
             fed = fixed
         chunks.append((real, fed, run_once(session, {**prepared, **batch}, names)))
+    from zoo_stages.lib.quality import class_maps
+
     result: dict[str, np.ndarray] = {}
     for i, name in enumerate(names):
+        maps = class_maps.join([(real, out[i]) for real, _, out in chunks])
+        if maps is not None:  # a sequence of {class: score} maps (ZipMap): one per-class matrix, keys sorted
+            result[name] = maps
+            continue
         parts = [(real, fed, np.asarray(out[i])) for real, fed, out in chunks]
         if len(parts) == 1 and parts[0][0] == parts[0][1]:
             result[name] = parts[0][2]
