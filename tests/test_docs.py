@@ -118,3 +118,38 @@ def test_a_recipe_example_that_is_wrong_fails(example_folder):
 def test_the_docs_have_examples_to_check():
     assert len(_recipe_blocks()) >= 3 and sum(len(command_lines(b)) for _, b in _shell_blocks()) >= 10
     assert os.path.exists(REPO / "mkdocs.yml")
+
+
+def _inline_commands(text: str) -> list[tuple[int, str]]:
+    """(line, span) of every inline code span that is a `zoo …` command line."""
+    from docs_helpers import prose_keep_code_spans
+
+    return [(n, span) for n, line in enumerate(prose_keep_code_spans(text), 1)
+            for span in re.findall(r"`(zoo [^`]+)`", line)]
+
+
+def _span_args(span: str) -> list[str]:
+    """`zoo pull NAME[@VERSION] [--build B] [--to DIR]` → ['pull', 'NAME', '--build', 'B', '--to', 'DIR']."""
+    span = re.split(r"\s\\?\|\s", span)[0]   # `zoo list | head -1`: the zoo part
+    words = re.sub(r"[\[\]{}()|…]", " ", span).split()[1:]
+    return [w.split("=", 1)[0] if w.startswith("-") else w for w in words if w not in ("/", "or")]
+
+
+def test_every_zoo_command_in_the_text_exists():
+    """Inline commands too (the command tables of docs/cli.md, the prose): their commands and options."""
+    problems = []
+    for page in PAGES:
+        for line, span in _inline_commands(page.read_text(encoding="utf-8")):
+            args = _span_args(span)
+            if not args or not re.match(r"^[a-z-]+$", args[0]):
+                continue
+            problems += [f"{_name(page)}:{line}: `{span}`: {p}" for p in command_problems(args)]
+    assert problems == []
+
+
+def test_the_inline_command_check_reads_the_tables():
+    spans = [span for page in PAGES for _, span in _inline_commands(page.read_text(encoding="utf-8"))]
+    assert len(spans) > 50 and any(s.startswith("zoo cache push [RECIPE…]") for s in spans)
+    assert _span_args("zoo pull NAME[@VERSION|@TAG] [--build B] [--to DIR]") == \
+        ["pull", "NAME", "@VERSION", "@TAG", "--build", "B", "--to", "DIR"]
+    assert command_problems(_span_args("zoo pull NAME [--bulid B]")) == ["zoo pull has no option --bulid"]
