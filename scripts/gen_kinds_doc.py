@@ -1,7 +1,8 @@
 """Regenerate the tables of docs/kinds.md from the code, and check its YAML examples.
 
-The prose of docs/kinds.md is hand-written. Between ``<!-- BEGIN GENERATED: KEY -->`` and
-``<!-- END GENERATED: KEY -->`` this script writes tables read from the code: every config
+Each kind is described once, in its code: between ``<!-- BEGIN GENERATED: KEY -->`` and
+``<!-- END GENERATED: KEY -->`` this script writes what it reads there: each built-in kind's
+description (its package's module docstring, Markdown: ``doc:KIND``), every config
 field of each kind (name, type, default, constraints and description, from its pydantic
 ``Config``), the recipe-wide ``model:``/``data:`` sections (their registered schemas, zoo_stages/sections/),
 quantize's presets and auto candidates, verify's metrics, the gate operators and deploy's
@@ -165,6 +166,26 @@ def kind_header(name: str) -> str:
             f"kind version {cls.version}; tool versions in its cache key: {tools}.\n\n")
 
 
+DOCSTRING_NOTE = "This docstring is the kind's description on the docs site"
+
+
+def kind_description(name: str) -> str:
+    """A built-in kind's description: the docstring of its module in zoo_stages (a package's
+    `__init__` for a kind that is one), without its first line (the module's one-line summary;
+    the page has the kind's heading and `summary`) and the note that says where it goes."""
+    import importlib
+    import inspect
+
+    from zoo.engine import kind_loader
+
+    module = importlib.import_module(".".join(kind_loader.get(name).__module__.split(".")[:2]))
+    text = inspect.cleandoc(module.__doc__ or "")
+    if not text:
+        raise ValueError(f"{module.__name__} has no docstring: it is the {name} kind's description")
+    paragraphs = [p for p in text.split("\n\n")[1:] if not p.startswith(DOCSTRING_NOTE)]
+    return re.sub(r"``([^`]+)``", r"`\1`", "\n\n".join(paragraphs)) + "\n"
+
+
 def generated() -> dict[str, str]:
     """Every generated block, by key."""
     from zoo.engine import kind_loader
@@ -180,6 +201,7 @@ def generated() -> dict[str, str]:
            "fields:data": markdown_table(header, field_rows(DataSpec))}
     for name in kind_loader.builtin_names():  # the entry points of zoo's distribution (pyproject.toml)
         out[f"fields:{name}"] = kind_header(name) + markdown_table(header, field_rows(kind_loader.get(name).Config))
+        out[f"doc:{name}"] = kind_description(name)
     out["quantize:presets"] = markdown_table(
         ["preset", "activation_type", "weight_type", "reduce_range", "per_channel", "symmetric"],
         [[f"`{p}`", v["activation_type"], v["weight_type"], str(v["reduce_range"]).lower(),

@@ -1,5 +1,5 @@
-"""Typed values and what the README says about them: `ExitCode` and the exit-code table,
-`ReasonCode` and the reason table, `StageState`; error classes that are also the builtin they
+"""Typed values and what the docs say about them: `ExitCode` and README's exit-code table,
+`ReasonCode` and docs/recipes.md's reason table, `StageState`; error classes that are also the builtin they
 resemble; `WorkerError` (a failure crossing the worker boundary) and a closed stdout, through
 real subprocess pipes."""
 
@@ -22,11 +22,12 @@ from zoo.engine.runner import StageReport, StageState
 from zoo.engine.worker import StageResult, WorkerError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+RECIPES_DOC = Path(__file__).resolve().parent.parent / "docs" / "recipes.md"
 
 
-def _table_after(heading_line: str) -> list[list[str]]:
+def _table_after(heading_line: str, doc: Path = README) -> list[list[str]]:
     """The rows (cells, stripped) of the first Markdown table after the line starting with `heading_line`."""
-    lines = README.read_text(encoding="utf-8").splitlines()
+    lines = doc.read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(heading_line))
     rows, seen_table = [], False
     for line in lines[start + 1:]:
@@ -46,8 +47,8 @@ def test_the_readme_exit_code_table_is_exit_code():
     assert len(rows) == len(ExitCode) and all(r[1] for r in rows)
 
 
-def test_the_readme_reason_table_is_reason_code():
-    rows = _table_after("Reasons `plan`")
+def test_the_reason_table_of_the_recipes_doc_is_reason_code():
+    rows = _table_after("Reasons `plan`", RECIPES_DOC)
     assert [r[0] for r in rows] == [f"`{c.value}`" for c in ReasonCode]
 
 

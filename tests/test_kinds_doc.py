@@ -1,5 +1,6 @@
-"""docs/kinds.md's generated tables are up to date with the code (scripts/gen_kinds_doc.py --check),
-for every built-in kind (the entry points in pyproject.toml), and its YAML examples validate."""
+"""docs/kinds.md's generated blocks are up to date with the code (scripts/gen_kinds_doc.py --check),
+for every built-in kind (the entry points in pyproject.toml): each kind's description is its
+module docstring, its fields its `Config`; and its YAML examples validate."""
 
 from __future__ import annotations
 
@@ -33,3 +34,28 @@ def test_check_fails_on_a_stale_table_and_on_a_kind_without_a_section(tmp_path):
     missing.write_text(doc[:doc.index(start)] + doc[doc.index(end) + len(end):])
     proc = _check("--no-examples", "--doc", str(missing))
     assert proc.returncode == 1 and "has no block for 'fields:optimize'" in proc.stderr, proc.stderr
+
+
+def test_each_kind_is_described_by_its_docstring_alone():
+    """Under each kind's heading comes its docstring's block first: no second, hand-written description."""
+    import re
+
+    from zoo.engine import kind_loader
+
+    doc = (REPO / "docs" / "kinds.md").read_text()
+    for name in kind_loader.builtin_names():
+        section = doc.split(f"\n## {name}\n", 1)[1]
+        assert section.lstrip().startswith(f"<!-- BEGIN GENERATED: doc:{name} -->"), name
+        between = section.split(f"<!-- END GENERATED: doc:{name} -->", 1)[1].split(f"<!-- BEGIN GENERATED: fields:{name}", 1)[0]
+        prose = [line for line in re.sub(r"<!-- BEGIN GENERATED: (\S+) -->.*?<!-- END GENERATED: \1 -->", "", between,
+                                         flags=re.S).splitlines() if line.strip() and not line.startswith("### ")]
+        assert prose == [], f"{name}: hand-written text between its description and its fields: {prose}"
+
+
+def test_check_fails_when_a_kind_docstring_changed(tmp_path):
+    doc = (REPO / "docs" / "kinds.md").read_text()
+    start = doc.index("<!-- BEGIN GENERATED: doc:optimize -->")
+    stale = tmp_path / "stale.md"
+    stale.write_text(doc[:start] + doc[start:].replace("Offline graph optimization", "Graph optimization", 1))
+    proc = _check("--no-examples", "--doc", str(stale))
+    assert proc.returncode == 1 and "is out of date" in proc.stderr, proc.stderr

@@ -1,55 +1,82 @@
-"""The `export` kind: a trained model to ONNX (``model.onnx``), checked and parity-gated.
+"""The `export` kind: a trained model to ONNX (`model.onnx`), checked and parity-gated.
 
-The recipe's ``model.framework`` picks the exporter (`zoo_stages.exporters`, registered as
-``zoo.exporters`` entry points; a plugin may add its own): ``torch`` (the default; everything
-below), ``sklearn``, ``lightgbm`` and ``xgboost`` (the train stage's fitted estimator, converted
-with skl2onnx or onnxmltools and gated against the source framework on the data's held-out rows:
-`zoo_stages.exporters.base.EstimatorExporter`), ``transformers`` (a Hugging Face model with named
-inputs and outputs, gated against transformers' forward on held-out texts; its weights may be a
-pinned pretrained folder instead of a checkpoint: `zoo_stages.exporters.transformers`), ``keras``
-and ``jax`` (models the recipe's
-functions trained: Keras' ONNX export on the JAX backend, jax2onnx; gated the same way:
-`zoo_stages.exporters.entry_models`). A framework whose extra is not installed fails
-with `zoo.errors.MissingExtra`, naming the ``pip install 'zoo-onnx[EXTRA]'`` to run.
+Builds the `model:` architecture, loads weights and exports ONNX with torch's dynamo exporter
+(torch.export + onnxscript; opset 18 by default, a lower `opset` such as the recipes' 17 is
+converted down) or, with `exporter: torchscript`, the deprecated TorchScript tracer (opset 17 by
+default). Without `exporter:`, dynamo, except TorchScript for `arch: bert`: onnxruntime's
+transformer optimizer (optimize's `transformer:`) fuses the TorchScript graph's attention into
+Attention nodes but not the dynamo graph's (`tests/test_export_dynamo.py` checks both, so the day
+it does, the test says so). Weights come from exactly one of: the upstream
+`checkpoint` (a train stage), `weights: {url|path, sha256}` (pretrained torch weights, e.g.
+torchvision's `.pth`, loaded with `weights_only=True`), `weights: torchvision:NAME` (a name in
+the weights catalog `zoo/catalogs/torchvision.json`: resnet18, resnet50,
+mobilenet_v3_small, efficientnet_b0, alexnet; it resolves, when the recipe is validated, to the pinned
+download.pytorch.org URL and full sha256, the BSD-3-Clause license, the arch and 1000 classes,
+and the 3×224×224 input with ImageNet mean/std, which callers apply), or `onnx: {url|path, sha256}` (an existing
+ONNX model, checked and passed through with its graph and weights unchanged). Remote sources must
+be pinned: `sha256` is the file's full 64-hex digest (a prefix, or a digest prefix in the file
+name such as torchvision's `alexnet-owt-7be5be79.pth`, is refused). Downloads resume after an
+interruption and are verified while they stream (`zoo.download`); `ZOO_HTTP_TIMEOUT` (seconds,
+default 10) bounds connecting and each read. Offline, pre-seed the source cache with
+`python -m zoo.sources add FILE`.
 
-Weights come from exactly one of:
-- the upstream ``checkpoint`` (a train stage; safetensors, or a .pt/.pth state dict);
-- ``weights: {url|path, sha256}``: upstream pretrained torch weights (e.g. torchvision's
-  ``alexnet-owt-7be5be79.pth``), fetched and verified through `zoo.sources`;
-- ``onnx: {url|path, sha256}``: an existing ONNX model, checked and passed through unchanged
-  (torch is not needed; the graph and weights are kept, only provenance metadata is added).
+After export: IR version capped at 13 (what onnxruntime 1.31 loads), doc strings and node
+metadata stripped, `onnx.checker` (full check), strict shape inference (shapes kept in the
+model), provenance `metadata_props` stamped. External data (`model.onnx.data`) only above
+protobuf's 2 GB limit: below it the dynamo exporter's program is taken in memory, above it
+either exporter writes external data (dynamo then only at opset 18 or above: onnx's version
+converter cannot take such a model down).
 
-The model is built from the recipe's ``model:`` section (`zoo_stages.lib.models.archs`; the data
-decides image channels, an mlp's width and, without ``model.vocab_size``, bert's vocabulary) and
-exported with torch's dynamo exporter (torch.export + onnxscript, torch's default since 2.9; it
-builds opset 18, its default, and converts down to a lower configured ``opset``) or, with
-``exporter: torchscript``, the deprecated TorchScript tracer (constant folding; opset 17 by
-default). Without ``exporter:`` the architecture decides (`archs.default_exporter`): dynamo, except TorchScript for bert, whose graph
-is the one onnxruntime's transformer optimizer fuses into Attention nodes. Then: IR version capped
-at 13 (what onnxruntime loads), doc strings and node metadata stripped (they may hold source
-paths), ``onnx.checker.check_model(full_check=True)``, which includes strict type and shape
-inference. The weights stay inside model.onnx below protobuf's 2 GB limit (the dynamo exporter's
-program is taken in memory, no ``.onnx.data`` is written); above it both exporters write external
-data, which export saves as ``model.onnx`` + ``model.onnx.data``.
+**Inputs of the graph**: the arch's, by name and in order (`input` for images, `features` for
+mlp, `input_ids` and `attention_mask` for bert), with the names, shapes and types of
+`model.inputs` where declared (named dimensions become dynamic axes); otherwise a dynamic
+`batch` axis (unless `dynamic_batch: false`) and the per-sample shape from `input_shape` or the
+data: images `[C, H, W]` (`[H, W, C]` for an NHWC layout) from `data.image` or the older
+`data.channels`/`data.image_size`, a table's width, and for bert a dynamic `sequence` axis
+(the example input is `model.max_length` long).
 
-Inputs: the architecture's, by name and in forward() order (`archs.model_inputs`: ``input`` for
-images, ``features`` for mlp, ``input_ids`` and ``attention_mask`` for bert), with the names,
-shapes and types of the recipe's ``model.inputs`` where it declares them (named dimensions
-become dynamic axes). Otherwise the batch axis is dynamic (``batch``, unless ``dynamic_batch:
-false``) and the rest comes from ``input_shape`` or the data: images [C, H, W] (or [H, W, C] for
-an NHWC layout) from ``data.image`` or the older ``data.channels``/``data.image_size``, a table's
-feature width, and for bert int64 [batch, sequence] with a dynamic ``sequence`` (the example
-input is ``model.max_length`` long).
+**Parity gate**: torch and onnxruntime run `parity.samples` seeded random inputs on every input
+(floats in [0, 1), token ids below the vocabulary size, attention masks of ones); any
+float element with `|onnx − torch| > atol + rtol·|torch|`, or any integer element that differs,
+fails the stage with a table (the one parity check of every kind, `zoo_stages/lib/quality/parity.py`).
 
-Parity gate: onnxruntime and torch run the same ``parity.samples`` seeded random inputs on every
-input (floats uniform in [0, 1), token ids uniform below the vocabulary size, attention masks of
-ones, other integers 0 or 1); any output element with ``|onnx - torch| > atol + rtol * |torch|``
-fails the stage with a table of max-abs and max-rel errors per output (`zoo_stages.lib.quality.parity`).
-Exporting the same weights twice gives the same bytes.
+**Provenance**: the model's `metadata_props` record the stage's record digest, the digests of the
+checkpoint or source file, the recipe's license and the source's attribution
+(`zoo_stages/lib/release/provenance.py`; `weights: {license, attribution}` override the defaults).
 
-Provenance: the model's ``metadata_props`` record zoo's version, the stage key, the digests of
-the checkpoint or source file, the recipe's license and the source's attribution (see
-`zoo_stages.lib.release.provenance`; ``weights: {license, attribution}`` override the defaults).
+- **Inputs**: upstream `checkpoint` (optional); the recipe's `model:` and `task:` (one output for
+  regression); `data:` for the input shape, a table's width and the tokenizer's vocabulary.
+- **Outputs**: `model` (`model.onnx`).
+- **Metrics**: `opset`, `ir_version`, `inputs`, `outputs`, `nodes`, `op_types`, `size_bytes`,
+  `num_parameters`, `input_shapes` (per input, dynamic dimensions by name), `parity` (per
+  output), `max_abs`, `max_rel`, `source`.
+
+**Exporters by framework**: the exporter follows `model.framework` (`zoo exporters` lists them): `torch` (the default, above),
+`sklearn` (skl2onnx: estimators and pipelines), `lightgbm` and `xgboost` (onnxmltools; opset ≤ 15),
+`transformers` (torch.onnx on the Hugging Face model: named inputs `input_ids`, `attention_mask`,
+`token_type_ids` where taken, outputs named after transformers' own (`logits`, `last_hidden_state`),
+dynamic `batch` and `sequence`; TorchScript with eager attention unless `exporter: dynamo` is set,
+so onnxruntime's transformer optimizer fuses Attention; gated against transformers' forward on up to
+256 held-out tokenized texts, or seeded token ids without text data; a `pretrained` folder exports
+without a train stage, its digests stamped into `zoo.sources`. Optimum is not used: the release
+that installs here would downgrade transformers 5);
+`keras` (Keras' ONNX export on the JAX backend) and `jax` (jax2onnx; both opset ≤ 23, gated on the
+held-out rows; see [Keras and JAX models](recipes.md#keras-and-jax-models)).
+Estimator exports have zipmap off, so a classifier gives an int64 `label` and float `probabilities`
+(a regressor one float `variable`), a `batch` axis on every port and IR ≤ 13; their parity gate
+runs the source framework and onnxruntime on every held-out row: probabilities within
+`atol`/`rtol`, labels exactly. LightGBM's float64 thresholds are rounded down to float32 before
+conversion, which keeps every decision of the booster (rounding to nearest, as the converter
+does, flips rows that lie between: 1.4e-3 off on breast-cancer). A third-party exporter subclasses
+`zoo_stages.exporters.base.Exporter` and registers as
+`[project.entry-points."zoo.exporters"] myfw = "mypkg.export:MyExporter"`; its `check_model`
+checks the recipe's `model:` section when it loads. Quantization does not apply to tree ensembles
+(onnxruntime's quantizer has no TreeEnsemble kernels): the shipped tree recipes deploy fp32, and a
+quantize stage on such a model fails with "nothing to quantize" (exit 2) instead of publishing an
+"int8" build that is the fp32 one.
+
+This docstring is the kind's description on the docs site (docs/kinds.md, written by
+scripts/gen_kinds_doc.py): Markdown, for users.
 """
 
 from __future__ import annotations

@@ -1,30 +1,42 @@
 """The `optimize` kind: offline graph optimization with onnxruntime, optionally after a simplifier.
 
-Steps: (1) optional simplification with onnxsim or onnxoptimizer; (2) optionally onnxruntime's
-transformer optimizer (``transformer: {model_type: bert, ...}``: attention, LayerNorm and GELU
-fusions into ``com.microsoft`` Attention, SkipLayerNormalization, BiasGelu...; see
-`zoo_stages.lib.runtimes.transformer_fusion`), whose fused operator counts go in ``metrics["fused"]``;
-(3) onnxruntime's offline optimizer at ``level`` (basic | extended | all) for
-``execution_provider``, saved with ``SessionOptions.optimized_model_filepath``; (4) a parity
-check of the result against the input on ``parity.samples`` fixed random samples fed to every
-named input, on 1 thread: the input unoptimized, the result in the optimizer's own session
-(which runs exactly the graph it saved, so no second 200 MB load); exceeding
-``atol + rtol*|ref|`` anywhere (integer outputs: any difference) raises GateFailed with the
-`zoo_stages.lib.quality.parity` table. The parity inputs' shapes come from the model's fixed dims, the
-recipe's ``model.inputs`` (named dynamic dims become ``parity.dynamic_size``) and, over both,
-``input_shapes: {input: [batch, ...]}``.
-The provenance stamp and the pruned opset imports are then written into the saved file in
-place (`zoo_stages.lib.onnx.onnx_fields`), without re-serialising the graph.
+Offline graph optimization with onnxruntime (optionally after onnxsim or onnxoptimizer), saved
+through `SessionOptions.optimized_model_filepath` from a single-threaded session, so the same
+input gives the same bytes. The result is compared with its input on `parity.samples` fixed
+random samples fed to every named input (1 thread; integer inputs get 0 or 1, boolean ones True;
+shapes from the model's fixed dims, the recipe's `model.inputs` with named dims at
+`parity.dynamic_size`, and `input_shapes`); a float output beyond `atol + rtol·|ref|`, or an
+integer output that differs, fails the stage.
 
-Levels: ``basic`` keeps standard ONNX ops only (constant folding, redundant-node removal) and
-is the default because it stays portable and quantizable. ``extended`` adds onnxruntime fused
-ops (``com.microsoft`` FusedConv, FusedGemm...), ``all`` also adds layout transforms
-(``com.microsoft.nchwc``) tuned to this host's SIMD width. Both only run on onnxruntime's CPU
-build, and the quantizer cannot handle them; the domains used are recorded in the metrics.
+`transformer: {model_type: bert, num_heads: 0, hidden_size: 0, opt_level: 1}` first runs
+onnxruntime's transformer optimizer (`onnxruntime.transformers.optimizer.optimize_model`):
+attention, SkipLayerNormalization, EmbedLayerNormalization and GELU fusions into `com.microsoft`
+ops, counted in the metrics (`fused`). 0 means "detect" (from the LayerNorm scales and the Q
+projection's Reshape, which `transformers` 5 exports leave to -1 heads). The fused Attention
+keeps the raw attention mask, so any mask (not only right padding) gives the same outputs.
+Hugging Face models exported with `attn_implementation="eager"` fuse to Attention; `sdpa`
+exports keep their attention unfused (LayerNorm and GELU still fuse).
 
-The output is deterministic: the same input gives the same bytes (checked by the tests). Its
-``metadata_props`` carry the provenance stamp (`zoo_stages.lib.release.provenance`): zoo version, stage
-key, input digests, license and the attribution inherited from the input model.
+Levels: `basic` (default) keeps standard ONNX ops (constant folding, redundant nodes removed), so
+the result stays portable and quantizable. `extended` adds onnxruntime's fused `com.microsoft`
+ops (FusedConv, FusedGemm…); `all` also adds `com.microsoft.nchwc` layouts tuned to this host's
+SIMD width (`host_specific: true` in the metrics). Models at `extended`/`all` or with
+`transformer:` fusions run only on onnxruntime, and only `mode: dynamic` quantizes them: feed
+static quantization from export (or a `basic` optimize), and take `convert: fp16` builds from
+such a source too.
+
+- **Inputs**: one upstream `model` (or the one named by `model_from`).
+- **Outputs**: `model` (`model.onnx`).
+- **Metrics**: `level`, `nodes_before`, `nodes_after`, `ops_after`, `custom_domains`,
+  `host_specific`, `size_bytes`, `opset`, `parity`; with `transformer:` also `fused` and
+  `transformer` (the settings, with the heads and hidden size used).
+
+The provenance stamp (`zoo_stages/lib/release/provenance.py`: the stage's record digest, input
+digests, license and the attribution inherited from the input model) and the pruned opset imports are
+written into the saved file in place, without re-serialising the graph.
+
+This docstring is the kind's description on the docs site (docs/kinds.md, written by
+scripts/gen_kinds_doc.py): Markdown, for users.
 """
 
 from __future__ import annotations

@@ -1,63 +1,68 @@
 """The `quantize` kind: int8 post-training quantization with onnxruntime.quantization.
 
-Modes:
+int8 post-training quantization with `onnxruntime.quantization`, for any number of named inputs
+(bound to the data's features by name). Static quantization needs standard ONNX ops (a model
+with `com.microsoft` fused ops is refused with a hint, and auto skips its static candidates);
+dynamic quantization takes them, including optimize's fused transformer graphs. A model with
+external data (dynamo exports, above 2 GB) is quantized with `use_external_data_format`; the
+output is one self-contained file.
 
-- ``dynamic``: weights to int8 offline, activations quantized at run time to uint8
-  (DynamicQuantizeLinear + ConvInteger/MatMulInteger). No data needed. The transformer choice:
-  it quantizes MatMul/Gemm/Attention weights, also in graphs fused by optimize's
-  ``transformer:`` (``com.microsoft`` Attention, EmbedLayerNormalization...). On CNNs this is
-  often *slower* than fp32 on x86 (measured here: AlexNet-224 fp32 14.8 ms vs dynamic 35 ms),
-  so the speedup against the fp32 parent is always measured and a slower build is flagged.
-- ``static``: activations calibrated on ``calibration.samples`` samples of the recipe's train
-  split (a fixed, seeded sample, so the bytes are reproducible; every named input is fed, bound
-  to the data's features by `zoo_stages.lib.runtimes.onnx_run.bind`), in ``format: qdq`` (default) or
-  ``qoperator``, optionally ``per_channel`` and ``reduce_range``.
-- ``auto``: builds the candidates below, measures each (p50 latency on batch 1, quality on the
-  held-out split against the fp32 input) and keeps the fastest one that passes
-  ``accept: {max_accuracy_drop, min_cosine, min_speedup}``; the table goes to
-  ``candidates.json`` and ``metrics["candidates"]``. None passing raises GateFailed with the table.
+- `mode: dynamic`: weights to int8 offline, activations quantized at run time
+  (DynamicQuantizeLinear + ConvInteger/MatMulInteger; QAttention for fused attention). Needs no
+  data; the transformer choice. On CNNs it is often slower than fp32 on x86 (AlexNet-224 here:
+  about 45 ms against 23 ms fp32), which the metrics flag.
+- `mode: static` (default): activation ranges calibrated on `calibration.samples` samples of the
+  train split (a seeded sample, so the bytes are reproducible), `format: qdq` (default) or
+  `qoperator`, optionally `per_channel`, `reduce_range`. `preprocess` (default on for static)
+  runs onnxruntime's `quant_pre_process` first. Needs the recipe's `data:`.
+- `mode: auto`: builds each of `candidates` (default all, below), measures each (batch-1 p50 on
+  `latency.threads` threads, held-out quality against the fp32 input) and keeps the fastest that
+  meets `accept` (`max_accuracy_drop`, or `min_cosine` where accuracy does not apply;
+  `min_speedup`; a candidate slower than fp32 is never kept;
+  candidates within `tie_tolerance` of the fastest tie and the earlier one wins). The table goes
+  to `candidates.json` and the metrics; none passing fails the stage with the table. Needs `data:`.
 
-Quality follows the recipe's ``task:``. Classification with labelled data: accuracy of the
-scores output (drop against fp32). Every task: `zoo_stages.lib.quality.parity` of the int8 outputs
-against the fp32 ones on the same inputs (``metrics["parity"]``: max-abs, lowest mean cosine,
-top-1 agreement); where accuracy does not apply (regression, generic, no labels), auto judges
-a candidate by that cosine (``accept.min_cosine``). Without ``data:`` the inputs are seeded
-random feeds (shapes from the model, the recipe's ``model.inputs`` and ``latency.dynamic_size``).
+Quality follows the recipe's `task:`: accuracy of the first (samples, classes) float output for
+classification with labelled data, and for every task the parity of the int8 outputs against the
+fp32 ones on the same inputs (`parity`: max-abs, lowest mean cosine, top-1 agreement). Without
+`data:` both models run on seeded random feeds (dynamic dims at `latency.dynamic_size`).
 
-Data types (onnxruntime's "Data type selection" guidance): S8S8 (int8 activations and weights)
-in QDQ format is onnxruntime's default and first choice; S8S8 in QOperator format is slow on
-x86-64, so QOperator defaults to U8S8. On x86-64 with AVX2/AVX-512 but *without* VNNI, U8S8
-uses VPMADDUBSW, whose 16-bit intermediate can saturate; ``reduce_range`` (7-bit weights)
-avoids that. VNNI and ARM have no such issue. Hence the presets:
+In `static`/`dynamic` mode the fp32 input and the quantized model are measured the same way, and
+an accuracy drop beyond `accept.max_accuracy_drop` or a speedup below 1 is recorded in
+`flags` (a warning, not a failure; gate on it in verify).
 
-=========== ============== ========== =============
-preset      activations    weights    reduce_range
-=========== ============== ========== =============
-x86-avx2    uint8          int8       true   (no VNNI: avoid VPMADDUBSW saturation)
-x86-vnni    uint8          int8       false  (VPDPBUSD: u8 x s8 without saturation)
-arm64       int8           int8       false  (S8S8 QDQ, the documented default)
-tensorrt    int8           int8       false  (symmetric, per-channel, float biases: TensorRT's explicit
-                                              quantization; for deploy's ``convert: tensorrt`` int8 builds)
-=========== ============== ========== =============
+**Presets** (onnxruntime's data type guidance): S8S8 in QDQ format is the default; S8S8 in
+QOperator format is slow on x86-64, so QOperator defaults to uint8 activations; x86 with AVX2 but
+no VNNI can saturate in U8S8 (VPMADDUBSW), which `reduce_range` (7-bit weights) avoids. Explicit
+`activation_type`/`weight_type`/`reduce_range` override a preset. Type names accept aliases
+(`int8`, `s8`, `uint8`, `u8`…). The presets are in the table below.
 
-Explicit ``activation_type``/``weight_type``/``reduce_range`` override a preset.
+A model the quantizer leaves entirely in float (a tree ensemble, or `op_types` it lacks) fails the
+stage ("nothing to quantize") rather than become an "int8" build; `preset: tensorrt` makes the
+symmetric int8 with float biases that TensorRT's explicit quantization runs (deploy's
+`convert: tensorrt`). External data is tested end to end on a 2.4 GB fp32 model: imported,
+quantized to a 0.6 GB int8 file, verified, published and pulled with its `model.onnx.data`.
 
-``preprocess`` runs onnxruntime's ``quant_pre_process`` (symbolic shape inference, basic graph
-optimization, ONNX shape inference), which the QDQ quantizer needs for good coverage; default
-on for static quantization. Static quantization needs standard ONNX ops only: a model with
-onnxruntime's ``com.microsoft`` fused ops (optimize's ``transformer:`` or level extended/all) is
-refused with a hint (auto skips its static candidates); dynamic quantization takes them.
+`linear: blockwise` (static) quantizes the fully connected layers as onnxruntime's 8-bit
+`MatMulNBits` (one scale per `linear_block_size` inputs, int8 dot products) instead of QGemm: on
+x86 with VNNI it streams AlexNet's classifier faster at batch 1 (the int8 build then needs
+onnxruntime, which holds for every build zoo makes). On x86 *without* VNNI (e.g. AMD Zen 3,
+Intel before Ice Lake) onnxruntime's int8 kernels can saturate full-range int8 weights; when the
+measured accuracy drop is too large there, the stage says so and suggests `preset: x86-avx2`;
+`auto` also tries that variant (`static-qdq-x86-avx2`) and keeps it when it is the fastest passing one.
 
-External data: a model whose weights lie in files beside it (torch's dynamo exporter, models
-above 2 GB) is quantized with onnxruntime's ``use_external_data_format``; the output is one
-self-contained file (the int8 weights are a quarter of the size; above 2 GB it is refused).
+`mode: auto` tries the candidates of the table below, in that order of preference (earlier wins ties).
 
-The model's ``metadata_props`` carry the provenance stamp (`zoo_stages.lib.release.provenance`).
+- **Inputs**: one upstream `model` (or `model_from`); the recipe's `data:` for static/auto.
+- **Outputs**: `model` (`model.onnx`; in auto mode also `candidates.json`).
+- **Metrics**: `mode`, `settings` (the resolved settings), `calibration`, `task`, `accuracy`,
+  `fp32_accuracy`, `accuracy_drop`, `parity`, `latency_p50_ms`, `fp32_latency_p50_ms`, `speedup`,
+  `size_bytes`, `fp32_size_bytes`, `slower_than_fp32`, `flags`; auto adds `candidates`,
+  `candidates_table`, `chosen`. Latencies vary run to run; the model bytes do not (in auto mode
+  the winner is chosen by measured latency, made stable by `tie_tolerance`).
 
-Latency numbers in the metrics and candidates.json vary run to run; the model bytes do not,
-except that in ``auto`` mode the winner itself is chosen by measured latency (candidates within
-``accept.tie_tolerance`` of the fastest are treated as tied and resolved by the fixed candidate
-order, which makes the choice stable unless two candidates are genuinely close).
+This docstring is the kind's description on the docs site (docs/kinds.md, written by
+scripts/gen_kinds_doc.py): Markdown, for users.
 """
 
 from __future__ import annotations

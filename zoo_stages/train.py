@@ -1,63 +1,58 @@
 """The `train` kind: fit the recipe's model on the recipe's dataset, deterministically.
 
-A scikit-learn, LightGBM or XGBoost estimator (``model.framework`` with ``model.estimator`` and
-``model.params``) is fitted by `zoo_stages.lib.models.estimators.training` (checkpoints in each
-framework's safe format). Keras and JAX models (``model.framework: keras | jax``) are built and
-trained by the recipe's own function, ``config.entry: path/to/file.py:function``
-(`zoo_stages.lib.models.entry_models`, which documents the contract in full):
+Fits the recipe's `model:` on the train split of its `data:` and writes the state dict as
+`model.safetensors` (output `checkpoint`). Deterministic: seeds fixed, deterministic torch
+algorithms, seeded batch order, no DataLoader workers, `threads` torch threads. Float sums split
+differently on different thread counts, so pin `threads` when releases must rebuild bit for bit.
+Adam/AdamW use the fused CPU kernel when available.
 
-- keras: called as ``function(train, val, config, context)``, it returns the trained
-  ``keras.Model`` (Keras 3 on its JAX backend); checkpoint ``model.keras``, made reproducible and
-  loaded with ``safe_mode=True``, so only built-in (or registered) layers, no Lambda code;
-- jax: ``model.entry`` names the forward function ``apply(params, *inputs)`` (plain JAX, or a
-  wrapper of a Flax module's ``apply``); ``config.entry`` is called as
-  ``function(apply, train, val, config, context)`` and returns the trained parameters, a nested
-  dict of arrays with string keys (Flax's ``variables``); checkpoint ``params.safetensors``.
+- **Inputs**: none from upstream; the recipe's `model:` and `data:` (required).
+- **Outputs**: `checkpoint` (`model.safetensors`, float32).
+- **Feeding**: the data's named features feed the model's inputs by name, in the arch's order
+  (a single feature feeds a single input whatever its name); float features as float32, integer
+  ones as int64.
+- **Loss by task** (the recipe's `task:`): cross-entropy for classification (int64 labels),
+  mean squared error of the 1-wide output for regression (float labels).
+- **Metrics**: `train_loss` (last epoch, training mode), `val_loss` (held-out split, eval mode),
+  for classification `train_accuracy` and `val_accuracy`, for regression `val_mae`; `epochs`,
+  `samples`, `num_parameters`, `seconds`, `threads`, `history` (per epoch), `split` (sizes, seed
+  and digests of the index lists).
+- **Custom loop**: `entry: file.py:function` is called as
+  `function(model, train, val, config_dict, context)` where `train` and `val` are the data's
+  splits (`.features`: read-only numpy arrays by name, samples along axis 0; `.labels`; a
+  single-feature split also unpacks as `x, y = train`), `config_dict` this stage's config as a plain
+  dict and `context` the stage's context (`context.threads`, `context.work_dir`, `context.metrics`
+  for extra metrics, `context.log`); seeds are set before the call. It returns the trained module
+  (or `None` after training `model` in place). zoo then evaluates it and writes the checkpoint as usual.
+- **Fine-tuning**: with `model.from: zoo:NAME@VERSION` the network starts as that zoo model;
+  `freeze` (parameter-name patterns, e.g. `[features.*]`) keeps matching parameters fixed, for any
+  model; the metric `trainable_parameters` counts what trained.
 
-Both get the splits as `TrainingSplit` (features as float32 arrays by name, labels; ``x, y =
-train`` for a single feature), this stage's config as a plain dict (``seed``, ``epochs``, ...)
-and the `StageContext`; numpy's, Python's and Keras' generators are seeded with ``seed`` first,
-and what the function prints goes to stderr. Metrics: ``train_accuracy`` / ``val_accuracy`` (the
-argmax of the first output) or ``*_mae``, ``num_parameters``, ``samples``, ``seconds``.
+**Architectures**: `arch: lenet5 | alexnet | resnet18 | resnet50 |
+mobilenet_v3_small | efficientnet_b0` (images; the last four are torchvision's ImageNet networks in
+plain torch.nn with torchvision's state-dict names and shapes), `mlp` (tables),
+`bert` (token ids; a `transformers` BertForSequenceClassification from `hidden_size`, `num_layers`,
+`num_heads`, `intermediate_size`, `max_length`, the vocabulary from the tokenizer), or
+`entry: file.py:function` for your own network, or `model.from: zoo:NAME@VERSION` to fine-tune a zoo model (`model.head: new`, `config.freeze`; see [Back into torch](torch.md)).
 
-What follows is about torch models, Hugging Face `transformers` models
-included (``model.framework: transformers``: the architecture built from its config, or a pinned
-pretrained folder's weights to fine-tune, `zoo_stages.lib.models.hf_models`; the checkpoint keeps
-Hugging Face's state-dict keys).
+**Other frameworks**: with `model.framework: sklearn | lightgbm | xgboost`, train fits `model.estimator` (e.g.
+`GradientBoostingClassifier`, `RandomForestRegressor`, `LogisticRegression`; `LGBMClassifier`;
+`XGBClassifier`) with `model.params` on the table's one float feature, seeded with `seed` and run
+on `threads`: the same data and versions give the same checkpoint bytes. Checkpoints hold data,
+never code: scikit-learn's through `skops` (loaded with an explicit allow-list of trusted types,
+ids and dates normalised for reproducible bytes), LightGBM's text model, XGBoost's JSON model.
+Metrics: train/val accuracy (or MAE).
 
-Output ``checkpoint``: ``model.safetensors`` (the model's state dict, float32). The same
-recipe, data, tool versions and thread count give the same checkpoint bytes: seeds are fixed,
-torch runs with deterministic algorithms on ``config.threads`` (default: ``context.threads``)
-threads, and batches come from a seeded permutation (no DataLoader workers). Float sums are
-split differently on different thread counts, so pin ``threads`` for bit-identical rebuilds.
+With `model.framework: transformers`, train runs the same torch loop on the Hugging Face model
+(sequence classification or regression heads: its first output is the logits; `token_type_ids`
+are fed when the class takes them and the data makes them), from fresh weights or the pinned
+`pretrained` folder's (fine-tuning; a head of another size is re-initialised); the checkpoint keeps
+Hugging Face's state-dict keys, so `from_pretrained`'s class loads it key for key.
 
-The data's named features feed the model's inputs by name, in the order the architecture
-declares them (`zoo_stages.lib.models.archs.model_inputs`: ``input`` for images, ``features`` for mlp,
-``input_ids`` and ``attention_mask`` for bert and transformers models, with ``token_type_ids``
-where the class takes them and the data makes them; a single feature feeds a single input whatever
-its name). Float features are given as float32, integer ones as int64.
+With `model.framework: keras | jax` your function builds and trains the model ([Keras and JAX models](recipes.md#keras-and-jax-models)).
 
-The loss follows the recipe's ``task:`` (`zoo_stages.lib.quality.tasks.kind_of`): cross-entropy on the
-logits for classification (int64 class labels), mean squared error between the 1-wide output
-and the float labels for regression. Metrics: ``train_loss`` (averaged over the last epoch's
-batches, in training mode) and ``val_loss`` (held-out split, evaluation mode); for
-classification ``train_accuracy`` / ``val_accuracy``, for regression ``val_mae``; ``epochs``,
-``samples``, ``seconds``, ``history`` (one entry per epoch) and ``split`` (`split_info`).
-
-Custom training: ``config.entry: path/to/file.py:function`` replaces the built-in loop. The
-function is called as ``function(model, train, val, config, context)`` where ``train`` and
-``val`` are the data's splits (`TrainingSplit`: ``.features``, a mapping of read-only numpy
-arrays by name, samples along axis 0, and ``.labels``; a single-feature split also unpacks as
-``x, y = train``, as before), ``config`` is this stage's config as a plain dict and ``context``
-the `StageContext` (``context.threads``, ``context.work_dir``, ``context.metrics`` for extra
-metrics, ``context.log``). Seeds are set before the call. It returns the trained
-``torch.nn.Module`` (or None when it trained `model` in place); zoo then evaluates it (with the
-task's loss) and writes the checkpoint as usual.
-
-Fine-tuning: with the recipe's ``model.from: zoo:NAME@VERSION`` the network starts as that zoo
-model (its weights; ``model.head: new`` for a fresh last layer), see `zoo_stages.lib.models.finetune`;
-``config.freeze`` (parameter-name patterns, e.g. ``[features.*]``) keeps matching parameters
-fixed, for any model. Metric ``trainable_parameters`` counts what trained.
+This docstring is the kind's description on the docs site (docs/kinds.md, written by
+scripts/gen_kinds_doc.py): Markdown, for users.
 """
 
 from __future__ import annotations

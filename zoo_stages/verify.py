@@ -1,36 +1,32 @@
 """The `verify` kind: check several candidate builds of one model and gate the release on them.
 
-Each named build comes from an upstream stage's `model` output::
+Checks several builds of the model and gates the release on them. `builds` names each build and
+the upstream stage providing its `model` (default: every upstream model, named after its stage
+id, `quantize[cpu-int8]` → `quantize-cpu-int8`); `reference` (default: the first) is what drops,
+parity and speedups are measured against.
 
-    verify:
-      needs: [optimize, quantize]
-      config:
-        builds: {cpu-fp32: optimize, cpu-int8: quantize}
-        reference: cpu-fp32
-        latency: {warmup: 5, runs: 30, threads: 1, batch_sizes: [1, 8, 32]}
-        vectors: {count: 1, seed: 0}
-        gates:
-          - cpu-fp32.accuracy >= 0.95
-          - cpu-int8.accuracy_drop <= 0.01
-          - cpu-int8.speedup >= 1.0
+Every build is fed all its named inputs: the held-out split's features, bound to the model's
+inputs by name, or without a `data:` section seeded random inputs (floats uniform in [0, 1),
+integers 0 or 1, booleans True), whose dynamic dimensions other than the batch take their sizes
+from `model.inputs` (an error names the input otherwise).
 
-Every build is fed all its named inputs: the recipe's held-out split (`datasets.load_split`,
-features bound to the inputs by name with `onnx_run.bind`), or, without a ``data:`` section,
-seeded random inputs whose dynamic dimensions come from the recipe's ``model.inputs``.
+Per build: `onnx.checker`; its ports (name, dtype, shape of every input and output); the metrics
+of the recipe's [`task:`](#task) on the held-out labels and their change against the reference
+(`accuracy_drop`, `mae_increase`, …: positive is worse), read from the output `output` names or
+the first that fits (a classifier with an integer `(samples,)` label output, as scikit-learn
+converters make, gets its accuracy from that output exactly and top-5 from its scores); parity
+with the reference, every output matched by name: floats by distance (`max_abs`, `max_rel`,
+`cosine`), integers, booleans and strings exactly (`exact_match`), `top1_agreement` on a
+classifier's scores output, and a record per output under `parity`; batch-1 latency p50/p90
+after warm-up on `latency.threads` threads; throughput at each of `latency.batch_sizes`; file
+size. Test vectors (ONNX Model Zoo layout, `vectors/<build>/test_data_set_<i>/input_0.pb`,
+`input_1.pb`, …, `output_0.pb`, …) hold every input, taken from the evaluation inputs at seeded
+indices, and every output.
 
-Per build: ``onnx.checker``; its ports (name, dtype, shape of every input and output); the
-metrics of the recipe's `task:` (`zoo_stages.lib.quality.tasks`: classification accuracy, top5_accuracy,
-macro_f1; regression mae, rmse, r2; none for a generic task or without labels) and their change
-against the reference (``accuracy_drop``, ``mae_increase``: positive is worse); parity against the
-reference, every output matched by name (`zoo_stages.lib.quality.parity`): ``max_abs``, ``max_rel``, the
-lowest mean ``cosine`` and ``cosine_min`` over float outputs, ``exact_match`` (the lowest share
-of equal elements over integer, boolean and string outputs, which are never compared by
-distance), ``top1_agreement`` on a classifier's scores output, and a record per output under
-``parity``; latency p50/p90 after warm-up on ``latency.threads`` threads; throughput (samples/s)
-at each of ``latency.batch_sizes``; file size; ``speedup`` = reference p50 / build p50. Test
-vectors go to ``vectors/<build>/test_data_set_<i>/input_0.pb, input_1.pb, … output_0.pb, …``
-(ONNX Model Zoo layout, every input and every output), inputs taken at seeded indices of the
-evaluation inputs and outputs computed by that build.
+verify reports only the metrics that apply: none of the task's without labels, for a generic
+task, or when no output fits (a detector's `(N, 1, H, W)` map gets no accuracy even under the
+default task); no distance on an integer output. A gate on a metric that does not apply is
+refused before anything is measured, with the reason and the list of metrics that do.
 
 A classifier whose probabilities are a sequence of maps (ZipMap: ``list[{class: probability}]``,
 scikit-learn models from skl2onnx) is read as its per-class matrix, columns the classes sorted
@@ -38,19 +34,28 @@ scikit-learn models from skl2onnx) is read as its per-class matrix, columns the 
 (accuracy, top-1 agreement), its parity is per class, and its test vector holds the matrix with the
 class keys (`zoo_stages.lib.release.vectors`).
 
-verify only reports a metric that applies to the model: gates may name any of them, and a gate
-on one that does not apply (accuracy of a generic task or without labels, top5_accuracy with 5
-classes or fewer, max_abs of a model without float outputs) is refused before anything is
-measured, with the list of the metrics that apply.
+`report.json` holds everything deterministic (task, metrics output, task metrics, parity, ports,
+sizes, gates on them); timings
+vary from run to run, so they stay in the stage's metrics (cache entry, lockfile, published
+manifest) and out of the report, which is bit-reproducible.
 
-Without ``builds:``, every upstream stage with a `model` output is a build named after its stage
-id (``quantize[cpu-int8]`` -> ``quantize-cpu-int8``); the reference defaults to the first build.
+**Gates** are strings `<build>.<metric> <op> <number>`: the build is everything before the last
+dot of the left-hand side, the metric the word after it, and the threshold a plain number
+(`0.95`, `1e-3`, `-2`); the operators and the metrics a gate may name are listed below. Unknown builds or metrics are errors
+when the recipe is loaded, with a suggestion; a metric that does not apply to the model (see the
+metrics table below) is refused when verify starts. A missing or non-finite value fails its gate. Every
+build also has the implicit gate `<build>.checker == 1`. A failed gate fails the stage (after
+the report is written) with a table of every gate.
 
-Outputs: ``report`` (report.json: task, metrics output, builds, gates, reference, threads) and
-``vectors``. Everything in report.json is deterministic: timings (latency, throughput, speedup)
-differ from run to run and are kept in the stage metrics only. A failed gate raises GateFailed
-(after the report is written) with a table of every gate. Every build also has an implicit gate
-``<build>.checker == 1`` (the ONNX checker accepted it).
+- **Inputs**: the upstream `model`s of the builds; the recipe's `data:` (optional), `task:` and
+  `model.inputs`, `model.num_classes`.
+- **Outputs**: `report` (`report.json`), `vectors` (folder).
+- **Metrics**: `builds` (every metric that applies per build, plus `inputs`, `outputs`, `parity`,
+  `model_digest`, `opset`, `notes`…), `gates` (value and result of each), `passed`, `task`,
+  `task_kind`, `reference`, `threads`, `host` (CPU flags).
+
+This docstring is the kind's description on the docs site (docs/kinds.md, written by
+scripts/gen_kinds_doc.py): Markdown, for users.
 """
 
 from __future__ import annotations

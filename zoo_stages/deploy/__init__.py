@@ -1,53 +1,80 @@
 """The `deploy` stage kind: device builds, test vectors, model card, manifest, publish.
 
-Recipe usage::
+Packages upstream models as device builds and writes the release: `builds/<build>/model.onnx`
+(or `model.ort`) with its test vectors, the model card `README.md`, provenance (`zoo.lock`,
+`provenance.intoto.json`, `metadata_props` stamped into every ONNX build) and, last,
+`zoo-manifest.json`. The release folder is byte-deterministic; with `publish: true` deploy declares
+it as the version's release and the engine publishes it to the local zoo (`$ZOO_HOME`), with the
+timings measured upstream added to the published manifest and card.
 
-    deploy:
-      needs: [optimize, quantize, verify]
-      config:
-        builds:
-          cpu-fp32:  {from: optimize}                  # shipped as is; verified under the same name
-          cpu-int8:  {from: quantize}
-          cuda-fp16: {from: optimize, convert: fp16}   # float16, float32 I/O, parity-checked on the CPU
-          mobile:    {from: quantize, convert: ort}    # ORT format for onnxruntime mobile
-          tensorrt-fp16: {from: export, convert: tensorrt}  # onnxruntime's TensorRT provider, fp16 engine
-        publish: true
+Build conversions (`builds.<name>.convert`):
 
-For every build, ``out_dir/release/`` gets ``builds/<build>/model.onnx`` (or ``model.ort``),
-its test vectors (``builds/<build>/test_data_set_0/input_0.pb``... in the ONNX Model Zoo
-layout) and a `Build` entry; then the model card ``README.md`` and, last, ``zoo-manifest.json``
-(the manifest format of zoo/manifest.py). That folder is a complete release, and it is
-byte-deterministic: the same inputs give the same bytes (no timestamps, sorted keys, one inference
-thread). Deploy does not publish it: with ``publish: true`` it declares the folder as the version's
-release (`release_output`) and the engine publishes it to the local zoo (zoo/engine/publish.py),
-after a run or a cache hit alike, through `publication`, which adds the timings measured upstream.
+- none: the upstream model ships unchanged (plus provenance metadata), with verify's metrics and
+  vectors for the build of the same name (`verified_as` names another). deploy checks that the
+  model is the one verify checked (by digest) and, with `check_vectors`, re-runs the vectors.
+- `fp16`: onnxruntime's float16 converter with float32 inputs/outputs (Cast nodes at the edges),
+  for CUDA; `op_block_list` keeps op types in float32. Quantized sources are refused. Take it from
+  export or a `level: basic` optimize: `extended`/`all` graphs hold CPU-only fused ops, and the
+  host-specific `nchwc` layouts of `all` break the conversion.
+- `ort`: onnxruntime's ORT format for mobile/minimal builds (`optimization_style: Fixed` bakes
+  optimizations in; `Runtime` saves some for NNAPI/CoreML), plus `model.required_operators.config`
+  for a reduced onnxruntime build; the bytes are re-serialised in a fixed order so the release
+  stays reproducible. The manifest requires the same onnxruntime minor version or newer.
 
-Provenance (`zoo_stages.lib.release.provenance`): every shipped ONNX build is stamped with
-``metadata_props`` (zoo version, recipe name@version and digest, deploy's key, build name,
-source digest, license and the sources' attribution); an ORT-format build is converted from a
-stamped copy of its source, so it carries the same props. The release also holds ``zoo.lock``
-(the lock records of every ancestor stage: what reproduces it) and ``provenance.intoto.json``
-(an in-toto statement, SLSA provenance v1, whose subjects are every build file), both listed
-in the manifest's ``files``; the model card gets a Provenance section rendered from the
-statement.
+Converted builds are compared with their source on the CPU (held-out data when the recipe has
+`data:`, else verify's test inputs, else fixed random inputs); a float output beyond
+`atol + rtol·|ref|`, or an integer output that differs, fails the stage with a table (default tolerances per conversion: the table below).
 
-- Builds without conversion ship their upstream model unchanged, with verify's metrics and test
-  vectors for the build of the same name (``verified_as`` overrides the name). Those vectors
-  are re-run against the model (``check_vectors``) so a wrong name mapping fails loudly.
-- ``convert: fp16`` and ``convert: ort`` builds are compared with their source on the CPU
-  (held-out data when the recipe has a ``data:`` section, else verify's test inputs, else fixed
-  random inputs); a difference beyond ``atol + rtol * |ref|`` raises GateFailed with a table.
-  Their test vectors are the converted model's outputs on verify's test inputs.
-- ``convert: tensorrt`` builds (`zoo_stages.lib.runtimes.tensorrt_build`) ship their source model for
-  onnxruntime's TensorRT provider, with the provider options (precision, engine cache) in the
-  build's ``provider_options``: fp16 from a float model, int8 from a QDQ model made with
-  quantize's ``preset: tensorrt``; a model TensorRT cannot compile as one engine is refused. On a
-  host where onnxruntime offers the provider they are run there (parity, latency, measured_on
-  with the GPU); elsewhere they are published ``verified: false`` with the reason.
-- Every ONNX build whose bytes verify's checker gate did not see (a conversion, an unverified
-  build) passes ``onnx.checker`` with ``full_check`` here, or the stage fails (StageFailed naming
-  the build) and nothing is published: a build is valid ONNX, not only a graph onnxruntime
-  tolerates.
+- **Inputs**: the upstream `model`s named by `from`; verify's `report` and `vectors` (optional but
+  recommended: without them builds ship unverified); the recipe's `model:` and `data:`.
+- **Outputs**: `release` (folder).
+- **Metrics**: `builds`, `release_files`. Publishing is reported as an effect (`published NAME@VERSION`
+  in the run summary, `effects` in `zoo run --json`), not a metric.
+
+Every build says what runs it and whether that was checked (manifest schema 3; schema 1 and 2
+manifests still read):
+
+- `runtime`: `onnx` (standard ONNX domains: any runtime implementing its opsets), `onnxruntime>=1.32`
+  (com.microsoft operators such as FusedConv, MatMulNBits or Attention, or the ORT format) or
+  `openvino>=2026.4`; `execution_providers` the onnxruntime providers (or OpenVINO device) it is made
+  for, `requires` the hardware (`device: cuda`), `provider_options` the options a provider is
+  created with (a TensorRT build's precision and engine cache; `zoo.load_session` passes them).
+- `portable: true` when it is standard ONNX, `onnx.checker` (full check) accepts it and its test
+  vectors are reproduced by ONNX's reference evaluator (`onnx.reference`) as by onnxruntime. **Every
+  version needs one portable build**, or deploy fails and says how to add one (optimize at
+  `level: basic` — onnxruntime applies its extended fusions when it loads a model, so the latency is
+  the same — or ship the plain export). Every ONNX build passes `onnx.checker` before it is published.
+- `verified`: run on the runtime and device it is made for, its outputs checked (`verify` on
+  onnxruntime's CPU provider; `ort` and `openvino` conversions by their runtime in deploy). A
+  `convert: fp16` build is run on `CUDAExecutionProvider` and timed when the deploying host's
+  onnxruntime has it, a `convert: tensorrt` build on `TensorrtExecutionProvider`; elsewhere they
+  are published `verified: false` with the reason (outputs checked on the CPU only), the card says
+  so, and `zoo pull` never picks them by itself. (So a GPU
+  host's release of such a recipe differs from a CPU host's in that field: lock records made on a
+  GPU host describe its own release.)
+- `measured_on`: the runtime, its version, the execution provider, the CPU or GPU and its platform
+  class, and the threads its `latency_*` metrics were measured with (`zoo show` prints it per build).
+
+`convert: openvino` (the `openvino` extra) converts the build's source to OpenVINO IR
+(`model.xml` + `model.bin`, byte-reproducible: converted in a fresh process, the source's file name
+dropped) and runs it with OpenVINO's CPU plugin, float32 inference pinned (its default is bf16 on
+CPUs with bf16 units), one thread: parity against the source, the task's metrics, test vectors,
+and latency and throughput timed with verify's settings (warmup, runs, batch sizes, threads), with a
+speedup against verify's reference build. From a QDQ model OpenVINO runs int8 kernels; its outputs are judged against onnxruntime's
+int8 by the quantized bar (mean cosine) when they differ beyond the tolerance.
+
+`convert: tensorrt` ships the source model for onnxruntime's TensorRT execution provider, which
+compiles it into an engine for the GPU it runs on (an engine is specific to a GPU model and a
+TensorRT version, so the ONNX file ships, not an engine). The build's `provider_options` say how:
+`trt_fp16_enable` (the default `precision: fp16` from a float model) or `trt_int8_enable` (from a
+QDQ model: TensorRT's explicit quantization) and an engine cache, which `zoo.load_session` keeps
+in the local zoo's `engines/` so the engine is built once per model and GPU. Before anything is
+built, deploy checks on any host that TensorRT can compile the model as one engine: standard ONNX
+domains only (build from the plain export), and for int8 every Q/DQ in int8 with a zero point of 0
+and no int32 (bias) dequantization — quantize's `preset: tensorrt` (symmetric int8, per-channel,
+float biases) makes such a model; others are refused with exit 2 naming the nodes. On a host where
+onnxruntime offers `TensorrtExecutionProvider` the build is run there (engine cached in the stage's
+work folder): parity against its source on the GPU, latency with `measured_on` naming the GPU and
 
 The package, one module per job: `kind` (the `Deploy` class, the engine's entry point), `config`
 (`DeployConfig`, `BuildSpec`), `release` (one run: each build, then card and manifest), `shipped`
@@ -56,4 +83,7 @@ runtime's builds (`fp16`, `ort_format`, `openvino`, `tensorrt`; each runs its bu
 the device), `measured` (deploy's own timings), `checks` (valid and portable ONNX), `vectors` (test
 vectors), `manifest_parts` (lineage, preprocessing), `provenance_files` (metadata_props, zoo.lock,
 the statement), `card` (the model card and the published copy with timings).
+
+This docstring is the kind's description on the docs site (docs/kinds.md, written by
+scripts/gen_kinds_doc.py): Markdown, for users.
 """
