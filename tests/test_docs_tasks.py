@@ -11,7 +11,7 @@ The pages' convention (what DEVELOPERS.md tells a docs writer):
   one, and a line's leading and trailing spaces do not count. Every command must exit 0: a page
   shows a failure as `$ CMD; echo "exit $?"`. The commands of one block run in one bash shell, in
   the page's folder (so `cd`, `export` and background jobs carry on to the block's later commands;
-  the block's processes are ended when it ends).
+  background jobs run on until the page ends).
 - A block preceded by `<!-- excerpt: PATH -->` is not run: it must be lines of the repository's
   file PATH (a shipped recipe the suite runs elsewhere), its non-blank lines in order, verbatim.
 - Other blocks (```bash, ```text, untitled ```yaml…) are illustrations and are not checked.
@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,7 +94,7 @@ def commands(block: Block) -> list[Command]:
             start, text = i, lines[i][2:]
             while text.endswith("\\") and i + 1 < len(lines):
                 i += 1
-                text = text[:-1] + "\n" + lines[i]
+                text += "\n" + lines[i]  # bash joins the lines itself
             found.append(Command(block.line + 1 + start, text))
         elif lines[i].strip():
             assert found, f"line {block.line + 1 + i}: output before any `$ ` command"
@@ -124,21 +125,32 @@ def unmatched(shown: list[str], output: str) -> str | None:
 MARK = "\x1eZOO-DOCS-CMD"
 
 
-def run_console(block: Block, page: str, folder: Path, env: dict[str, str]) -> None:
-    """Run a console block's commands in one bash shell and check each one's exit code and output."""
+def run_console(block: Block, page: str, folder: Path, env: dict[str, str], groups: list[int]) -> None:
+    """Run a console block's commands in one bash shell and check each one's exit code and output.
+    The shell's process group goes into `groups`: its background jobs live until the page ends."""
     cmds = commands(block)
     script = ["exec 2>&1"]
     for n, cmd in enumerate(cmds):
         script += [f"printf '%s {n} start\\n' '{MARK}'", cmd.text, f"printf '\\n%s {n} rc %s\\n' '{MARK}' \"$?\""]
     proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=folder, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    groups.append(proc.pid)
+    # a block stuck for 5 minutes is ended (its commands then show as not finished)
+    watchdog = threading.Timer(300, os.killpg, (proc.pid, signal.SIGKILL))
+    watchdog.start()
+    # a background job keeps the pipe open: read up to the last command's marker, not to the end
+    out = ""
+    last = f"{MARK} {len(cmds) - 1} rc "
+    assert proc.stdout is not None
     try:
-        out, _ = proc.communicate(timeout=300)
+        for line in proc.stdout:
+            out += line
+            if line.startswith(last):
+                break
+        proc.wait(timeout=60)
     finally:
-        try:  # the block's background jobs (a dask scheduler, workers) end with it
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        watchdog.cancel()
+    (folder / f".console-{block.line}.log").write_text(out)  # the whole transcript, for a failure's reader
     pieces = re.split(rf"^{MARK} (\d+) (start|rc \d+)$", out, flags=re.M)
     outputs: dict[int, str] = {}
     codes: dict[int, int] = {}
@@ -167,15 +179,23 @@ def check_excerpt(block: Block, page: str) -> None:
 
 
 def run_page(page: str, folder: Path, env: dict[str, str]) -> None:
-    for block in blocks(page):
-        if block.kind == "file":
-            path = folder / block.name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(block.body)
-        elif block.kind == "console":
-            run_console(block, page, folder, env)
-        elif block.kind == "excerpt":
-            check_excerpt(block, page)
+    groups: list[int] = []
+    try:
+        for block in blocks(page):
+            if block.kind == "file":
+                path = folder / block.name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(block.body)
+            elif block.kind == "console":
+                run_console(block, page, folder, env, groups)
+            elif block.kind == "excerpt":
+                check_excerpt(block, page)
+    finally:  # the page's background jobs (a dask scheduler, workers) end with it
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
 
 def page_env(folder: Path, cache: Path, bin_dir: Path) -> dict[str, str]:
