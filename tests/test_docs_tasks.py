@@ -10,13 +10,14 @@ The pages' convention (what DEVELOPERS.md tells a docs writer):
   lines allowed between them (a page may abridge); `…` stands for any text, runs of spaces count as
   one, and a line's leading and trailing spaces do not count. Every command must exit 0: a page
   shows a failure as `$ CMD; echo "exit $?"`. The commands of one block run in one bash shell, in
-  the page's folder (so `cd`, `export` and background jobs carry on to the block's later commands;
-  background jobs run on until the page ends).
+  the page's folder: `cd` and `export` carry on to the block's later commands (each block starts
+  from the page's environment again), and background jobs (`CMD &`) run on until the page ends.
+  Each block's transcript is left beside it as `.console-LINE.log` in the page's folder.
 - A block preceded by `<!-- excerpt: PATH -->` is not run: it must be lines of the repository's
   file PATH (a shipped recipe the suite runs elsewhere), its non-blank lines in order, verbatim.
 - Other blocks (```bash, ```text, untitled ```yaml…) are illustrations and are not checked.
 
-Where a page runs: a temp folder of its own with `zoo` (this checkout's) and `python` (this
+Where a page runs: a temp folder of its own with `zoo` (this checkout's), `python` and `dask` (this
 interpreter) first on PATH, ZOO_HOME in that folder, and the module's one run cache (content-
 addressed, so the pages share built stages). train-your-own and bring-a-model start empty; every
 other page starts where train-your-own ended (its folder's files and a copy of its zoo), as a
@@ -254,3 +255,16 @@ def test_output_matching_is_strict():
     assert unmatched(["gamma 3", "alpha 1"], out) == "alpha 1"  # order matters
     assert unmatched(["delta"], out) == "delta"
     assert unmatched(["alpha"], out) == "alpha"  # a whole line, not a prefix
+
+
+def test_commands_and_excerpts_are_read_as_the_convention_says():
+    block = Block(10, "console", "$ zoo run a.yaml \\\n    --force\nran\n\n$ zoo list\n")
+    first, second = commands(block)
+    assert (first.line, first.text, first.shown) == (11, "zoo run a.yaml \\\n    --force", ["ran"])
+    assert (second.line, second.text, second.shown) == (15, "zoo list", [])
+    shipped = "recipes/lightgbm-breast-cancer.yaml"
+    check_excerpt(Block(1, "excerpt", "model:\n  framework: lightgbm\n", shipped), "x")
+    with pytest.raises(AssertionError, match="not a line of"):
+        check_excerpt(Block(1, "excerpt", "model:\n  framework: sklearn\n", shipped), "x")
+    with pytest.raises(AssertionError, match="not a line of"):  # out of order
+        check_excerpt(Block(1, "excerpt", "  framework: lightgbm\nmodel:\n", shipped), "x")
