@@ -153,7 +153,14 @@ def command_lines(block: Block) -> list[list[str]]:
         line = re.sub(r"^(\./dev |\.venv/bin/)", "", line)
         if not re.match(r"^zoo(\s|$)", line):
             continue
-        words = shlex.split(line, comments=True)
+        # Only the zoo command itself: a page may go on with `; echo "exit $?"`, `| head` or `> file`.
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = []
+        for word in lexer:
+            if word and set(word) <= set(";&|<>()"):
+                break
+            words.append(word)
         commands.append(words[1:])
     return commands
 

@@ -3,7 +3,8 @@
 The pages' convention (what DEVELOPERS.md tells a docs writer):
 
 - A fenced block with a title, ```yaml title="NAME"``` (any language), is a file: it is written to
-  NAME in the page's folder when the page reaches it.
+  NAME in the page's folder when the page reaches it. A title outside the page's folder
+  (`$ZOO_HOME/config.yaml`, `~/…`, `/…`) names where such a file lives: shown, not written.
 - A ```console block is run. Each line starting with `$ ` is a command (a line ending in `\\`
   continues it); the lines after it, up to the next `$ `, are what it prints (stdout and stderr
   together). Each non-blank shown line must match a line of the real output, in order, with other
@@ -67,7 +68,7 @@ def blocks(page: str) -> list[Block]:
         info, body = m.group("info").strip(), m.group("body")
         before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         title = TITLE.search(info)
-        if title:
+        if title and not title.group(1).startswith(("$", "~", "/")):
             found.append(Block(line, "file", body, title.group(1)))
         elif info.split(" ", 1)[0] == "console":
             found.append(Block(line, "console", body))
