@@ -1,0 +1,136 @@
+"""What `zoo validate` (and every run, before its first stage) reads of the data files cheaply.
+
+`DataSection.check` calls `probe` once the files exist; it reads names only, never the samples:
+
+- CSV: the header row; Parquet: the schema in the file's footer (pyarrow, when installed);
+  JSON lines: the keys of every object, for files up to `MAX_JSONL_BYTES`;
+- npz: the names in the zip's central directory;
+- a tokenizer file: that it is a JSON object with a `model` (what `tokenizers` reads).
+
+and checks them with the loaders' own checks (`tables.check_columns`, `npz.check_names`), so the
+error before a run is the one the stage would have met, placed at the recipe's line. What cannot
+be read cheaply is skipped, never guessed: a DVC-tracked file (in DVC's cache, not beside the
+recipe), a Parquet file without pyarrow, a file that is unreadable here (the stage says why).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from zoo.section import SectionError
+
+MAX_JSONL_BYTES = 16 * 1024 * 1024  # larger files are read by the stage alone
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
+
+
+class _Unreadable(Exception):
+    """The file cannot be read cheaply here: nothing is checked (the stage reads it and says why)."""
+
+
+def probe(spec: dict[str, Any], recipe_dir: Path) -> None:
+    """SectionError at the `data:` field a data file does not fit (`spec`: the section as plain data)."""
+    from zoo_stages.lib.data.errors import DataError
+
+    try:
+        _probe(spec, recipe_dir)
+    except DataError as e:
+        raise SectionError(e.message, e.field[1:], hint=e.hint) from None
+
+
+def column_names(source: str, path: Path) -> list[str] | None:
+    """The columns of a table file as its header or schema names them; None when that cannot be
+    read cheaply."""
+    try:
+        if source == "csv":
+            return _csv_header(path)
+        if source == "parquet":
+            return _parquet_names(path)
+        if source == "jsonl":
+            return _jsonl_keys(path)
+    except _Unreadable:
+        return None
+    return None
+
+
+def _probe(spec: dict[str, Any], recipe_dir: Path) -> None:
+    from zoo_stages.lib.data import npz, tables
+
+    source = spec["source"]
+    if source in ("csv", "parquet", "jsonl"):
+        names = column_names(source, _resolved(spec["path"], recipe_dir))
+        if names is not None:
+            tables.check_columns(names, spec)
+    elif source == "npz":
+        try:
+            with zipfile.ZipFile(_resolved(spec["path"], recipe_dir)) as archive:
+                arrays = [n.removesuffix(".npy") for n in archive.namelist() if n.endswith(".npy")]
+        except (OSError, zipfile.BadZipFile):
+            arrays = None  # the loader says what is wrong with the file
+        if arrays is not None:
+            npz.check_names(arrays, spec)
+    tokenizer = spec.get("tokenizer") or {}
+    if tokenizer.get("path"):
+        _check_tokenizer(tokenizer["path"], recipe_dir)
+
+
+def _resolved(given: str, recipe_dir: Path) -> Path:
+    p = Path(given).expanduser()
+    return p if p.is_absolute() else recipe_dir / p
+
+
+def _csv_header(path: Path) -> list[str]:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        raise _Unreadable() from None
+
+
+def _parquet_names(path: Path) -> list[str]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise _Unreadable() from None
+    try:
+        return list(pq.read_schema(path).names)
+    except Exception:  # noqa: BLE001 (pyarrow's own ArrowInvalid/OSError family: the stage reports it)
+        raise _Unreadable() from None
+
+
+def _jsonl_keys(path: Path) -> list[str]:
+    keys: dict[str, None] = {}
+    try:
+        if path.stat().st_size > MAX_JSONL_BYTES:
+            raise _Unreadable()
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    obj = json.loads(line)
+                    if not isinstance(obj, dict):
+                        raise _Unreadable()
+                    keys.update(dict.fromkeys(obj))
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise _Unreadable() from None
+    return list(keys)
+
+
+def _check_tokenizer(given: str, recipe_dir: Path) -> None:
+    """A tokenizer.json must be a JSON object with a `model`: what Hugging Face `tokenizers` reads."""
+    path = _resolved(given, recipe_dir)
+    hint = "save one with tokenizer.save('tokenizer.json'), or use `tokenizer: {train: {...}}`"
+    try:
+        if path.stat().st_size > MAX_TOKENIZER_BYTES:
+            return
+        document = json.loads(path.read_bytes())
+    except OSError:
+        return
+    except (UnicodeDecodeError, ValueError) as e:
+        raise SectionError(f"data.tokenizer.path {given!r} is not a Hugging Face tokenizer.json: not JSON ({e})",
+                           ("tokenizer", "path"), hint=hint) from None
+    if not isinstance(document, dict) or not isinstance(document.get("model"), dict):
+        raise SectionError(f"data.tokenizer.path {given!r} is not a Hugging Face tokenizer.json: it has no `model`",
+                           ("tokenizer", "path"), hint=hint)
