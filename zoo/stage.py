@@ -448,6 +448,14 @@ class StageKind:
         zoo/engine/preflight.py) at the recipe line of that path. {} by default."""
         return {}
 
+    def preflight(self, config: KindConfig, ctx: KeyContext) -> None:
+        """What the stage can tell before anything runs from files the recipe names that exist now (an
+        imported ONNX file's inputs against ``model.inputs``): raise `zoo.errors.FieldError` whose
+        `field` is a path from the recipe's top (``("model", "inputs", "x")``), or inside this stage's
+        config when it starts with ``"config"``. Called by `zoo validate` and before every run
+        (zoo/engine/preflight.py): it must be cheap (no heavy import, no data read in full) and say
+        nothing of what is not there yet (a file an upstream stage writes, a download)."""
+
     def tools_used(self, config: KindConfig, ctx: KeyContext) -> Sequence[str]:
         """The distributions this stage uses for this recipe, whose versions enter its key and lock
         record: `tools` unless the kind knows better (a subset, or an exporter plug-in's own)."""

@@ -202,6 +202,36 @@ class Export(NumericOutputs, StageKind):
         exporter = exporters.BUILTIN.get(framework) or exporter_loader.get(framework)
         return (*base, *exporter.tools_for(model))
 
+    def preflight(self, config: ExportConfig, ctx: KeyContext) -> None:
+        """An imported ONNX file beside the recipe (`onnx: {path}`) must take the inputs `model.inputs`
+        declares, with as many dimensions: its ports are read at the wire level (`lib.onnx.ports`),
+        never its weights. A URL, a missing or unreadable file: nothing said (the stage fetches and
+        checks it)."""
+        import difflib
+
+        from zoo.errors import FieldError
+        from zoo_stages.lib.onnx.ports import read_ports
+
+        declared = (ctx.shared.get("model") or {}).get("inputs") or {}
+        if config.onnx is None or not config.onnx.path or not declared:
+            return
+        path = ctx.resolve(config.onnx.path)
+        try:
+            ports = {p.name: p for p in read_ports(path).inputs}
+        except (OSError, ValueError):
+            return
+        for name, entry in declared.items():
+            if name not in ports:
+                close = difflib.get_close_matches(name, list(ports), n=1)
+                raise FieldError(f"model.inputs names {name!r}, which {config.onnx.path} does not take"
+                                 + (f" (did you mean {close[0]!r}?)" if close else ""), field=("model", "inputs", name),
+                                 hint=f"the model's inputs are {', '.join(ports) or 'none'}")
+            rank, dims = ports[name].rank, list(entry.get("shape") or [])
+            if rank is not None and rank != len(dims):
+                raise FieldError(f"model.inputs.{name}.shape has {len(dims)} dimensions; input {name!r} of "
+                                 f"{config.onnx.path} has {rank}", field=("model", "inputs", name, "shape"),
+                                 hint="declare one dimension per model dimension, the batch first")
+
     def dependencies(self, config: ExportConfig, ctx: KeyContext) -> list[Path]:
         from zoo_stages.lib.models import archs
 

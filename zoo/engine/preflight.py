@@ -7,7 +7,10 @@ the model…); this adds what only the wired stages tell:
 - every upstream stage a stage's config names (`StageKind.stage_references`: deploy's
   ``builds.NAME.from``, verify's ``builds``, ``model_from``) is among its `needs`: the stage reads it
   by id (`Inputs.stage`), so a stage missing from `needs:` would fail only after the stages before
-  it ran. The error is at the line of that field, and says which `needs:` to extend.
+  it ran. The error is at the line of that field, and says which `needs:` to extend;
+- what each stage's kind can tell from the files that exist now (`StageKind.preflight`: export
+  reads an imported ONNX file's ports, without onnx, against ``model.inputs``), its
+  `zoo.errors.FieldError` placed at the recipe's field.
 
 The engine knows no kind: the references come from the kinds' hook.
 """
@@ -24,7 +27,8 @@ if TYPE_CHECKING:
 
 
 def check(dag: "Dag") -> None:
-    """RecipeError at the first config field that names a stage its stage does not need."""
+    """RecipeError at the first config field that names a stage its stage does not need, then at the
+    first field a kind's preflight refuses."""
     from zoo.engine import kind_loader
 
     for node in dag.nodes.values():
@@ -32,6 +36,21 @@ def check(dag: "Dag") -> None:
         for path, stage_id in references.items():
             if stage_id not in node.needs:
                 _refuse(dag, node, tuple(path), stage_id)
+    for node in dag.nodes.values():
+        _kind_preflight(dag, node)
+
+
+def _kind_preflight(dag: "Dag", node: "Node") -> None:
+    """The kind's own `preflight`, its FieldError placed at the recipe's field."""
+    from zoo.engine import keys, kind_loader
+    from zoo.errors import FieldError
+
+    try:
+        kind_loader.get(node.kind)().preflight(node.instance.config, keys.key_context(dag.recipe, node))
+    except FieldError as e:
+        field = tuple(e.field)
+        where = ("stages", node.instance.base_id, *field) if field[:1] == ("config",) else field
+        raise dag.recipe.located.error(where, e.message, hint=e.hint) from None
 
 
 def _refuse(dag: "Dag", node: "Node", path: tuple, stage_id: str) -> None:

@@ -65,12 +65,8 @@ def _probe(spec: dict[str, Any], recipe_dir: Path) -> None:
         if names is not None:
             tables.check_columns(names, spec)
     elif source == "npz":
-        try:
-            with zipfile.ZipFile(_resolved(spec["path"], recipe_dir)) as archive:
-                arrays = [n.removesuffix(".npy") for n in archive.namelist() if n.endswith(".npy")]
-        except (OSError, zipfile.BadZipFile):
-            arrays = None  # the loader says what is wrong with the file
-        if arrays is not None:
+        arrays = npz_arrays(_resolved(spec["path"], recipe_dir))
+        if arrays is not None:  # else the loader says what is wrong with the file
             npz.check_names(arrays, spec)
     tokenizer = spec.get("tokenizer") or {}
     if tokenizer.get("path"):
@@ -134,3 +130,87 @@ def _check_tokenizer(given: str, recipe_dir: Path) -> None:
     if not isinstance(document, dict) or not isinstance(document.get("model"), dict):
         raise SectionError(f"data.tokenizer.path {given!r} is not a Hugging Face tokenizer.json: it has no `model`",
                            ("tokenizer", "path"), hint=hint)
+
+
+MAX_LABEL_SCAN_BYTES = 64 * 1024 * 1024  # a larger table's labels are not read to infer `task:`
+
+
+def label_kind(spec: dict[str, Any], recipe_dir: Path) -> str | None:
+    """"classification" or "regression": what the loader will make of the data's labels (integer,
+    boolean and text labels are classes, float labels values: `loaded.class_labels`), read from the
+    label column or array alone; None without labels, or when that cannot be read cheaply here."""
+    from zoo_stages.sections.data import data_format
+
+    label = spec.get("label")  # DataSpec fills in the format's default; None: no labels
+    fmt = data_format(spec["source"], spec.get("format"), spec.get("path"))
+    if spec["source"] == "dvc" or label is None:  # DVC's files are not beside the recipe
+        return None
+    path = _resolved(spec["path"], recipe_dir)
+    try:
+        if fmt in ("csv", "jsonl", "parquet"):
+            cells = _label_cells(fmt, path, label)
+            if cells is None:
+                return None
+            from zoo_stages.lib.data.tables import _typed
+
+            dtype = _typed(cells).dtype
+        elif fmt == "npz":
+            dtype = _npz_dtype(path, label)
+        else:
+            return None
+    except _Unreadable:
+        return None
+    if dtype is None:
+        return None
+    return "regression" if dtype.kind == "f" else "classification"
+
+
+def _label_cells(fmt: str, path: Path, label: str) -> list[Any] | None:
+    if fmt == "parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            if label not in pq.read_schema(path).names:
+                return None
+            return pq.read_table(path, columns=[label]).column(0).to_pylist()
+        except Exception:  # noqa: BLE001 (no pyarrow, or a file the stage will report)
+            raise _Unreadable() from None
+    try:
+        if path.stat().st_size > MAX_LABEL_SCAN_BYTES:
+            return None
+        if fmt == "jsonl":
+            if label not in _jsonl_keys(path):
+                return None
+            with open(path, encoding="utf-8") as f:
+                return [json.loads(line).get(label) for line in f if line.strip()]
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = csv.reader(f)
+            header = next(rows, [])
+            if label not in header:
+                return None
+            at = header.index(label)
+            return [row[at] for row in rows if row and len(row) == len(header)]
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error):
+        raise _Unreadable() from None
+
+
+def _npz_dtype(path: Path, array: str) -> Any:
+    """The dtype of one array of an .npz archive, from its .npy header (no data is read)."""
+    import numpy as np
+
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(array + ".npy") as f:
+            version = np.lib.format.read_magic(f)
+            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            return reader(f)[2]
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        raise _Unreadable() from None
+
+
+def npz_arrays(path: Path) -> list[str] | None:
+    """The array names of an .npz archive, from the zip's listing; None when it cannot be read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return [n.removesuffix(".npy") for n in archive.namelist() if n.endswith(".npy")]
+    except (OSError, zipfile.BadZipFile):
+        return None
