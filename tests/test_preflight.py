@@ -205,6 +205,25 @@ def test_model_inputs_are_checked_against_the_onnx_files_ports(tmp_path):
     assert pipeline.load(_onnx_recipe(tmp_path, "image: {shape: [batch, 1, 16, 16]}"))
 
 
+def test_the_data_must_feed_each_input_of_an_imported_model(tmp_path):
+    import hashlib
+
+    import onnx
+
+    from onnx_models import multi_io_feeds, multi_io_model
+
+    onnx.save(multi_io_model(), tmp_path / "multi.onnx")
+    sha = hashlib.sha256((tmp_path / "multi.onnx").read_bytes()).hexdigest()
+    feeds = multi_io_feeds(6)
+    np.savez(tmp_path / "d.npz", ids=feeds["ids"], type=feeds["types"], mask=feeds["mask"], y=np.arange(6) % 2)
+    recipe = write_recipe(tmp_path, HEAD + "task: text-classification\ndata: {source: npz, path: d.npz}\n"
+                          f"stages:\n  export: {{config: {{onnx: {{path: multi.onnx, sha256: {sha}}}}}}}\n")
+    message = _refused(recipe)
+    assert ":5:7: the data has no values for input(s) types of multi.onnx (it has: ids, type, mask)" in message
+    np.savez(tmp_path / "d.npz", ids=feeds["ids"], types=feeds["types"], mask=feeds["mask"], y=np.arange(6) % 2)
+    assert pipeline.load(recipe)
+
+
 def test_ports_are_read_without_onnx_and_match_onnxs_own_reading(tmp_path):
     """Names and ranks as onnx reads them; weights listed as graph inputs (IR < 4) are not ports."""
     import onnx

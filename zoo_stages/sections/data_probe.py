@@ -73,6 +73,11 @@ def _probe(spec: dict[str, Any], recipe_dir: Path) -> None:
         _check_tokenizer(tokenizer["path"], recipe_dir)
 
 
+def _format(spec: dict[str, Any]) -> str | None:
+    """How the data is read: the source, or for ``dvc`` the format DataSpec filled in (from the path's suffix)."""
+    return spec.get("format") if spec["source"] == "dvc" else spec["source"]
+
+
 def _resolved(given: str, recipe_dir: Path) -> Path:
     p = Path(given).expanduser()
     return p if p.is_absolute() else recipe_dir / p
@@ -139,10 +144,8 @@ def label_kind(spec: dict[str, Any], recipe_dir: Path) -> str | None:
     """"classification" or "regression": what the loader will make of the data's labels (integer,
     boolean and text labels are classes, float labels values: `loaded.class_labels`), read from the
     label column or array alone; None without labels, or when that cannot be read cheaply here."""
-    from zoo_stages.sections.data import data_format
-
     label = spec.get("label")  # DataSpec fills in the format's default; None: no labels
-    fmt = data_format(spec["source"], spec.get("format"), spec.get("path"))
+    fmt = _format(spec)
     if spec["source"] == "dvc" or label is None:  # DVC's files are not beside the recipe
         return None
     path = _resolved(spec["path"], recipe_dir)
@@ -214,3 +217,29 @@ def npz_arrays(path: Path) -> list[str] | None:
             return [n.removesuffix(".npy") for n in archive.namelist() if n.endswith(".npy")]
     except (OSError, zipfile.BadZipFile):
         return None
+
+
+def feature_names(spec: dict[str, Any], recipe_dir: Path) -> list[str] | None:
+    """The names of the features the data gives a model, told from the section and the files'
+    listings alone: a table's (`data.inputs`, else `data.input` or ``features``), an npz archive's
+    (`data.inputs`, else its arrays but the label, ``x`` named ``image``), an image source's
+    ``image``. None for text (the tokenizer names them) and for what cannot be read cheaply."""
+    from zoo_stages.lib.data.images import IMAGE_FEATURE
+    from zoo_stages.lib.data.npz import LEGACY_IMAGE_ARRAY
+    from zoo_stages.lib.data.tables import DEFAULT_FEATURE
+
+    fmt = _format(spec)
+    if spec.get("text") is not None:
+        return None
+    if spec.get("inputs"):
+        return list(spec["inputs"])
+    if fmt in ("csv", "parquet", "jsonl"):
+        return [spec.get("input") or DEFAULT_FEATURE]
+    if fmt in ("digits", "folder"):
+        return [IMAGE_FEATURE]
+    if fmt == "npz" and spec["source"] != "dvc":
+        arrays = npz_arrays(_resolved(spec["path"], recipe_dir))
+        if arrays is None:
+            return None
+        return [IMAGE_FEATURE if a == LEGACY_IMAGE_ARRAY else a for a in arrays if a != spec.get("label")]
+    return None
