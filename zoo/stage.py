@@ -25,7 +25,9 @@ A stage kind is a class deriving from `StageKind` that declares:
 and implements ``run(inputs, config, context) -> {output name: path inside context.out_dir}``.
 Metrics go in ``context.metrics``. A kind that reads an upstream stage by its id
 (``inputs.stage(ID)``, an id its config names) says so in ``stage_references``, so a recipe that
-forgot that stage in ``needs:`` fails before anything runs. A kind may also override ``dependencies`` to name files
+forgot that stage in ``needs:`` fails before anything runs; and what it can tell from the files
+the recipe names before anything runs (an imported ONNX file's inputs) in ``preflight``, raising
+`zoo.errors.FieldError` at the recipe's field. A kind may also override ``dependencies`` to name files
 (user code, datasets) whose content must enter the cache key, and ``on_cached`` to redo an effect
 of its own outside the cache when the stage is found cached (publishing a release is the engine's:
 see ``release_output``).
