@@ -89,6 +89,12 @@ def test_feature_and_text_columns_are_checked_against_the_header(tmp_path):
     assert "data.text: 'texts.csv' has no column 'sentense' (did you mean 'sentence'?)" in message
 
 
+def test_a_csv_header_naming_a_column_twice_is_refused_at_the_path(tmp_path):
+    _csv(tmp_path, "a,b,a,label\n1,2,3,0\n")
+    message = _refused(_table_recipe(tmp_path, "  source: csv\n  path: table.csv\n"))
+    assert ":7:9: data.path 'table.csv': the header names column 'a' twice" in message
+
+
 def test_a_wide_tables_columns_are_listed_in_part(tmp_path):
     _csv(tmp_path, ",".join(f"c{i}" for i in range(40)) + ",label\n" + ",".join("1" * 41) + "\n")
     message = _refused(_table_recipe(tmp_path, "  source: csv\n  path: table.csv\n  label: lable\n"))

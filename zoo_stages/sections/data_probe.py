@@ -63,6 +63,8 @@ def _probe(spec: dict[str, Any], recipe_dir: Path) -> None:
     if source in ("csv", "parquet", "jsonl"):
         names = column_names(source, _resolved(spec["path"], recipe_dir))
         if names is not None:
+            if source == "csv":
+                tables.check_header(names, spec["path"])
             tables.check_columns(names, spec)
     elif source == "npz":
         arrays = npz_arrays(_resolved(spec["path"], recipe_dir))

@@ -180,15 +180,20 @@ def _read_csv(path: Path, given: str) -> tuple[list[str], list[list[str]]]:
     if not rows:
         raise DataError(f"data.path {given!r} is empty", hint="a CSV file starts with a header row")
     header = rows[0]
-    dup = sorted({h for h in header if header.count(h) > 1})
-    if dup:
-        raise DataError(f"data.path {given!r}: the header names column {dup[0]!r} twice")
+    check_header(header, given)
     cells = [r for r in rows[1:] if r]
     for i, r in enumerate(rows[1:], start=2):
         if r and len(r) != len(header):
             raise DataError(f"data.path {given!r}: line {i} has {len(r)} fields, the header {len(header)}",
                                hint="every row needs one value per column (quote values with commas)")
     return header, cells
+
+
+def check_header(header: list[str], given: str) -> None:
+    """DataError when a CSV header names a column twice (also checked before a run)."""
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise DataError(f"data.path {given!r}: the header names column {dup[0]!r} twice")
 
 
 def _read_jsonl(path: Path, given: str) -> tuple[list[str], list[list[Any]]]:
