@@ -188,10 +188,10 @@ def data_dependencies(data: dict, recipe_dir: Path) -> list[Path]:
     """
     if not isinstance(data, dict) or not data.get("source"):
         raise DataError("this stage needs the recipe's `data:` section",
-                           hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
+                        hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
     if data["source"] != "digits" and not data.get("path"):
         raise DataError(f"data.path is required when data.source is {data['source']!r}",
-                           hint="set `data.path:` to the folder or file, relative to the recipe")
+                        hint="set `data.path:` to the folder or file, relative to the recipe")
     return [p for _, p in _files(data, Path(recipe_dir))]
 
 
@@ -216,7 +216,7 @@ def tokenizer_json(data: dict, recipe_dir: Path) -> str:
     key = _key(data, recipe_dir)
     if _modality(json.loads(key)["spec"]) != "text":
         raise DataError("the recipe's data has no text (no `data.text:`), so no tokenizer",
-                           hint="set `data.text: COLUMN` and `data.tokenizer:`")
+                        hint="set `data.text: COLUMN` and `data.tokenizer:`")
     return _fitted(key)["tokenizer_json"]
 
 
@@ -240,7 +240,7 @@ def _spec(data: Any) -> dict:
     """The `data:` section with defaults filled in, validated with the recipe's own model."""
     if not isinstance(data, dict) or not data:
         raise DataError("this stage needs the recipe's `data:` section",
-                           hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
+                        hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
     from pydantic import ValidationError
 
     from zoo_stages.sections.data import DataSpec
@@ -252,10 +252,10 @@ def _spec(data: Any) -> dict:
         where = ".".join(str(p) for p in first["loc"])
         msg = first["msg"].removeprefix("Value error, ")
         raise DataError(f"data.{where}: {msg}" if where else msg,
-                           hint="see `zoo schema` for the `data:` fields") from None
+                        hint="see `zoo schema` for the `data:` fields") from None
     if spec["source"] != "digits" and not spec["path"]:
         raise DataError(f"data.path is required when data.source is {spec['source']!r}",
-                           hint="set `data.path:` to the folder or file, relative to the recipe")
+                        hint="set `data.path:` to the folder or file, relative to the recipe")
     return spec
 
 
@@ -293,7 +293,7 @@ def _resolve(given: str, recipe_dir: Path, field: str, want_dir: bool) -> Path:
     p = p.resolve()
     if want_dir and not p.is_dir():
         raise DataError(f"{field} {given!r} is not a folder ({p})",
-                           hint="data.source: folder needs a folder with one subfolder per class")
+                        hint="data.source: folder needs a folder with one subfolder per class")
     if not want_dir and not p.is_file():
         raise DataError(f"{field} {given!r} is not a file ({p})", hint="paths are relative to the recipe")
     return p

@@ -39,7 +39,7 @@ def pin(spec: dict, recipe_dir: Path) -> DvcOut:
     for name in ("repo", "rev", "path"):
         if not spec.get(name):
             raise DataError(f"data.{name} is required when data.source is 'dvc'",
-                               hint="data: {source: dvc, repo: FOLDER-OR-GIT-URL, rev: FULL-COMMIT-SHA, path: IN/REPO}")
+                            hint="data: {source: dvc, repo: FOLDER-OR-GIT-URL, rev: FULL-COMMIT-SHA, path: IN/REPO}")
     repo = dvcrepo.repo_location(str(spec["repo"]), Path(recipe_dir))
     return dvcrepo.out_at(repo, str(spec["rev"]), str(spec["path"]), _cache_dir())
 
@@ -64,7 +64,7 @@ def fetch(out: DvcOut) -> Path:
 
     if not is_md5(out.md5):  # checked where it is read (zoo.dvcrepo); the digest names a folder here
         raise DataError(f"data.path {out.path!r}: {out.recorded_in}: md5 {out.md5[:80]!r} is not a DVC digest",
-                           hint="DVC writes only digests there; pin a commit whose file DVC wrote")
+                        hint="DVC writes only digests there; pin a commit whose file DVC wrote")
     store = _cache_dir() / "dvc" / "data"
     digest = out.md5.removesuffix(".dir")
     target = store / digest / PurePosixPath(out.path).name

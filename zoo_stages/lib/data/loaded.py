@@ -65,4 +65,4 @@ def class_labels(values: "np.ndarray", where: str) -> tuple["np.ndarray", LabelK
         index = {n: i for i, n in enumerate(names)}
         return np.array([index[t] for t in texts], dtype=np.int64), "classes", names
     raise DataError(f"{where} has type {values.dtype}, which is not a label",
-                       hint="labels are integer class indices, class names (strings) or float values")
+                    hint="labels are integer class indices, class names (strings) or float values")

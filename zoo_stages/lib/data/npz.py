@@ -43,7 +43,7 @@ def load_npz(path: Path, spec: dict, transform: ImageTransform) -> Loaded:
     if None in counts.values() or len(set(counts.values())) > 1:
         shown = ", ".join(f"{n}: {'scalar' if c is None else c}" for n, c in counts.items())
         raise DataError(f"data.path {given!r}: the feature arrays hold different numbers of samples ({shown})",
-                           hint="every array holds the samples along its first axis")
+                        hint="every array holds the samples along its first axis")
     n = next(iter(counts.values()))
     facts: dict = {"arrays": {name: {"shape": list(v.shape[1:]), "dtype": str(v.dtype)} for name, v in features.items()}}
     if IMAGE_FEATURE in features:
@@ -56,7 +56,7 @@ def load_npz(path: Path, spec: dict, transform: ImageTransform) -> Loaded:
         facts.update(source_sizes=[list(x.shape[-2:])], source_channels=int(x.shape[1]), scale=used)
     elif spec.get("image") or spec.get("image_size") is not None or spec.get("channels") is not None:
         raise DataError(f"data.image: {given!r} has no image array (`x`, or one mapped to `image` by data.inputs)",
-                           hint="image transforms apply to the `image` feature; remove them for other data")
+                        hint="image transforms apply to the `image` feature; remove them for other data")
     else:
         for name, v in features.items():
             if np.issubdtype(v.dtype, np.floating) and v.size and not np.isfinite(v).all():
@@ -66,7 +66,7 @@ def load_npz(path: Path, spec: dict, transform: ImageTransform) -> Loaded:
     values = arrays[label]
     if values.ndim != 1 or len(values) != n:
         raise DataError(f"data.label: the array {label!r} in {given!r} has shape {values.shape}, "
-                           f"expected ({n},): one label per sample")
+                        f"expected ({n},): one label per sample")
     labels, kind, names = class_labels(values, f"data.label: the array {label!r} in {given!r}")
     return Loaded(features, labels, kind, class_names=names, facts=facts)
 

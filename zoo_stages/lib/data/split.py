@@ -45,7 +45,7 @@ def split_indices(n: int, classes: "np.ndarray | None", val_fraction: float, see
     n_val = math.ceil(val_fraction * n)
     if n < 2 or n_val >= n:
         raise DataError(f"the dataset has {n} samples: too few to hold out {val_fraction:.0%} and still train",
-                           hint="raise data.limit, lower data.val_fraction or add data")
+                        hint="raise data.limit, lower data.val_fraction or add data")
     is_val = np.zeros(n, dtype=bool)
     if classes is None:
         is_val[:n_val] = True

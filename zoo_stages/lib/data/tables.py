@@ -66,7 +66,7 @@ def load_table(path: Path, spec: dict) -> Loaded:
     values = table[label]
     if values.dtype == object and any(v is None or v == "" for v in values):
         raise DataError(f"data.label: column {label!r} of {given!r} has empty cells",
-                           hint="drop the rows without a label")
+                        hint="drop the rows without a label")
     labels, kind, names = class_labels(values, f"data.label: column {label!r} of {given!r}")
     return Loaded(samples, labels, kind, class_names=names, facts=facts)
 
@@ -130,14 +130,14 @@ def feature_matrix(table: dict, cols: list[str], given: str, where: str) -> "np.
         values = table[c]
         if values.dtype == object:
             raise DataError(f"{where}: column {c!r} of {given!r} holds text, not numbers "
-                               f"(e.g. {next((v for v in values if v is not None), None)!r})",
-                               hint="feature columns must be numbers; leave the column out of data.columns")
+                            f"(e.g. {next((v for v in values if v is not None), None)!r})",
+                            hint="feature columns must be numbers; leave the column out of data.columns")
         values = values.astype(np.float64)
         bad = np.flatnonzero(~np.isfinite(values))
         if len(bad):
             raise DataError(f"{where}: column {c!r} of {given!r} has {len(bad)} missing, NaN or infinite "
-                               f"value(s) (first at data row {int(bad[0]) + 1})",
-                               hint="fill or drop those rows before training")
+                            f"value(s) (first at data row {int(bad[0]) + 1})",
+                            hint="fill or drop those rows before training")
         out[:, j] = values
     return out
 
@@ -185,7 +185,7 @@ def _read_csv(path: Path, given: str) -> tuple[list[str], list[list[str]]]:
     for i, r in enumerate(rows[1:], start=2):
         if r and len(r) != len(header):
             raise DataError(f"data.path {given!r}: line {i} has {len(r)} fields, the header {len(header)}",
-                               hint="every row needs one value per column (quote values with commas)")
+                            hint="every row needs one value per column (quote values with commas)")
     return header, cells
 
 

@@ -135,7 +135,7 @@ def load_tokenizer(path: Path, given: str) -> Any:
         return tk.Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception for unreadable files
         raise DataError(f"data.tokenizer.path {given!r} is not a Hugging Face tokenizer.json: {e}",
-                           hint="save one with tokenizer.save('tokenizer.json'), or use `tokenizer: {train: {...}}`") \
+                        hint="save one with tokenizer.save('tokenizer.json'), or use `tokenizer: {train: {...}}`") \
             from None
 
 
@@ -148,7 +148,7 @@ def configured(tokenizer: Any, max_length: int, where: str) -> str:
         pad_token = next((t for t in PAD_CANDIDATES if tokenizer.token_to_id(t) is not None), None)
         if pad_token is None:
             raise DataError(f"{where}: the tokenizer has no padding token ({', '.join(PAD_CANDIDATES)})",
-                               hint="add a pad token to the tokenizer, or train one with `tokenizer: {train: {...}}`")
+                            hint="add a pad token to the tokenizer, or train one with `tokenizer: {train: {...}}`")
         pad_id = tokenizer.token_to_id(pad_token)
     tokenizer.enable_truncation(max_length=max_length, direction="right")
     tokenizer.enable_padding(length=max_length, pad_id=pad_id, pad_token=pad_token, direction="right")
