@@ -14,9 +14,9 @@ HEAD = "schema_version: 1\nname: d\nversion: 1.0.0\n"
 STAGES = "stages: {train: {}}\n"
 
 
-def _load(tmp_path: Path, data: str):
+def _load(tmp_path: Path, data: str, task: str = ""):
     path = tmp_path / "r.yaml"
-    path.write_text(HEAD + "data:\n" + data + STAGES)
+    path.write_text(HEAD + "data:\n" + data + STAGES + task)
     return path, load(path)
 
 
@@ -52,7 +52,8 @@ def test_defaults_per_source_and_label_null(tmp_path):
     (tmp_path / "t.csv").write_text("a,label\n1,0\n")
     _, r = _load(tmp_path, "  source: csv\n  path: t.csv\n")
     assert r.spec.data.label == "label"
-    _, r = _load(tmp_path, "  source: csv\n  path: t.csv\n  label: null\n")
+    _, r = _load(tmp_path, "  source: csv\n  path: t.csv\n  label: null\n",
+                 "task: generic\n")  # no labels: nothing tells the task train reads
     assert r.spec.data.label is None
     _, r = _load(tmp_path, "  source: digits\n")
     assert r.spec.data.label is None and r.spec.data.image is None

@@ -152,7 +152,8 @@ model:
   {model}
 stages:
   train: {{}}
-"""
+task: tabular-classification
+"""  # no data and an estimator no rule names: train reads a task the recipe must give
 
 
 @pytest.mark.parametrize("model, line, message", [

@@ -60,6 +60,8 @@ def test_missing_recipe_file(tmp_path):
 # blow-up or a wrong "ok"; each must now be exit 2 with file:line:col, the field and a hint.
 
 HEAD = "schema_version: 1\nname: hostile\nversion: 1.0.0\n"
+# export reads `task:`, which a recipe without data or model must give; last, so lines stay put
+TASK = "task: generic\n"
 
 
 def _refused(tmp_path: Path, data: bytes | str, line: int, fragment: str, field: str | None = None):
@@ -116,7 +118,7 @@ def test_huge_matrix_is_refused_before_expanding(tmp_path):
 def test_a_matrix_at_the_limit_is_fine(tmp_path):
     values = "[" + ",".join(str(i) for i in range(16)) + "]"
     path = tmp_path / "r.yaml"
-    path.write_text(HEAD + f"stages:\n  export:\n    matrix: {{a: {values}, b: {values}}}\n")
+    path.write_text(HEAD + f"stages:\n  export:\n    matrix: {{a: {values}, b: {values}}}\n" + TASK)
     result = zoo("validate", path)
     assert result.code == 0, result.err
     assert "256 stages" in result.out
@@ -194,7 +196,7 @@ def test_a_thousand_stage_recipe_validates(tmp_path):
     for i in range(1000):
         lines.append(f"  s{i}:\n    kind: export\n    needs: [{', '.join(f's{j}' for j in range(i))}]\n")
     path = tmp_path / "big.yaml"
-    path.write_text("".join(lines))
+    path.write_text("".join(lines) + TASK)
     result = zoo("validate", path, timeout=300)
     assert result.code == 0, result.err[-2000:]
     assert "1000 stages: s0, s1, s2" in result.out and result.out.rstrip().endswith("s998, s999")
@@ -214,7 +216,7 @@ def test_topological_sort_reads_each_needs_list_once():
     path = Path(__file__).parent / "data" / "chain.yaml"
     n = 200
     lines = [HEAD, "stages:\n"] + [f"  s{i}:\n    kind: export\n    needs: [{', '.join(f's{j}' for j in range(i))}]\n"
-                                   for i in range(n)]
+                                   for i in range(n)] + [TASK]
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
@@ -240,7 +242,7 @@ def test_repeated_needs_are_expanded_once(tmp_path, monkeypatch):
     values = "[" + ", ".join(str(i) for i in range(16)) + "]"
     path = tmp_path / "r.yaml"
     path.write_text(HEAD + f"stages:\n  a:\n    kind: export\n    matrix: {{x: {values}}}\n"
-                    f"  b:\n    kind: export\n    matrix: {{y: {values}}}\n    needs: [{', '.join(['a'] * 1000)}]\n")
+                    f"  b:\n    kind: export\n    matrix: {{y: {values}}}\n    needs: [{', '.join(['a'] * 1000)}]\n" + TASK)
     dag = planner.build(recipe_mod.load(path))
     assert dag.nodes["b[3]"].needs == [f"a[{i}]" for i in range(16)]
     assert len(calls) == 16  # once per instance of b, not once per repeat (16,000)

@@ -75,7 +75,7 @@ def test_a_plugin_sections_check_points_at_the_field_it_names(sectioned, tmp_pat
 def test_a_plain_value_section_has_its_default_and_its_constraints(sectioned, tmp_path):
     recipe = recipe_mod.load(write_recipe(tmp_path, RECIPE))
     assert recipe.shared() == {"data": None, "labels": {"names": ["cat", "dog"], "language": "en", "source": None},
-                               "model": None, "stamp_note": "none", "task": "image-classification"}
+                               "model": None, "stamp_note": "none", "task": None}  # no data, model: no task to tell
     err = _validate_error(tmp_path, "stamp_note: " + "x" * 41 + "\n" + RECIPE)
     assert "RECIPE:1:13: stamp_note: String should have at most 40 characters" in err
 

@@ -61,6 +61,17 @@ class MissingExtra(InvalidInput):
     names the ``pip install 'zoo-onnx[EXTRA]'`` to run."""
 
 
+class FieldError(InvalidInput):
+    """Invalid input about one recipe field, found while a stage runs (a data file without the
+    label column `data.label` names). `field` is the field's path as the recipe writes it
+    (``("data", "label")``): the engine turns it into the recipe's file:line:col
+    (zoo/engine/failures.py), and the message is the whole story, so no log is shown."""
+
+    def __init__(self, message: str, *, field: tuple[str | int, ...], hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.field = tuple(field)
+
+
 class PlanError(InvalidInput):
     """A DAG that cannot be built: cycles, unknown needs, duplicate ids."""
 

@@ -15,7 +15,11 @@ A section is a class deriving from `RecipeSection` that declares:
   ``Annotated`` with a pydantic ``Field`` (pattern, description) and validators;
 - ``default``: the value a recipe without the section gets (None: the section is absent);
 
-and may override ``check`` for what the value alone cannot tell (a file beside the recipe, another
+and may override ``infer`` to give a recipe that leaves the section out a value told from its
+other sections (``task:`` from the data and the model), when ``default`` is None, and set
+``missing_hint`` when a kind that reads the section (its ``shared``) cannot do without it: a recipe that
+neither gives nor infers it is then refused with that hint;
+``check`` for what the value alone cannot tell (a file beside the recipe, another
 registry), and ``references`` to name the models of the zoo its value refers to (``model.from``),
 which the engine resolves and pins for the kinds that declare those fields (zoo/engine/parents.py;
 a kind reads them as ``context.references``, `zoo.stage.PinnedModel`). Its module is imported by every ``zoo validate``, ``plan`` and cached run, so it must be
@@ -52,6 +56,18 @@ class RecipeSection:
     def check(cls, value: Any, recipe_dir: Path) -> None:
         """Refuse a validated `value` (never None) with `SectionError` for what its schema cannot tell;
         `recipe_dir` is the recipe's folder, which relative paths are read from."""
+
+    @classmethod
+    def infer(cls, sections: dict[str, Any], recipe_dir: Path) -> Any:
+        """The value of a recipe that leaves this section out, told from its other `sections` (plain
+        data, each already checked; None for an absent one), or None when they cannot tell. Called
+        only for a section whose `default` is None; the value is validated by `schema`. A `SectionError`
+        raised here names its `field` from the recipe's top (``("data", "label")``)."""
+        return None
+
+    # set for a section a kind cannot do without: a recipe that neither gives nor infers it while a
+    # stage's kind reads it (its `shared`) is refused with this hint; None: the section is optional
+    missing_hint: ClassVar[str | None] = None
 
     @classmethod
     def references(cls, value: Any) -> dict[str, str]:

@@ -23,7 +23,11 @@ A stage kind is a class deriving from `StageKind` that declares:
   e.g. to embed provenance); the digests of those records (``Upstream.record``) then enter its key;
 
 and implements ``run(inputs, config, context) -> {output name: path inside context.out_dir}``.
-Metrics go in ``context.metrics``. A kind may also override ``dependencies`` to name files
+Metrics go in ``context.metrics``. A kind that reads an upstream stage by its id
+(``inputs.stage(ID)``, an id its config names) says so in ``stage_references``, so a recipe that
+forgot that stage in ``needs:`` fails before anything runs; and what it can tell from the files
+the recipe names before anything runs (an imported ONNX file's inputs) in ``preflight``, raising
+`zoo.errors.FieldError` at the recipe's field. A kind may also override ``dependencies`` to name files
 (user code, datasets) whose content must enter the cache key, and ``on_cached`` to redo an effect
 of its own outside the cache when the stage is found cached (publishing a release is the engine's:
 see ``release_output``).
@@ -438,6 +442,21 @@ class StageKind:
     def dependencies(self, config: KindConfig, ctx: KeyContext) -> list[Path]:
         """Files or folders whose content enters the cache key (user code, local data)."""
         return []
+
+    def stage_references(self, config: KindConfig) -> Mapping[tuple[str | int, ...], str]:
+        """The upstream stages `config` names, {path inside the config: stage id} (deploy's
+        ``builds.NAME.from``): each must be one of the stage's `needs`, which the engine checks
+        before anything runs (`zoo validate`, and every run before its first stage,
+        zoo/engine/preflight.py) at the recipe line of that path. {} by default."""
+        return {}
+
+    def preflight(self, config: KindConfig, ctx: KeyContext) -> None:
+        """What the stage can tell before anything runs from files the recipe names that exist now (an
+        imported ONNX file's inputs against ``model.inputs``): raise `zoo.errors.FieldError` whose
+        `field` is a path from the recipe's top (``("model", "inputs", "x")``), or inside this stage's
+        config when it starts with ``"config"``. Called by `zoo validate` and before every run
+        (zoo/engine/preflight.py): it must be cheap (no heavy import, no data read in full) and say
+        nothing of what is not there yet (a file an upstream stage writes, a download)."""
 
     def tools_used(self, config: KindConfig, ctx: KeyContext) -> Sequence[str]:
         """The distributions this stage uses for this recipe, whose versions enter its key and lock

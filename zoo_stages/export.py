@@ -229,6 +229,39 @@ class Export(NumericOutputs, StageKind):
         exporter = exporters.BUILTIN.get(framework) or exporter_loader.get(framework)
         return (*base, *exporter.tools_for(model))
 
+    def preflight(self, config: ExportConfig, ctx: KeyContext) -> None:
+        """An imported ONNX file beside the recipe (`onnx: {path}`) must take the inputs `model.inputs`
+        declares, with as many dimensions, and the data must give each of its inputs a feature: its
+        ports are read at the wire level (`lib.onnx.ports`), never its weights. A URL, a missing or unreadable file: nothing said (the stage fetches and
+        checks it)."""
+        import difflib
+
+        from zoo.errors import FieldError
+        from zoo_stages.lib.onnx.ports import read_ports
+
+        if config.onnx is None or not config.onnx.path:
+            return
+        path = ctx.resolve(config.onnx.path)
+        try:
+            ports = {p.name: p for p in read_ports(path).inputs}
+        except (OSError, ValueError):
+            return
+        declared = (ctx.shared.get("model") or {}).get("inputs") or {}
+        for name, entry in declared.items():
+            if name not in ports:
+                close = difflib.get_close_matches(name, list(ports), n=1)
+                raise FieldError(f"model.inputs names {name!r}, which {config.onnx.path} does not take"
+                                 + (f" (did you mean {close[0]!r}?)" if close else ""), field=("model", "inputs", name),
+                                 hint=f"the model's inputs are {', '.join(ports) or 'none'}")
+            rank, dims = ports[name].rank, list(entry.get("shape") or [])
+            if rank is not None and rank != len(dims):
+                raise FieldError(f"model.inputs.{name}.shape has {len(dims)} dimensions; input {name!r} of "
+                                 f"{config.onnx.path} has {rank}", field=("model", "inputs", name, "shape"),
+                                 hint="declare one dimension per model dimension, the batch first")
+        data = ctx.shared.get("data")
+        if data and ports:
+            _preflight_features(data, ctx, list(ports), config.onnx.path)
+
     def dependencies(self, config: ExportConfig, ctx: KeyContext) -> list[Path]:
         from zoo_stages.lib.models import archs
 
@@ -285,6 +318,24 @@ class Export(NumericOutputs, StageKind):
             props = _provenance(inputs, context, config.weights if label == "weights" else None, "weights", source)
             exporter.export(ExportJob(source, label, config, context, target, props))
         return {"model": target}
+
+
+def _preflight_features(data: Mapping[str, Any], ctx: KeyContext, inputs: list[str], given: str) -> None:
+    """The data must give a feature for each input of the imported model (`onnx_run.bind_names`'s
+    rule: one input takes the one feature whatever its name, several each by name)."""
+    from zoo.errors import FieldError
+    from zoo_stages.sections.data_probe import feature_names
+
+    features = feature_names(dict(data), ctx.recipe.dir)
+    if features is None or len(inputs) == 1 and len(features) == 1:
+        return
+    missing = [name for name in inputs if name not in features]
+    if missing:
+        raise FieldError(f"the data has no values for input(s) {', '.join(missing)} of {given} "
+                         f"(it has: {', '.join(features) or 'nothing'})",
+                         field=("data", "inputs") if data.get("inputs") else ("data",),
+                         hint=f"name the data's arrays or columns after the model's inputs ({', '.join(inputs)}), "
+                              "e.g. with `data.inputs: {INPUT: ...}`")
 
 
 def _exporter(context: StageContext):

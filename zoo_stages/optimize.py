@@ -114,6 +114,10 @@ class Optimize(NumericOutputs, StageKind):
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "onnxruntime offline graph optimization (+ onnxsim/onnxoptimizer), parity-checked"
 
+    def stage_references(self, config: OptimizeConfig) -> dict[tuple[str | int, ...], str]:
+        """`model_from` names the stage whose model this one reads."""
+        return {("model_from",): config.model_from} if config.model_from else {}
+
     def run(self, inputs: Inputs, config: OptimizeConfig, context: StageContext) -> Mapping[str, Path]:
         import onnx
 

@@ -218,6 +218,10 @@ class Quantize(NumericOutputs, StageKind):
 
         return data_dependencies(data, ctx.recipe.dir)
 
+    def stage_references(self, config: QuantizeConfig) -> dict[tuple[str | int, ...], str]:
+        """`model_from` names the stage whose model this one reads."""
+        return {("model_from",): config.model_from} if config.model_from else {}
+
     def run(self, inputs: Inputs, config: QuantizeConfig, context: StageContext) -> Mapping[str, Path]:
         return _Run(inputs, config, context).go()
 

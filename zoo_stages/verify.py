@@ -374,10 +374,16 @@ class Verify(NumericOutputs, StageKind):
                             implicit=bool(g.get("implicit")))
                 for g in (rows if isinstance(rows, list) else []) if isinstance(g, dict)]
 
+    def stage_references(self, config: VerifyConfig) -> dict[tuple[str | int, ...], str]:
+        """`builds: {NAME: STAGE}` names the stages whose models verify reads."""
+        return {("builds", name): stage for name, stage in (config.builds or {}).items()}
+
     def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
         """The recipe's gates with their values and verdicts."""
         shown = [g for g in self.gates(metrics) if not g.implicit]
         columns = (Column("gate"), Column("value", align="right", format=".4g", missing="n/a"), Column("result"))
+        if not shown:  # no gates in the recipe: no table (a bare "gates (verify)" title says nothing)
+            return []
         rows = tuple((g.gate, g.value, "PASS" if g.passed else "FAIL") for g in shown)
         return [ReportTable(f"gates ({stage_id})", columns, rows, show_header=False)]
 

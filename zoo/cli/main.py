@@ -269,7 +269,7 @@ def _print_run_summary(result, recipe: Path) -> None:
             _echo(f"hint: {err.hint}", err=True)
         if s.log_path:  # a stage that failed before it started (a remote's bad bytes) has none
             _echo(f"log: {s.log_path}", err=True)
-        tail = log_tail(s.log_path)
+        tail = log_tail(s.log_path) if not (err and err.field) else ""  # a recipe field's error says it all
         if tail:
             _echo(f"--- last lines of the log ---\n{tail}\n---", err=True)
         if retry_helps(err):  # never for a failed gate or a version conflict: they would fail again

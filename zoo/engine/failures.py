@@ -7,7 +7,10 @@ line to change:
   what the stage measured before it failed), its value, and the recipe's file:line:col of the gate
   as written; the same inputs give the same verdict, so no rerun is suggested;
 - a version published with other bytes (`Conflict`): versions are immutable, so the one way out
-  is a new `version:` (its file:line:col) or `zoo rm NAME@VERSION` of a local copy never shared.
+  is a new `version:` (its file:line:col) or `zoo rm NAME@VERSION` of a local copy never shared;
+- a recipe field the stage found wrong (`zoo.errors.FieldError`: a data file without the column
+  `data.label` names): the message is prefixed with the recipe's file:line:col of that field (of
+  its section when the recipe leaves the field to its default), one line, no log needed.
 
 `zoo.engine.pipeline.run` (the API's `zoo.api.run`) applies `explain` to every failed stage, so
 the CLI, `--json` and the Python API say the same. The engine knows no kind: gates come through
@@ -39,6 +42,9 @@ def explain(report: "StageReport", dag: "Dag") -> "WorkerError | None":
     error = report.error
     if error is None or report.id not in dag.nodes:
         return error
+    if error.field:
+        pos = dag.recipe.located.where(error.field)
+        return replace(error, message=f"{_shown(Path(dag.recipe.path))}:{pos.line}:{pos.col}: {error.message}")
     if error.type == "GateFailed":
         return replace(error, hint=_gate_hint(report, dag) or error.hint)
     if error.type == "Conflict" and PUBLISHED_CONFLICT in error.message:  # not a kind's own conflict
@@ -124,13 +130,16 @@ def _scalars(node: "Node | None", path: tuple) -> Iterator[tuple["Node", tuple]]
 
 def _place(dag: "Dag", node: "Node") -> str:
     """file:line:col of `node`, the file relative to the current folder when it is inside it."""
-    path = Path(dag.recipe.path)
+    return f"{_shown(Path(dag.recipe.path))}:{node.line}:{node.col}"
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the current folder when it is inside it."""
     try:
         shown = os.path.relpath(path)
-        shown = str(path) if shown.startswith("..") else shown
+        return str(path) if shown.startswith("..") else shown
     except ValueError:  # another drive (Windows)
-        shown = str(path)
-    return f"{shown}:{node.line}:{node.col}"
+        return str(path)
 
 
 def _number(value: Any) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from zoo import paths
-from zoo.engine import failures, frozen as frozen_mod, keys, lockfile, planner, recipe as recipe_mod
+from zoo.engine import failures, frozen as frozen_mod, keys, lockfile, planner, preflight, recipe as recipe_mod
 from zoo.engine.cache import Cache
 from zoo.engine.executors import Executor, make_executor
 from zoo.engine.explain import Reason, ReasonCode
@@ -67,10 +67,14 @@ class Result:
 
 
 def load(path: str | Path | planner.Dag) -> planner.Dag:
-    """Parse, validate and plan a recipe (RecipeError/PlanError point at the YAML)."""
+    """Parse, validate and plan a recipe (RecipeError/PlanError point at the YAML); `zoo validate`'s
+    whole check, which every plan and run makes too (the stages a config names must be needed:
+    zoo/engine/preflight.py)."""
     if isinstance(path, planner.Dag):
         return path
-    return planner.build(recipe_mod.load(path))
+    dag = planner.build(recipe_mod.load(path))
+    preflight.check(dag)
+    return dag
 
 
 def plan(path: str | Path | planner.Dag, *, cache_dir: str | Path | None = None, force: Iterable[str] | bool = (),

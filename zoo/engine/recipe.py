@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator
 
 from zoo.engine import kind_loader, section_loader
 from zoo.errors import InvalidInput, RecipeError, UnknownKind
@@ -217,6 +217,7 @@ def load(path: str | Path) -> Recipe:
             _refuse_non_finite(given, located, ("stages", sid, "config"))
             iid = sid if not matrix else f"{sid}[{','.join(str(v) for v in matrix.values())}]"
             instances[sid].append(Instance(id=iid, base_id=sid, kind=kind_name, matrix=matrix, config=config))
+    _infer_sections(spec, file, located, kind_names)
     return Recipe(spec=spec, path=file.resolve(), digest=digest_bytes(located.text.encode()),
                   instances=instances, kinds=kind_names, located=located)
 
@@ -243,6 +244,32 @@ def _check_sections(spec: RecipeHead, file: Path, located: Located) -> None:
             section_loader.get(name).check(value, file.resolve().parent)
         except SectionError as e:
             raise located.error((name, *e.field), e.message, hint=e.hint) from None
+
+
+def _infer_sections(spec: RecipeHead, file: Path, located: Located, kinds: dict[str, str]) -> None:
+    """Give each section the recipe leaves out (and that has no default) the value its `infer` tells
+    from the other sections; a RecipeError when it cannot, the section says it is needed
+    (`missing_hint`) and a stage's kind reads it."""
+    absent = [name for name in type(spec).model_fields
+              if name not in GENERIC_FIELDS and getattr(spec, name) is None]
+    for name in absent:
+        section = section_loader.get(name)
+        plain = {other: section_loader.as_plain(getattr(spec, other))
+                 for other in type(spec).model_fields if other not in GENERIC_FIELDS}
+        try:
+            value = section.infer(plain, file.resolve().parent)
+        except SectionError as e:
+            raise located.error(e.field, e.message, hint=e.hint) from None  # its field: a path from the top
+        if value is not None:
+            setattr(spec, name, TypeAdapter(section.schema).validate_python(value))
+            continue
+        if section.missing_hint is None:  # an optional section
+            continue
+        for sid, kind_name in kinds.items():
+            if any(f == name or f.startswith(name + ".") for f in kind_loader.get(kind_name).shared):
+                raise located.error(("stages", sid), f"the recipe has no `{name}:`, which stage {sid!r} ({kind_name}) "
+                                    "reads, and nothing else in the recipe tells it", key=True,
+                                    hint=section.missing_hint)
 
 
 def _check_matrix_sizes(spec: RecipeHead, located: Located) -> None:

@@ -62,6 +62,8 @@ class WorkerError:
     exit_code: ExitCode = ExitCode.FAILED
     table: str = ""  # a GateFailed's table of gates
     traceback: str = ""
+    # a FieldError's recipe field (("data", "label")): zoo/engine/failures.py places it in the recipe
+    field: tuple[str | int, ...] = ()
 
     @classmethod
     def from_exception(cls, e: BaseException) -> "WorkerError":
@@ -74,7 +76,7 @@ class WorkerError:
         # a plugin's error class may carry a status zoo does not document: it exits 1
         code = ExitCode(e.exit_code) if e.exit_code in ExitCode._value2member_map_ else ExitCode.FAILED
         return cls(type=type(e).__name__, message=message, hint=e.hint, exit_code=code,
-                   table=getattr(e, "table", ""), traceback=tb)
+                   table=getattr(e, "table", ""), traceback=tb, field=tuple(getattr(e, "field", ()) or ()))
 
     def to_json(self) -> dict[str, Any]:
         """What `--json` shows (no traceback: it is in the stage's log)."""

@@ -51,6 +51,10 @@ class Deploy(NumericOutputs, StageKind):
     # files recording the other files' digests (or the run's figures): differ whenever the builds do
     derived_files: ClassVar[tuple[str, ...]] = (LOCK_FILE, STATEMENT_FILE, MANIFEST_FILE, "*.md")
 
+    def stage_references(self, config: DeployConfig) -> dict[tuple[str | int, ...], str]:
+        """Each build's `from:` is a stage deploy reads (`Release._source_model`)."""
+        return {("builds", name, "from"): spec.source for name, spec in config.builds.items()}
+
     def tools_used(self, config: DeployConfig, ctx: KeyContext) -> tuple[str, ...]:
         """onnx and onnxruntime, and the converter of each `convert:` the builds use."""
         return config.tools()

@@ -234,7 +234,9 @@ class DataSection(RecipeSection):
     @classmethod
     def check(cls, value: DataSpec, recipe_dir: Path) -> None:
         """`data.path` must name an existing file or folder (folder), `data.tokenizer.path` a file,
-        relative to the recipe; a dvc source what its repo tracks at `data.rev`."""
+        relative to the recipe; a dvc source what its repo tracks at `data.rev`; and the columns,
+        arrays and tokenizer the section names must be in those files, as far as their headers tell
+        (`zoo_stages.sections.data_probe`)."""
         if value.source != "digits" and not value.path:
             raise SectionError(f"data.path is required when data.source is {value.source!r}",
                                hint="set `data.path:` to the folder or file, relative to the recipe")
@@ -248,6 +250,10 @@ class DataSection(RecipeSection):
         if value.tokenizer is not None and value.tokenizer.path:
             _check_file(value.tokenizer.path, False, ("tokenizer", "path"), recipe_dir,
                         "a Hugging Face tokenizer.json, relative to the recipe")
+        if value.source != "dvc":  # a DVC-tracked file is in DVC's cache: the stage reads it
+            from zoo_stages.sections.data_probe import probe
+
+            probe(value.model_dump(mode="json"), recipe_dir)
 
 
 def _check_dvc(data: DataSpec, recipe_dir: Path) -> None:

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from zoo.errors import InvalidInput
+from zoo_stages.lib.data.errors import DataError
 from zoo_stages.lib.data import dvc, images, npz, split as splitting, tables, text
 from zoo_stages.lib.data.images import IMAGE_FEATURE, resize_bilinear
 from zoo_stages.lib.data.loaded import Loaded
@@ -186,11 +187,11 @@ def data_dependencies(data: dict, recipe_dir: Path) -> list[Path]:
     need nothing else (the rest of the section enters them as it is).
     """
     if not isinstance(data, dict) or not data.get("source"):
-        raise InvalidInput("this stage needs the recipe's `data:` section",
-                           hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
+        raise DataError("this stage needs the recipe's `data:` section",
+                        hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
     if data["source"] != "digits" and not data.get("path"):
-        raise InvalidInput(f"data.path is required when data.source is {data['source']!r}",
-                           hint="set `data.path:` to the folder or file, relative to the recipe")
+        raise DataError(f"data.path is required when data.source is {data['source']!r}",
+                        hint="set `data.path:` to the folder or file, relative to the recipe")
     return [p for _, p in _files(data, Path(recipe_dir))]
 
 
@@ -214,8 +215,8 @@ def tokenizer_json(data: dict, recipe_dir: Path) -> str:
     ship it with the model so users tokenize the same way."""
     key = _key(data, recipe_dir)
     if _modality(json.loads(key)["spec"]) != "text":
-        raise InvalidInput("the recipe's data has no text (no `data.text:`), so no tokenizer",
-                           hint="set `data.text: COLUMN` and `data.tokenizer:`")
+        raise DataError("the recipe's data has no text (no `data.text:`), so no tokenizer",
+                        hint="set `data.text: COLUMN` and `data.tokenizer:`")
     return _fitted(key)["tokenizer_json"]
 
 
@@ -238,8 +239,8 @@ def clear_cache() -> None:
 def _spec(data: Any) -> dict:
     """The `data:` section with defaults filled in, validated with the recipe's own model."""
     if not isinstance(data, dict) or not data:
-        raise InvalidInput("this stage needs the recipe's `data:` section",
-                           hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
+        raise DataError("this stage needs the recipe's `data:` section",
+                        hint="add e.g. `data: {source: digits, image_size: 8}` to the recipe")
     from pydantic import ValidationError
 
     from zoo_stages.sections.data import DataSpec
@@ -250,11 +251,11 @@ def _spec(data: Any) -> dict:
         first = sorted(e.errors(), key=lambda err: err["type"] != "extra_forbidden")[0]
         where = ".".join(str(p) for p in first["loc"])
         msg = first["msg"].removeprefix("Value error, ")
-        raise InvalidInput(f"data.{where}: {msg}" if where else msg,
-                           hint="see `zoo schema` for the `data:` fields") from None
+        raise DataError(f"data.{where}: {msg}" if where else msg,
+                        hint="see `zoo schema` for the `data:` fields") from None
     if spec["source"] != "digits" and not spec["path"]:
-        raise InvalidInput(f"data.path is required when data.source is {spec['source']!r}",
-                           hint="set `data.path:` to the folder or file, relative to the recipe")
+        raise DataError(f"data.path is required when data.source is {spec['source']!r}",
+                        hint="set `data.path:` to the folder or file, relative to the recipe")
     return spec
 
 
@@ -291,10 +292,10 @@ def _resolve(given: str, recipe_dir: Path, field: str, want_dir: bool) -> Path:
         p = recipe_dir / p
     p = p.resolve()
     if want_dir and not p.is_dir():
-        raise InvalidInput(f"{field} {given!r} is not a folder ({p})",
-                           hint="data.source: folder needs a folder with one subfolder per class")
+        raise DataError(f"{field} {given!r} is not a folder ({p})",
+                        hint="data.source: folder needs a folder with one subfolder per class")
     if not want_dir and not p.is_file():
-        raise InvalidInput(f"{field} {given!r} is not a file ({p})", hint="paths are relative to the recipe")
+        raise DataError(f"{field} {given!r} is not a file ({p})", hint="paths are relative to the recipe")
     return p
 
 

@@ -25,7 +25,8 @@ from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from zoo.dvcrepo import DvcOut
-from zoo.errors import IntegrityError, InvalidInput, MissingExtra, SourceUnreachable
+from zoo.errors import IntegrityError, MissingExtra, SourceUnreachable
+from zoo_stages.lib.data.errors import DataError
 
 DVC_EXTRA = "pip install 'zoo-onnx[dvc]'"
 PIN_SCHEMA_VERSION = 1
@@ -37,8 +38,8 @@ def pin(spec: dict, recipe_dir: Path) -> DvcOut:
 
     for name in ("repo", "rev", "path"):
         if not spec.get(name):
-            raise InvalidInput(f"data.{name} is required when data.source is 'dvc'",
-                               hint="data: {source: dvc, repo: FOLDER-OR-GIT-URL, rev: FULL-COMMIT-SHA, path: IN/REPO}")
+            raise DataError(f"data.{name} is required when data.source is 'dvc'",
+                            hint="data: {source: dvc, repo: FOLDER-OR-GIT-URL, rev: FULL-COMMIT-SHA, path: IN/REPO}")
     repo = dvcrepo.repo_location(str(spec["repo"]), Path(recipe_dir))
     return dvcrepo.out_at(repo, str(spec["rev"]), str(spec["path"]), _cache_dir())
 
@@ -62,8 +63,8 @@ def fetch(out: DvcOut) -> Path:
     from zoo.dvcrepo import is_md5
 
     if not is_md5(out.md5):  # checked where it is read (zoo.dvcrepo); the digest names a folder here
-        raise InvalidInput(f"data.path {out.path!r}: {out.recorded_in}: md5 {out.md5[:80]!r} is not a DVC digest",
-                           hint="DVC writes only digests there; pin a commit whose file DVC wrote")
+        raise DataError(f"data.path {out.path!r}: {out.recorded_in}: md5 {out.md5[:80]!r} is not a DVC digest",
+                        hint="DVC writes only digests there; pin a commit whose file DVC wrote")
     store = _cache_dir() / "dvc" / "data"
     digest = out.md5.removesuffix(".dir")
     target = store / digest / PurePosixPath(out.path).name

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zoo.errors import InvalidInput
+from zoo_stages.lib.data.errors import DataError
 from zoo_stages.lib.data.loaded import Loaded
 
 if TYPE_CHECKING:
@@ -63,10 +64,10 @@ def scaled(x: "np.ndarray", scale: float | None, where: str) -> tuple["np.ndarra
 
     if scale is not None:
         if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
-            raise InvalidInput(f"{where}: unsupported pixel type {x.dtype}", hint="store numbers")
+            raise DataError(f"{where}: unsupported pixel type {x.dtype}", hint="store numbers")
         out = x.astype(np.float32) * np.float32(scale)
         if out.size and not np.isfinite(out).all():
-            raise InvalidInput(f"{where}: pixels include NaN or infinite values")
+            raise DataError(f"{where}: pixels include NaN or infinite values")
         return out, float(scale)
     if x.dtype == np.uint8:
         return x.astype(np.float32) / np.float32(255.0), 1 / 255
@@ -75,13 +76,13 @@ def scaled(x: "np.ndarray", scale: float | None, where: str) -> tuple["np.ndarra
     if np.issubdtype(x.dtype, np.floating):
         x = x.astype(np.float32)
         if x.size and (not np.isfinite(x).all() or x.min() < 0 or x.max() > 1):
-            raise InvalidInput(f"{where}: float pixels must lie in [0, 1] unless data.image.scale is given "
-                               f"(got {x.min():g}..{x.max():g})",
-                               hint="set `data.image: {scale: 1}` to use the values as they are (with mean/std "
-                                    "to normalise them), or store uint8 images")
+            raise DataError(f"{where}: float pixels must lie in [0, 1] unless data.image.scale is given "
+                            f"(got {x.min():g}..{x.max():g})",
+                            hint="set `data.image: {scale: 1}` to use the values as they are (with mean/std "
+                                 "to normalise them), or store uint8 images")
         return x, 1.0
-    raise InvalidInput(f"{where}: pixel type {x.dtype} has no default scale",
-                       hint="store uint8, uint16 or float32 in [0, 1], or set `data.image.scale`")
+    raise DataError(f"{where}: pixel type {x.dtype} has no default scale",
+                    hint="store uint8, uint16 or float32 in [0, 1], or set `data.image.scale`")
 
 
 def load_digits(transform: ImageTransform) -> Loaded:
@@ -103,15 +104,15 @@ def load_folder(root: Path, given: str, transform: ImageTransform) -> Loaded:
 
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not classes:
-        raise InvalidInput(f"data.path {given!r} has no class subfolders",
-                           hint="put the images of each class in their own subfolder, e.g. cats/1.png, dogs/2.png")
+        raise DataError(f"data.path {given!r} has no class subfolders",
+                        hint="put the images of each class in their own subfolder, e.g. cats/1.png, dogs/2.png")
     images, labels, files_read, scales = [], [], [], set()
     for index, name in enumerate(classes):
         files = sorted(f for f in (root / name).iterdir()
                        if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in IMAGE_SUFFIXES)
         if not files:
-            raise InvalidInput(f"data.path {given!r}: class folder {name!r} has no images",
-                               hint=f"supported files: {', '.join(IMAGE_SUFFIXES)}")
+            raise DataError(f"data.path {given!r}: class folder {name!r} has no images",
+                            hint=f"supported files: {', '.join(IMAGE_SUFFIXES)}")
         for f in files:
             raw, maxval = read_image(f, transform.channels)
             if transform.scale is None:
@@ -126,8 +127,8 @@ def load_folder(root: Path, given: str, transform: ImageTransform) -> Loaded:
     if transform.size is None and len(sizes) > 1:
         examples = {tuple(img.shape[-2:]): f.name for img, f in zip(images, files_read)}
         shown = ", ".join(f"{h}x{w} ({examples[(h, w)]})" for h, w in sizes[:3])
-        raise InvalidInput(f"data.path {given!r}: the images have different sizes ({shown}...) and no size is declared",
-                           hint="declare the model's input size: `data.image: {size: [H, W]}`")
+        raise DataError(f"data.path {given!r}: the images have different sizes ({shown}...) and no size is declared",
+                        hint="declare the model's input size: `data.image: {size: [H, W]}`")
     own_channels = {img.shape[0] for img in images}
     channels = transform.channels or (1 if own_channels == {1} else 4 if own_channels == {4} else 3)
     target = transform.size or sizes[0]
@@ -150,8 +151,8 @@ def transform_images(x: "np.ndarray", transform: ImageTransform, where: str) -> 
     c = x.shape[1]
     for name, values in (("mean", transform.mean), ("std", transform.std)):
         if values is not None and len(values) not in (1, c):
-            raise InvalidInput(f"data.image.{name} has {len(values)} values but the images have {c} channel(s)",
-                               hint=f"give one value, or {c}")
+            raise DataError(f"data.image.{name} has {len(values)} values but the images have {c} channel(s)",
+                            hint=f"give one value, or {c}")
     if transform.mean is not None:
         x = x - np.asarray(transform.mean, dtype=np.float32).reshape(1, -1, 1, 1)
     if transform.std is not None:
@@ -213,8 +214,8 @@ def to_channels(x: "np.ndarray", channels: int, where: str) -> "np.ndarray":
         return np.tensordot(x[:, :3], luma, axes=([1], [0]))[:, None].astype(np.float32)
     if have == 4 and channels == 3:
         return x[:, :3]
-    raise InvalidInput(f"{where}: cannot turn {have}-channel images into {channels}-channel images",
-                       hint="set data.image.channels to 1, or to the images' own channel count")
+    raise DataError(f"{where}: cannot turn {have}-channel images into {channels}-channel images",
+                    hint="set data.image.channels to 1, or to the images' own channel count")
 
 
 def read_image(path: Path, channels: int | None) -> tuple["np.ndarray", int]:
@@ -238,7 +239,7 @@ def read_image(path: Path, channels: int | None) -> tuple["np.ndarray", int]:
                 mode = "L" if grey else "RGBA" if alpha else "RGB"
             arr = np.asarray(im.convert(mode))
     except OSError as e:
-        raise InvalidInput(f"cannot read image {path}: {e}", hint="remove or replace the broken file") from None
+        raise DataError(f"cannot read image {path}: {e}", hint="remove or replace the broken file") from None
     arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
     return arr.astype(np.float32), 255
 
@@ -266,15 +267,15 @@ def _read_netpbm(path: Path) -> tuple["np.ndarray", int]:
     try:
         magic, width, height, maxval = fields[0], int(fields[1]), int(fields[2]), int(fields[3])
     except (IndexError, ValueError):
-        raise InvalidInput(f"cannot read image {path}: not a binary PGM/PPM file") from None
+        raise DataError(f"cannot read image {path}: not a binary PGM/PPM file") from None
     if magic not in (b"P5", b"P6") or not 0 < maxval < 65536:
-        raise InvalidInput(f"cannot read image {path}: only binary PGM (P5) and PPM (P6) are supported",
-                           hint="save the image as binary netpbm, or install Pillow and use PNG")
+        raise DataError(f"cannot read image {path}: only binary PGM (P5) and PPM (P6) are supported",
+                        hint="save the image as binary netpbm, or install Pillow and use PNG")
     c = 1 if magic == b"P5" else 3
     dtype = np.dtype(">u2") if maxval > 255 else np.dtype("u1")
     count = width * height * c
     if len(raw) - pos < count * dtype.itemsize:
-        raise InvalidInput(f"cannot read image {path}: the file is truncated")
+        raise DataError(f"cannot read image {path}: the file is truncated")
     pixels = np.frombuffer(raw, dtype=dtype, count=count, offset=pos).reshape(height, width, c)
     return pixels.transpose(2, 0, 1).astype(np.float32), maxval
 

@@ -41,28 +41,28 @@ class Loaded:
 
 def class_labels(values: "np.ndarray", where: str) -> tuple["np.ndarray", LabelKind, list[str] | None]:
     """Labels from stored values: integers are class indices, strings classes (sorted names),
-    floats regression values. InvalidInput naming `where` for anything else."""
+    floats regression values. DataError naming `where` for anything else."""
     import numpy as np
 
-    from zoo.errors import InvalidInput
+    from zoo_stages.lib.data.errors import DataError
 
     values = np.asarray(values)
     if values.ndim != 1:
-        raise InvalidInput(f"{where} has shape {values.shape}: labels are one value per sample")
+        raise DataError(f"{where} has shape {values.shape}: labels are one value per sample")
     if values.dtype == bool:
         return values.astype(np.int64), "classes", ["False", "True"]
     if np.issubdtype(values.dtype, np.integer):
         if len(values) and values.min() < 0:
-            raise InvalidInput(f"{where} holds negative labels", hint="integer labels are class indices 0..K-1")
+            raise DataError(f"{where} holds negative labels", hint="integer labels are class indices 0..K-1")
         return values.astype(np.int64), "classes", None
     if np.issubdtype(values.dtype, np.floating):
         if not np.isfinite(values).all():
-            raise InvalidInput(f"{where} holds NaN or infinite values", hint="drop or fill the samples without a label")
+            raise DataError(f"{where} holds NaN or infinite values", hint="drop or fill the samples without a label")
         return values.astype(np.float32), "values", None
     if values.dtype.kind in ("U", "S", "O"):
         texts = [str(v) for v in values]
         names = sorted(set(texts))
         index = {n: i for i, n in enumerate(names)}
         return np.array([index[t] for t in texts], dtype=np.int64), "classes", names
-    raise InvalidInput(f"{where} has type {values.dtype}, which is not a label",
-                       hint="labels are integer class indices, class names (strings) or float values")
+    raise DataError(f"{where} has type {values.dtype}, which is not a label",
+                    hint="labels are integer class indices, class names (strings) or float values")

@@ -19,7 +19,7 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-from zoo.errors import InvalidInput
+from zoo_stages.lib.data.errors import DataError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,8 +44,8 @@ def split_indices(n: int, classes: "np.ndarray | None", val_fraction: float, see
     n = len(order)
     n_val = math.ceil(val_fraction * n)
     if n < 2 or n_val >= n:
-        raise InvalidInput(f"the dataset has {n} samples: too few to hold out {val_fraction:.0%} and still train",
-                           hint="raise data.limit, lower data.val_fraction or add data")
+        raise DataError(f"the dataset has {n} samples: too few to hold out {val_fraction:.0%} and still train",
+                        hint="raise data.limit, lower data.val_fraction or add data")
     is_val = np.zeros(n, dtype=bool)
     if classes is None:
         is_val[:n_val] = True

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zoo.errors import InvalidInput
+from zoo_stages.lib.data.errors import DataError
 from zoo_stages.lib.data.loaded import Loaded, class_labels
 
 if TYPE_CHECKING:
@@ -45,15 +45,14 @@ def load_table(path: Path, spec: dict) -> Loaded:
     given = spec["path"]
     table = read_table(path, spec["source"], given)
     if not table or not len(next(iter(table.values()))):
-        raise InvalidInput(f"data.path {given!r} has no rows", hint="the file needs a header and one row per sample")
+        raise DataError(f"data.path {given!r} has no rows", hint="the file needs a header and one row per sample")
+    check_columns(list(table), spec)
     label = spec.get("label")
-    if label is not None:
-        column(table, label, "data.label", given, hint="set `data.label:` to the label column, or `label: null`")
     samples: dict[str, Any] = {}
     if spec.get("text") is not None:
-        texts = column(table, spec["text"], "data.text", given)
+        texts = table[spec["text"]]
         if texts.dtype != object or any(not isinstance(t, str) for t in texts):
-            raise InvalidInput(f"data.text: column {spec['text']!r} of {given!r} does not hold texts (got {texts.dtype})")
+            raise DataError(f"data.text: column {spec['text']!r} of {given!r} does not hold texts (got {texts.dtype})")
         samples["text"] = texts
         groups = {}
     else:
@@ -66,19 +65,39 @@ def load_table(path: Path, spec: dict) -> Loaded:
         return Loaded(samples, None, None, facts=facts)
     values = table[label]
     if values.dtype == object and any(v is None or v == "" for v in values):
-        raise InvalidInput(f"data.label: column {label!r} of {given!r} has empty cells",
-                           hint="drop the rows without a label")
+        raise DataError(f"data.label: column {label!r} of {given!r} has empty cells",
+                        hint="drop the rows without a label")
     labels, kind, names = class_labels(values, f"data.label: column {label!r} of {given!r}")
     return Loaded(samples, labels, kind, class_names=names, facts=facts)
 
 
+def check_columns(names: list[str], spec: dict) -> None:
+    """DataError unless a table with these column names holds the label, text and feature columns the
+    section names (also checked before a run, from the file's header alone)."""
+    given = spec["path"]
+    table = dict.fromkeys(names)
+    if spec.get("label") is not None:
+        column(table, spec["label"], "data.label", given, hint="set `data.label:` to the label column, or `label: null`")
+    if spec.get("text") is not None:
+        column(table, spec["text"], "data.text", given)
+    else:
+        feature_groups(table, spec, given)
+
+
 def column(table: dict, name: str, field: str, given: str, hint: str | None = None) -> "np.ndarray":
-    """One column; InvalidInput naming `field`, with a did-you-mean, when the table has none."""
+    """One column; DataError naming `field`, with a did-you-mean, when the table has none."""
     if name not in table:
         close = difflib.get_close_matches(name, list(table), n=1)
-        raise InvalidInput(f"{field}: {given!r} has no column {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                           + f" (columns: {', '.join(table)})", hint=hint)
+        raise DataError(f"{field}: {given!r} has no column {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                        + f" (columns: {_listed(list(table))})", hint=hint)
     return table[name]
+
+
+def _listed(names: list[str], most: int = 12) -> str:
+    """Column names for a message: all of a small table's, the first `most` and a count of a wide one's."""
+    if len(names) <= most:
+        return ", ".join(names)
+    return ", ".join(names[:most]) + f", … ({len(names)} in all)"
 
 
 def feature_groups(table: dict, spec: dict, given: str) -> dict[str, list[str]]:
@@ -91,34 +110,34 @@ def feature_groups(table: dict, spec: dict, given: str) -> dict[str, list[str]]:
     for name, cols in groups.items():
         field = f"data.inputs.{name}" if spec.get("inputs") else "data.columns"
         if not cols:
-            raise InvalidInput(f"{field}: no feature columns (the table has only the label)")
+            raise DataError(f"{field}: no feature columns (the table has only the label)")
         for c in cols:
             column(table, c, field, given)
             if c == spec.get("label"):
-                raise InvalidInput(f"{field}: {c!r} is the label column", hint="a label cannot also be a feature")
+                raise DataError(f"{field}: {c!r} is the label column", hint="a label cannot also be a feature")
         dup = sorted({c for c in cols if cols.count(c) > 1})
         if dup:
-            raise InvalidInput(f"{field}: column {dup[0]!r} is listed twice")
+            raise DataError(f"{field}: column {dup[0]!r} is listed twice")
     return groups
 
 
 def feature_matrix(table: dict, cols: list[str], given: str, where: str) -> "np.ndarray":
-    """float32 [N, len(cols)] of numeric columns; InvalidInput for text or missing values."""
+    """float32 [N, len(cols)] of numeric columns; DataError for text or missing values."""
     import numpy as np
 
     out = np.empty((len(table[cols[0]]), len(cols)), dtype=np.float32)
     for j, c in enumerate(cols):
         values = table[c]
         if values.dtype == object:
-            raise InvalidInput(f"{where}: column {c!r} of {given!r} holds text, not numbers "
-                               f"(e.g. {next((v for v in values if v is not None), None)!r})",
-                               hint="feature columns must be numbers; leave the column out of data.columns")
+            raise DataError(f"{where}: column {c!r} of {given!r} holds text, not numbers "
+                            f"(e.g. {next((v for v in values if v is not None), None)!r})",
+                            hint="feature columns must be numbers; leave the column out of data.columns")
         values = values.astype(np.float64)
         bad = np.flatnonzero(~np.isfinite(values))
         if len(bad):
-            raise InvalidInput(f"{where}: column {c!r} of {given!r} has {len(bad)} missing, NaN or infinite "
-                               f"value(s) (first at data row {int(bad[0]) + 1})",
-                               hint="fill or drop those rows before training")
+            raise DataError(f"{where}: column {c!r} of {given!r} has {len(bad)} missing, NaN or infinite "
+                            f"value(s) (first at data row {int(bad[0]) + 1})",
+                            hint="fill or drop those rows before training")
         out[:, j] = values
     return out
 
@@ -157,19 +176,24 @@ def _read_csv(path: Path, given: str) -> tuple[list[str], list[list[str]]]:
         with open(path, newline="", encoding="utf-8") as f:
             rows = list(csv.reader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise InvalidInput(f"data.path {given!r} is not a readable UTF-8 CSV file: {e}") from None
+        raise DataError(f"data.path {given!r} is not a readable UTF-8 CSV file: {e}") from None
     if not rows:
-        raise InvalidInput(f"data.path {given!r} is empty", hint="a CSV file starts with a header row")
+        raise DataError(f"data.path {given!r} is empty", hint="a CSV file starts with a header row")
     header = rows[0]
-    dup = sorted({h for h in header if header.count(h) > 1})
-    if dup:
-        raise InvalidInput(f"data.path {given!r}: the header names column {dup[0]!r} twice")
+    check_header(header, given)
     cells = [r for r in rows[1:] if r]
     for i, r in enumerate(rows[1:], start=2):
         if r and len(r) != len(header):
-            raise InvalidInput(f"data.path {given!r}: line {i} has {len(r)} fields, the header {len(header)}",
-                               hint="every row needs one value per column (quote values with commas)")
+            raise DataError(f"data.path {given!r}: line {i} has {len(r)} fields, the header {len(header)}",
+                            hint="every row needs one value per column (quote values with commas)")
     return header, cells
+
+
+def check_header(header: list[str], given: str) -> None:
+    """DataError when a CSV header names a column twice (also checked before a run)."""
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise DataError(f"data.path {given!r}: the header names column {dup[0]!r} twice")
 
 
 def _read_jsonl(path: Path, given: str) -> tuple[list[str], list[list[Any]]]:
@@ -180,12 +204,12 @@ def _read_jsonl(path: Path, given: str) -> tuple[list[str], list[list[Any]]]:
                 if line.strip():
                     obj = json.loads(line)
                     if not isinstance(obj, dict):
-                        raise InvalidInput(f"data.path {given!r}: line {i} is not a JSON object")
+                        raise DataError(f"data.path {given!r}: line {i} is not a JSON object")
                     records.append(obj)
     except (OSError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"data.path {given!r} is not a readable UTF-8 file: {e}") from None
+        raise DataError(f"data.path {given!r} is not a readable UTF-8 file: {e}") from None
     except json.JSONDecodeError as e:
-        raise InvalidInput(f"data.path {given!r}: line {i} is not JSON: {e.msg}") from None
+        raise DataError(f"data.path {given!r}: line {i} is not JSON: {e.msg}") from None
     header: dict[str, None] = {}
     for obj in records:
         header.update(dict.fromkeys(obj))
@@ -222,11 +246,11 @@ def _read_parquet(path: Path, given: str) -> dict[str, "np.ndarray"]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise InvalidInput("data.source: parquet needs pyarrow, which is not installed", hint=TABLES_EXTRA) from None
+        raise DataError("data.source: parquet needs pyarrow, which is not installed", hint=TABLES_EXTRA) from None
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises its own ArrowInvalid/OSError family
-        raise InvalidInput(f"data.path {given!r} is not a readable Parquet file: {e}") from None
+        raise DataError(f"data.path {given!r} is not a readable Parquet file: {e}") from None
     out = {}
     for name, col in zip(table.column_names, table.columns):
         values = col.to_pylist()

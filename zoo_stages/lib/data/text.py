@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from zoo.errors import InvalidInput
+from zoo_stages.lib.data.errors import DataError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -133,8 +134,8 @@ def load_tokenizer(path: Path, given: str) -> Any:
     try:
         return tk.Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception for unreadable files
-        raise InvalidInput(f"data.tokenizer.path {given!r} is not a Hugging Face tokenizer.json: {e}",
-                           hint="save one with tokenizer.save('tokenizer.json'), or use `tokenizer: {train: {...}}`") \
+        raise DataError(f"data.tokenizer.path {given!r} is not a Hugging Face tokenizer.json: {e}",
+                        hint="save one with tokenizer.save('tokenizer.json'), or use `tokenizer: {train: {...}}`") \
             from None
 
 
@@ -146,8 +147,8 @@ def configured(tokenizer: Any, max_length: int, where: str) -> str:
     else:
         pad_token = next((t for t in PAD_CANDIDATES if tokenizer.token_to_id(t) is not None), None)
         if pad_token is None:
-            raise InvalidInput(f"{where}: the tokenizer has no padding token ({', '.join(PAD_CANDIDATES)})",
-                               hint="add a pad token to the tokenizer, or train one with `tokenizer: {train: {...}}`")
+            raise DataError(f"{where}: the tokenizer has no padding token ({', '.join(PAD_CANDIDATES)})",
+                            hint="add a pad token to the tokenizer, or train one with `tokenizer: {train: {...}}`")
         pad_id = tokenizer.token_to_id(pad_token)
     tokenizer.enable_truncation(max_length=max_length, direction="right")
     tokenizer.enable_padding(length=max_length, pad_id=pad_id, pad_token=pad_token, direction="right")
