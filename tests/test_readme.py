@@ -77,8 +77,6 @@ def test_the_readme_csv_recipe_validates_and_runs_as_written(tmp_path):
     assert label.shape == (1,)
 
 
-@pytest.mark.xfail(strict=True, reason="`zoo validate` does not read a CSV's header yet (issue 34, another branch): "
-                   "when it does, this passes and strict xfail fails the suite: remove this mark")
 def test_the_csv_recipe_fails_validation_when_the_label_column_is_misspelt(tmp_path):
     """The check the README promises (`zoo validate`: the recipe and its data) is a real one."""
     recipe, _ = _csv_example()
