@@ -24,10 +24,11 @@ pytest_plugins = ["remote_fixtures"]
 
 @pytest.fixture(autouse=True)
 def isolated_zoo_paths(tmp_path_factory, monkeypatch):
-    """Point ZOO_CACHE_DIR, ZOO_HOME and the code memo at temp dirs so no test touches the user's files."""
+    """Point ZOO_CACHE_DIR, ZOO_HOME, ZOO_CONFIG_DIR and the code memo at temp dirs so no test touches the user's files."""
     base = tmp_path_factory.mktemp("zoo-env")
     monkeypatch.setenv("ZOO_CACHE_DIR", str(base / "cache"))
     monkeypatch.setenv("ZOO_HOME", str(base / "home"))
+    monkeypatch.setenv("ZOO_CONFIG_DIR", str(base / "config"))  # the user's named remotes (zoo.registry.config)
     monkeypatch.setenv("ZOO_CODE_MEMO", str(base / "code.sqlite"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -69,7 +69,8 @@ def release(
                                   show_default=False),
     version: str = typer.Option(..., "--version", help="The version to release; must equal the recipe's `version:`.",
                                 show_default=False),
-    to: str = typer.Option(..., "--to", help="Name of the remote zoo to publish to (see `zoo remote list`).",
+    to: str = typer.Option(..., "--to", metavar="REMOTE",
+                           help="Remote zoo to publish to: a `zoo remote` name, a folder or a URL.",
                            show_default=False),
     tag: Optional[List[str]] = typer.Option(None, "--tag", "-t", help="Tag to point at the version (repeatable), "
                                                                       "on the remote and locally."),
