@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,10 @@ PLUGINS = Path(__file__).resolve().parent / "plugins"
 if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
+
+# the user's named remotes (zoo.registry.config) for what runs outside a test's own temp paths (a
+# module- or session-scoped fixture): never the real ~/.config/zoo
+os.environ["ZOO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="zoo-config-")
 
 # the remote backends and their servers (fixtures shared by the test_registry_remote*.py suites)
 pytest_plugins = ["remote_fixtures"]

@@ -127,7 +127,7 @@ def test_a_project_config_cannot_define_or_redirect_a_named_remote(tmp_path):
         "schema_version: 1\ncache: {remote: team}\nremotes: {team: /tmp/evil}\n")
     assert zoo("remote", "add", "team", tmp_path / "team-zoo").code == 0
     r = zoo("cache", "status", "--json", cwd=project)
-    assert r.code == 2 and "unknown setting remotes" in r.err, r.text
+    assert r.code == 2 and "unknown setting remotes" in json.loads(r.out)["error"]["message"], r.text
     (project / ".zoo" / "config.yaml").write_text("schema_version: 1\ncache: {remote: team}\n")
     r = zoo("cache", "status", "--json", cwd=project)
     assert r.code == 0, r.text
