@@ -26,6 +26,8 @@ def test_a_folder_works_wherever_a_remote_is_asked_for(tmp_path):
     assert r.code == 0, r.text
     assert f"tiny@1.0.0 → {folder}: published" in r.out and "bytes" not in r.out  # a size, not a byte count
     assert (folder / "models" / "tiny").is_dir()
+    r = zoo("push", "tiny@1.0.0", "--to", folder)
+    assert r.code == 0 and r.out.strip() == f"tiny@1.0.0 → {folder}: already there (same content); nothing to upload"
 
     # relative to the working folder, written ./…
     r = zoo("list", "--remote", "./shared", "--json", cwd=tmp_path)
@@ -114,6 +116,9 @@ def test_remotes_kept_in_a_zoo_home_are_still_read_and_the_users_win(tmp_path):
     assert [(x["name"], x["url"]) for x in json.loads(r.out)] == [("team", str(tmp_path / "current")),
                                                                   ("old", str(tmp_path / "old-zoo"))]
     assert zoo("remote", "list", "--json").out.count('"name"') == 1  # another ZOO_HOME: the user's only
+    r = zoo("remote", "list", env=env)  # says where each comes from
+    assert f"note: team kept in {os.environ['ZOO_CONFIG_DIR']}/remotes.json" in r.err, r.err
+    assert f"note: old kept in {old_home / 'remotes.json'}" in r.err
     assert zoo("remote", "remove", "team", env=env).code == 0  # from both files: the stale one does not come back
     assert [x["name"] for x in json.loads(zoo("remote", "list", "--json", env=env).out)] == ["old"]
     assert "team" not in (old_home / "remotes.json").read_text()
@@ -132,3 +137,23 @@ def test_a_project_config_cannot_define_or_redirect_a_named_remote(tmp_path):
     r = zoo("cache", "status", "--json", cwd=project)
     assert r.code == 0, r.text
     assert json.loads(r.out)["remote"] == f"{tmp_path / 'team-zoo'}/run-cache"
+
+
+def test_a_zoo_opened_by_its_folder_sees_the_users_remotes_and_its_own_first(tmp_path):
+    from zoo.errors import InvalidInput
+    from zoo.registry import api
+
+    _publish(tmp_path)
+    assert zoo("remote", "add", "team", tmp_path / "team-zoo").code == 0
+    assert zoo("push", "tiny@1.0.0", "--to", "team").code == 0
+    other = LocalZoo(tmp_path / "other")  # not $ZOO_HOME's
+    assert [m.name for m in api.list_models(remote="team", zoo=other)] == ["tiny"]
+    api.remote_add("team", str(tmp_path / "its-own"), zoo=other, replace=True)  # into its own remotes.json
+    assert api.remote_list(zoo=other)[0]["url"] == str(tmp_path / "its-own")
+    assert json.loads(zoo("remote", "list", "--json").out)[0]["url"] == str(tmp_path / "team-zoo")  # untouched
+    api.remote_remove("team", zoo=other)
+    assert api.remote_list(zoo=other)[0]["url"] == str(tmp_path / "team-zoo")  # the user's again
+    import pytest
+
+    with pytest.raises(InvalidInput, match="is defined in"):
+        api.remote_remove("team", zoo=other)  # never the user's config through another zoo

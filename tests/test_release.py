@@ -43,6 +43,8 @@ def rel(tmp_path_factory, s3):
     ctx = {"base": base, "recipe": recipe, "env": env, "endpoint": s3, "url": "s3://zoo/releases"}
     cli = zoo_cli("remote", "add", "prod", ctx["url"], "--option", f"endpoint_url={s3}", env=env)
     assert cli.code == 0, cli.text
+    # the tests' own calls open this zoo by its folder, under another user config folder: its own remote
+    registry.remote_add("prod", ctx["url"], options={"endpoint_url": s3}, zoo=LocalZoo(base / "home"))
     # no lockfile yet: a release refuses to guess what it should be, and runs nothing
     ctx["unlocked"] = zoo_cli("release", recipe, "--version", "1.0.0", "--to", "prod", env=env)
     cli = zoo_cli("run", recipe, env=env, timeout=900)

@@ -181,4 +181,6 @@ def bundle_import(
         print(f"imported {ref}")
     for ref in result.present:
         print(f"{ref} was already in the local zoo with the same bytes")
-    print(f"{result.blobs} new file(s), {result.bytes} bytes, every sha256 verified", flush=True)
+    from zoo.formatting import size
+
+    print(f"{result.blobs} new file(s), {size(result.bytes)}, every sha256 verified", flush=True)

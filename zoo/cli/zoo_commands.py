@@ -84,7 +84,7 @@ def list_cmd(
             _note("no versions" + (f" on remote {remote}" if remote else " in the local zoo"))
             return
         _table(None, [Col("name", wrap=False), Col("version", wrap=False), Col("tags"), Col("builds"),
-                      Col("created", wrap=False, drop=2), Col("task", drop=1)],
+                      Col("created (UTC)", wrap=False, drop=2), Col("task", drop=1)],
                [[v.name, v.version, ", ".join(v.tags), ", ".join(v.builds), timestamp(v.created), v.task] for v in rows])
         return
     models = api.list_models(remote=remote)
@@ -294,10 +294,12 @@ def push_cmd(
         return _print_json(result)
     from zoo.formatting import size
 
-    what = "published" if result["created"] else "already there (same content)"
-    print(f"{result['ref']} → {result['remote']}: {what}; {result['uploaded']} file(s) uploaded "
-          f"({size(result['bytes'])})" + (f", {result['skipped']} already present" if result["skipped"] else ""),
-          flush=True)
+    sent = f"{result['uploaded']} file(s) uploaded ({size(result['bytes'])})"
+    if result["created"]:
+        what = "published; " + sent + (f", {result['skipped']} already there" if result["skipped"] else "")
+    else:  # a rerun finishing a cut-off push may still send what was missing
+        what = "already there (same content); " + (sent if result["uploaded"] else "nothing to upload")
+    print(f"{result['ref']} → {result['remote']}: {what}", flush=True)
 
 
 def tag_cmd(
@@ -435,6 +437,11 @@ def remote_list_cmd(as_json: bool = JsonOpt) -> None:
     _table(None, ["name", "kind", "url", "options", "mirrors"],
            [[r["name"], r["kind"] + (" (read-only)" if r["read_only"] else ""), r["url"],
              ", ".join(f"{k}={v}" for k, v in r["options"].items()), ", ".join(r["mirrors"])] for r in rows])
+    from zoo.registry.config import RemotesConfig
+    from zoo.registry.store import LocalZoo
+
+    for path, names in RemotesConfig(LocalZoo().root).sources().items():  # the user's config, an older $ZOO_HOME file
+        _note(f"{', '.join(names)} kept in {path}")
 
 
 def remote_remove_cmd(name: str = typer.Argument(..., help="Remote name.", show_default=False,

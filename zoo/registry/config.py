@@ -12,7 +12,8 @@ Where the names live (schema-versioned ``remotes.json`` files):
   name the user configured. `zoo remote remove` removes the name from both.
 
 A zoo opened by its folder from Python (``LocalZoo(path)``, not the one ``$ZOO_HOME`` selects)
-keeps its remotes in its own ``remotes.json`` only, as before. A project's ``.zoo/config.yaml``
+sees the user's remotes too, but its own ``remotes.json`` comes first and is the one that
+`remote_add(…, zoo=…)` and `remote_remove(…, zoo=…)` edit, as before. A project's ``.zoo/config.yaml``
 never defines a name (docs/trust.md).
 
 A remote option (`--remote`, `--to`, `--cache-remote`) takes a name, a folder or a URL
@@ -175,17 +176,17 @@ class RemotesConfig:
         from zoo.paths import zoo_home
 
         own = _RemotesFile(Path(root) / CONFIG_FILE)
+        user = _RemotesFile(user_config_dir() / CONFIG_FILE)
+        # in precedence order; the first is where `add` writes and the ones `remove` edits
         if Path(root).resolve() == zoo_home():
-            self._user: _RemotesFile | None = _RemotesFile(user_config_dir() / CONFIG_FILE)
-            self._files = [self._user, own]  # in precedence order
-        else:  # a zoo opened by its folder: its own remotes only
-            self._user = None
-            self._files = [own]
-        self.path = self._files[0].path  # where `add` writes
+            self._files, self._editable = [user, own], 2
+        else:  # a zoo opened by its folder: its own remotes first, and only those are edited
+            self._files, self._editable = [own, user], 1
+        self.path = self._files[0].path
 
     def load(self) -> RemotesFile:
-        """Every named remote, in the order pulls try them: the user's first, then the zoo's own
-        that the user's config does not shadow."""
+        """Every named remote, in the order pulls try them: those of the first file, then those of
+        the next that no earlier one defines."""
         merged: list[RemoteConfig] = []
         for file in self._files:
             merged += [r for r in file.load().remotes if all(r.name != m.name for m in merged)]
@@ -193,6 +194,17 @@ class RemotesConfig:
 
     def list(self) -> list[RemoteConfig]:
         return list(self.load().remotes)
+
+    def sources(self) -> dict[Path, list[str]]:
+        """The names each file contributes (those no earlier file defines), by file, in precedence order."""
+        seen: set[str] = set()
+        out: dict[Path, list[str]] = {}
+        for file in self._files:
+            names = [r.name for r in file.load().remotes if r.name not in seen]
+            seen.update(names)
+            if names:
+                out[file.path] = names
+        return out
 
     def get(self, value: str) -> RemoteConfig:
         """The remote a remote option names: a configured name, else a folder or URL (unnamed, no
@@ -245,9 +257,10 @@ class RemotesConfig:
         return remote
 
     def remove(self, name: str) -> None:
-        """Remove `name` from every file that defines it (else the zoo's old entry would reappear)."""
+        """Remove `name` from every file it may edit that defines it (the user's config and
+        ``$ZOO_HOME/remotes.json``: else the zoo's old entry would reappear)."""
         found = False
-        for file in self._files:
+        for file in self._files[:self._editable]:
             data = file.load()
             if any(r.name == name for r in data.remotes):
                 data.remotes = [r for r in data.remotes if r.name != name]
@@ -255,4 +268,7 @@ class RemotesConfig:
                 found = True
         if not found:
             self.get(name)  # raises NotFound with the list of remotes
+            if any(r.name == name for r in self.load().remotes):
+                raise InvalidInput(f"remote {name!r} is defined in {self._files[-1].path}, not in {self.path}",
+                                   hint="remove it there: `zoo remote remove NAME` (with $ZOO_HOME set to this zoo)")
             raise NotFound(f"no remote called {name!r}", hint="`zoo remote list` shows the configured remotes")
