@@ -54,3 +54,11 @@ def test_with_json_an_error_is_the_document_and_stderr_stays_empty(tmp_path):
     assert r.returncode == 1 and r.stderr == "", r.stderr
     error = json.loads(r.stdout)["error"]
     assert error["type"] == "InternalError" and error["exit_code"] == 1 and "KeyError" in error["message"]
+
+
+def test_an_os_error_nothing_caught_is_a_storage_error_not_a_traceback():
+    script = _BUGGY.replace('{}.pop("missing")', 'open("/nonexistent-dir/x", "w")')
+    r = subprocess.run([sys.executable, "-c", script, "boom"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("error: No such file or directory (/nonexistent-dir/x)") and "Traceback" not in r.stderr
+    assert "(set ZOO_DEBUG=1 to see the traceback)" in r.stderr

@@ -376,6 +376,10 @@ def main() -> None:
             # a full disk can surface anywhere (cache, local zoo, --to folder): one message, exit 3
             where = e.filename or _written_path(e) or "the device"
             _fail("NoSpace", f"no space left on {where}", NO_SPACE_HINT, ExitCode.STORAGE)
+        if isinstance(e, OSError):  # the system refused (permissions, a vanished file): exit 3, as storage errors
+            where = f" ({e.filename})" if e.filename else ""
+            _fail("StorageError", f"{e.strerror or e}{where}", "check the path and its permissions; if they are "
+                  "right, this is a bug in zoo: please report it", ExitCode.STORAGE, traceback_note=True)
         _fail("InternalError", f"unexpected {type(e).__name__}: {e}",
               "this is a bug in zoo: please report it with the command and the traceback", ExitCode.FAILED,
               traceback_note=True)
