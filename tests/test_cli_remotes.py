@@ -157,3 +157,14 @@ def test_a_zoo_opened_by_its_folder_sees_the_users_remotes_and_its_own_first(tmp
 
     with pytest.raises(InvalidInput, match="is defined in"):
         api.remote_remove("team", zoo=other)  # never the user's config through another zoo
+
+
+def test_the_site_of_a_folder_remote_is_built_and_published_to_a_folder(tmp_path):
+    _publish(tmp_path)
+    assert zoo("push", "tiny@1.0.0", "--to", tmp_path / "shared").code == 0
+    r = zoo("site", "build", "-o", tmp_path / "site", "--remote", tmp_path / "shared", "--json")
+    assert r.code == 0, r.text
+    assert json.loads(r.out)["models"] == 1
+    r = zoo("site", "publish", tmp_path / "site", "--to", "./shared", "--json", cwd=tmp_path)
+    assert r.code == 0, r.text
+    assert (tmp_path / "shared" / "site" / "index.html").is_file()
