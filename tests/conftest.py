@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,16 +19,21 @@ if str(PLUGINS) not in sys.path:
     sys.path.insert(0, str(PLUGINS))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))
 
+# the user's named remotes (zoo.registry.config) for what runs outside a test's own temp paths (a
+# module- or session-scoped fixture): never the real ~/.config/zoo
+os.environ["ZOO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="zoo-config-")
+
 # the remote backends and their servers (fixtures shared by the test_registry_remote*.py suites)
 pytest_plugins = ["remote_fixtures"]
 
 
 @pytest.fixture(autouse=True)
 def isolated_zoo_paths(tmp_path_factory, monkeypatch):
-    """Point ZOO_CACHE_DIR, ZOO_HOME and the code memo at temp dirs so no test touches the user's files."""
+    """Point ZOO_CACHE_DIR, ZOO_HOME, ZOO_CONFIG_DIR and the code memo at temp dirs so no test touches the user's files."""
     base = tmp_path_factory.mktemp("zoo-env")
     monkeypatch.setenv("ZOO_CACHE_DIR", str(base / "cache"))
     monkeypatch.setenv("ZOO_HOME", str(base / "home"))
+    monkeypatch.setenv("ZOO_CONFIG_DIR", str(base / "config"))  # the user's named remotes (zoo.registry.config)
     monkeypatch.setenv("ZOO_CODE_MEMO", str(base / "code.sqlite"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -72,7 +72,7 @@ def session(tmp_path_factory):
     (base / "recipes").mkdir()
     shutil.copy(REPO / RECIPE, base / RECIPE)
     env = {"ZOO_HOME": str(base / "home"), "ZOO_CACHE_DIR": str(base / "cache"),
-           "ZOO_CODE_MEMO": str(base / "code.sqlite")}
+           "ZOO_CODE_MEMO": str(base / "code.sqlite"), "ZOO_CONFIG_DIR": str(base / "config")}
     namespace: dict = {"__name__": "api_docs"}
     text = DOC.read_text()
     with pytest.MonkeyPatch.context() as mp:
@@ -391,4 +391,4 @@ def test_errors_are_the_classes_whose_exit_code_the_command_exits_with(here, cal
         call()
     cli = _cli(here, *args, "--json")
     assert cli.code == raised.value.exit_code != 0, cli.text
-    assert raised.value.message in cli.err
+    assert json.loads(cli.out)["error"]["message"] == raised.value.message and cli.err == ""

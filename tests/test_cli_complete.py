@@ -202,7 +202,9 @@ def test_a_failing_command_with_json_prints_one_error_object(tmp_path):
     assert doc["ok"] is False and doc["schema_version"] == 1
     assert doc["error"]["type"] == "NotFound" and doc["error"]["exit_code"] == 2
     assert "lenet-digts" in doc["error"]["message"] and "lenet-digits" in doc["error"]["hint"]
-    assert "error:" in r.err  # people still get the message on stderr
+    assert r.err == ""  # --json: the document only (docs/cli-json.md)
+    r = zoo("show", "lenet-digts")
+    assert r.code == 2 and "error: no model called 'lenet-digts'" in r.err and "ZOO_DEBUG" not in r.err
     r = zoo("validate", tmp_path / "missing.yaml", "--json")
     assert r.code == 2 and json.loads(r.out)["error"]["type"] == "RecipeError"
 
@@ -219,7 +221,8 @@ def test_a_command_line_the_parser_refuses_gives_the_json_error_object_too(args,
     assert doc == {"schema_version": 1, "ok": False,
                    "error": {"type": "UsageError", "message": message, "hint": f"see `{command} --help`",
                              "exit_code": 2, "table": ""}}
-    assert f"Error: {message}" in r.err  # the usage message, as without --json
+    assert r.err == ""  # the usage text is the document's message, not printed as well
+    assert f"Error: {message}" in zoo(*args).err  # without --json: the framework's usage message
 
 
 def test_a_command_that_exits_2_after_its_document_prints_no_second_one(tmp_path):

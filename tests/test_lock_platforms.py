@@ -15,6 +15,7 @@ real class through the real CLI.
 
 from __future__ import annotations
 
+import json
 import shutil
 from concurrent.futures import Future
 
@@ -142,12 +143,13 @@ def test_frozen_on_an_empty_cache_refuses_a_result_that_differs_naming_its_diges
     here = host.platform_class()
     locked = _platforms(lock)[here]["n"]["outputs"]["data"]
     cli = zoo_cli("run", recipe, "--frozen", "--json", env={"ZOO_CACHE_DIR": str(tmp_path / "empty")})
-    assert cli.code == 1, cli.text
-    built = [line.split("built ")[1].split(",")[0] for line in cli.err.splitlines() if "output 'data'" in line]
+    assert cli.code == 1 and cli.err == "", cli.text  # --json: the error is the document
+    message = json.loads(cli.out)["error"]["message"]
+    built = [line.split("built ")[1].split(",")[0] for line in message.splitlines() if "output 'data'" in line]
     assert len(built) == 1 and len(built[0]) == len(locked) and built[0] != locked
     assert (f"~ n: outputs differ from the lockfile's {here} record:\n"
-            f"    output 'data': built {built[0]}, locked {locked}") in cli.err
-    assert "ran before the difference was found, kept in the cache: n" in cli.err
+            f"    output 'data': built {built[0]}, locked {locked}") in message
+    assert "ran before the difference was found, kept in the cache: n" in message
     assert lock.read_bytes() == before
     # the run stopped at the difference: the dependent never ran
     assert not [p for p in (tmp_path / "empty" / "entries").rglob("*.json")

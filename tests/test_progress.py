@@ -308,3 +308,26 @@ def test_ctrl_c_says_what_it_stopped_and_leaves_no_temporary_files(tmp_path, who
     worker = int((tmp_path / "started").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(worker, 0)  # the stage's process is gone too
+
+
+def test_a_line_that_names_its_stage_is_not_prefixed_twice():
+    """Kinds start their log lines with their name ("deploy: cpu-fp32 parity …"): shown under the
+    stage's name, the line does not say "deploy: deploy:"; another stage's name stays."""
+    out = io.StringIO()
+    clock = Clock(0.0)
+    progress = PlainProgress(out, clock=clock, every_s=10, quiet_s=60)
+    report = _running("deploy")
+    progress.update(report)
+    clock.t = 11.0
+    progress.log(report, ["2026-11-28 09:25:21,776 INFO deploy: cuda-fp16 parity on held-out split (360 samples)"])
+    assert out.getvalue().splitlines()[-1] == "[zoo] deploy: cuda-fp16 parity on held-out split (360 samples)"
+    ship = _running("ship")
+    progress.update(ship)
+    clock.t = 22.0
+    progress.log(ship, ["2026-11-28 09:25:21,776 INFO deploy: cuda-fp16 test vectors"])
+    assert out.getvalue().splitlines()[-1] == "[zoo] ship: deploy: cuda-fp16 test vectors"
+    matrix = _running("export[resnet]")
+    progress.update(matrix)
+    clock.t = 33.0
+    progress.log(matrix, ["export: wrote model.onnx"])
+    assert out.getvalue().splitlines()[-1] == "[zoo] export[resnet]: wrote model.onnx"

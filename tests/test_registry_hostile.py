@@ -403,7 +403,7 @@ def test_four_concurrent_pulls_download_the_build_once(tmp_path, counting_site):
     assert zoo("remote", "add", "origin", root).code == 0
     assert zoo("push", "tiny@1.0.0", "--to", "origin").code == 0  # the folder the site serves
     model = z.resolve("tiny@1.0.0").builds["cpu-fp32"].file.sha256
-    other = {"ZOO_HOME": str(tmp_path / "other")}
+    other = {"ZOO_HOME": str(tmp_path / "other"), "ZOO_CONFIG_DIR": str(tmp_path / "other-config")}  # another user
     assert zoo("remote", "add", "site", url, env=other).code == 0
     env = {**os.environ, **other}
     procs = [subprocess.Popen([sys.executable, "-m", "zoo", "pull", "tiny@1.0.0", "--json"], env=env,

@@ -39,10 +39,12 @@ def rel(tmp_path_factory, s3):
     base = tmp_path_factory.mktemp("release")
     recipe = base / "lenet-digits.yaml"
     shutil.copy(REPO / "recipes" / "lenet-digits.yaml", recipe)
-    env = {"ZOO_CACHE_DIR": str(base / "cache"), "ZOO_HOME": str(base / "home")}
+    env = {"ZOO_CACHE_DIR": str(base / "cache"), "ZOO_HOME": str(base / "home"), "ZOO_CONFIG_DIR": str(base / "config")}
     ctx = {"base": base, "recipe": recipe, "env": env, "endpoint": s3, "url": "s3://zoo/releases"}
     cli = zoo_cli("remote", "add", "prod", ctx["url"], "--option", f"endpoint_url={s3}", env=env)
     assert cli.code == 0, cli.text
+    # the tests' own calls open this zoo by its folder, under another user config folder: its own remote
+    registry.remote_add("prod", ctx["url"], options={"endpoint_url": s3}, zoo=LocalZoo(base / "home"))
     # no lockfile yet: a release refuses to guess what it should be, and runs nothing
     ctx["unlocked"] = zoo_cli("release", recipe, "--version", "1.0.0", "--to", "prod", env=env)
     cli = zoo_cli("run", recipe, env=env, timeout=900)
@@ -137,6 +139,20 @@ def test_rerunning_the_same_release_is_a_no_op(rel):
     assert again["builds"] == rel["first"]["builds"] and again["files"] == rel["first"]["files"]
     cli = _release(rel)  # the human-readable form says so too
     assert cli.code == 0 and "already on prod with the same bytes" in cli.out, cli.text
+
+
+def test_a_release_to_an_empty_folder_uploads_every_file_and_finds_none_there(rel, tmp_path):
+    """`--to` takes a folder; on an empty remote nothing is "already there" (builds sharing test
+    vectors share a blob: it goes up once and is counted once); the stages show on stderr."""
+    folder = tmp_path / "empty-remote"
+    cli = zoo_cli("release", rel["recipe"], "--version", "1.0.0", "--to", folder, env=rel["env"], timeout=900)
+    assert cli.code == 0, cli.text
+    [line] = [x for x in cli.out.splitlines() if x.startswith("published")]
+    blobs = [p for p in (folder / "blobs").rglob("*") if p.is_file()]
+    assert line.startswith(f"published {REF} to {folder}: {len(blobs)} file(s) uploaded (")
+    assert line.endswith(" KB)") or line.endswith(" MB)")
+    assert "already there" not in line
+    assert "[zoo] train: cached" in cli.err and "[zoo] deploy: cached" in cli.err
 
 
 def test_a_code_change_that_moves_no_byte_releases_the_same_bytes_with_a_note(rel, tmp_path):

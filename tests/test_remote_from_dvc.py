@@ -50,8 +50,15 @@ def dvc_project(tmp_path_factory):
     return repo
 
 
+def _remotes_file() -> Path:
+    """Where `zoo remote add` keeps the remotes (the user's config folder: zoo.registry.config)."""
+    from zoo.registry.config import RemotesConfig
+
+    return RemotesConfig(LocalZoo().root).path
+
+
 def _remotes() -> dict:
-    return json.loads((LocalZoo().root / "remotes.json").read_text())
+    return json.loads(_remotes_file().read_text())
 
 
 def test_a_folder_dvc_remote_becomes_a_zoo_remote_that_pushes_beside_dvcs_objects(dvc_project, tmp_path):
@@ -78,7 +85,7 @@ def test_an_s3_dvc_remote_keeps_its_endpoint_and_region_but_never_its_credential
     [remote] = _remotes()["remotes"]
     assert remote["url"] == "s3://datasets/team"
     assert remote["options"] == {"endpoint_url": "http://127.0.0.1:9000", "region": "eu-west-1"}
-    text = (LocalZoo().root / "remotes.json").read_text()
+    text = _remotes_file().read_text()
     assert "AKIAEXAMPLE" not in text and "s3cr3t-value" not in text
     assert "not copied (credentials): access_key_id, secret_access_key" in added.err and "AWS_ACCESS_KEY_ID" in added.err
     assert "skipped (zoo has no such option): use_ssl" in added.err
@@ -90,7 +97,7 @@ def test_a_webdav_dvc_remote_takes_the_password_from_a_variable_given_with_o(dvc
     [remote] = _remotes()["remotes"]
     assert remote["url"] == "webdav+https://dav.example.com/data"
     assert remote["options"] == {"user": "bob", "password_env": "DAV_PW"}
-    assert "dav-pa55" not in (LocalZoo().root / "remotes.json").read_text()
+    assert "dav-pa55" not in _remotes_file().read_text()
     assert "not copied (credentials): password" in added.err
 
 
@@ -106,7 +113,7 @@ def test_gcs_azure_and_ssh_dvc_remotes_keep_their_settings_but_never_their_crede
     assert added.code == 0, added.text
     [remote] = _remotes()["remotes"]
     assert (remote["url"], remote["options"]) == (url, options)
-    assert secret not in (LocalZoo().root / "remotes.json").read_text()
+    assert secret not in _remotes_file().read_text()
     assert f"not copied (credentials): {not_copied}" in added.err
 
 
@@ -120,7 +127,7 @@ def test_what_cannot_be_reused_is_refused_with_a_hint(dvc_project, tmp_path):
     both = zoo("remote", "add", "x", "s3://b/p", "--from-dvc", "minio", "--dvc-repo", dvc_project)
     neither = zoo("remote", "add", "x")
     assert both.code == neither.code == 2 and "one of them" in both.err and "one of them" in neither.err
-    assert not (LocalZoo().root / "remotes.json").exists()
+    assert not _remotes_file().exists()
 
 
 def test_without_the_dvc_extra_from_dvc_names_the_pip_install_dvc_hidden_stand_in(dvc_project, monkeypatch):

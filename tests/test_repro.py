@@ -22,6 +22,10 @@ stages:
     assert report.ok and [s.status for s in report.stages] == ["identical", "identical"]
     cli = zoo_cli("repro", recipe, "--check")
     assert cli.code == 0 and "bit-identical" in cli.out
+    # what it rebuilds is shown on stderr, as `zoo run` shows it; with --json, nothing
+    assert "[zoo] a: running" in cli.err and "[zoo] b: done in" in cli.err, cli.err
+    cli = zoo_cli("repro", recipe, "--check", "--json")
+    assert cli.code == 0 and cli.err == "", cli.err
 
 
 def test_a_nondeterministic_onnx_stage_names_the_tensor(tmp_path):

@@ -259,7 +259,38 @@ def test_site_json_holds_what_the_pages_show(small_zoo, tmp_path):
     page = (tmp_path / "site" / cls["page"]).read_text()
     assert '<a href="files/README.md">the card itself</a>' in page
     assert '<span class="muted options">TensorrtExecutionProvider: trt_fp16_enable=True</span>' in page
-    assert page.count('class="point"') == 2 + 2  # the builds plot and the across-versions plot, one version
+    assert page.count('class="point"') == 2 and "versions-plot" not in page  # one version: its builds, once
+    reg_page = (tmp_path / "site" / reg["versions"][0]["page"]).read_text()
+    assert reg_page.count('class="point"') == 2 + 4 and "Across versions" in reg_page  # two versions: both plots
+
+
+def test_a_version_says_when_it_was_published_to_the_second_in_utc(small_zoo, tmp_path):
+    import re
+
+    build_site(tmp_path / "site", zoo=small_zoo)
+    doc = json.loads((tmp_path / "site" / "site.json").read_text())
+    cls = next(m for m in doc["models"] if m["name"] == "cls")["versions"][0]
+    page = (tmp_path / "site" / cls["page"]).read_text()
+    [shown] = re.findall(r"<dt>Published</dt><dd>([^<]*)</dd>", page)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", shown), shown
+    assert shown.removesuffix(" UTC") == cls["created"].replace("T", " ")[:19]  # site.json keeps it whole
+
+
+def test_the_quality_axis_does_not_magnify_a_small_difference():
+    """0.930 and 0.933 (0.3 points of accuracy) stay close: the axis spans at least a tenth of the
+    values, inside [0, 1]; a real gap is drawn as one."""
+    def y_of(values):
+        pts = [plots.Point(1.0 + i, v, 1000, "#000", str(i), {"build": str(i)}) for i, v in enumerate(values)]
+        svg = plots.scatter(pts, x_label="x", y_label="accuracy", css_class="c", description="d")
+        return [float(g.find(f"{SVG}circle").get("cy")) for g in _points(svg)]
+
+    height = plots.HEIGHT - plots.TOP - plots.BOTTOM
+    close = y_of([0.930, 0.933])
+    assert 0 < close[0] - close[1] < 0.05 * height  # drawn apart, but by a few pixels
+    far = y_of([0.5, 0.9])
+    assert far[0] - far[1] > 0.6 * height
+    axis = plots._y_axis([0.99, 1.0], 300, 0)
+    assert axis.hi == 1.0 and axis.hi - axis.lo >= 0.1 * 1.0  # a fraction's axis stops at 1
 
 
 def test_build_refuses_a_folder_that_is_not_a_site_and_replaces_an_old_site(small_zoo, tmp_path):

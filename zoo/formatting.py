@@ -69,11 +69,20 @@ def short_sha(digest: str | None) -> str:
     return digest[:SHORT_SHA] if digest else "-"
 
 
-def timestamp(text: str | None) -> str:
-    """An ISO timestamp to the minute, as people read it: '2026-11-24 00:28' (UTC as recorded)."""
+def timestamp(text: str | None, *, seconds: bool = False) -> str:
+    """An ISO timestamp in UTC to the minute (or second), as people read it: '2026-11-24 00:28'
+    (zoo records UTC; one with another offset is converted, one without is taken as UTC)."""
     if not text:
         return "-"
-    return text.replace("T", " ")[:16]
+    from datetime import datetime, timezone
+
+    try:
+        moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return str(text).replace("T", " ")[:19 if seconds else 16]  # not ISO: as recorded, cut
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
 def _number(value) -> float | None:

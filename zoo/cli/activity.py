@@ -55,6 +55,16 @@ def parse_step(line: str) -> Step | None:
     return Step(m["label"], i, n, figures)
 
 
+def without_stage_name(text: str, stage_id: str) -> str:
+    """`text` without a leading "STAGE: " that repeats the stage's name: kinds start their log
+    lines with it ("deploy: cpu-fp32 parity …"), and the display already names the stage, so
+    "[zoo] deploy: deploy: …" would say it twice. A matrix instance's lines name its base stage."""
+    for name in dict.fromkeys((stage_id, stage_id.split("[")[0])):
+        if text.startswith(f"{name}: "):
+            return text[len(name) + 2:]
+    return text
+
+
 def duration(seconds: float) -> str:
     """0:42, 12:05, 1:02:03."""
     s = max(0, int(round(seconds)))

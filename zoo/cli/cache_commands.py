@@ -11,7 +11,7 @@ from zoo.cli.jsonout import emit
 
 RecipesArg = typer.Argument(None, help="Recipe YAML files (their stages as they are now).", show_default=False)
 RemoteOpt = typer.Option(None, "--remote", "-r", metavar="URL",
-                         help="Remote run cache (URL or `zoo remote` name) [default: the configured cache.remote].")
+                         help="Remote run cache (a `zoo remote` name, a folder or a URL) [default: the configured cache.remote].")
 CacheDirOpt = typer.Option(None, "--cache-dir", help="Run cache folder [default: $ZOO_CACHE_DIR or ./cache].")
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table.")
 

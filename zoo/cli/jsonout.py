@@ -2,7 +2,7 @@
 
 Every object a command prints carries `schema_version` (a list prints an array whose every object
 carries it); `show` prints a manifest, whose own `schema_version` is the manifest schema's. A
-command that fails with `--json` prints one error object, the shape `zoo run --json` gives a
+command that fails with `--json` prints one error object (and nothing on stderr), the shape `zoo run --json` gives a
 failed stage's error (zoo.engine.worker.WorkerError.to_json), and its exit code:
 
     {"schema_version": 1, "ok": false,
@@ -19,7 +19,6 @@ import sys
 from typing import Any
 
 SCHEMA_VERSION = 1  # of the CLI's own --json shapes (docs/cli-json.md); bumped when one changes incompatibly
-USAGE_TAIL = 1 << 16  # characters of stderr kept to read a usage error from
 
 _emitted = False  # whether this process printed its document (a usage error prints one only if not)
 
@@ -36,32 +35,14 @@ def emitted() -> bool:
     return _emitted
 
 
-class StderrTail:
-    """Stands in for sys.stderr while a --json command runs: writes go through unchanged, and the
-    last `USAGE_TAIL` characters are kept, so a usage error the CLI framework printed (a missing
-    argument, an unknown option) can also be given as the JSON error object."""
-
-    def __init__(self, stream: Any):
-        self.stream = stream
-        self.tail = ""
-
-    def write(self, text: str) -> int:
-        self.tail = (self.tail + text)[-USAGE_TAIL:]
-        return self.stream.write(text)
-
-    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding...: the real stream's
-        return getattr(self.stream, name)
-
-
-def usage_error(printed: str, argv: list[str] | None = None) -> dict:
-    """The error object for a usage error whose text the framework printed (``Error: Missing
-    argument 'ref'.`` after the usage lines)."""
-    lines = [line.strip() for line in printed.splitlines()]
-    errors = [line.removeprefix("Error:").strip() for line in lines if line.startswith("Error:")]
-    message = errors[-1] if errors else "invalid command line"
-    usage = next((line for line in lines if line.startswith("Usage:")), "")
-    command = usage.removeprefix("Usage:").split("[")[0].strip() or "zoo"
-    return error_object("UsageError", message, hint=f"see `{command} --help`", exit_code=2)
+def click_error(e: Any) -> dict:
+    """The error object for a command line the framework refused (a click UsageError: a missing
+    argument, an unknown option or command), with the message it would have printed."""
+    ctx = getattr(e, "ctx", None)
+    command = ctx.command_path if ctx is not None else "zoo"
+    usage = any(cls.__name__ == "UsageError" for cls in type(e).__mro__)  # click not imported here
+    return error_object("UsageError" if usage else "ClickException", e.format_message(),
+                        hint=f"see `{command} --help`", exit_code=e.exit_code)
 
 
 def versioned(obj: Any) -> Any:

@@ -1,7 +1,9 @@
 """The `zoo` command line. It only parses arguments, calls `zoo.api`, and prints.
 
-Every `ZooError` becomes one message, a hint, and its exit code (see zoo/errors.py); set
-ZOO_DEBUG=1 for tracebacks. Heavy modules are imported inside commands so `zoo --help` is fast.
+Every `ZooError` becomes one message, a hint, and its exit code (see zoo/errors.py); any other
+exception is a bug: one line saying so and "(set ZOO_DEBUG=1 to see the traceback)", exit 1.
+ZOO_DEBUG=1 raises both with their tracebacks. With --json the error is the JSON error object on
+stdout and nothing on stderr (docs/cli-json.md). Heavy modules are imported inside commands so `zoo --help` is fast.
 """
 
 from __future__ import annotations
@@ -356,50 +358,68 @@ def main() -> None:
     try:
         _app_with_json_usage_errors()
     except Interrupted as e:  # Ctrl-C: what it stopped, and that nothing was half-published
-        _fail("KeyboardInterrupt", str(e), None, ExitCode.INTERRUPTED, traceback_note=False, prefix="")
-    except ZooError as e:
+        _fail("KeyboardInterrupt", str(e), None, ExitCode.INTERRUPTED, prefix="")
+    except ZooError as e:  # what the user (or their environment) must change: no traceback, no note about one
         if os.environ.get("ZOO_DEBUG"):
             raise
         _fail(type(e).__name__, e.message, e.hint, e.exit_code, getattr(e, "table", ""))
     except KeyboardInterrupt:
-        _fail("KeyboardInterrupt", "interrupted", None, ExitCode.INTERRUPTED, traceback_note=False)
-    except OSError as e:
-        # a full disk can surface anywhere (cache, local zoo, --to folder): one message, exit 3
+        _fail("KeyboardInterrupt", "interrupted", None, ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        raise  # a closed stdout: zoo.entry ends it quietly
+    except Exception as e:  # noqa: BLE001 (anything else is a bug in zoo)
         from zoo.errors import NO_SPACE_HINT, is_no_space
 
-        if not is_no_space(e) or os.environ.get("ZOO_DEBUG"):
+        if os.environ.get("ZOO_DEBUG"):
             raise
-        where = e.filename or _written_path(e) or "the device"
-        _fail("NoSpace", f"no space left on {where}", NO_SPACE_HINT, ExitCode.STORAGE)
+        if isinstance(e, OSError) and is_no_space(e):
+            # a full disk can surface anywhere (cache, local zoo, --to folder): one message, exit 3
+            where = e.filename or _written_path(e) or "the device"
+            _fail("NoSpace", f"no space left on {where}", NO_SPACE_HINT, ExitCode.STORAGE)
+        if isinstance(e, OSError):  # the system refused (permissions, a vanished file): exit 3, as storage errors
+            where = f" ({e.filename})" if e.filename else ""
+            _fail("StorageError", f"{e.strerror or e}{where}", "check the path and its permissions; if they are "
+                  "right, this is a bug in zoo: please report it", ExitCode.STORAGE, traceback_note=True)
+        _fail("InternalError", f"unexpected {type(e).__name__}: {e}",
+              "this is a bug in zoo: please report it with the command and the traceback", ExitCode.FAILED,
+              traceback_note=True)
 
 
 def _app_with_json_usage_errors() -> None:
     """Run the app; with --json, a usage error (exit 2 from the framework: a missing argument, an
-    unknown option or command) also prints the JSON error object, so a script always gets one
-    document. Its text is read from what the framework printed on stderr, which still gets it."""
+    unknown option or command) is the JSON error object on stdout instead of the usage text on
+    stderr, so a script always gets one document and nothing else."""
     from zoo.cli import jsonout
 
     if not jsonout.requested():
         app(prog_name="zoo")  # also under `python -m zoo`: completion's variable is _ZOO_COMPLETE
         return
-    tail = jsonout.StderrTail(sys.stderr)
-    sys.stderr = tail
+    from typer import core
+
+    # the framework shows a refused command line (ClickException.show) and exits 2; with --json it
+    # is kept instead. Typer ≥ 0.20 carries its own copy of click (typer._click), older ones use click.
+    framework = getattr(core, "_click", None) or core.click  # type: ignore[attr-defined]
+    refused: list = []
+    for shown in (framework.exceptions.ClickException, framework.exceptions.UsageError):  # each has its show()
+        shown.show = lambda self, file=None: refused.append(self)  # type: ignore[method-assign]
     try:
         app(prog_name="zoo")
-    except SystemExit as e:
-        if e.code == 2 and not jsonout.emitted():
-            print(json.dumps(jsonout.usage_error(tail.tail), indent=2), flush=True)
+    except SystemExit:
+        if refused and not jsonout.emitted():
+            emit(jsonout.click_error(refused[-1]))
         raise
-    finally:
-        sys.stderr = tail.stream
 
 
 def _fail(error_type: str, message: str, hint: str | None, exit_code: int, table: str = "", *,
-          traceback_note: bool = True, prefix: str = "error: ") -> None:
-    """Exit with `exit_code` after the error's message, table and hint on stderr; with --json, the
-    error object (zoo/cli/jsonout.py) on stdout too, so a script always gets one JSON document."""
+          traceback_note: bool = False, prefix: str = "error: ") -> None:
+    """Exit with `exit_code` after the error's message, table and hint on stderr (and, for a bug,
+    how to see its traceback); with --json, only the error object (zoo/cli/jsonout.py) on stdout."""
     from zoo.cli import jsonout
 
+    if jsonout.requested():
+        if not jsonout.emitted():  # a command that printed its document already gives no second one
+            emit(jsonout.error_object(error_type, message, hint=hint, exit_code=exit_code, table=table))
+        sys.exit(exit_code)
     _echo(f"{prefix}{message}", err=True)
     if table:
         _echo(table, err=True)
@@ -407,8 +427,6 @@ def _fail(error_type: str, message: str, hint: str | None, exit_code: int, table
         _echo(f"hint: {hint}", err=True)
     if traceback_note:
         _echo("(set ZOO_DEBUG=1 to see the traceback)", err=True)
-    if jsonout.requested():
-        emit(jsonout.error_object(error_type, message, hint=hint, exit_code=exit_code, table=table))
     sys.exit(exit_code)
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable, TextIO
 
-from zoo.cli.activity import StageActivity, duration
+from zoo.cli.activity import StageActivity, duration, without_stage_name
 from zoo.formatting import size
 from zoo.cli.transfer import rate
 from zoo.engine.runner import StageReport, StageState
@@ -155,7 +155,7 @@ class PlainProgress:
         news = activity.changed and (first_step or since >= self.every_s)
         if not news and since < self.quiet_s:
             return
-        detail = activity.detail(now, width=120)
+        detail = without_stage_name(activity.detail(now, width=120), report.id)
         if since >= self.quiet_s and not activity.changed:
             elapsed = now - activity.started
             detail = f"running for {duration(elapsed)}" + (f" · {detail}" if detail else "")
@@ -241,7 +241,7 @@ class RichProgress:
             why = _reason_text(r) if r and state != StageState.CACHED else ""
             activity = self.following.activities.get(sid)
             if r and state == StageState.RUNNING and activity is not None:
-                why = activity.detail(now) or why
+                why = without_stage_name(activity.detail(now), sid) or why
             if r and state == StageState.FAILED:
                 why = r.error.message[:80] if r.error else ""
             # Text: a log line's or reason's brackets are not rich markup

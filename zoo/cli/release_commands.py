@@ -5,6 +5,7 @@ They only parse arguments, call `zoo.release.repro`, `zoo.release.ship` and `zoo
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -44,8 +45,9 @@ def repro(
 
     if not check:
         raise InvalidInput("zoo repro needs --check", hint=f"zoo repro {recipe} --check")
-    report = repro_mod.check(recipe, stages=stage or None, cache_dir=cache_dir, jobs=jobs,
-                             quality_tolerance=quality_tolerance)
+    with _stage_progress(recipe, as_json) as progress:
+        report = repro_mod.check(recipe, stages=stage or None, cache_dir=cache_dir, jobs=jobs,
+                                 quality_tolerance=quality_tolerance, on_update=progress.update)
     if as_json:
         emit(report.to_json())
     else:
@@ -64,12 +66,30 @@ def repro(
     raise typer.Exit(0 if report.ok else 1)
 
 
+def _stage_progress(recipe: Path, as_json: bool):
+    """What the stages a command rebuilds are doing, on stderr (stdout keeps the command's table
+    or document): a live table in a terminal, else a plain line per state change, nothing with --json."""
+    from zoo.cli.progress import NullProgress, PlainProgress, RichProgress
+
+    if as_json:
+        return NullProgress()
+    if sys.stderr.isatty() and os.environ.get("TERM") != "dumb":
+        from rich.console import Console
+
+        from zoo import api
+
+        dag = api.load(recipe)
+        return RichProgress(dag.order(), {nid: n.kind for nid, n in dag.nodes.items()}, console=Console(stderr=True))
+    return PlainProgress(sys.stderr)
+
+
 def release(
     recipe: Path = typer.Argument(..., help="Path to a recipe YAML file (with its lockfile beside it).",
                                   show_default=False),
     version: str = typer.Option(..., "--version", help="The version to release; must equal the recipe's `version:`.",
                                 show_default=False),
-    to: str = typer.Option(..., "--to", help="Name of the remote zoo to publish to (see `zoo remote list`).",
+    to: str = typer.Option(..., "--to", metavar="REMOTE",
+                           help="Remote zoo to publish to: a `zoo remote` name, a folder or a URL.",
                            show_default=False),
     tag: Optional[List[str]] = typer.Option(None, "--tag", "-t", help="Tag to point at the version (repeatable), "
                                                                       "on the remote and locally."),
@@ -84,8 +104,9 @@ def release(
     from zoo.release.ship import release as do_release
 
     announce_remote_cache(None, recipe)  # the run under the lockfile may take stages from it
-    result = do_release(recipe, version=version, to=to, tags=tag or [], allow_stale_lock=allow_stale_lock,
-                        cache_dir=cache_dir, jobs=jobs)
+    with _stage_progress(recipe, as_json) as progress:
+        result = do_release(recipe, version=version, to=to, tags=tag or [], allow_stale_lock=allow_stale_lock,
+                            cache_dir=cache_dir, jobs=jobs, on_update=progress.update)
     if as_json:
         emit(result.to_json())
         return
@@ -105,8 +126,10 @@ def release(
     for note in result.notes:
         print(f"note: {note}")
     if result.created:
-        print(f"published {result.ref} to {result.remote}: {result.uploaded} file(s) uploaded, "
-              f"{result.skipped} already there")
+        from zoo.formatting import size
+
+        print(f"published {result.ref} to {result.remote}: {result.uploaded} file(s) uploaded ({size(result.bytes)})"
+              + (f", {result.skipped} already there" if result.skipped else ""))
     else:
         print(f"{result.ref} is already on {result.remote} with the same bytes: nothing to upload")
     if result.tags:
@@ -132,7 +155,9 @@ def bundle_export(
     if as_json:
         emit(asdict(result))
         return
-    print(f"wrote {result.path}: {', '.join(result.versions)} ({result.blobs} files, {result.bytes} bytes)", flush=True)
+    from zoo.formatting import size
+
+    print(f"wrote {result.path}: {', '.join(result.versions)} ({result.blobs} files, {size(result.bytes)})", flush=True)
 
 
 def bundle_import(
@@ -156,4 +181,6 @@ def bundle_import(
         print(f"imported {ref}")
     for ref in result.present:
         print(f"{ref} was already in the local zoo with the same bytes")
-    print(f"{result.blobs} new file(s), {result.bytes} bytes, every sha256 verified", flush=True)
+    from zoo.formatting import size
+
+    print(f"{result.blobs} new file(s), {size(result.bytes)}, every sha256 verified", flush=True)

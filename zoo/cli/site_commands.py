@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
 
 def build_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write the site into (new, empty, or an earlier site)."),
-    remote: Optional[str] = typer.Option(None, "--remote", "-r", help="Build the site of this remote zoo instead."),
+    remote: Optional[str] = typer.Option(None, "--remote", "-r", metavar="REMOTE",
+                                          help="Build the site of this remote zoo instead (a `zoo remote` name, a folder or a URL)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Write a static site of the local zoo (or of a remote one) into OUT: works offline, from any file server or bucket."""
@@ -62,7 +63,8 @@ def serve_cmd(
 
 def publish_cmd(
     folder: Path = typer.Argument(..., help="A folder written by `zoo site build`.", show_default=False),
-    to: str = typer.Option(..., "--to", help="Remote (a `zoo remote` name) to upload the site to, under site/."),
+    to: str = typer.Option(..., "--to", metavar="REMOTE",
+                    help="Remote to upload the site to, under site/: a `zoo remote` name, a folder or a URL."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Upload a built site next to a remote zoo (under its site/ prefix)."""

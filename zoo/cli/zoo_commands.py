@@ -17,8 +17,9 @@ import typer
 from zoo.cli.completion import complete_models, complete_refs, complete_remotes
 
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table (docs/cli-json.md).")
-RemoteOpt = typer.Option(None, "--remote", "-r", help="Ask this configured remote instead of the local zoo.",
-                         autocompletion=complete_remotes)
+REMOTE_FORMS = "a `zoo remote` name, a folder (/abs, ./rel, ~/…) or a URL (s3://…, https://…, hf://…)"
+RemoteOpt = typer.Option(None, "--remote", "-r", metavar="REMOTE", autocompletion=complete_remotes,
+                         help=f"Ask this remote instead of the local zoo: {REMOTE_FORMS}.")
 RefArg = typer.Argument(..., help="NAME, NAME@VERSION or NAME@TAG.", show_default=False, autocompletion=complete_refs)
 PinnedArg = typer.Argument(..., help="NAME@VERSION.", show_default=False, autocompletion=complete_refs)
 
@@ -83,7 +84,7 @@ def list_cmd(
             _note("no versions" + (f" on remote {remote}" if remote else " in the local zoo"))
             return
         _table(None, [Col("name", wrap=False), Col("version", wrap=False), Col("tags"), Col("builds"),
-                      Col("created", wrap=False, drop=2), Col("task", drop=1)],
+                      Col("created (UTC)", wrap=False, drop=2), Col("task", drop=1)],
                [[v.name, v.version, ", ".join(v.tags), ", ".join(v.builds), timestamp(v.created), v.task] for v in rows])
         return
     models = api.list_models(remote=remote)
@@ -195,8 +196,8 @@ def search_cmd(
     max_latency: Optional[float] = typer.Option(None, "--max-latency", help="Builds with latency_p50_ms ≤ this."),
     min_accuracy: Optional[float] = typer.Option(None, "--min-accuracy", help="Builds with accuracy ≥ this."),
     all_versions: bool = typer.Option(False, "--all-versions", help="Search every version, not only the newest."),
-    remote: Optional[str] = typer.Option(None, "--remote", "-r", autocompletion=complete_remotes,
-                                         help="Search this configured remote instead of the local zoo."),
+    remote: Optional[str] = typer.Option(None, "--remote", "-r", metavar="REMOTE", autocompletion=complete_remotes,
+                                         help=f"Search this remote instead of the local zoo: {REMOTE_FORMS}."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Search the local zoo (or a remote) by text, task, tag and build metrics."""
@@ -250,9 +251,11 @@ def pull_cmd(
     for n in result.notes:
         _note(n)
     if result.downloaded_files:
+        from zoo.formatting import size
+
         where = ", ".join(result.fetched_from) or result.source
         _note(f"{result.ref} [{result.build}] from {where}: {result.downloaded_files} file(s), "
-              f"{result.downloaded_bytes} bytes verified")
+              f"{size(result.downloaded_bytes)} verified")
     print(result.path, flush=True)
 
 
@@ -274,7 +277,8 @@ def _pull_as(as_format: str, ref: str, build: str | None, to: Path | None, remot
 
 def push_cmd(
     ref: str = PinnedArg,
-    to: str = typer.Option(..., "--to", help="Remote to publish to.", show_default=False, autocompletion=complete_remotes),
+    to: str = typer.Option(..., "--to", metavar="REMOTE", help=f"Remote to publish to: {REMOTE_FORMS}.",
+                           show_default=False, autocompletion=complete_remotes),
     tag: Optional[List[str]] = typer.Option(None, "--tag", "-t", help="Also point these tags at the version there."),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -288,9 +292,14 @@ def push_cmd(
         result = api.push(ref, to, tags=tag or [], progress=advance)
     if as_json:
         return _print_json(result)
-    what = "published" if result["created"] else "already there (same content)"
-    print(f"{result['ref']} → {result['remote']}: {what}; {result['uploaded']} file(s) uploaded "
-          f"({result['bytes']} bytes), {result['skipped']} already present", flush=True)
+    from zoo.formatting import size
+
+    sent = f"{result['uploaded']} file(s) uploaded ({size(result['bytes'])})"
+    if result["created"]:
+        what = "published; " + sent + (f", {result['skipped']} already there" if result["skipped"] else "")
+    else:  # a rerun finishing a cut-off push may still send what was missing
+        what = "already there (same content); " + (sent if result["uploaded"] else "nothing to upload")
+    print(f"{result['ref']} → {result['remote']}: {what}", flush=True)
 
 
 def tag_cmd(
@@ -378,7 +387,8 @@ def remote_add_cmd(
     dvc_repo: Path = typer.Option(Path("."), "--dvc-repo", help="The DVC repo whose config defines --from-dvc's remote."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Add a remote zoo. Credentials come from the environment, never from this config."""
+    """Add a remote zoo under a name, kept in your user config ($ZOO_CONFIG_DIR, else ~/.config/zoo/remotes.json)
+    so it works whichever $ZOO_HOME is set. Credentials come from the environment, never from this config."""
     from zoo.errors import InvalidInput
     from zoo.registry import api
 
@@ -395,7 +405,7 @@ def remote_add_cmd(
         r = api.remote_add(name, url, options=options, mirrors=mirror or [], replace=replace)
         if as_json:
             return _print_json(r)
-        print(f"remote {r['name']} → {r['url']}", flush=True)
+        print(f"remote {r['name']} → {r['url']}  (in {_remotes_file()})", flush=True)
         return
     r = api.remote_add_from_dvc(name, from_dvc, dvc_repo=dvc_repo, options=options, mirrors=mirror or [], replace=replace)
     if as_json:
@@ -404,6 +414,14 @@ def remote_add_cmd(
     print(f"remote {r['name']} → {r['url']}{shown}  (DVC remote {from_dvc!r} in {r['from_dvc']['config']})", flush=True)
     for note in r["notes"]:
         _note(note)
+
+
+def _remotes_file() -> str:
+    """The file `zoo remote add` wrote to (zoo.registry.config)."""
+    from zoo.registry.config import RemotesConfig
+    from zoo.registry.store import LocalZoo
+
+    return str(RemotesConfig(LocalZoo().root).path)
 
 
 def remote_list_cmd(as_json: bool = JsonOpt) -> None:
@@ -419,6 +437,11 @@ def remote_list_cmd(as_json: bool = JsonOpt) -> None:
     _table(None, ["name", "kind", "url", "options", "mirrors"],
            [[r["name"], r["kind"] + (" (read-only)" if r["read_only"] else ""), r["url"],
              ", ".join(f"{k}={v}" for k, v in r["options"].items()), ", ".join(r["mirrors"])] for r in rows])
+    from zoo.registry.config import RemotesConfig
+    from zoo.registry.store import LocalZoo
+
+    for path, names in RemotesConfig(LocalZoo().root).sources().items():  # the user's config, an older $ZOO_HOME file
+        _note(f"{', '.join(names)} kept in {path}")
 
 
 def remote_remove_cmd(name: str = typer.Argument(..., help="Remote name.", show_default=False,
@@ -434,7 +457,7 @@ def remote_remove_cmd(name: str = typer.Argument(..., help="Remote name.", show_
 
 
 def remote_gc_cmd(
-    name: str = typer.Argument(..., help="Remote name.", show_default=False),
+    name: str = typer.Argument(..., metavar="REMOTE", help=f"The remote: {REMOTE_FORMS}.", show_default=False),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only report what would be freed."),
     grace: Optional[float] = typer.Option(None, "--grace", help="Keep blobs younger than this many seconds "
                                           "[default: the remote's gc_grace option, else 3600].", show_default=False),
@@ -443,9 +466,11 @@ def remote_gc_cmd(
     """Free the blobs on a remote that no version there references (never younger than the grace period)."""
     from zoo.registry import api
 
+    from zoo.formatting import size
+
     result = api.remote_gc(name, dry_run=dry_run, grace_s=grace)
     if as_json:
         return _print_json(result)
     verb = "would free" if dry_run else "freed"
-    print(f"remote {name}: {verb} {result['blobs_freed']} blob(s), {result['bytes_freed']} bytes; "
+    print(f"remote {result['remote']}: {verb} {result['blobs_freed']} blob(s), {size(result['bytes_freed'])}; "
           f"{result['kept_young']} unreferenced blob(s) younger than {result['grace_s']:g} s kept", flush=True)

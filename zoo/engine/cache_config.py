@@ -14,7 +14,8 @@ Config files (YAML, schema-versioned; both optional)::
 The first of flag, project, user that names a remote wins (whole setting: the options come
 from the same place as the URL). `remote: none` in a project config switches off a user's
 remote for that project. A URL is any fsspec location zoo's remote backends reach (a folder,
-``s3://``, ``webdav+https://``); a bare name is a remote of ``$ZOO_HOME/remotes.json``, whose
+``s3://``, ``webdav+https://``); a bare name is one of the user's `zoo remote add` remotes
+(zoo.registry.config: the user's config folder, then ``$ZOO_HOME/remotes.json``), whose
 URL and options are reused (its run cache lives in the ``run-cache/`` folder under that URL, apart
 from the versions). Credentials are never in these files: they come from the environment exactly
 as for remote zoos (`zoo.storage.fsbackend.credentials_hint`).
@@ -163,20 +164,21 @@ def _read(path: Path, data: bytes) -> dict:
 
 
 def _setting(value: str, options: dict, push: bool, origin: str) -> RemoteCacheSetting:
-    """A URL with its options checked (no secrets), or a configured remote's URL and options."""
-    from zoo.registry.config import parse_options
-    from zoo.storage.urls import scheme_of
+    """A URL with its options checked (no secrets), or a configured remote's URL and options: the
+    one reading of a remote option (zoo.registry.config: a name, a folder or a URL)."""
+    from zoo.registry.config import is_location, parse_options
 
     value = value.strip()
-    if _is_url(value):
+    if is_location(value):
+        from zoo.registry.config import normalise_url
+        from zoo.storage.urls import scheme_of
+
         scheme = scheme_of(value)
         if scheme == "hf":
             raise InvalidInput(f"{value}: a Hugging Face remote cannot hold a run cache",
                                hint="use a folder, s3:// or webdav+https:// location")
-        if scheme == "file":
-            value = str(Path(value.removeprefix("file://")).expanduser().resolve())
         opts = parse_options(scheme, {str(k): v if isinstance(v, (bool, int)) else str(v) for k, v in options.items()})
-        return RemoteCacheSetting(value, opts, push, origin)
+        return RemoteCacheSetting(normalise_url(value), opts, push, origin)
     from zoo.paths import zoo_home
     from zoo.registry.config import RemotesConfig
 
@@ -188,7 +190,3 @@ def _setting(value: str, options: dict, push: bool, origin: str) -> RemoteCacheS
         raise InvalidInput(f"{origin}: cache.options cannot be combined with the remote name {value!r}",
                            hint=f"its options are those of `zoo remote add {value} …`")
     return RemoteCacheSetting(f"{remote.url.rstrip('/')}/{NAMED_REMOTE_FOLDER}", dict(remote.options), push, origin)
-
-
-def _is_url(value: str) -> bool:
-    return "://" in value or value.startswith(("/", "~", "."))

@@ -1,4 +1,26 @@
-"""Remote zoos configured for this local zoo: ``$ZOO_HOME/remotes.json`` (schema-versioned).
+"""Remote zoos: the user's named remotes, and the folder or URL a remote option may give instead.
+
+Where the names live (schema-versioned ``remotes.json`` files):
+
+- the user's config folder, ``$ZOO_CONFIG_DIR``, else the platform's user config folder
+  (``$XDG_CONFIG_HOME/zoo``, i.e. ``~/.config/zoo`` on Linux): where `zoo remote add` writes, so a
+  name works whichever local zoo ``$ZOO_HOME`` selects;
+- ``$ZOO_HOME/remotes.json``: where zoo kept them before, still read (not moved: a command that
+  only reads must not rewrite the user's files, and two local zoos may define one name
+  differently). On a name both define, the user's config wins: the latest `zoo remote add
+  --replace` always takes effect, and whoever can write a (shared) local zoo cannot redirect a
+  name the user configured. `zoo remote remove` removes the name from both.
+
+A zoo opened by its folder from Python (``LocalZoo(path)``, not the one ``$ZOO_HOME`` selects)
+sees the user's remotes too, but its own ``remotes.json`` comes first and is the one that
+`remote_add(…, zoo=…)` and `remote_remove(…, zoo=…)` edit, as before. A project's ``.zoo/config.yaml``
+never defines a name (docs/trust.md).
+
+A remote option (`--remote`, `--to`, `--cache-remote`) takes a name, a folder or a URL
+(`RemotesConfig.get`): a value starting with ``/``, ``~`` or ``.`` or holding ``://`` is a
+location, anything else a name (names cannot start with those characters, so no value is both).
+A bare word that is not a configured name is an error, even if a folder of that name exists
+here: ``./NAME`` reaches the folder, so a typo never becomes a new folder remote.
 
 Credentials are never stored here (nor in any manifest): S3 uses the usual AWS chain
 (environment variables or a named ``profile``), WebDAV reads its password from the
@@ -12,6 +34,7 @@ named by ``token_env``). Options may name where a secret is (``*_env``, ``*_file
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +47,9 @@ from zoo.storage.urls import scheme_of
 
 CONFIG_FILE = "remotes.json"
 CONFIG_SCHEMA_VERSION = 1
+LOCATION_FORMS = ("a folder (/abs/path, ./rel/path, ~/path), file://, s3://bucket/prefix, gs://bucket/prefix, "
+                  "az://container/prefix, webdav+https://host/path, ssh://[user@]host[:port]/abs/path, https://… "
+                  "(read-only) or hf://namespace")
 
 # which options each kind of remote accepts (all plain settings, never secrets)
 OPTIONS: dict[str, dict[str, type]] = {
@@ -95,11 +121,33 @@ def parse_options(scheme: str, pairs: dict[str, str]) -> dict[str, str | bool]:
     return out
 
 
-class RemotesConfig:
-    """Read and edit ``remotes.json`` under a zoo root."""
+def user_config_dir() -> Path:
+    """The user's zoo config folder: ``$ZOO_CONFIG_DIR``, else the platform's (``~/.config/zoo``)."""
+    env = os.environ.get("ZOO_CONFIG_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    from platformdirs import user_config_dir as platform_config_dir
 
-    def __init__(self, root: Path):
-        self.path = Path(root) / CONFIG_FILE
+    return Path(platform_config_dir("zoo", appauthor=False)).resolve()
+
+
+def is_location(value: str) -> bool:
+    """Whether a remote option's value is a folder or URL (else it is a remote's name)."""
+    return "://" in value or value.startswith(("/", "~", "."))
+
+
+def normalise_url(url: str) -> str:
+    """`url` as stored: a folder (or file:// URL) made absolute; InvalidInput for an unknown scheme."""
+    if scheme_of(url) == "file":
+        return str(Path(url.removeprefix("file://")).expanduser().resolve())
+    return url
+
+
+class _RemotesFile:
+    """One ``remotes.json``."""
+
+    def __init__(self, path: Path):
+        self.path = path
 
     def load(self) -> RemotesFile:
         try:
@@ -119,23 +167,73 @@ class RemotesConfig:
     def save(self, data: RemotesFile) -> None:
         atomic_write(self.path, (json.dumps(data.model_dump(mode="json"), indent=2) + "\n").encode())
 
+
+class RemotesConfig:
+    """The named remotes a local zoo sees (module docstring): the user's config, then the zoo's
+    own ``remotes.json``; `get` also takes a folder or URL."""
+
+    def __init__(self, root: Path):
+        from zoo.paths import zoo_home
+
+        own = _RemotesFile(Path(root) / CONFIG_FILE)
+        user = _RemotesFile(user_config_dir() / CONFIG_FILE)
+        # in precedence order; the first is where `add` writes and the ones `remove` edits
+        if Path(root).resolve() == zoo_home():
+            self._files, self._editable = [user, own], 2
+        else:  # a zoo opened by its folder: its own remotes first, and only those are edited
+            self._files, self._editable = [own, user], 1
+        self.path = self._files[0].path
+
+    def load(self) -> RemotesFile:
+        """Every named remote, in the order pulls try them: those of the first file, then those of
+        the next that no earlier one defines."""
+        merged: list[RemoteConfig] = []
+        for file in self._files:
+            merged += [r for r in file.load().remotes if all(r.name != m.name for m in merged)]
+        return RemotesFile(remotes=merged)
+
     def list(self) -> list[RemoteConfig]:
         return list(self.load().remotes)
 
-    def get(self, name: str) -> RemoteConfig:
-        for r in self.load().remotes:
-            if r.name == name:
+    def sources(self) -> dict[Path, list[str]]:
+        """The names each file contributes (those no earlier file defines), by file, in precedence order."""
+        seen: set[str] = set()
+        out: dict[Path, list[str]] = {}
+        for file in self._files:
+            names = [r.name for r in file.load().remotes if r.name not in seen]
+            seen.update(names)
+            if names:
+                out[file.path] = names
+        return out
+
+    def get(self, value: str) -> RemoteConfig:
+        """The remote a remote option names: a configured name, else a folder or URL (unnamed, no
+        options). InvalidInput/NotFound, with the forms accepted, for anything else."""
+        value = value.strip()
+        if not value:
+            raise InvalidInput("the remote is empty", hint=f"give a remote name (`zoo remote list`) or {LOCATION_FORMS}")
+        if is_location(value):
+            url = normalise_url(value)  # InvalidInput names the schemes for an unknown one
+            return RemoteConfig(name=url, url=url)
+        remotes = self.load().remotes
+        for r in remotes:
+            if r.name == value:
                 return r
-        names = [r.name for r in self.load().remotes]
-        raise NotFound(f"no remote called {name!r}",
-                       hint=f"remotes: {', '.join(names)}" if names else "add one with `zoo remote add NAME URL`")
+        names = ", ".join(r.name for r in remotes)
+        known = f"configured remotes: {names}" if names else "no remote is configured (`zoo remote add NAME URL`)"
+        folder = f"; for the folder {value} here, write ./{value}" if Path(value).exists() else ""
+        try:
+            check_name(value, "remote name")
+        except InvalidInput:
+            raise InvalidInput(f"{value!r} is neither a remote name nor a folder or URL",
+                               hint=f"{known}{folder}; or give {LOCATION_FORMS}") from None
+        raise NotFound(f"no remote called {value!r}", hint=f"{known}{folder}; or give {LOCATION_FORMS}")
 
     def add(self, name: str, url: str, options: dict[str, str] | None = None, mirrors: list[str] | None = None,
             *, replace: bool = False) -> RemoteConfig:
         check_name(name, "remote name")
         scheme = scheme_of(url)
-        if scheme == "file":
-            url = str(Path(url.removeprefix("file://")).expanduser().resolve())
+        url = normalise_url(url)
         for m in mirrors or []:
             if scheme == "hf" and scheme_of(m) != "http":
                 raise InvalidInput(f"mirror {m!r} of a Hugging Face remote must be an endpoint URL",
@@ -143,19 +241,34 @@ class RemotesConfig:
             if scheme != "hf" and scheme_of(m) == "hf":
                 raise InvalidInput(f"mirror {m!r} cannot mirror {url!r}", hint="mirrors share the remote's folder layout")
         remote = RemoteConfig(name=name, url=url, options=parse_options(scheme, options or {}), mirrors=list(mirrors or []))
-        data = self.load()
+        existing = next((r for r in self.load().remotes if r.name == name), None)
+        if existing == remote:
+            return remote  # the same definition again (a set-up script run twice, another ZOO_HOME): nothing to do
+        if existing is not None and not replace:
+            raise InvalidInput(f"remote {name!r} already exists, at {existing.url}",
+                               hint="remove it first or pass --replace")
+        target = self._files[0]
+        data = target.load()
         if any(r.name == name for r in data.remotes):
-            if not replace:
-                raise InvalidInput(f"remote {name!r} already exists", hint="remove it first or pass --replace")
             data.remotes = [remote if r.name == name else r for r in data.remotes]
         else:
             data.remotes.append(remote)
-        self.save(data)
+        target.save(data)
         return remote
 
     def remove(self, name: str) -> None:
-        data = self.load()
-        if not any(r.name == name for r in data.remotes):
+        """Remove `name` from every file it may edit that defines it (the user's config and
+        ``$ZOO_HOME/remotes.json``: else the zoo's old entry would reappear)."""
+        found = False
+        for file in self._files[:self._editable]:
+            data = file.load()
+            if any(r.name == name for r in data.remotes):
+                data.remotes = [r for r in data.remotes if r.name != name]
+                file.save(data)
+                found = True
+        if not found:
             self.get(name)  # raises NotFound with the list of remotes
-        data.remotes = [r for r in data.remotes if r.name != name]
-        self.save(data)
+            if any(r.name == name for r in self.load().remotes):
+                raise InvalidInput(f"remote {name!r} is defined in {self._files[-1].path}, not in {self.path}",
+                                   hint="remove it there: `zoo remote remove NAME` (with $ZOO_HOME set to this zoo)")
+            raise NotFound(f"no remote called {name!r}", hint="`zoo remote list` shows the configured remotes")

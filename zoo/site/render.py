@@ -10,6 +10,7 @@ from urllib.parse import quote, unquote
 from zoo.site import plots
 from zoo.site.svg import colour, element, esc
 from zoo.registry.manifest import describe_measured_on as measured_on
+from zoo.formatting import timestamp
 from zoo.site.text import number, size
 
 # Only the site's own style sheet and script; no inline code, no other origin (a card is untrusted).
@@ -125,13 +126,19 @@ def _version_header(page: str, model: dict, v: dict) -> str:
         f'<strong aria-current="page">{esc(o["version"])}</strong>' if o["version"] == v["version"]
         else element("a", esc(o["version"]), href=href(page, o["page"]))
         for o in model["versions"])
-    facts = [("Task", v["task"] or "-"), ("License", v["license"]), ("Published", v["created"] or "-")]
+    facts = [("Task", v["task"] or "-"), ("License", v["license"]), ("Published", _published(v["created"]))]
     tags = " ".join(f'<span class="tag">{esc(t)}</span>' for t in v["tags"])
     return (f'<nav class="crumbs"><a href="{esc(href(page, "index.html"))}">← All models</a></nav>\n'
             f'<header><h1>{esc(v["name"])} <span class="version">{esc(v["version"])}</span> {tags}</h1>'
             f'<p class="lead">{esc(v["description"])}</p>'
             "<dl class=\"facts\">" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(val)}</dd>" for k, val in facts)
             + f"<dt>Versions</dt><dd>{others}</dd></dl></header>")
+
+
+def _published(created: str | None) -> str:
+    """When a version was published, to the second and saying its zone ('2026-11-28 09:25:21 UTC');
+    site.json keeps the recorded timestamp whole."""
+    return f"{timestamp(created, seconds=True)} UTC" if created else "-"
 
 
 def _verified(b: dict) -> str:
@@ -200,6 +207,15 @@ def _plots_section(page: str, model: dict, v: dict) -> str:
                                description=f"{metric} against latency of the {len(points)} builds of "
                                            f"{v['name']}@{v['version']}", no_y=f"no {metric}")
     legend = "".join(f'<li>{_swatch(colour(i))}<code>{esc(b["name"])}</code></li>' for i, b in enumerate(v["builds"]))
+    builds_figure = (f'<figure><h3>Builds of {esc(v["version"])}</h3>{builds_svg}<figcaption><ul class="legend">'
+                     f"{legend}</ul>One point per build; its area grows with the model's size (largest: "
+                     f"{esc(size(largest))}). Hover a point for its figures and what they were measured on. Builds "
+                     f"never timed are drawn in the “no latency” strip, builds without {esc(metric)} in the “no "
+                     f"{esc(metric)}” strip. {esc(plots.Y_AXIS_NOTE)}</figcaption></figure>")
+    title = metric.upper() if len(metric) <= 4 else metric.capitalize()  # MAE, Accuracy
+    heading = f'<section id="plots"><h2>{esc(title)} against latency</h2><div class="plots">'
+    if len(model["versions"]) < 2:  # "across versions" would draw the same points again
+        return heading + builds_figure + "</div></section>"
     across = []
     for k, other in enumerate(model["versions"]):
         same = other["quality"]["metric"] == metric
@@ -214,14 +230,8 @@ def _plots_section(page: str, model: dict, v: dict) -> str:
     version_legend = "".join(f'<li>{_swatch(colour(k))}{esc(o["version"])}'
                              + (" (this page)" if o["version"] == v["version"] else "") + "</li>"
                              for k, o in enumerate(model["versions"]))
-    title = metric.upper() if len(metric) <= 4 else metric.capitalize()  # MAE, Accuracy
-    return (f'<section id="plots"><h2>{esc(title)} against latency</h2><div class="plots">'
-            f'<figure><h3>Builds of {esc(v["version"])}</h3>{builds_svg}<figcaption><ul class="legend">{legend}</ul>'
-            f"One point per build; its area grows with the model's size (largest: {esc(size(largest))}). "
-            "Hover a point for its figures and what they were measured on. Builds never timed are drawn "
-            f"in the “no latency” strip, builds without {esc(metric)} in the “no {esc(metric)}” strip."
-            f"</figcaption></figure>"
-            f'<figure><h3>Across versions</h3>{versions_svg}<figcaption><ul class="legend">{version_legend}</ul>'
+    return (heading + builds_figure
+            + f'<figure><h3>Across versions</h3>{versions_svg}<figcaption><ul class="legend">{version_legend}</ul>'
             "Every build of every version of this model; this version's points are outlined.</figcaption></figure>"
             "</div></section>")
 
