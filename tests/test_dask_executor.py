@@ -48,3 +48,18 @@ def test_failure_on_dask_is_reported_like_locally(tmp_path, cluster):
     result = zoo.run(recipe, executor=cluster.scheduler_address)
     assert [s.state for s in result.stages] == ["done", "failed"]
     assert "remote boom" in result.failed[0].error.message
+
+
+def test_a_scheduler_that_does_not_answer_is_one_line_naming_its_address(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once this socket closes
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    recipe = write_recipe(tmp_path, RECIPE)
+    # dask's connect timeout (30 s by default) made short: the test is about the message
+    cli = zoo_cli("run", recipe, "--executor", f"dask://127.0.0.1:{port}",
+                  env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"})
+    assert cli.code == 3, cli.text
+    assert f"no Dask scheduler answered at tcp://127.0.0.1:{port}" in cli.err
+    assert "dask scheduler" in cli.err and "Traceback" not in cli.text

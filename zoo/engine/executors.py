@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from zoo.errors import InvalidInput
+from zoo.errors import InvalidInput, SourceUnreachable
 from zoo.engine.worker import StageResult, StageTask, WorkerError, execute
 
 
@@ -149,7 +149,14 @@ class DaskExecutor:
                                hint="pip install 'zoo-onnx[dask]'") from None
         self.address = address
         self.resource_wait_s = resource_wait_s
-        self._client = Client(address, set_as_default=False)
+        try:
+            # dask raises a bare OSError (its TimeoutError) after its connect timeout: say which
+            # scheduler and what to check rather than show dask's traceback
+            self._client = Client(address, set_as_default=False)
+        except OSError as e:
+            raise SourceUnreachable(
+                f"no Dask scheduler answered at {address}: {e}",
+                hint="start one (`dask scheduler`) or check the address of --executor dask://HOST:PORT") from None
         self._executor = self._client.get_executor(pure=False)
 
     def submit(self, task: StageTask) -> Future:
