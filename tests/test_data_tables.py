@@ -64,6 +64,14 @@ def test_default_columns_regression_and_several_inputs(tmp_path):
         datasets.load_split({"source": "csv", "path": "t.csv", "label": "score"}, tmp_path, "train")
 
 
+def test_a_stray_word_in_a_number_column_is_the_value_the_error_quotes(tmp_path):
+    rows = ["x,y"] + [f"{i}.5,{i % 2}" for i in range(20)]
+    rows[7] = "abc,1"  # one word among numbers: the reader keeps the column as text
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(InvalidInput, match=r"column 'x' of 't.csv' holds text, not numbers \(e.g. 'abc'\)"):
+        datasets.load_split({"source": "csv", "path": "t.csv", "label": "y"}, tmp_path, "train")
+
+
 def test_standard_normalisation_uses_the_train_split_only(tmp_path):
     a, b, c, _ = _write_csv(tmp_path / "t.csv")
     spec = {"source": "csv", "path": "t.csv", "label": "kind", "columns": ["a", "b"], "normalize": "standard"}

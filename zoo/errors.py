@@ -1,7 +1,9 @@
 """Every error zoo raises on purpose, and the exit code each class maps to.
 
-The CLI turns a `ZooError` into one message, an optional hint, and its exit code; any other
-exception is a bug and prints a traceback. Set ``ZOO_DEBUG=1`` to get tracebacks for all.
+The CLI turns a `ZooError` into one message, an optional hint, and its exit code. An `OSError`
+nothing caught is a storage error (exit 3, its path named); any other exception is a bug: one line
+``error: unexpected …`` and the note to set ``ZOO_DEBUG=1``, which raises every error with its
+traceback.
 
 `ExitCode` lists every status the `zoo` command exits with; the README's exit-code table is
 checked against it (tests/test_errors.py). Classes also subclass the builtin exception they

@@ -3,7 +3,8 @@
 Modules (one job each): ``manifest`` (the format), ``codec`` (manifest bytes), ``refs``
 (``name@version|tag``, version order), ``blobs`` (content-addressed store), ``index`` (SQLite
 index), ``store`` (`LocalZoo`), ``staging`` (building a staging folder), ``config``
-(remotes.json), ``remote`` (the `RemoteZoo` interface every backend implements),
+(named remotes: the user's ``$ZOO_CONFIG_DIR/remotes.json``, and an older zoo's own; a remote
+option's name, folder or URL resolved), ``remote`` (the `RemoteZoo` interface every backend implements),
 ``remote_factory`` (``open_remote``: the backend for a configured remote), ``fsremote`` (the
 remote zoo layout, with mirrors, on `zoo.storage`'s byte-level backends: folder, S3, GCS, Azure,
 WebDAV, SSH, HTTP), ``hf`` (Hugging Face Hub), ``select`` (best build for this host), ``pull``,
@@ -14,7 +15,9 @@ are `tests/registry_servers.py`. File writes, links and hashes are `zoo.files`; 
 
 Local zoo layout (``$ZOO_HOME``, default ``~/.local/share/zoo``)::
 
-    remotes.json                                  remotes config {"schema_version": 1, "remotes": [...]}
+    remotes.json                                  older remotes config {"schema_version": 1, "remotes": [...]}:
+                                                  still read; `zoo remote add` writes the user's
+                                                  $ZOO_CONFIG_DIR/remotes.json, which wins on a name
     index.sqlite                                  derived index (versions, tags, build metrics, blob refs);
                                                   rebuilt from the files below when missing or damaged
     index-pending/<name>                          a writer of <name> has not finished updating the index:

@@ -121,6 +121,19 @@ def feature_groups(table: dict, spec: dict, given: str) -> dict[str, list[str]]:
     return groups
 
 
+def _first_not_number(values) -> object:
+    """The value to quote when a column is text: the first that is not a number (a column read as
+    text is mostly numbers with one stray word, and quoting a number would say nothing)."""
+    for v in values:
+        if v is None:
+            continue
+        try:
+            float(v)
+        except (TypeError, ValueError):
+            return v
+    return next((v for v in values if v is not None), None)
+
+
 def feature_matrix(table: dict, cols: list[str], given: str, where: str) -> "np.ndarray":
     """float32 [N, len(cols)] of numeric columns; DataError for text or missing values."""
     import numpy as np
@@ -130,7 +143,7 @@ def feature_matrix(table: dict, cols: list[str], given: str, where: str) -> "np.
         values = table[c]
         if values.dtype == object:
             raise DataError(f"{where}: column {c!r} of {given!r} holds text, not numbers "
-                            f"(e.g. {next((v for v in values if v is not None), None)!r})",
+                            f"(e.g. {_first_not_number(values)!r})",
                             hint="feature columns must be numbers; leave the column out of data.columns")
         values = values.astype(np.float64)
         bad = np.flatnonzero(~np.isfinite(values))
