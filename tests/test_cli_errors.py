@@ -62,3 +62,23 @@ def test_an_os_error_nothing_caught_is_a_storage_error_not_a_traceback():
     assert r.returncode == 3, r.stderr
     assert r.stderr.startswith("error: No such file or directory (/nonexistent-dir/x)") and "Traceback" not in r.stderr
     assert "(set ZOO_DEBUG=1 to see the traceback)" in r.stderr
+
+
+def test_a_failed_run_with_json_and_a_remote_cache_writes_nothing_on_stderr(tmp_path):
+    from cli_helpers import write_recipe
+
+    recipe = write_recipe(tmp_path, """\
+schema_version: 1
+name: fails
+version: 0.1.0
+stages:
+  a: {kind: writer, config: {text: "x"}}
+  b: {kind: failing, config: {message: "boom"}}
+""")
+    r = zoo("run", recipe, "--json", "--cache-remote", tmp_path / "run-cache")
+    assert r.code == 1 and r.err == "", r.err
+    doc = json.loads(r.out)
+    assert doc["cache_remote_origin"] == "--cache-remote" and "boom" in doc["error"]["message"]
+    # without --json the same run names its remote run cache on stderr, for people
+    human = zoo("run", recipe, "--cache-remote", tmp_path / "run-cache")
+    assert human.code == 1 and "remote run cache:" in human.err

@@ -35,7 +35,7 @@ def push_cmd(recipes: Optional[List[Path]] = RecipesArg, remote: Optional[str] =
 
     from zoo.cli.main import announce_remote_cache
 
-    announce_remote_cache(remote, recipes[0] if recipes else None, "--remote")
+    announce_remote_cache(remote, recipes[0] if recipes else None, "--remote", as_json=as_json)
     label = f"cache push to {remote or 'the remote run cache'}"
     with interruptible(label, CACHE_PUSH_LEFT), transfer_display(label, None, as_json) as advance:
         result = api.cache_push(recipes or (), remote=remote, cache_dir=cache_dir, progress=advance)
@@ -58,7 +58,7 @@ def pull_cmd(recipes: List[Path] = typer.Argument(..., help="Recipe YAML files."
 
     from zoo.cli.main import announce_remote_cache
 
-    announce_remote_cache(remote, recipes[0] if recipes else None, "--remote")
+    announce_remote_cache(remote, recipes[0] if recipes else None, "--remote", as_json=as_json)
     label = f"cache pull from {remote or 'the remote run cache'}"
     with interruptible(label, CACHE_PULL_LEFT), transfer_display(label, None, as_json) as advance:
         result = api.cache_pull(recipes, remote=remote, cache_dir=cache_dir, progress=advance)
@@ -76,7 +76,7 @@ def status_cmd(recipes: Optional[List[Path]] = RecipesArg, remote: Optional[str]
     from zoo import api
     from zoo.cli.main import announce_remote_cache
 
-    announce_remote_cache(remote, recipes[0] if recipes else None, "--remote")
+    announce_remote_cache(remote, recipes[0] if recipes else None, "--remote", as_json=as_json)
     result = api.cache_status(recipes or (), remote=remote, cache_dir=cache_dir)
     if as_json:
         emit(result)

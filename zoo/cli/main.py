@@ -82,7 +82,7 @@ def run(
         raise InvalidInput(f"stage names given without --force: {' '.join(stages)}",
                            hint=f"to rerun them: zoo run {recipe} {' '.join(stages)} --force")
     dag = api.load(recipe)
-    announce_remote_cache(cache_remote, dag.recipe.path)
+    announce_remote_cache(cache_remote, dag.recipe.path, as_json=as_json)
     progress = _progress(dag, as_json, verbose)
     watch = RunWatch(f"zoo run {recipe}", progress.update)  # what a Ctrl-C stopped
     with watch.interruptible(), progress:
@@ -90,22 +90,24 @@ def run(
                          frozen=frozen, executor=executor, on_update=watch.update, cache_remote=cache_remote,
                          on_log=None if as_json else progress.log,
                          on_transfer=None if as_json else progress.transfer)
-    for note in result.notes:
-        _echo(f"note: {note}", err=True)
-    if as_json:
+    if as_json:  # its notes are in the document
         emit(result.to_json())
     else:
+        for note in result.notes:
+            _echo(f"note: {note}", err=True)
         _print_run_summary(result, recipe)
     raise typer.Exit(result.exit_code())
 
 
-def announce_remote_cache(flag: str | None, recipe: Path | None, flag_name: str = "--cache-remote") -> None:
+def announce_remote_cache(flag: str | None, recipe: Path | None, flag_name: str = "--cache-remote",
+                          as_json: bool = False) -> None:
     """One line on stderr naming the remote run cache a command talks to and the file (or flag)
-    that chose it, before it talks to it: a project's config may choose it (zoo/engine/cache_config.py)."""
+    that chose it, before it talks to it: a project's config may choose it (zoo/engine/cache_config.py).
+    With --json nothing: the document names the remote (docs/cli-json.md), stderr stays empty."""
     from zoo.engine import cache_config
 
     setting = cache_config.resolve(flag, recipe, flag_name)
-    if setting is not None:
+    if setting is not None and not as_json:
         _echo(f"remote run cache: {setting.describe()}", err=True)
 
 
@@ -116,13 +118,13 @@ def plan(recipe: Path = RecipeArg, cache_dir: Optional[Path] = CacheDirOpt,
     run cache holds is cached there: its entry is read, nothing downloaded)."""
     from zoo import api
 
-    announce_remote_cache(cache_remote, recipe)
+    announce_remote_cache(cache_remote, recipe, as_json=as_json)
     result = api.plan(recipe, cache_dir=cache_dir, cache_remote=cache_remote)
-    for note in result.notes:
-        _echo(f"note: {note}", err=True)
-    if as_json:
+    if as_json:  # its notes are in the document
         emit(result.to_json())
         return
+    for note in result.notes:
+        _echo(f"note: {note}", err=True)
     _print_plan(result, show_needs=True)
 
 
@@ -136,13 +138,13 @@ def status(recipe: Path = RecipeArg, why: bool = typer.Option(False, "--why", he
 
     from zoo.engine.runner import StageState
 
-    announce_remote_cache(cache_remote, recipe)
+    announce_remote_cache(cache_remote, recipe, as_json=as_json)
     result = api.status(recipe, cache_dir=cache_dir, cache_remote=cache_remote)
-    for note in result.notes:
-        _echo(f"note: {note}", err=True)
-    if as_json:
+    if as_json:  # its notes are in the document
         emit(result.to_json())
         return
+    for note in result.notes:
+        _echo(f"note: {note}", err=True)
     from zoo.cli.tables import print_table
 
     stale = [s for s in result.stages if s.state != StageState.CACHED]

@@ -103,7 +103,7 @@ def release(
     from zoo.cli.main import announce_remote_cache
     from zoo.release.ship import release as do_release
 
-    announce_remote_cache(None, recipe)  # the run under the lockfile may take stages from it
+    announce_remote_cache(None, recipe, as_json=as_json)  # the run under the lockfile may take stages from it
     with _stage_progress(recipe, as_json) as progress:
         result = do_release(recipe, version=version, to=to, tags=tag or [], allow_stale_lock=allow_stale_lock,
                             cache_dir=cache_dir, jobs=jobs, on_update=progress.update)
