@@ -43,6 +43,11 @@ def isolated_zoo_paths(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     monkeypatch.delenv("ZOO_DEBUG", raising=False)
+    # the output's width as a serial run from a script sees it: none given. pytest-xdist's workers
+    # have COLUMNS=80 and LINES=24 in their environment, which every `zoo` a test starts would
+    # inherit (tables cut to 80 columns); a test that wants a width sets COLUMNS itself
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     from zoo.engine import kind_loader, section_loader
 
     kind_loader.clear_cache()
