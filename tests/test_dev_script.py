@@ -171,7 +171,8 @@ def test_dev_test_after_dev_zoo_adds_the_test_world_then_neither_installs_again(
     # qemu and chromium are in place: their apt-get calls go the same way)
     assert "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm" in calls
     assert "npm install --prefix .tools --no-audit --no-fund --silent azurite@3.35.0" in calls
-    assert calls[-1] == "python -m pytest -q -k x"
+    # a whole-suite run (-k names no file) goes on xdist's workers (dev's xdist_args)
+    assert calls[-1] == "python -m pytest -q -n logical --maxprocesses 4 --dist loadfile --no-loadscope-reorder -k x"
     assert not _pip_installs(checkout("zoo", "--help"))
     assert not _pip_installs(checkout("test", "-k", "x"))
 
