@@ -343,7 +343,12 @@ def _stage_failure(result) -> ZooError:
     if err.table:
         exc: ZooError = GateFailed(message, table=err.table, hint=err.hint)
     else:
-        exc = StageFailed(message, stage_id=failed.id,
-                          hint=err.hint or f"see the log: {failed.log_path} (recipe: {result.path})")
+        hint = err.hint or f"see the log: {failed.log_path} (recipe: {result.path})"
+        if failed.id == "deploy" and "portable ONNX" in err.message:
+            # deploy's own hint is about editing one's recipe; an imported file is what must change
+            hint = ("the file runs in onnxruntime, but ONNX's reference evaluator refuses it: it does not "
+                    "follow the ONNX standard as written; re-export it with a current converter, or check "
+                    "it with onnx.checker.check_model(model, full_check=True)")
+        exc = StageFailed(message, stage_id=failed.id, hint=hint)
     exc.exit_code = err.exit_code
     return exc
