@@ -170,7 +170,7 @@ def test_dev_test_after_dev_zoo_adds_the_test_world_then_neither_installs_again(
     # azurite's npm comes from Debian's package, through sudo when not root (this host's sshd,
     # qemu and chromium are in place: their apt-get calls go the same way)
     assert "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm" in calls
-    assert "npm install --prefix .tools --no-audit --no-fund --silent azurite@3.35.0" in calls
+    assert "npm install --prefix .tools --no-audit --no-fund --loglevel=error azurite@3.35.0" in calls
     # a whole-suite run (-k names no file) goes on xdist's workers (dev's xdist_args)
     assert calls[-1] == "python -m pytest -q -n logical --maxprocesses 4 --dist loadfile --no-loadscope-reorder -k x"
     assert not _pip_installs(checkout("zoo", "--help"))
