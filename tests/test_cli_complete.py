@@ -253,6 +253,8 @@ def test_tables_fit_80_columns_with_rounded_numbers_human_sizes_and_short_sha256
     show = zoo("show", "lenet-digits", env=narrow)
     assert show.code == 0, show.text
     _fits(show.out)
+    # the publish time as people read it: to the second, in UTC, saying so (no microseconds)
+    assert re.search(r"^  created: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$", show.out, re.M), show.out
     rows = {line.split()[0]: line.split() for line in show.out.splitlines() if line.split()[:1] and
             line.split()[0] in BUILDS}
     header = next(line.split() for line in show.out.splitlines() if line.startswith("build "))

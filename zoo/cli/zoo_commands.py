@@ -139,9 +139,13 @@ def show_cmd(
     print(f"{data['name']}@{data['version']}  ({data['source']})")
     if data.get("description"):
         _print_wrapped([f"  description: {data['description']}"])
-    for key in ("task", "license", "created"):
+    for key in ("task", "license"):
         if data.get(key):
             _print_field(key, data[key])
+    from zoo.formatting import timestamp
+
+    if data.get("created"):  # as the catalog and `list --versions` show it (the JSON keeps the record)
+        _print_field("created", f"{timestamp(data['created'], seconds=True)} UTC")
     if data["tags"]:
         print(f"  tags: {', '.join(data['tags'])}")
     rows, unverified, measured, options = [], [], {}, []
