@@ -129,17 +129,18 @@ def checkout(tmp_path):
 
     venv_bin = root / ".venv" / "bin"
     venv_bin.mkdir(parents=True)
-    stand_in(venv_bin / "python")
+    # what `python -c` prints is torch's version (dev's check of the CPU build): ZOO_TEST_TORCH, else the CPU one
+    stand_in(venv_bin / "python", '[[ $1 == -c ]] && echo "${ZOO_TEST_TORCH:-2.13.0+cpu}"; exit 0')
     stand_in(venv_bin / "zoo")
     stand_in(bin_ / "sudo", 'exec "$@"')
     # Debian's npm package, which the stand-in apt-get installs, is a stand-in too
     stand_in(tmp_path / "npm")
     stand_in(bin_ / "apt-get", f'[[ " $* " == *" npm "* ]] && cp "{tmp_path}/npm" "{bin_}/npm"; exit 0')
 
-    def run(*args: str, uid: int = 0, code: int = 0) -> list[str]:
+    def run(*args: str, uid: int = 0, code: int = 0, torch: str | None = None) -> list[str]:
         stand_in(bin_ / "id", f"echo {uid}")
         log.write_text("")
-        env = {"PATH": str(bin_), "HOME": str(tmp_path)}
+        env = {"PATH": str(bin_), "HOME": str(tmp_path), **({"ZOO_TEST_TORCH": torch} if torch else {})}
         proc = subprocess.run([str(bin_ / "bash"), str(root / "dev"), *args], cwd=root, env=env,
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == code, proc.stdout + proc.stderr
@@ -192,3 +193,14 @@ def test_a_changed_pyproject_sets_up_again(checkout, tmp_path):
 def test_a_command_the_zoo_environment_lacks_says_how_to_get_it(checkout):
     checkout("lint-imports", code=127)
     assert "lint-imports is not in the zoo environment; ./dev setup installs the test environment" in checkout.stderr
+
+
+
+def test_a_torch_that_is_not_the_cpu_build_is_named_with_what_it_changes(checkout, tmp_path):
+    checkout("zoo", "--version")
+    assert "warning: torch" not in checkout.stderr  # the CPU build: nothing to say
+    (tmp_path / "repo" / ".venv" / ".zoo-setup-zoo").unlink()  # set up again, and pip finds a CUDA build
+    checkout("zoo", "--version", torch="2.13.0")
+    assert "warning: torch 2.13.0 is not the CPU build the shipped lockfiles were made with (2.13.0+cpu)" in \
+        checkout.stderr, checkout.stderr
+    assert "https://download.pytorch.org/whl/cpu" in checkout.stderr
