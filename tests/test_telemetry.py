@@ -73,17 +73,23 @@ def test_import_zoo_switches_each_library_off_and_keeps_what_the_user_chose(tmp_
     assert chose["env"] == {**telemetry.OFF, "ORT_DISABLE_TELEMETRY": "0", "HF_HUB_DISABLE_TELEMETRY": ""}
 
 
+def _writes_only_without_zoo(code: str, prefix: str, library: str, tmp_path) -> None:
+    """`code` writes under HOME/`prefix` on its own (the control: else the check proves nothing),
+    and nothing at all under HOME when zoo is imported first."""
+    control = _fresh_home(tmp_path, "control")
+    _python(code, control, tmp_path)
+    assert any(p.startswith(prefix) for p in _written(control)), \
+        f"{library} wrote nothing without zoo ({_written(control)}): the check below proves nothing; see zoo/telemetry.py"
+    home = _fresh_home(tmp_path, "home")
+    _python("import zoo\n" + code, home, tmp_path)
+    assert _written(home) == []
+
+
 def test_onnxruntime_writes_no_device_id_when_zoo_is_imported_first(tmp_path):
     code = "import onnxruntime, numpy\n" + ONNX_RELU + (
         "s = onnxruntime.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider'])\n"
         "s.run(None, {'x': numpy.ones(1, numpy.float32)})\n")
-    control = _fresh_home(tmp_path, "control")
-    _python(code, control, tmp_path)
-    assert any(p.startswith(".cache/Microsoft/") for p in _written(control)), \
-        f"onnxruntime wrote nothing without zoo ({_written(control)}): the check below proves nothing; see zoo/telemetry.py"
-    home = _fresh_home(tmp_path, "home")
-    _python("import zoo\n" + code, home, tmp_path)
-    assert _written(home) == []
+    _writes_only_without_zoo(code, ".cache/Microsoft/", "onnxruntime", tmp_path)
 
 
 def test_openvino_writes_no_client_id_when_zoo_is_imported_first(tmp_path):
@@ -93,13 +99,7 @@ def test_openvino_writes_no_client_id_when_zoo_is_imported_first(tmp_path):
         "core = openvino.Core()\n"
         "compiled = core.compile_model(openvino.convert_model(path), 'CPU')\n"
         "compiled({'x': numpy.ones(1, numpy.float32)})\n") % str(tmp_path / "relu.onnx")
-    control = _fresh_home(tmp_path, "control")
-    _python(code, control, tmp_path)
-    assert any(p.startswith("intel/") for p in _written(control)), \
-        f"OpenVINO wrote nothing without zoo ({_written(control)}): the check below proves nothing; see zoo/telemetry.py"
-    home = _fresh_home(tmp_path, "home")
-    _python("import zoo\n" + code, home, tmp_path)
-    assert _written(home) == []
+    _writes_only_without_zoo(code, "intel/", "OpenVINO", tmp_path)
 
 
 def test_install_doc_names_every_path_zoo_may_write_under_home():
