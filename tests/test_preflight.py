@@ -347,3 +347,16 @@ def test_validate_reads_files_without_importing_torch_onnx_or_onnxruntime(tmp_pa
                               env=dict(os.environ))
         assert proc.returncode == 0, proc.stderr
         assert ": ok — probe@1.0.0" in proc.stdout and "HEAVY []" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("data", [b"", b"\xff" * 200, b"\x3a\x80\x80\x80\x80\x10" + b"\x0a" * 50],
+                         ids=["empty", "garbage", "huge-length"])
+def test_an_onnx_file_whose_header_cannot_be_read_is_left_to_the_stage_not_a_crash_at_validate(tmp_path, data):
+    """What the wire reader cannot read cheaply (truncated, garbage, a length past the file) is no
+    verdict at validate (no crash, no false error): the export stage's own load of the file reports it."""
+    import hashlib
+
+    recipe = _onnx_recipe(tmp_path, "image: {shape: [batch, 1, 16, 16]}")
+    (tmp_path / "m.onnx").write_bytes(data)
+    recipe.write_text(recipe.read_text().replace(SOBEL_SHA, hashlib.sha256(data).hexdigest()))
+    assert pipeline.load(recipe)
