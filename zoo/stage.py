@@ -122,7 +122,7 @@ KIND_EPOCH = 1
 # `model.from` parent into the network train fine-tunes; the protobuf field walker that rewrites
 # an ONNX file's metadata): followed by the key closure like the kind's own package, so an edit
 # reruns the stages whose kinds import them. Everything else of zoo a kind imports is interface.
-KEYED_ZOO_MODULES = ("zoo.onnx_to_torch", "zoo.onnx_to_torch_quant", "zoo.onnxwire", "zoo.decoder_io")
+KEYED_ZOO_MODULES = ("zoo.onnx_to_torch", "zoo.onnx_to_torch_quant", "zoo.onnxwire", "zoo.decoder_io", "zoo.textgen")
 
 
 class KindConfig(BaseModel):
