@@ -21,7 +21,7 @@ every `from zoo.api import *`.
 from __future__ import annotations
 
 import io
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from zoo import paths
@@ -228,13 +228,20 @@ def load_session(ref: str, build: str | None = None, providers: Sequence[str] | 
     and engine cache: the engine is kept in the local zoo's ``engines/``, built once per model and GPU).
     A model onnxruntime refuses is InvalidInput.
     """
-    from zoo.errors import InvalidInput
-    from zoo.registry import api as registry
-    from zoo.registry import select
     from zoo.registry.store import LocalZoo
 
     local = zoo or LocalZoo()
     manifest = _resolve(ref, remote, offline, local)
+    chosen = _onnxruntime_build(manifest, build, providers, local)
+    return _session_on(manifest, chosen, providers, session_options, remote, offline, zoo, local)[0]
+
+
+def _onnxruntime_build(manifest: Any, build: str | None, providers: Sequence[str] | None, local: Any) -> Any:
+    """`build` of `manifest`, or by default the best one onnxruntime runs here (`zoo pull`'s rule
+    among the ``onnx`` and ``ort`` formats); an OpenVINO build is InvalidInput."""
+    from zoo.errors import InvalidInput
+    from zoo.registry import select
+
     if build is None:
         host = select.host_runtimes(list(providers) if providers is not None else None)
         onnxruntime_only = select.HostRuntimes({k: v for k, v in host.versions.items() if k == "onnxruntime"},
@@ -249,7 +256,17 @@ def load_session(ref: str, build: str | None = None, providers: Sequence[str] | 
                                 "or pull this one "
                                 f"(zoo.pull({manifest.ref!r}, {chosen.name!r})) and compile its .xml with "
                                 "openvino.Core().compile_model")
+    return chosen
+
+
+def _session_on(manifest: Any, chosen: Any, providers: Sequence[str] | None, session_options: Any, remote: str | None,
+                offline: bool, zoo: Any, local: Any) -> tuple[Any, Any]:
+    """Pull `chosen` (every file checked against its sha256) and open an onnxruntime session on it
+    with the build's providers and their options: (the session, the pull's result)."""
     import onnxruntime
+
+    from zoo.errors import InvalidInput
+    from zoo.registry import api as registry
 
     offered = set(onnxruntime.get_available_providers())
     if providers is None:
@@ -260,13 +277,104 @@ def load_session(ref: str, build: str | None = None, providers: Sequence[str] | 
                            f"{chosen.name})", hint=f"providers offered here: {', '.join(sorted(offered))}")
     pulled = registry.pull(manifest.ref, build=chosen.name, remote=remote, offline=offline, zoo=zoo)
     try:
-        return onnxruntime.InferenceSession(pulled.path, sess_options=session_options, providers=list(providers),
-                                            provider_options=[_provider_options(chosen, p, local.root)
-                                                              for p in providers])
+        session = onnxruntime.InferenceSession(pulled.path, sess_options=session_options, providers=list(providers),
+                                               provider_options=[_provider_options(chosen, p, local.root)
+                                                                 for p in providers])
     except Exception as e:  # onnxruntime raises Fail/InvalidGraph/NoSuchFile/... from C++: all mean "cannot load"
         raise InvalidInput(f"onnxruntime cannot load {manifest.ref} build {chosen.name} ({pulled.path}): {e}",
                            hint=f"the build needs {chosen.runtime or 'onnxruntime'}; onnxruntime "
                                 f"{onnxruntime.__version__} is installed here, with {', '.join(providers)}") from e
+    return session, pulled
+
+
+GENERATION_FILES = ("genai_config.json", "tokenizer.json")  # what `generate` reads beside a build's model file
+
+
+def generate(ref: str, prompt: str, *, build: str | None = None, max_new_tokens: int = 64, sample: bool = False,
+             temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+             seed: int | None = None, threads: int | None = None, remote: str | None = None, offline: bool = False,
+             zoo: Any = None, on_text: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """A continuation of `prompt` by a generative build of `ref` (≙ ``zoo generate REF PROMPT --json``).
+
+    The build is the one `load_session` would open (`zoo pull`'s choice among the builds
+    onnxruntime runs), or `build`; it is pulled first, every file checked against its sha256, and
+    must be a decoder with a KV cache (onnxruntime-genai's convention) shipping genai_config.json
+    and tokenizer.json beside its model file (InvalidInput otherwise; `tokenizers`, the ``text``
+    extra, is MissingExtra when absent). The prompt is tokenized with the build's tokenizer.json
+    (read as data: nothing in a build runs), then `zoo.textgen` decodes greedily, or with `sample`
+    draws with `temperature` (default 1.0), `top_k`, `top_p` (default 1.0) from a generator seeded
+    with `seed` (default 0: the same seed, the same text), until `max_new_tokens` or the build's
+    end-of-sequence token. `on_text(piece)` gets the text as it comes (``zoo generate`` prints it);
+    `threads`: onnxruntime's intra-op threads (default: onnxruntime's own choice).
+
+    Returns ``ref``, ``build``, ``prompt``, ``text`` (the continuation, special tokens left out),
+    ``prompt_tokens`` and ``tokens`` (ids), ``new_tokens``, ``finish_reason`` (``"eos"`` or
+    ``"length"``), ``prefill_ms``, ``decode_tokens_per_s`` (null with fewer than two new tokens),
+    ``sampling`` (null when greedy, else its settings)."""
+    import onnxruntime
+
+    from zoo import decoder_io, textgen, tokenizer_file
+    from zoo.errors import InvalidInput
+    from zoo.registry.store import LocalZoo
+
+    if not sample and (temperature, top_k, top_p, seed) != (None, None, None, None):
+        raise InvalidInput("temperature, top_k, top_p and seed apply to sampling only",
+                           hint="add --sample (sample=True), or leave them out for greedy decoding")
+    sampling = textgen.Sampling(temperature=1.0 if temperature is None else temperature, top_k=top_k,
+                                top_p=1.0 if top_p is None else top_p, seed=0 if seed is None else seed) \
+        if sample else None
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InvalidInput(f"max_new_tokens must be a positive integer (got {max_new_tokens!r})")
+    tokenizer_file.require_tokenizers()  # before any download: a missing extra is said first
+    local = zoo or LocalZoo()
+    manifest = _resolve(ref, remote, offline, local)
+    chosen = _onnxruntime_build(manifest, build, None, local)
+    where = f"{manifest.ref} build {chosen.name}"
+    names = [p.name for p in chosen.inputs]
+    if names and not decoder_io.is_decoder(names):
+        raise InvalidInput(f"{where} is not a generative model (its inputs: {', '.join(names)})",
+                           hint="zoo generate runs decoder builds with a KV cache (task text-generation)")
+    folder = PurePosixPath(chosen.file.path).parent
+    shipped = {f.path for f in chosen.all_files()}
+    lacking = [n for n in GENERATION_FILES if str(folder / n) not in shipped]
+    if lacking:
+        raise InvalidInput(f"{where} ships no {' or '.join(lacking)} beside its model file {chosen.file.path}",
+                           hint="a generative build ships genai_config.json and the tokenizer files beside "
+                                "model.onnx (task text-generation)")
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # errors only: the CLI's stdout and stderr are the user's
+    if threads is not None:
+        if threads < 1:
+            raise InvalidInput(f"threads must be at least 1 (got {threads})")
+        options.intra_op_num_threads = threads
+    session, pulled = _session_on(manifest, chosen, None, options, remote, offline, zoo, local)
+    model_dir = Path(pulled.path).parent
+    try:
+        decoder = textgen.Decoder.from_folder(session, model_dir)
+    except InvalidInput as e:
+        raise InvalidInput(f"{where}: {e.message}", hint=e.hint) from None
+    tokenizer = tokenizer_file.load_tokenizer(model_dir / "tokenizer.json")
+    ids = tokenizer_file.encode(tokenizer, prompt)
+    if sampling is None:
+        generation = decoder.greedy(ids, max_new_tokens)
+    else:
+        generation = decoder.sample(ids, max_new_tokens, temperature=sampling.temperature, top_k=sampling.top_k,
+                                    top_p=sampling.top_p, seed=sampling.seed)
+    stream = tokenizer_file.TextStream(tokenizer, ids)
+    for token in generation:  # streamed: each piece is given out as its token comes
+        piece = stream.step(token)
+        if piece and on_text is not None:
+            on_text(piece)
+    rest = stream.finish()
+    if rest and on_text is not None:
+        on_text(rest)
+    rate = generation.decode_tokens_per_s
+    return {"ref": manifest.ref, "build": chosen.name, "prompt": prompt, "text": stream.text(),
+            "prompt_tokens": ids, "tokens": generation.tokens, "new_tokens": len(generation.tokens),
+            "finish_reason": "eos" if generation.stopped_by_eos else "length",
+            "prefill_ms": generation.prefill_s * 1000.0, "decode_tokens_per_s": rate,
+            "sampling": None if sampling is None else {"temperature": sampling.temperature, "top_k": sampling.top_k,
+                                                       "top_p": sampling.top_p, "seed": sampling.seed}}
 
 
 def _provider_options(build: Any, provider: str, zoo_root: Path) -> dict[str, str]:

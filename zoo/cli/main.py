@@ -338,7 +338,7 @@ def _register_subcommands() -> None:
 
     for module_name in ("zoo.cli.zoo_commands", "zoo.cli.release_commands", "zoo.cli.import_command",
                         "zoo.cli.exporter_commands", "zoo.cli.cache_commands", "zoo.cli.site_commands",
-                        "zoo.cli.config_commands"):
+                        "zoo.cli.config_commands", "zoo.cli.generate_command"):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
