@@ -36,7 +36,7 @@ DOC = REPO / "docs" / "api.md"
 RECIPE = "recipes/lenet-digits.yaml"
 REF = "lenet-digits@1.0.0"
 # the functions the page documents, each with a section: `## \`zoo.NAME\``
-FUNCTIONS = ("plan", "run", "status", "list_models", "list_versions", "show", "search", "pull", "load_session",
+FUNCTIONS = ("plan", "run", "status", "list_models", "list_versions", "show", "search", "pull", "load_session", "generate",
              "push", "release")
 
 

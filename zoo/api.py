@@ -6,7 +6,8 @@ example (tests/test_api_docs.py runs them and checks each against its command's 
 - the model zoo: `list_models`, `list_versions`, `show`, `search`, `pull`, `push`, `release`:
   each returns exactly what its command prints with `--json` (zoo.registry.api.to_json of the
   same call), and raises the `zoo.errors` class whose exit code the command exits with;
-- a build to use: `load_session` (an onnxruntime session), `load_torch` / `save_torch` (back into torch).
+- a build to use: `load_session` (an onnxruntime session), `generate` (a generative build's continuation
+  of a prompt, streamed), `load_torch` / `save_torch` (back into torch).
 
     import zoo.api as zoo
     result = zoo.run("recipes/lenet-digits.yaml", jobs=2)
