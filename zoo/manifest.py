@@ -97,6 +97,26 @@ def describe_measured_on(where: dict | None) -> str:
     return ", ".join(parts)
 
 
+# The figures verify records for a text-generation build (issue #35), in the order `zoo show`, the
+# catalog and the card list them: (metric, its name for people, which way is better). perplexity on
+# held-out text and its _increase over the reference (0.05: 5% above it); greedy agreement with the
+# float32 reference on fixed prompts (the fraction of tokens matched before the first divergence)
+# and its exact-match rate; prefill latency and decode speed at batch 1.
+GENERATION_METRICS = (
+    ("perplexity", "perplexity", "lower"),
+    ("perplexity_increase", "perplexity increase", "lower"),
+    ("greedy_agreement", "greedy agreement", "higher"),
+    ("greedy_exact_match", "greedy exact match", "higher"),
+    ("prefill_ms", "prefill (ms)", "lower"),
+    ("decode_tokens_per_s", "decode tokens/s", "higher"),
+)
+
+
+def generation_figures(metrics: dict) -> dict:
+    """The `GENERATION_METRICS` a build's metrics hold, in their order ({} for any other build)."""
+    return {name: metrics[name] for name, _, _ in GENERATION_METRICS if metrics.get(name) is not None}
+
+
 class FileRef(_Strict):
     """A file of a version: where it goes (relative path) and what its bytes are."""
 

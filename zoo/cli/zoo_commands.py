@@ -168,6 +168,7 @@ def show_cmd(
                       Col("accuracy", "right", wrap=False), Col("verified", wrap=False), Col("sha256", wrap=False),
                       Col("runtime", wrap=False, drop=3), Col("providers", drop=5), Col("portable", wrap=False, drop=2),
                       Col("downloaded", wrap=False, drop=1)], rows, key=0)
+    _generation_table(data["builds"])
     if measured:  # long (runtime, CPU, threads): under the table, one line per distinct setting
         print("latency measured on:")
         _print_wrapped([f"  {', '.join(builds)}: {where}" for where, builds in measured.items()])
@@ -191,6 +192,30 @@ def show_cmd(
         print("imported from:")
         for k, v in imported.items():
             _print_field(k, v)
+
+
+# the generation table's headers, short enough for 80 columns, and which give way first on a narrower one
+_GENERATION_COLUMNS = {"perplexity": ("perplexity", 0), "perplexity_increase": ("ppl increase", 2),
+                       "greedy_agreement": ("agreement", 0), "greedy_exact_match": ("exact match", 3),
+                       "prefill_ms": ("prefill ms", 1), "decode_tokens_per_s": ("tokens/s", 0)}
+
+
+def _generation_table(builds: dict) -> None:
+    """A text-generation version's figures (verify's: perplexity, greedy agreement, prefill ms,
+    decode tokens/s), one row per build that has any; nothing for other versions."""
+    from zoo.cli.tables import Col
+    from zoo.formatting import metric, ms
+    from zoo.registry.manifest import GENERATION_METRICS, generation_figures
+
+    figures = {name: generation_figures(b["metrics"]) for name, b in builds.items()}
+    shown = [key for key, _, _ in GENERATION_METRICS if any(key in f for f in figures.values())]
+    if not shown:
+        return
+    # ms() for the timings and the rate (2 decimals below 10, 3 significant digits above); metric() for the rest
+    text = {"prefill_ms": ms, "decode_tokens_per_s": ms}
+    columns = [Col(_GENERATION_COLUMNS[k][0], "right", wrap=False, drop=_GENERATION_COLUMNS[k][1]) for k in shown]
+    _table("generation", [Col("build", wrap=False)] + columns,
+           [[name] + [text.get(key, metric)(f.get(key)) for key in shown] for name, f in figures.items() if f], key=0)
 
 
 def search_cmd(

@@ -7,8 +7,8 @@ names are the same objects, so a manifest read here is a `zoo.manifest.Manifest`
 
 from zoo.manifest import (BUILD_RE, MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, MAX_FIGURE, MAX_INT, MAX_NESTING, NAME_RE,
                           READABLE_SCHEMA_VERSIONS, VERSION_RE, Bounded, Build, FileRef, Lineage, Manifest, Port,
-                          check_bounded, describe_measured_on)
+                          check_bounded, describe_measured_on, GENERATION_METRICS, generation_figures)
 
 __all__ = ["BUILD_RE", "MANIFEST_FILE", "MANIFEST_SCHEMA_VERSION", "MAX_FIGURE", "MAX_INT", "MAX_NESTING", "NAME_RE",
            "READABLE_SCHEMA_VERSIONS", "VERSION_RE", "Bounded", "Build", "FileRef", "Lineage", "Manifest", "Port",
-           "check_bounded", "describe_measured_on"]
+           "check_bounded", "describe_measured_on", "GENERATION_METRICS", "generation_figures"]

@@ -20,14 +20,19 @@ if TYPE_CHECKING:
     from zoo.site.sources import ZooSource
 
 # 1: models → versions → builds, with the lineage graph and the site paths of the copied files;
-# 2: each build's `provider_options` (manifest schema 3; {} for builds that need none)
-SITE_SCHEMA_VERSION = 2
+# 2: each build's `provider_options` (manifest schema 3; {} for builds that need none);
+# 3: each version's `speed` axis (latency, or a text-generation version's decode tokens/s) and each
+#    build's `speed` figure and `generation` figures (issue #35)
+SITE_SCHEMA_VERSION = 3
 SITE_FILE = "site.json"
 
 # The build metrics a site plots are fields of the zoo's published format (the registry's index
-# reads the same names): verify records the latency, and the task's quality metric.
+# reads the same names): verify records the latency, and the task's quality metric; for a
+# text-generation build its perplexity against its decode speed (zoo.manifest.GENERATION_METRICS).
 LATENCY_METRIC = "latency_p50_ms"
-QUALITY_METRICS = {"regression": ("mae", "lower")}  # task kind -> (metric, which way is better)
+QUALITY_METRICS = {"regression": ("mae", "lower"), "generation": ("perplexity", "lower")}  # task kind -> (metric, which way is better)
+LATENCY_AXIS = (LATENCY_METRIC, "lower", "latency p50 (ms)")
+SPEED_AXES = {"generation": ("decode_tokens_per_s", "higher", "decode tokens/s")}  # task kind -> (metric, better, label)
 TASK_NAME = r"[a-z][a-z0-9]*(-[a-z0-9]+)*"  # lowercase words joined by '-', as recipes spell a task
 DEFAULT_QUALITY = ("accuracy", "higher")
 
@@ -61,8 +66,17 @@ def quality_metric(task: str) -> tuple[str, str]:
     A published task name's family is its last word (``tabular-regression``), the convention verify
     names its metrics by; the site reads it here rather than from the recipe's `task:` section (a
     kind's schema, which zoo/ does not import), and any other name gets the default."""
-    kind = task.rpartition("-")[2] if re.fullmatch(TASK_NAME, task) else "generic"
-    return QUALITY_METRICS.get(kind, DEFAULT_QUALITY)
+    return QUALITY_METRICS.get(_task_kind(task), DEFAULT_QUALITY)
+
+
+def speed_axis(task: str) -> tuple[str, str, str]:
+    """(metric, "higher"|"lower", axis label) of the speed a manifest's `task` is plotted against:
+    the latency, or a text-generation build's decode tokens/s."""
+    return SPEED_AXES.get(_task_kind(task), LATENCY_AXIS)
+
+
+def _task_kind(task: str) -> str:
+    return task.rpartition("-")[2] if re.fullmatch(TASK_NAME, task) else "generic"
 
 
 def pull_command(name: str, version: str, build: str, remote: str | None) -> str:
@@ -121,6 +135,7 @@ def _version(m: "Manifest", tags: list[str], source: "ZooSource", files: dict[st
 
     folder = version_folder(m.name, m.version)
     metric, better = quality_metric(m.task)
+    speed, speed_better, speed_label = speed_axis(m.task)
     read: dict[str, bytes | None] = {}  # manifest path -> bytes (None: not in the zoo)
     listed: list[dict] = []
 
@@ -145,7 +160,7 @@ def _version(m: "Manifest", tags: list[str], source: "ZooSource", files: dict[st
     builds = []
     for b in m.builds.values():
         vectors = [take(ref, f"test vector of {b.name}") for ref in b.test_vectors]
-        builds.append(_build(m, b, metric, vectors, source.remote))
+        builds.append(_build(m, b, metric, speed, vectors, source.remote))
     lock = next((read.get(f.path) for f in m.files if f.path.endswith(".lock")), None)
     provenance = next((read.get(f.path) for f in m.files if f.path.endswith(".intoto.json")), None)
     lineage = m.lineage.model_dump(mode="json")
@@ -153,6 +168,7 @@ def _version(m: "Manifest", tags: list[str], source: "ZooSource", files: dict[st
         "name": m.name, "version": m.version, "created": m.created, "task": m.task, "license": m.license,
         "description": m.description, "tags": tags, "page": version_page(m.name, m.version),
         "quality": {"metric": metric, "better": better},
+        "speed": {"metric": speed, "better": speed_better, "label": speed_label},
         "builds": builds,
         "card": card["href"] if card else None,
         "files": listed,
@@ -180,7 +196,9 @@ def _number(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _build(m: "Manifest", b, metric: str, vectors: list[dict], remote: str | None) -> dict:
+def _build(m: "Manifest", b, metric: str, speed: str, vectors: list[dict], remote: str | None) -> dict:
+    from zoo.registry.manifest import generation_figures
+
     figures = b.metrics
     return {
         "name": b.name, "format": b.format, "precision": b.precision, "runtime": b.runtime, "portable": b.portable,
@@ -190,6 +208,8 @@ def _build(m: "Manifest", b, metric: str, vectors: list[dict], remote: str | Non
         "file": b.file.path, "sha256": b.file.sha256, "size": b.model_size(),
         "latency_p50_ms": _number(figures.get(LATENCY_METRIC)),
         "quality": _number(figures.get(metric)),
+        "speed": _number(figures.get(speed)),
+        "generation": {k: _number(v) for k, v in generation_figures(figures).items() if _number(v) is not None},
         "metrics": {k: v for k, v in sorted(figures.items())},
         "test_vectors": [{"path": v["path"], "href": v["href"]} for v in vectors],
         "pull": pull_command(m.name, m.version, b.name, remote),

@@ -9,7 +9,8 @@ from urllib.parse import quote, unquote
 
 from zoo.site import plots
 from zoo.site.svg import colour, element, esc
-from zoo.registry.manifest import describe_measured_on as measured_on
+from zoo.registry.manifest import GENERATION_METRICS, describe_measured_on as measured_on
+from zoo.site.data import LATENCY_METRIC
 from zoo.formatting import timestamp
 from zoo.site.text import number, size
 
@@ -158,8 +159,18 @@ def _provider_options(b: dict) -> str:
     return "".join(f'<br><span class="muted options">{esc(line)}</span>' for line in lines)
 
 
+def _generation_columns(v: dict) -> list[tuple[str, str]]:
+    """(metric, header) of the generation figures the version's builds hold, beside the plotted
+    quality metric (a text-generation version's: greedy agreement, prefill ms, decode tokens/s...)."""
+    present = {k for b in v["builds"] for k in b.get("generation", {})}
+    return [(k, label) for k, label, _ in GENERATION_METRICS if k in present and k != v["quality"]["metric"]]
+
+
 def _builds_section(page: str, v: dict) -> str:
     metric = v["quality"]["metric"]
+    generation = _generation_columns(v)
+    # a text-generation version is timed by its prefill and decode: no p50 column unless a build has one
+    latency = _speed(v)["metric"] == LATENCY_METRIC or any(b["latency_p50_ms"] is not None for b in v["builds"])
     rows = []
     for b in v["builds"]:
         names = _vector_names(b["name"], [t["path"] for t in b["test_vectors"]])
@@ -168,12 +179,15 @@ def _builds_section(page: str, v: dict) -> str:
         cells = [f"<code>{esc(b['name'])}</code><br><span class=\"muted\">{esc(b['format'])} {esc(b['precision'])}</span>",
                  f"<code>{esc(b['runtime'] or '-')}</code><br><span class=\"muted\">"
                  f"{esc(', '.join(b['execution_providers']))}</span>" + _provider_options(b),
-                 _verified(b), esc(size(b["size"])), esc(number(b["latency_p50_ms"])), esc(number(b["quality"])),
+                 _verified(b), esc(size(b["size"])), *([esc(number(b["latency_p50_ms"]))] if latency else []),
+                 esc(number(b["quality"])),
+                 *(esc(number(b.get("generation", {}).get(k))) for k, _ in generation),
                  esc(measured_on(b["measured_on"])) or '<span class="muted">not timed</span>', vectors]
         rows.append(element("tr", "".join(f"<td>{c}</td>" for c in cells), id=f"build-{b['name']}",
                             data_build=b["name"]))
     head = "".join(f"<th>{esc(h)}</th>" for h in ("Build", "Runtime", "Verified", "Size",
-                                                 "p50 (ms)", metric, "Measured on", "Test vectors"))
+                                                 *(["p50 (ms)"] if latency else []), metric,
+                                                 *(label for _, label in generation), "Measured on", "Test vectors"))
     return (f'<section id="builds"><h2>Builds</h2><div class="scroll"><table class="builds"><thead><tr>{head}</tr>'
             f"</thead><tbody>{''.join(rows)}</tbody></table></div></section>")
 
@@ -198,35 +212,41 @@ def _pull_section(v: dict) -> str:
 
 def _plots_section(page: str, model: dict, v: dict) -> str:
     metric, better = v["quality"]["metric"], v["quality"]["better"]
+    speed = _speed(v)
     y_label = f"{metric} ({better} is better)"
-    x_label = "latency p50 (ms)"
+    latency = speed["metric"] == LATENCY_METRIC
+    x_label = speed["label"] if latency else f"{speed['label']} ({speed['better']} is better)"
+    against = "latency" if latency else speed["label"]
+    no_x = "no latency" if latency else "not timed"
     largest = max((b["size"] for b in v["builds"]), default=0)
-    points = [plots.Point(b["latency_p50_ms"], b["quality"], b["size"], colour(i), _tooltip(b, metric),
+    points = [plots.Point(_speed_of(b, speed), b["quality"], b["size"], colour(i), _tooltip(b, metric),
                           {"build": b["name"]}, label=b["name"]) for i, b in enumerate(v["builds"])]
     builds_svg = plots.scatter(points, x_label=x_label, y_label=y_label, css_class="builds-plot",
-                               description=f"{metric} against latency of the {len(points)} builds of "
-                                           f"{v['name']}@{v['version']}", no_y=f"no {metric}")
+                               description=f"{metric} against {against} of the {len(points)} builds of "
+                                           f"{v['name']}@{v['version']}", no_x=no_x, no_y=f"no {metric}")
     legend = "".join(f'<li>{_swatch(colour(i))}<code>{esc(b["name"])}</code></li>' for i, b in enumerate(v["builds"]))
     builds_figure = (f'<figure><h3>Builds of {esc(v["version"])}</h3>{builds_svg}<figcaption><ul class="legend">'
                      f"{legend}</ul>One point per build; its area grows with the model's size (largest: "
                      f"{esc(size(largest))}). Hover a point for its figures and what they were measured on. Builds "
-                     f"never timed are drawn in the “no latency” strip, builds without {esc(metric)} in the “no "
+                     f"never timed are drawn in the “{esc(no_x)}” strip, builds without {esc(metric)} in the “no "
                      f"{esc(metric)}” strip. {esc(plots.Y_AXIS_NOTE)}</figcaption></figure>")
     title = metric.upper() if len(metric) <= 4 else metric.capitalize()  # MAE, Accuracy
-    heading = f'<section id="plots"><h2>{esc(title)} against latency</h2><div class="plots">'
+    heading = f'<section id="plots"><h2>{esc(title)} against {esc(against)}</h2><div class="plots">'
     if len(model["versions"]) < 2:  # "across versions" would draw the same points again
         return heading + builds_figure + "</div></section>"
     across = []
     for k, other in enumerate(model["versions"]):
         same = other["quality"]["metric"] == metric
+        same_speed = _speed(other)["metric"] == speed["metric"]
         for b in other["builds"]:
-            across.append(plots.Point(b["latency_p50_ms"], b["quality"] if same else None, b["size"], colour(k),
+            across.append(plots.Point(_speed_of(b, speed) if same_speed else None, b["quality"] if same else None,
+                                      b["size"], colour(k),
                                       f"{other['version']} · " + _tooltip(b, metric),
                                       {"version": other["version"], "build": b["name"]},
                                       emphasis=other["version"] == v["version"]))
     versions_svg = plots.scatter(across, x_label=x_label, y_label=y_label, css_class="versions-plot",
-                                 description=f"{metric} against latency of every build of every version of "
-                                             f"{v['name']}", no_y=f"no {metric}")
+                                 description=f"{metric} against {against} of every build of every version of "
+                                             f"{v['name']}", no_x=no_x, no_y=f"no {metric}")
     version_legend = "".join(f'<li>{_swatch(colour(k))}{esc(o["version"])}'
                              + (" (this page)" if o["version"] == v["version"] else "") + "</li>"
                              for k, o in enumerate(model["versions"]))
@@ -236,14 +256,28 @@ def _plots_section(page: str, model: dict, v: dict) -> str:
             "</div></section>")
 
 
+def _speed(v: dict) -> dict:
+    """The version's speed axis (site.json schema 3); the latency for a document without one."""
+    return v.get("speed") or {"metric": LATENCY_METRIC, "better": "lower", "label": "latency p50 (ms)"}
+
+
+def _speed_of(b: dict, speed: dict) -> float | None:
+    return b["latency_p50_ms"] if speed["metric"] == LATENCY_METRIC else b.get("speed")
+
+
 def _swatch(fill: str) -> str:
     return ('<svg class="swatch" viewBox="0 0 12 12" width="12" height="12" aria-hidden="true">'
             f'<circle cx="6" cy="6" r="5" fill="{esc(fill)}"/></svg>')
 
 
 def _tooltip(b: dict, metric: str) -> str:
-    lines = [f"{b['name']}: {metric} {number(b['quality'])}, p50 {number(b['latency_p50_ms'])} ms, {size(b['size'])}",
+    p50 = f"p50 {number(b['latency_p50_ms'])} ms, " if b["latency_p50_ms"] is not None or not b.get("generation") else ""
+    lines = [f"{b['name']}: {metric} {number(b['quality'])}, {p50}{size(b['size'])}",
              f"{b['format']} {b['precision']}, runtime {b['runtime'] or '-'}"]
+    generation = [f"{label} {number(b['generation'][k])}" for k, label, _ in GENERATION_METRICS
+                  if k in b.get("generation", {}) and k != metric]
+    if generation:
+        lines.insert(1, ", ".join(generation))
     lines.append(f"measured on {measured_on(b['measured_on'])}" if b["measured_on"] else "not timed")
     if b["verified"] is False:
         lines.append(f"not verified: {b['unverified_reason'] or 'no reason recorded'}")
