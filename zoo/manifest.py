@@ -97,18 +97,20 @@ def describe_measured_on(where: dict | None) -> str:
     return ", ".join(parts)
 
 
-# The figures verify records for a text-generation build (issue #35), in the order `zoo show`, the
-# catalog and the card list them: (metric, its name for people, which way is better). perplexity on
-# held-out text and its _increase over the reference (0.05: 5% above it); greedy agreement with the
-# float32 reference on fixed prompts (the fraction of tokens matched before the first divergence)
-# and its exact-match rate; prefill latency and decode speed at batch 1.
+# The figures verify records for a text-generation build (issue #35; zoo_stages/verify.py names
+# them), in the order `zoo show` and the catalog list them: (metric, its name for people, which way
+# is better). perplexity on held-out text and its _increase over the reference (0.05: 5% above it);
+# greedy agreement with the reference on fixed prompts (tokens matched before the first divergence,
+# as a count and as a share of the new tokens) and the share of prompts matched whole; the prefill's
+# latency and the decode speed at batch 1 (its `latency_p50_ms` is one decode step).
 GENERATION_METRICS = (
     ("perplexity", "perplexity", "lower"),
     ("perplexity_increase", "perplexity increase", "lower"),
+    ("greedy_matched_tokens", "greedy matched tokens", "higher"),
     ("greedy_agreement", "greedy agreement", "higher"),
     ("greedy_exact_match", "greedy exact match", "higher"),
-    ("prefill_ms", "prefill (ms)", "lower"),
-    ("decode_tokens_per_s", "decode tokens/s", "higher"),
+    ("latency_prefill_ms", "prefill (ms)", "lower"),
+    ("throughput_tokens_per_s", "decode tokens/s", "higher"),
 )
 
 

@@ -196,8 +196,9 @@ def show_cmd(
 
 # the generation table's headers, short enough for 80 columns, and which give way first on a narrower one
 _GENERATION_COLUMNS = {"perplexity": ("perplexity", 0), "perplexity_increase": ("ppl increase", 2),
-                       "greedy_agreement": ("agreement", 0), "greedy_exact_match": ("exact match", 3),
-                       "prefill_ms": ("prefill ms", 1), "decode_tokens_per_s": ("tokens/s", 0)}
+                       "greedy_matched_tokens": ("matched", 4), "greedy_agreement": ("agreement", 0),
+                       "greedy_exact_match": ("exact match", 3), "latency_prefill_ms": ("prefill ms", 1),
+                       "throughput_tokens_per_s": ("tokens/s", 0)}
 
 
 def _generation_table(builds: dict) -> None:
@@ -212,7 +213,7 @@ def _generation_table(builds: dict) -> None:
     if not shown:
         return
     # ms() for the timings and the rate (2 decimals below 10, 3 significant digits above); metric() for the rest
-    text = {"prefill_ms": ms, "decode_tokens_per_s": ms}
+    text = {"latency_prefill_ms": ms, "throughput_tokens_per_s": ms}
     columns = [Col(_GENERATION_COLUMNS[k][0], "right", wrap=False, drop=_GENERATION_COLUMNS[k][1]) for k in shown]
     _table("generation", [Col("build", wrap=False)] + columns,
            [[name] + [text.get(key, metric)(f.get(key)) for key in shown] for name, f in figures.items() if f], key=0)

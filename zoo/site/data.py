@@ -32,7 +32,7 @@ SITE_FILE = "site.json"
 LATENCY_METRIC = "latency_p50_ms"
 QUALITY_METRICS = {"regression": ("mae", "lower"), "generation": ("perplexity", "lower")}  # task kind -> (metric, which way is better)
 LATENCY_AXIS = (LATENCY_METRIC, "lower", "latency p50 (ms)")
-SPEED_AXES = {"generation": ("decode_tokens_per_s", "higher", "decode tokens/s")}  # task kind -> (metric, better, label)
+SPEED_AXES = {"generation": ("throughput_tokens_per_s", "higher", "decode tokens/s")}  # task kind -> (metric, better, label)
 TASK_NAME = r"[a-z][a-z0-9]*(-[a-z0-9]+)*"  # lowercase words joined by '-', as recipes spell a task
 DEFAULT_QUALITY = ("accuracy", "higher")
 
