@@ -63,8 +63,8 @@ def _json(*args):
 def test_greedy_generation_is_transformers_and_onnxruntime_genais_continuation(builds, published):
     import onnxruntime_genai as og
 
-    result = zoo.generate(REF, PROMPT, max_new_tokens=20)
-    assert result["build"] == "cpu-fp32"  # zoo pull's choice without figures: cpu-fp32 before another name
+    result = zoo.generate(REF, PROMPT, build="cpu-fp32", max_new_tokens=20)
+    assert result["build"] == "cpu-fp32"
     assert result["tokens"] == _hf_greedy(builds[0], result["prompt_tokens"], 20)
     assert len(set(result["tokens"])) > 3 and result["new_tokens"] == 20 and result["finish_reason"] == "length"
     # onnxruntime-genai runs the pulled build's folder as it is, to the same tokens
@@ -86,14 +86,20 @@ def test_greedy_generation_is_transformers_and_onnxruntime_genais_continuation(b
     assert full == PROMPT + result["text"]
 
 
+def test_the_default_build_is_the_one_zoo_pull_chooses(published):
+    """Both builds record verify's decode-step latency (tests/generative_zoo.py): the int4 one's is
+    the lower, so `zoo pull` takes it, and so does generate."""
+    assert zoo.generate(REF, PROMPT, max_new_tokens=2)["build"] == zoo.pull(REF)["build"] == "cpu-int4"
+
+
 def test_the_command_streams_the_text_then_prints_its_speed(published):
     r = zoo_cli("generate", REF, PROMPT, "--max-new-tokens", "12")
     assert r.code == 0, r.text
     api = zoo.generate(REF, PROMPT, max_new_tokens=12)
-    assert r.out == api["text"] + "\n"
+    assert r.out == api["text"] + "\n" and len(api["text"]) > 5
     (line,) = r.err.splitlines()
     assert line.startswith("12 new tokens (max new tokens) · prefill ") and " ms · decode " in line
-    assert line.endswith(f" tokens/s · {REF} [cpu-fp32]")
+    assert line.endswith(f" tokens/s · {REF} [cpu-int4]")
 
 
 @pytest.mark.parametrize("sampling", [{}, {"sample": True, "seed": 3}, {"sample": True, "seed": 5, "temperature": 2.0}])
@@ -122,9 +128,10 @@ def test_seeded_sampling_gives_the_same_text_for_a_seed_and_another_for_another(
     assert top1["tokens"] == zoo.generate(REF, PROMPT, max_new_tokens=16)["tokens"]
 
 
-def test_build_chooses_the_int4_build(published):
-    doc = _json(REF, PROMPT, "-n", "6", "--build", "cpu-int4")
-    assert doc["build"] == "cpu-int4" and doc["new_tokens"] == 6
+def test_build_chooses_another_build(published):
+    doc = _json(REF, PROMPT, "-n", "6", "--build", "cpu-fp32")
+    assert doc["build"] == "cpu-fp32" and doc["new_tokens"] == 6
+    assert doc["tokens"] == zoo.generate(REF, PROMPT, build="cpu-fp32", max_new_tokens=6)["tokens"]
 
 
 def test_generation_stops_at_the_builds_end_of_sequence_token(builds, tmp_path):
@@ -193,7 +200,7 @@ def test_a_continuation_past_the_context_length_is_refused_with_the_room_left(pu
 def test_a_tampered_tokenizer_is_an_integrity_error(published):
     """A byte of the pulled tokenizer.json changed after a first generation placed it: the next
     one checks it against its sha256 (as `zoo pull` does) and refuses, exit 4."""
-    assert zoo_cli("generate", REF, PROMPT, "-n", "2").code == 0
+    assert zoo_cli("generate", REF, PROMPT, "-n", "2", "--build", "cpu-fp32").code == 0
     manifest = published.resolve(REF)
     path = published.is_materialized(manifest, "cpu-fp32")
     tokenizer = os.path.join(os.path.dirname(path), "tokenizer.json")
@@ -201,8 +208,8 @@ def test_a_tampered_tokenizer_is_an_integrity_error(published):
     with open(tokenizer, "r+b") as f:
         f.seek(100)
         f.write(b"X")
-    r = zoo_cli("generate", REF, PROMPT, "-n", "4")
-    assert r.code == 4, r.text
+    r = zoo_cli("generate", REF, PROMPT, "-n", "4", "--build", "cpu-fp32")
+    assert r.code == 4 and "does not match its sha256" in r.err, r.text
 
 
 def test_without_tokenizers_the_install_hint_is_given_tokenizers_hidden(published, tmp_path):
