@@ -231,3 +231,19 @@ def test_without_tokenizers_the_install_hint_is_given_tokenizers_hidden(publishe
                 sys.modules["tokenizers"] = saved
             else:
                 del sys.modules["tokenizers"]
+
+
+def test_a_build_only_a_remote_holds_is_pulled_checked_and_run(published, tmp_path):
+    """A folder remote holds the version; a fresh zoo generates from it with --remote (the files
+    downloaded and sha256-checked by the pull), then offline from what it placed."""
+    remote = tmp_path / "remote-zoo"
+    zoo.push(REF, str(remote))
+    fresh = {"ZOO_HOME": str(tmp_path / "fresh-home")}
+    offline = zoo_cli("generate", REF, PROMPT, "-n", "4", "--offline", env=fresh)
+    assert offline.code == 2, offline.text  # the fresh zoo has no such model yet
+    r = zoo_cli("generate", REF, PROMPT, "-n", "8", "--remote", str(remote), "--json", env=fresh)
+    assert r.code == 0, r.text
+    doc = json.loads(r.out)
+    assert doc["tokens"] == zoo.generate(REF, PROMPT, max_new_tokens=8)["tokens"]
+    again = zoo_cli("generate", REF, PROMPT, "-n", "8", "--offline", "--json", env=fresh)
+    assert again.code == 0 and json.loads(again.out)["tokens"] == doc["tokens"]
