@@ -85,7 +85,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_serializer, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
@@ -157,12 +157,25 @@ class ParityConfig(KindConfig):
     seed: int = 0
 
 
+class GenerationGate(KindConfig):
+    """The parity gate of a causal LM's export: prompts, their length and the greedy steps compared."""
+
+    prompts: int = Field(4, ge=1, le=64, description="prompts: the held-out split's first token blocks (seeded "
+                                                     "random token ids without them)")
+    prompt_length: int = Field(8, ge=1, le=4096, description="tokens of each prompt")
+    new_tokens: int = Field(16, ge=1, le=1024, description="greedy steps with the KV cache compared with "
+                                                           "transformers' generate(do_sample=False)")
+    seed: int = 0
+
+
 class ExportConfig(KindConfig):
     opset: int | None = Field(None, ge=7, le=30, description="ONNX opset of the exported model; default: the "
                                                             "exporter's own (18 for dynamo, 17 for torchscript)")
-    exporter: Literal["torchscript", "dynamo"] | None = Field(
+    exporter: Literal["torchscript", "dynamo", "genai"] | None = Field(
         None, description="dynamo: torch.export + onnxscript (torch's default); torchscript: the deprecated tracer; "
-                          "default: dynamo, except torchscript for arch bert (its Attention fusion needs that graph)")
+                          "genai: onnxruntime-genai's model builder (causal LMs of framework transformers only); "
+                          "default: dynamo, except torchscript for arch bert (its Attention fusion needs that graph) "
+                          "and for transformers models other than causal LMs")
     dynamic_batch: bool = Field(True, description="make the batch axis symbolic ('batch')")
     input_shape: list[int] | None = Field(
         None, min_length=1, description="a single input's shape without the batch axis, e.g. [3, 224, 224] or, for "
@@ -172,6 +185,18 @@ class ExportConfig(KindConfig):
                                                         "{url|path, sha256}, or a catalog name such as "
                                                         "torchvision:resnet18 (zoo/catalogs/)")
     onnx: SourceRef | None = Field(None, description="an existing ONNX model to check and pass through")
+    generation: GenerationGate = Field(GenerationGate(), description="a causal LM's parity gate on generation "
+                                                                     "(prefill logits and greedy decoding with the "
+                                                                     "cache against transformers)")
+
+    @model_serializer(mode="wrap")
+    def _record(self, handler):
+        """`generation` enters the stage's record only where it applies and is set: the records (and
+        lockfiles) of every other export stay those of the config without it."""
+        data = handler(self)
+        if "generation" not in self.model_fields_set:
+            data.pop("generation", None)
+        return data
 
     @field_validator("weights", mode="after")
     @classmethod
@@ -205,13 +230,13 @@ class Export(NumericOutputs, StageKind):
     # weights); 9: keras and jax exporters; 10: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence)
     version = "10"
     Config = ExportConfig
-    tools = ("torch", "onnx", "onnxruntime", "transformers", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
+    tools = ("torch", "onnx", "onnxruntime", "transformers", "onnxruntime-genai", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
              "onnxconverter-common", *ENTRY_MODEL_TOOLS)
     # the network (as train builds it: the data decides image channels, a table's width, a vocabulary),
     # the task (1 output for regression) and the I/O names and shapes; not model.task (card metadata)
     shared = ("data", "task", *(f"model.{f}" for f in BUILD_FIELDS), "model.input_name", "model.output_name",
               "model.inputs", "model.framework")
-    outputs = ("model",)
+    outputs = ("model", "genai")  # genai: a causal LM's genai_config.json and tokenizer files
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "export to ONNX (checked, shape-inferred, parity-gated against the source framework)"
 
@@ -227,7 +252,7 @@ class Export(NumericOutputs, StageKind):
         model = ctx.shared.get("model") or {}
         framework = model.get("framework") or exporter_loader.DEFAULT_FRAMEWORK
         exporter = exporters.BUILTIN.get(framework) or exporter_loader.get(framework)
-        return (*base, *exporter.tools_for(model))
+        return (*base, *exporter.tools_in(model, ctx.recipe.dir))
 
     def preflight(self, config: ExportConfig, ctx: KeyContext) -> None:
         """An imported ONNX file beside the recipe (`onnx: {path}`) must take the inputs `model.inputs`
@@ -317,6 +342,9 @@ class Export(NumericOutputs, StageKind):
                 source, label = _fetch(config.weights, context), "weights"
             props = _provenance(inputs, context, config.weights if label == "weights" else None, "weights", source)
             exporter.export(ExportJob(source, label, config, context, target, props))
+        genai = target.parent / "genai"  # a generative build's runtime files (zoo_stages.exporters.decoder)
+        if genai.is_dir():
+            return {"model": target, "genai": genai}
         return {"model": target}
 
 

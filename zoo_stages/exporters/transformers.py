@@ -68,6 +68,22 @@ class TransformersExporter(Exporter):
                     from None
             except InvalidInput as e:  # transformers is not installed: say so at the line
                 raise ModelFieldError(("framework",), e.message, hint=e.hint) from None
+            from zoo_stages.lib.models import causal_lm
+
+            if causal_lm.is_causal_lm(model["architecture"]) and causal_lm.unsupported(model["architecture"]):
+                raise ModelFieldError(("architecture",), f"model.architecture: "
+                                                         f"{causal_lm.unsupported(model['architecture'])}",
+                                      hint="a causal LM is exported as a generative build with a KV cache")
+
+    @classmethod
+    def tools_in(cls, model: Mapping[str, Any], recipe_dir: Path) -> tuple[str, ...]:
+        """A causal LM's export also runs onnxruntime-genai's builder (its genai_config.json, or
+        the whole model with `exporter: genai`)."""
+        from zoo_stages.lib.models import causal_lm
+
+        if causal_lm.is_causal_lm(_architecture(model, recipe_dir)):
+            return (*cls.tools, "onnxruntime-genai")
+        return cls.tools
 
     @classmethod
     def dependencies(cls, model: Mapping[str, Any], recipe_dir: Path) -> list[Path]:
@@ -94,6 +110,17 @@ class TransformersExporter(Exporter):
         context, config = job.context, job.config
         section = dict(context.shared.get("model") or {})
         data = dict(context.shared.get("data") or {})
+        from zoo_stages.lib.models import causal_lm
+
+        if causal_lm.is_causal_lm(hf_models.architecture_name(section, context.recipe.dir)):
+            from zoo_stages.exporters import decoder
+
+            return decoder.export(job, job.label == "pretrained")
+        if config.exporter == "genai":
+            raise InvalidInput("`exporter: genai` (onnxruntime-genai's model builder) exports causal language models "
+                               f"({', '.join(sorted(causal_lm.FAMILIES))}), not "
+                               f"{hf_models.architecture_name(section, context.recipe.dir)}",
+                               hint="drop `exporter:` or use dynamo/torchscript")
         regression = tasks.kind_of(context.shared.get("task") or "") == "regression"
         sizes = archs.data_sizes(section, data, context.recipe.dir, regression=regression)
         saved_threads = torch.get_num_threads()
@@ -278,3 +305,13 @@ def _with_pretrained_sources(props: Mapping[str, str], digests: Mapping[str, str
     sources = json.loads(props.get(key) or "{}")
     sources.update({f"pretrained/{name}": f"sha256:{digest}" for name, digest in digests.items()})
     return {**props, key: provenance.canonical(dict(sorted(sources.items())))}
+
+
+def _architecture(model: Mapping[str, Any], recipe_dir: Path) -> str | None:
+    """``model.architecture``, else the pretrained folder's config.json's; None when unreadable."""
+    from zoo_stages.lib.models import hf_models
+
+    try:
+        return hf_models.architecture_name(model, recipe_dir)
+    except InvalidInput:
+        return None
