@@ -46,7 +46,7 @@ checkpoint or source file, the recipe's license and the source's attribution
 
 - **Inputs**: upstream `checkpoint` (optional); the recipe's `model:` and `task:` (one output for
   regression); `data:` for the input shape, a table's width and the tokenizer's vocabulary.
-- **Outputs**: `model` (`model.onnx`).
+- **Outputs**: `model` (`model.onnx`); for a causal LM also `genai` (genai_config.json and the tokenizer files).
 - **Metrics**: `opset`, `ir_version`, `inputs`, `outputs`, `nodes`, `op_types`, `size_bytes`,
   `num_parameters`, `input_shapes` (per input, dynamic dimensions by name), `parity` (per
   output), `max_abs`, `max_rel`, `source`.
@@ -59,7 +59,7 @@ dynamic `batch` and `sequence`; TorchScript with eager attention unless `exporte
 so onnxruntime's transformer optimizer fuses Attention; gated against transformers' forward on up to
 256 held-out tokenized texts, or seeded token ids without text data; a `pretrained` folder exports
 without a train stage, its digests stamped into `zoo.sources`. Optimum is not used: the release
-that installs here would downgrade transformers 5);
+that installs here would downgrade transformers 5; a causal LM: below);
 `keras` (Keras' ONNX export on the JAX backend) and `jax` (jax2onnx; both opset ≤ 23, gated on the
 held-out rows; see [Keras and JAX models](recipes.md#keras-and-jax-models)).
 Estimator exports have zipmap off, so a classifier gives an int64 `label` and float `probabilities`
@@ -74,6 +74,38 @@ checks the recipe's `model:` section when it loads. Quantization does not apply 
 (onnxruntime's quantizer has no TreeEnsemble kernels): the shipped tree recipes deploy fp32, and a
 quantize stage on such a model fails with "nothing to quantize" (exit 2) instead of publishing an
 "int8" build that is the fp32 one.
+
+**Generative builds (causal LMs)**: a `framework: transformers` model whose architecture is a
+causal LM of the Llama, Qwen2, Qwen3 or Phi3 family (`LlamaForCausalLM`, `Qwen2ForCausalLM`,
+`Qwen3ForCausalLM`, `Phi3ForCausalLM`; another `*ForCausalLM` is refused when the recipe loads)
+is exported as a decoder with a KV cache in onnxruntime-genai's convention: inputs `input_ids`
+[batch_size, sequence_length], `attention_mask` [batch_size, total_sequence_length],
+`position_ids` (torch.onnx exports) and `past_key_values.N.key`/`.value` [batch_size,
+num_kv_heads, past_sequence_length, head_size]; outputs `logits` and `present.N.key`/`.value`
+[…, total_sequence_length, …], every batch and length dynamic. `exporter:` chooses how:
+`dynamo` (the default) or `torchscript` (torch.onnx on transformers' own forward with its
+`DynamicCache`; both handle the cache with torch 2.13 and transformers 5.23, dynamo is torch's
+current exporter), or `genai`: onnxruntime-genai's model builder (fp32, CPU; its fused
+GroupQueryAttention graph, which needs onnxruntime) run in a process of its own, offline, on a
+local Hugging Face folder the stage assembles from the loaded weights and the tokenizer. The
+builder's model is normalised like any export (IR ≤ 13, weights inline below 2 GB, its final RMS
+norm written as standard ONNX operators so onnx's checker accepts it, `producer_version` without
+the git commit the builder reads from wherever it is installed: two runs give the same bytes).
+Every generative export also writes the `genai` output, a folder holding `genai_config.json`
+(from the builder, with `config_only=true` for a torch.onnx export, its decoder's inputs and
+outputs those of the ONNX file) and the tokenizer files: `tokenizer.json` (padding and truncation
+off), `tokenizer_config.json` (special tokens, the `chat_template` where the model has one) and
+`special_tokens_map.json` where the source has one. The tokenizer is the pretrained folder's
+(pin its files in `model.pretrained.sha256`), else the data's tokenizer; deploy ships these files
+beside every build of the model, quantized ones too, so `onnxruntime_genai` loads a pulled build
+folder as it is. Parity gate (`generation:`): the held-out split's first `prompts` token blocks
+(seeded random token ids without them), cut to `prompt_length`: their prefill logits in one
+batch, then `new_tokens` steps of greedy decoding with the cache for each prompt against
+transformers' `generate(do_sample=False)`: every token the same and every step's logits within
+`parity.atol`/`parity.rtol`, else the stage fails naming the prompt and step where they part.
+Metrics add `tokens_matched`, `tokens`, `parity.prefill`, `parity.decode`, `decoder`
+(layers, kv_heads, head_size, vocab_size, genai_type), `decoder_exporter`, `genai_files`, and
+`tools` (the onnxruntime-genai version, which enters the stage's key).
 
 This docstring is the kind's description on the docs site (docs/kinds.md, written by
 scripts/gen_kinds_doc.py): Markdown, for users.
@@ -227,7 +259,8 @@ class Export(NumericOutputs, StageKind):
     # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost); 7: the dynamo exporter by
     # default (torchscript for bert), external data above 2 GB from either exporter; the parent of model.from
     # in the key; 8: transformers (named inputs, parity on held-out text, a pinned pretrained folder as the
-    # weights); 9: keras and jax exporters; 10: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence)
+    # weights); 9: keras and jax exporters; 10: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence). Causal LMs with a KV cache (zoo_stages.exporters.decoder)
+    # are new configurations: every existing export writes the bytes it wrote, so no version bump
     version = "10"
     Config = ExportConfig
     tools = ("torch", "onnx", "onnxruntime", "transformers", "onnxruntime-genai", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",

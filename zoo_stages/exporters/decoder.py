@@ -87,9 +87,7 @@ def export(job: Any, label_pretrained: bool) -> None:
         export_io.normalise(proto)
         props = dict(job.props)
         if label_pretrained:
-            from zoo_stages.exporters.transformers import _with_pretrained_sources
-
-            props = _with_pretrained_sources(props, hf_models.folder_digest(section))
+            props = hf_models.with_pretrained_sources(props, hf_models.folder_digest(section))
         provenance.stamp(proto, props)
         blob = onnx_io.serialise(proto)
         if blob is None:  # above protobuf's limit: the weights go to model.onnx.data

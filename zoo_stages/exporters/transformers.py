@@ -11,6 +11,11 @@ eager attention is the default for these models (its graph is what onnxruntime's
 optimizer fuses into Attention nodes, and it exports in a fraction of dynamo's time); an
 explicit ``exporter: dynamo`` in the export config uses torch's dynamo exporter.
 
+A causal LM (``*ForCausalLM`` of the families `zoo_stages.lib.models.causal_lm.FAMILIES`) is
+exported as a generative build with a KV cache by `zoo_stages.exporters.decoder` (torch.onnx's
+dynamo by default, or onnxruntime-genai's builder with ``exporter: genai``), with its
+genai_config.json and tokenizer files and a parity gate on greedy decoding.
+
 Optimum (``optimum-onnx``) is not used: the release that installs beside this environment pins
 ``transformers<4.58`` and would downgrade transformers 5 (checked with ``pip install --dry-run``).
 
@@ -25,7 +30,6 @@ every output element within ``parity.atol + parity.rtol * |reference|``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -43,7 +47,8 @@ class TransformersExporter(Exporter):
     extra = "transformers"
     modules = ("transformers", "tokenizers", "torch", "safetensors")
     tools = ("transformers", "tokenizers", "torch", "onnxscript", "safetensors", "numpy")
-    summary = "Hugging Face transformers model (architecture + config, or a pinned pretrained folder) via torch.onnx"
+    summary = ("Hugging Face transformers model (architecture + config, or a pinned pretrained folder) via torch.onnx; "
+               "causal LMs with a KV cache, also via onnxruntime-genai's builder")
 
     @classmethod
     def check_model(cls, model: Mapping[str, Any]) -> None:
@@ -146,7 +151,7 @@ class TransformersExporter(Exporter):
             _normalise(proto)
             props = dict(job.props)
             if job.label == "pretrained":
-                props = _with_pretrained_sources(props, hf_models.folder_digest(section))
+                props = hf_models.with_pretrained_sources(props, hf_models.folder_digest(section))
             provenance.stamp(proto, props)
             blob = onnx_io.model_bytes(proto)
             export_io.check(blob)
@@ -295,16 +300,6 @@ def _normalise(proto: Any) -> None:
     for node in proto.graph.node:
         node.doc_string = ""
         del node.metadata_props[:]
-
-
-def _with_pretrained_sources(props: Mapping[str, str], digests: Mapping[str, str]) -> dict[str, str]:
-    """`props` with the pretrained folder's files in ``zoo.sources``."""
-    from zoo_stages.lib.release import provenance
-
-    key = provenance.PREFIX + "sources"
-    sources = json.loads(props.get(key) or "{}")
-    sources.update({f"pretrained/{name}": f"sha256:{digest}" for name, digest in digests.items()})
-    return {**props, key: provenance.canonical(dict(sorted(sources.items())))}
 
 
 def _architecture(model: Mapping[str, Any], recipe_dir: Path) -> str | None:

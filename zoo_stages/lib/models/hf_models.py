@@ -295,3 +295,13 @@ def _positional(arch: type, accepted: tuple[str, ...]) -> type:
 def folder_digest(section: Mapping[str, Any]) -> dict[str, str]:
     """The pinned digests of the pretrained folder's files (for metrics and provenance)."""
     return dict((section.get("pretrained") or {}).get("sha256") or {})
+
+
+def with_pretrained_sources(props: Mapping[str, str], digests: Mapping[str, str]) -> dict[str, str]:
+    """`props` with the pretrained folder's files in ``zoo.sources``."""
+    from zoo_stages.lib.release import provenance
+
+    key = provenance.PREFIX + "sources"
+    sources = json.loads(props.get(key) or "{}")
+    sources.update({f"pretrained/{name}": f"sha256:{digest}" for name, digest in digests.items()})
+    return {**props, key: provenance.canonical(dict(sorted(sources.items())))}
