@@ -211,3 +211,38 @@ def test_onnxruntime_genai_enters_the_key_of_a_causal_lms_export_only(llama):
         {"framework": "transformers", "architecture": "LlamaForCausalLM"}, Path("."))
     assert "onnxruntime-genai" not in TransformersExporter.tools_in(
         {"framework": "transformers", "architecture": "BertModel"}, Path("."))
+
+
+def test_a_trained_checkpoint_exports_with_the_datas_tokenizer_and_held_out_prompts(tmp_path):
+    """The train stage's output as the transformers framework saves it (Hugging Face keys in
+    model.safetensors) for an architecture built from an inline config; the tokenizer and the
+    prompts come from the recipe's text data."""
+    import torch
+
+    from conftest import REPO
+    from zoo_stages.lib.models import archs, checkpoints
+
+    data = {"source": "csv", "path": str(REPO / "recipes" / "data" / "languages.csv"), "text": "text",
+            "label": "language", "max_length": 12, "limit": 120, "val_fraction": 0.25, "split_seed": 0,
+            "tokenizer": {"train": {"model": "wordpiece", "vocab_size": 300, "lowercase": True}}}
+    model = {"framework": "transformers", "architecture": "Qwen2ForCausalLM",
+             "config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+                        "num_key_value_heads": 2, "max_position_embeddings": 64, "tie_word_embeddings": False,
+                        "eos_token_id": 0, "bos_token_id": 0}}
+    torch.manual_seed(0)
+    net = archs.build_model(model, tmp_path, **archs.data_sizes(model, data, tmp_path))
+    checkpoint = checkpoints.save_checkpoint(net, tmp_path / "model.safetensors")
+    recipe = RecipeInfo(name="t", version="0.1.0", description="", license="MIT", path=tmp_path / "recipe.yaml",
+                        digest="x")
+    ctx = StageContext(stage_id="export", out_dir=tmp_path / "out", work_dir=tmp_path / "work", recipe=recipe,
+                       shared={"model": model, "data": data, "task": "text-generation"}, matrix={}, threads=1)
+    upstream = Inputs([Upstream("train", "train", {"checkpoint": checkpoint}, {}, key="k")])
+    out = Export().run(upstream, Export.Config(exporter="torchscript", generation=SMALL_GATE), ctx)
+    metrics = ctx.metrics
+    assert metrics["source"] == "checkpoint" and metrics["parity"]["data"] == "the held-out split's tokens"
+    assert metrics["tokens_matched"] == metrics["tokens"] == 16
+    assert metrics["decoder"]["genai_type"] == "qwen2"
+    tok = json.loads((out["genai"] / "tokenizer.json").read_text())
+    assert tok["model"]["type"] == "WordPiece" and tok["padding"] is None
+    config = json.loads((out["genai"] / "genai_config.json").read_text())["model"]
+    assert config["type"] == "qwen2" and config["vocab_size"] == metrics["decoder"]["vocab_size"]
