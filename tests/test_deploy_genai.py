@@ -128,6 +128,7 @@ def test_onnxruntime_genai_generates_from_a_pulled_build_with_no_extra_step(tmp_
     (tmp_path / "recipe.yaml").write_text(RECIPE.format(pins=json.dumps(pins(folder, PINNED))))
     ran = zoo("run", "recipe.yaml", cwd=tmp_path)
     assert ran.code == 0, ran.text
+    assert "onnxruntime-genai: 0.18.0" in (tmp_path / "recipe.lock").read_text()  # the builder's version is locked
     pulled = zoo("pull", "tiny-decoder@0.1.0", "--build", "cpu-fp32", "--to", tmp_path / "pulled", cwd=tmp_path)
     assert pulled.code == 0, pulled.text
     build = tmp_path / "pulled" / "builds" / "cpu-fp32"
