@@ -246,3 +246,17 @@ def test_a_trained_checkpoint_exports_with_the_datas_tokenizer_and_held_out_prom
     assert tok["model"]["type"] == "WordPiece" and tok["padding"] is None
     config = json.loads((out["genai"] / "genai_config.json").read_text())["model"]
     assert config["type"] == "qwen2" and config["vocab_size"] == metrics["decoder"]["vocab_size"]
+
+
+def test_the_pretrained_folder_may_pin_the_tokenizer_files_and_nothing_else_besides_its_weights():
+    from pydantic import ValidationError
+
+    from zoo_stages.sections.model import PretrainedSpec
+
+    digest = "0" * 64
+    base = {"config.json": digest, "model.safetensors": digest}
+    PretrainedSpec(path="m", sha256={**base, "tokenizer.json": digest, "chat_template.jinja": digest})
+    with pytest.raises(ValidationError, match="optionally the tokenizer's"):
+        PretrainedSpec(path="m", sha256={**base, "vocab.txt": digest})
+    with pytest.raises(ValidationError, match="pin exactly config.json and model.safetensors"):
+        PretrainedSpec(path="m", sha256={"config.json": digest, "tokenizer.json": digest})
