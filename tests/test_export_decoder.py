@@ -260,3 +260,15 @@ def test_the_pretrained_folder_may_pin_the_tokenizer_files_and_nothing_else_besi
         PretrainedSpec(path="m", sha256={**base, "vocab.txt": digest})
     with pytest.raises(ValidationError, match="pin exactly config.json and model.safetensors"):
         PretrainedSpec(path="m", sha256={"config.json": digest, "tokenizer.json": digest})
+
+
+def test_a_builder_graph_onnxruntime_cannot_run_fails_in_one_line_naming_the_kernels_limit(tmp_path):
+    """A head size of 8: onnxruntime's GroupQueryAttention, which the builder's graph uses, takes
+    multiples of 16 only."""
+    folder = tiny_llama_folder(tmp_path / "narrow-heads", hidden_size=32, heads=4, kv_heads=2)
+    section = {"framework": "transformers",
+               "pretrained": {"path": str(folder), "sha256": pins(folder, ("config.json", "model.safetensors",
+                                                                          "tokenizer.json", "tokenizer_config.json"))}}
+    with pytest.raises(InvalidInput, match="onnxruntime cannot run the exported decoder: .*head_size") as e:
+        run_export(tmp_path, "a", section, exporter="genai", generation=SMALL_GATE)
+    assert "multiple of 16" in e.value.hint

@@ -108,9 +108,17 @@ def export(job: Any, label_pretrained: bool) -> None:
                                            level="all")
         gate = config.generation
         prompts, where = _prompts(data, context.recipe.dir, geometry, gate)
-        report = generation_parity.check(model, session, prompts, gate.new_tokens,
-                                         parity.Tolerance(config.parity.atol, config.parity.rtol),
-                                         head_size=geometry.head_size)
+        try:
+            report = generation_parity.check(model, session, prompts, gate.new_tokens,
+                                             parity.Tolerance(config.parity.atol, config.parity.rtol),
+                                             head_size=geometry.head_size)
+        except Exception as e:  # onnxruntime's own errors (a kernel's limits): one line, not a traceback
+            if type(e).__module__.split(".")[0] != "onnxruntime":
+                raise
+            raise InvalidInput(f"onnxruntime cannot run the exported decoder: {str(e).splitlines()[0]}",
+                               hint="onnxruntime's GroupQueryAttention (the builder's graph) needs a head size that "
+                                    "is a multiple of 16; `exporter: dynamo` exports transformers' own attention"
+                               if choice == GENAI else "try another `exporter:` (dynamo, torchscript, genai)") from None
     finally:
         torch.set_num_threads(saved_threads)
     tools = {"onnxruntime-genai": genai_builder.version()}
