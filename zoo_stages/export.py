@@ -46,7 +46,7 @@ checkpoint or source file, the recipe's license and the source's attribution
 
 - **Inputs**: upstream `checkpoint` (optional); the recipe's `model:` and `task:` (one output for
   regression); `data:` for the input shape, a table's width and the tokenizer's vocabulary.
-- **Outputs**: `model` (`model.onnx`).
+- **Outputs**: `model` (`model.onnx`); for a causal LM also `genai` (genai_config.json and the tokenizer files).
 - **Metrics**: `opset`, `ir_version`, `inputs`, `outputs`, `nodes`, `op_types`, `size_bytes`,
   `num_parameters`, `input_shapes` (per input, dynamic dimensions by name), `parity` (per
   output), `max_abs`, `max_rel`, `source`.
@@ -59,7 +59,7 @@ dynamic `batch` and `sequence`; TorchScript with eager attention unless `exporte
 so onnxruntime's transformer optimizer fuses Attention; gated against transformers' forward on up to
 256 held-out tokenized texts, or seeded token ids without text data; a `pretrained` folder exports
 without a train stage, its digests stamped into `zoo.sources`. Optimum is not used: the release
-that installs here would downgrade transformers 5);
+that installs here would downgrade transformers 5; a causal LM: below);
 `keras` (Keras' ONNX export on the JAX backend) and `jax` (jax2onnx; both opset ≤ 23, gated on the
 held-out rows; see [Keras and JAX models](recipes.md#keras-and-jax-models)).
 Estimator exports have zipmap off, so a classifier gives an int64 `label` and float `probabilities`
@@ -75,6 +75,38 @@ checks the recipe's `model:` section when it loads. Quantization does not apply 
 quantize stage on such a model fails with "nothing to quantize" (exit 2) instead of publishing an
 "int8" build that is the fp32 one.
 
+**Generative builds (causal LMs)**: a `framework: transformers` model whose architecture is a
+causal LM of the Llama, Qwen2, Qwen3 or Phi3 family (`LlamaForCausalLM`, `Qwen2ForCausalLM`,
+`Qwen3ForCausalLM`, `Phi3ForCausalLM`; another `*ForCausalLM` is refused when the recipe loads)
+is exported as a decoder with a KV cache in onnxruntime-genai's convention: inputs `input_ids`
+[batch_size, sequence_length], `attention_mask` [batch_size, total_sequence_length],
+`position_ids` (torch.onnx exports) and `past_key_values.N.key`/`.value` [batch_size,
+num_kv_heads, past_sequence_length, head_size]; outputs `logits` and `present.N.key`/`.value`
+[…, total_sequence_length, …], every batch and length dynamic. `exporter:` chooses how:
+`dynamo` (the default) or `torchscript` (torch.onnx on transformers' own forward with its
+`DynamicCache`; both handle the cache with torch 2.13 and transformers 5.23, dynamo is torch's
+current exporter), or `genai`: onnxruntime-genai's model builder (fp32, CPU; its fused
+GroupQueryAttention graph, which needs onnxruntime) run in a process of its own, offline, on a
+local Hugging Face folder the stage assembles from the loaded weights and the tokenizer. The
+builder's model is normalised like any export (IR ≤ 13, weights inline below 2 GB, its final RMS
+norm written as standard ONNX operators so onnx's checker accepts it, `producer_version` without
+the git commit the builder reads from wherever it is installed: two runs give the same bytes).
+Every generative export also writes the `genai` output, a folder holding `genai_config.json`
+(from the builder, with `config_only=true` for a torch.onnx export, its decoder's inputs and
+outputs those of the ONNX file) and the tokenizer files: `tokenizer.json` (padding and truncation
+off), `tokenizer_config.json` (special tokens, the `chat_template` where the model has one) and
+`special_tokens_map.json` where the source has one. The tokenizer is the pretrained folder's
+(pin its files in `model.pretrained.sha256`), else the data's tokenizer; deploy ships these files
+beside every build of the model, quantized ones too, so `onnxruntime_genai` loads a pulled build
+folder as it is. Parity gate (`generation:`): the held-out split's first `prompts` token blocks
+(seeded random token ids without them), cut to `prompt_length`: their prefill logits in one
+batch, then `new_tokens` steps of greedy decoding with the cache for each prompt against
+transformers' `generate(do_sample=False)`: every token the same and every step's logits within
+`parity.atol`/`parity.rtol`, else the stage fails naming the prompt and step where they part.
+Metrics add `tokens_matched`, `tokens`, `parity.prefill`, `parity.decode`, `decoder`
+(layers, kv_heads, head_size, vocab_size, genai_type), `decoder_exporter`, `genai_files`, and
+`tools` (the onnxruntime-genai version, which enters the stage's key).
+
 This docstring is the kind's description on the docs site (docs/kinds.md, written by
 scripts/gen_kinds_doc.py): Markdown, for users.
 """
@@ -85,7 +117,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_serializer, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
@@ -157,12 +189,25 @@ class ParityConfig(KindConfig):
     seed: int = 0
 
 
+class GenerationGate(KindConfig):
+    """The parity gate of a causal LM's export: prompts, their length and the greedy steps compared."""
+
+    prompts: int = Field(4, ge=1, le=64, description="prompts: the held-out split's first token blocks (seeded "
+                                                     "random token ids without them)")
+    prompt_length: int = Field(8, ge=1, le=4096, description="tokens of each prompt")
+    new_tokens: int = Field(16, ge=1, le=1024, description="greedy steps with the KV cache compared with "
+                                                           "transformers' generate(do_sample=False)")
+    seed: int = 0
+
+
 class ExportConfig(KindConfig):
     opset: int | None = Field(None, ge=7, le=30, description="ONNX opset of the exported model; default: the "
                                                             "exporter's own (18 for dynamo, 17 for torchscript)")
-    exporter: Literal["torchscript", "dynamo"] | None = Field(
+    exporter: Literal["torchscript", "dynamo", "genai"] | None = Field(
         None, description="dynamo: torch.export + onnxscript (torch's default); torchscript: the deprecated tracer; "
-                          "default: dynamo, except torchscript for arch bert (its Attention fusion needs that graph)")
+                          "genai: onnxruntime-genai's model builder (causal LMs of framework transformers only); "
+                          "default: dynamo, except torchscript for arch bert (its Attention fusion needs that graph) "
+                          "and for transformers models other than causal LMs")
     dynamic_batch: bool = Field(True, description="make the batch axis symbolic ('batch')")
     input_shape: list[int] | None = Field(
         None, min_length=1, description="a single input's shape without the batch axis, e.g. [3, 224, 224] or, for "
@@ -172,6 +217,18 @@ class ExportConfig(KindConfig):
                                                         "{url|path, sha256}, or a catalog name such as "
                                                         "torchvision:resnet18 (zoo/catalogs/)")
     onnx: SourceRef | None = Field(None, description="an existing ONNX model to check and pass through")
+    generation: GenerationGate = Field(GenerationGate(), description="a causal LM's parity gate on generation "
+                                                                     "(prefill logits and greedy decoding with the "
+                                                                     "cache against transformers)")
+
+    @model_serializer(mode="wrap")
+    def _record(self, handler):
+        """`generation` enters the stage's record only where it applies and is set: the records (and
+        lockfiles) of every other export stay those of the config without it."""
+        data = handler(self)
+        if "generation" not in self.model_fields_set:
+            data.pop("generation", None)
+        return data
 
     @field_validator("weights", mode="after")
     @classmethod
@@ -202,16 +259,17 @@ class Export(NumericOutputs, StageKind):
     # model.framework (zoo_stages.exporters: torch, sklearn, lightgbm, xgboost); 7: the dynamo exporter by
     # default (torchscript for bert), external data above 2 GB from either exporter; the parent of model.from
     # in the key; 8: transformers (named inputs, parity on held-out text, a pinned pretrained folder as the
-    # weights); 9: keras and jax exporters; 10: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence)
+    # weights); 9: keras and jax exporters; 10: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence). Causal LMs with a KV cache (zoo_stages.exporters.decoder)
+    # are new configurations: every existing export writes the bytes it wrote, so no version bump
     version = "10"
     Config = ExportConfig
-    tools = ("torch", "onnx", "onnxruntime", "transformers", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
+    tools = ("torch", "onnx", "onnxruntime", "transformers", "onnxruntime-genai", *ESTIMATOR_TOOLS, "skl2onnx", "onnxmltools",
              "onnxconverter-common", *ENTRY_MODEL_TOOLS)
     # the network (as train builds it: the data decides image channels, a table's width, a vocabulary),
     # the task (1 output for regression) and the I/O names and shapes; not model.task (card metadata)
     shared = ("data", "task", *(f"model.{f}" for f in BUILD_FIELDS), "model.input_name", "model.output_name",
               "model.inputs", "model.framework")
-    outputs = ("model",)
+    outputs = ("model", "genai")  # genai: a causal LM's genai_config.json and tokenizer files
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
     summary = "export to ONNX (checked, shape-inferred, parity-gated against the source framework)"
 
@@ -227,7 +285,7 @@ class Export(NumericOutputs, StageKind):
         model = ctx.shared.get("model") or {}
         framework = model.get("framework") or exporter_loader.DEFAULT_FRAMEWORK
         exporter = exporters.BUILTIN.get(framework) or exporter_loader.get(framework)
-        return (*base, *exporter.tools_for(model))
+        return (*base, *exporter.tools_in(model, ctx.recipe.dir))
 
     def preflight(self, config: ExportConfig, ctx: KeyContext) -> None:
         """An imported ONNX file beside the recipe (`onnx: {path}`) must take the inputs `model.inputs`
@@ -317,6 +375,9 @@ class Export(NumericOutputs, StageKind):
                 source, label = _fetch(config.weights, context), "weights"
             props = _provenance(inputs, context, config.weights if label == "weights" else None, "weights", source)
             exporter.export(ExportJob(source, label, config, context, target, props))
+        genai = target.parent / "genai"  # a generative build's runtime files (zoo_stages.exporters.decoder)
+        if genai.is_dir():
+            return {"model": target, "genai": genai}
         return {"model": target}
 
 

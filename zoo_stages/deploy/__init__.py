@@ -76,12 +76,24 @@ float biases) makes such a model; others are refused with exit 2 naming the node
 onnxruntime offers `TensorrtExecutionProvider` the build is run there (engine cached in the stage's
 work folder): parity against its source on the GPU, latency with `measured_on` naming the GPU and
 
+**Generative builds**: a build whose model takes a KV cache (`past_key_values.N.key`/`.value`
+inputs, zoo's decoder convention) ships, beside its `model.onnx`, the files onnxruntime-genai
+needs to run the build folder as it is: `genai_config.json` (fitted to that build's own inputs and
+outputs) and the tokenizer files (`tokenizer.json`, `tokenizer_config.json` with the chat template
+where there is one, `special_tokens_map.json` where the model has one), each in the build's
+`extra_files` with its sha256, so `zoo pull` brings them. They come from the `genai` output of the
+causal LM's export among deploy's `needs:`, for every build of the model (a quantize or optimize
+stage's output is its model alone; their builds keep the export's inputs and outputs): keep that
+export in `needs:`, or deploy fails naming it. Where two exports give such files, each build takes
+the one whose genai_config.json names its inputs. Without verify's vectors, a generative build's
+test vectors are the first step of a seeded 8-token prompt (nothing cached): its logits and cache.
+
 The package, one module per job: `kind` (the `Deploy` class, the engine's entry point), `config`
 (`DeployConfig`, `BuildSpec`), `release` (one run: each build, then card and manifest), `shipped`
 (what a build ships), `as_is` (an upstream model shipped unchanged), `conversion` with one module per
 runtime's builds (`fp16`, `ort_format`, `openvino`, `tensorrt`; each runs its build where the host has
 the device), `measured` (deploy's own timings), `checks` (valid and portable ONNX), `vectors` (test
-vectors), `manifest_parts` (lineage, preprocessing), `provenance_files` (metadata_props, zoo.lock,
+vectors), `genai_files` (a generative build's genai_config.json and tokenizer files), `manifest_parts` (lineage, preprocessing), `provenance_files` (metadata_props, zoo.lock,
 the statement), `card` (the model card and the published copy with timings).
 
 This docstring is the kind's description on the docs site (docs/kinds.md, written by

@@ -10,7 +10,7 @@ from zoo.errors import InvalidInput
 from zoo.files import atomic_write
 from zoo.manifest import MANIFEST_FILE, Build, Manifest, file_ref
 from zoo.stage import Inputs, StageContext, Upstream
-from zoo_stages.deploy import checks, manifest_parts, provenance_files
+from zoo_stages.deploy import checks, genai_files, manifest_parts, provenance_files
 from zoo_stages.deploy.as_is import as_is
 from zoo_stages.deploy.card import CARD_FILE
 from zoo_stages.deploy.config import BuildSpec, DeployConfig
@@ -153,6 +153,11 @@ class Release:
         else:
             shipped = converted(self, name, spec, vname, source, src_info, bdir, props)
         info = describe(shipped.model) if spec.convert != "openvino" else None
+        sidecars: list[Path] = []
+        if info is not None and info.format == "onnx" and genai_files.is_generative(info):
+            # genai_config.json and the tokenizer beside the model: onnxruntime_genai loads the build folder
+            sidecars = genai_files.ship(self, name, info, bdir)
+            shipped.extra_files.extend(sidecars)
         if info is not None and info.format == "onnx" and (spec.convert is not None or vname is None):
             checks.check_onnx(self, name, shipped.model)  # bytes verify's checker gate did not see
         written = vectors(self, name, spec, vname, shipped, bdir)
@@ -162,7 +167,8 @@ class Release:
         metrics = dict(shipped.metrics)
         # what a runtime loads: the model and its external data (not the operator list for minimal builds)
         metrics["size_bytes"] = shipped.model.stat().st_size + sum(
-            p.stat().st_size for p in shipped.extra_files if not p.name.endswith(".required_operators.config"))
+            p.stat().st_size for p in shipped.extra_files
+            if not p.name.endswith(".required_operators.config") and p not in sidecars)
         build = Build(
             name=name,
             file=file_ref(self.release, shipped.model),

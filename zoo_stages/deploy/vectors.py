@@ -47,7 +47,13 @@ def vectors(job: Release, name: str, spec: BuildSpec, vname: str | None, shipped
                 check_vector_set(name, vname, spec.source, session, ports, out_ports, set_dir, model_file)
         if written:
             return written
-    feeds, origin = job.check.inputs_for(name, vname, session)
+    from zoo import decoder_io
+    from zoo_stages.deploy import genai_files
+
+    if decoder_io.is_decoder(p.name for p in ports) and (bdir / genai_files.CONFIG_FILE).is_file():
+        feeds, origin = genai_files.prompt_feeds(session, bdir)  # a decoder's steps are fed as its cache says
+    else:
+        feeds, origin = job.check.inputs_for(name, vname, session)
     feeds = onnx_run.prepare(session, feeds)
     set_dir = write_test_vectors(bdir / "test_data_set_0", {p.name: feeds[p.name] for p in ports},
                                  onnx_run.run(session, feeds, batch_size=BATCH_SIZE))

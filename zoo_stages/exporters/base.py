@@ -84,6 +84,11 @@ class Exporter(ABC):
         return cls.tools
 
     @classmethod
+    def tools_in(cls, model: Mapping[str, Any], recipe_dir: Path) -> tuple[str, ...]:
+        """`tools_for` for a recipe in `recipe_dir` (what its model section's files say may matter)."""
+        return cls.tools_for(model)
+
+    @classmethod
     def missing_modules(cls) -> list[str]:
         """The needed modules that cannot be found (nothing is imported to tell)."""
         missing = []

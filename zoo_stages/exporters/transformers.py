@@ -11,6 +11,11 @@ eager attention is the default for these models (its graph is what onnxruntime's
 optimizer fuses into Attention nodes, and it exports in a fraction of dynamo's time); an
 explicit ``exporter: dynamo`` in the export config uses torch's dynamo exporter.
 
+A causal LM (``*ForCausalLM`` of the families `zoo_stages.lib.models.causal_lm.FAMILIES`) is
+exported as a generative build with a KV cache by `zoo_stages.exporters.decoder` (torch.onnx's
+dynamo by default, or onnxruntime-genai's builder with ``exporter: genai``), with its
+genai_config.json and tokenizer files and a parity gate on greedy decoding.
+
 Optimum (``optimum-onnx``) is not used: the release that installs beside this environment pins
 ``transformers<4.58`` and would downgrade transformers 5 (checked with ``pip install --dry-run``).
 
@@ -25,7 +30,6 @@ every output element within ``parity.atol + parity.rtol * |reference|``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -43,7 +47,8 @@ class TransformersExporter(Exporter):
     extra = "transformers"
     modules = ("transformers", "tokenizers", "torch", "safetensors")
     tools = ("transformers", "tokenizers", "torch", "onnxscript", "safetensors", "numpy")
-    summary = "Hugging Face transformers model (architecture + config, or a pinned pretrained folder) via torch.onnx"
+    summary = ("Hugging Face transformers model (architecture + config, or a pinned pretrained folder) via torch.onnx; "
+               "causal LMs with a KV cache, also via onnxruntime-genai's builder")
 
     @classmethod
     def check_model(cls, model: Mapping[str, Any]) -> None:
@@ -68,6 +73,22 @@ class TransformersExporter(Exporter):
                     from None
             except InvalidInput as e:  # transformers is not installed: say so at the line
                 raise ModelFieldError(("framework",), e.message, hint=e.hint) from None
+            from zoo_stages.lib.models import causal_lm
+
+            if causal_lm.is_causal_lm(model["architecture"]) and causal_lm.unsupported(model["architecture"]):
+                raise ModelFieldError(("architecture",), f"model.architecture: "
+                                                         f"{causal_lm.unsupported(model['architecture'])}",
+                                      hint="a causal LM is exported as a generative build with a KV cache")
+
+    @classmethod
+    def tools_in(cls, model: Mapping[str, Any], recipe_dir: Path) -> tuple[str, ...]:
+        """A causal LM's export also runs onnxruntime-genai's builder (its genai_config.json, or
+        the whole model with `exporter: genai`)."""
+        from zoo_stages.lib.models import causal_lm
+
+        if causal_lm.is_causal_lm(_architecture(model, recipe_dir)):
+            return (*cls.tools, "onnxruntime-genai")
+        return cls.tools
 
     @classmethod
     def dependencies(cls, model: Mapping[str, Any], recipe_dir: Path) -> list[Path]:
@@ -94,6 +115,17 @@ class TransformersExporter(Exporter):
         context, config = job.context, job.config
         section = dict(context.shared.get("model") or {})
         data = dict(context.shared.get("data") or {})
+        from zoo_stages.lib.models import causal_lm
+
+        if causal_lm.is_causal_lm(hf_models.architecture_name(section, context.recipe.dir)):
+            from zoo_stages.exporters import decoder
+
+            return decoder.export(job, job.label == "pretrained")
+        if config.exporter == "genai":
+            raise InvalidInput("`exporter: genai` (onnxruntime-genai's model builder) exports causal language models "
+                               f"({', '.join(sorted(causal_lm.FAMILIES))}), not "
+                               f"{hf_models.architecture_name(section, context.recipe.dir)}",
+                               hint="drop `exporter:` or use dynamo/torchscript")
         regression = tasks.kind_of(context.shared.get("task") or "") == "regression"
         sizes = archs.data_sizes(section, data, context.recipe.dir, regression=regression)
         saved_threads = torch.get_num_threads()
@@ -119,7 +151,7 @@ class TransformersExporter(Exporter):
             _normalise(proto)
             props = dict(job.props)
             if job.label == "pretrained":
-                props = _with_pretrained_sources(props, hf_models.folder_digest(section))
+                props = hf_models.with_pretrained_sources(props, hf_models.folder_digest(section))
             provenance.stamp(proto, props)
             blob = onnx_io.model_bytes(proto)
             export_io.check(blob)
@@ -270,11 +302,11 @@ def _normalise(proto: Any) -> None:
         del node.metadata_props[:]
 
 
-def _with_pretrained_sources(props: Mapping[str, str], digests: Mapping[str, str]) -> dict[str, str]:
-    """`props` with the pretrained folder's files in ``zoo.sources``."""
-    from zoo_stages.lib.release import provenance
+def _architecture(model: Mapping[str, Any], recipe_dir: Path) -> str | None:
+    """``model.architecture``, else the pretrained folder's config.json's; None when unreadable."""
+    from zoo_stages.lib.models import hf_models
 
-    key = provenance.PREFIX + "sources"
-    sources = json.loads(props.get(key) or "{}")
-    sources.update({f"pretrained/{name}": f"sha256:{digest}" for name, digest in digests.items()})
-    return {**props, key: provenance.canonical(dict(sorted(sources.items())))}
+    try:
+        return hf_models.architecture_name(model, recipe_dir)
+    except InvalidInput:
+        return None

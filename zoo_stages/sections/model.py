@@ -59,6 +59,9 @@ BERT_REQUIRED = ("hidden_size", "num_layers", "num_heads", "intermediate_size", 
 
 ZOO_MODEL_RE = r"^zoo:[a-z0-9][a-z0-9._-]*@\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
 PRETRAINED_FILES = ("config.json", "model.safetensors")  # a transformers folder: config and safetensors weights
+# a causal LM's tokenizer files, which its generative build ships (pinned like the weights when given)
+PRETRAINED_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                              "chat_template.jinja")
 
 
 class PretrainedSpec(_Strict):
@@ -67,13 +70,16 @@ class PretrainedSpec(_Strict):
 
     path: str = Field(description="the folder, relative to the recipe")
     sha256: dict[str, str] = Field(description="{config.json: HEX, model.safetensors: HEX}, each file's full sha256 "
-                                               "(`sha256sum FILE`)")
+                                               "(`sha256sum FILE`); a causal LM's tokenizer files (tokenizer.json, "
+                                               "tokenizer_config.json, special_tokens_map.json, chat_template.jinja) "
+                                               "may be pinned too: its generative build ships them")
 
     @field_validator("sha256")
     @classmethod
     def _pins(cls, v):
-        if sorted(v) != sorted(PRETRAINED_FILES):
-            raise ValueError(f"pin exactly {' and '.join(PRETRAINED_FILES)} (got {', '.join(sorted(v)) or 'none'})")
+        if not set(PRETRAINED_FILES) <= set(v) or not set(v) <= {*PRETRAINED_FILES, *PRETRAINED_TOKENIZER_FILES}:
+            raise ValueError(f"pin exactly {' and '.join(PRETRAINED_FILES)}, and optionally the tokenizer's "
+                             f"{', '.join(PRETRAINED_TOKENIZER_FILES)} (got {', '.join(sorted(v)) or 'none'})")
         bad = [name for name, digest in v.items() if not re.fullmatch(r"[0-9a-f]{64}", str(digest))]
         if bad:
             raise ValueError(f"the sha256 of {', '.join(bad)} must be 64 lowercase hex digits (`sha256sum FILE`)")

@@ -49,6 +49,9 @@ from zoo.errors import IntegrityError, InvalidInput
 
 TEXT_EXTRA = "pip install 'zoo-onnx[transformers]'"
 PRETRAINED_FILES = ("config.json", "model.safetensors")
+# tokenizer files a folder may hold and the recipe may pin (a causal LM's generative build ships them)
+PRETRAINED_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                              "chat_template.jinja")
 # the inputs a text model may take, in the order the exported graph declares them
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # outputs that are not tensors of the model's result (or only with extra flags)
@@ -113,7 +116,8 @@ def architecture_class(name: str) -> type:
 
 
 def pretrained_files(section: Mapping[str, Any], recipe_dir: Path) -> dict[str, Path]:
-    """{file name: path} of ``model.pretrained``'s folder ({} without one); each file must exist."""
+    """{file name: path} of ``model.pretrained``'s folder ({} without one): config.json,
+    model.safetensors and the tokenizer files the recipe pins; each file must exist."""
     ref = section.get("pretrained") or {}
     if not ref:
         return {}
@@ -127,6 +131,12 @@ def pretrained_files(section: Mapping[str, Any], recipe_dir: Path) -> dict[str, 
                                hint="save the model with save_pretrained(DIR, safe_serialization=True); "
                                     f"the folder needs {' and '.join(PRETRAINED_FILES)}")
         out[name] = path
+    for name in PRETRAINED_TOKENIZER_FILES:
+        if name in (ref.get("sha256") or {}):
+            if not (folder / name).is_file():
+                raise InvalidInput(f"model.pretrained.sha256 pins {name}, which {ref['path']!r} does not hold",
+                                   hint=f"remove the pin of {name}, or put the file in the folder")
+            out[name] = folder / name
     return out
 
 
@@ -285,3 +295,13 @@ def _positional(arch: type, accepted: tuple[str, ...]) -> type:
 def folder_digest(section: Mapping[str, Any]) -> dict[str, str]:
     """The pinned digests of the pretrained folder's files (for metrics and provenance)."""
     return dict((section.get("pretrained") or {}).get("sha256") or {})
+
+
+def with_pretrained_sources(props: Mapping[str, str], digests: Mapping[str, str]) -> dict[str, str]:
+    """`props` with the pretrained folder's files in ``zoo.sources``."""
+    from zoo_stages.lib.release import provenance
+
+    key = provenance.PREFIX + "sources"
+    sources = json.loads(props.get(key) or "{}")
+    sources.update({f"pretrained/{name}": f"sha256:{digest}" for name, digest in digests.items()})
+    return {**props, key: provenance.canonical(dict(sorted(sources.items())))}
