@@ -34,8 +34,43 @@ scikit-learn models from skl2onnx) is read as its per-class matrix, columns the 
 (accuracy, top-1 agreement), its parity is per class, and its test vector holds the matrix with the
 class keys (`zoo_stages.lib.release.vectors`).
 
+**Generative builds** (`task: text-generation`, any `*-generation` task): each build is a decoder
+with a KV cache in onnxruntime-genai's convention (inputs `input_ids`, `attention_mask`,
+`past_key_values.N.key|value`; outputs `logits`, `present.N.key|value`), run by zoo's decoding loop;
+its head size, context length and end-of-sequence ids come from the `genai_config.json` beside the
+model when there is one. The data is the held-out split's `input_ids` array (fixed-length token
+blocks, `[N, L]`). Per build:
+
+- `perplexity`: exp of the mean negative log-likelihood of each next token of the held-out blocks
+  (the first `generation.text_blocks`, default all), teacher-forced, one prefill per block; and
+  `perplexity_increase`, relative to the reference's (`0.05` is 5% above it);
+- greedy agreement with the reference on a fixed prompt set (the first `generation.prompt_tokens`
+  tokens of the first `generation.prompts` held-out blocks, each continued by
+  `generation.new_tokens` greedy tokens, no end-of-sequence stop): `greedy_matched_tokens` (tokens
+  equal to the reference's before the first that differs, mean over the prompts),
+  `greedy_agreement` (that as a share of the new tokens) and `greedy_exact_match` (the share of
+  prompts whose new tokens all match); parity (`max_abs`, `cosine`, …) of the prompts' prefill
+  outputs (logits and the present key/values) with the reference's;
+- timings at batch 1 on `latency.threads` threads, `latency.warmup` untimed and `latency.runs` timed
+  greedy runs of a seeded `generation.latency_prompt_tokens`-token prompt continued by
+  `generation.latency_new_tokens` tokens: `latency_prefill_ms` (and `_p90_ms`: the prompt's run and
+  its first token), `latency_p50_ms`/`latency_p90_ms` (one decode step: one new token after the
+  prefill), `throughput_tokens_per_s` (decode tokens per second), `speedup` (the reference's decode
+  step p50 / this build's); file size and `onnx.checker` as for every build;
+- test vectors: for each of `vectors.count` prompts of the set (chosen by `vectors.seed`), one test
+  data set per run of its greedy continuation: the prefill (the prompt's ids, its mask, the empty
+  cache → logits and present key/values), then `generation.vector_steps` decode steps (the greedy
+  token and the cache so far → the next logits and cache); each set's `input_ids` records its step
+  and the greedy token that follows (`zoo_stages.lib.release.vectors`, `decoder_step` schema 1).
+
+Without a `data:` section the prompts are seeded random token ids, perplexity is not measured and
+the build's notes say so. A generative build never gets a classification or regression metric,
+`exact_match`, `top1_agreement` or `throughput_bs<N>`, and no other model gets a generation metric:
+a gate on one is refused with the reason. A decoder under another task, a `text-generation` task
+whose reference is not a decoder, and `generation:` settings for another task are errors.
+
 `report.json` holds everything deterministic (task, metrics output, task metrics, parity, ports,
-sizes, gates on them); timings
+sizes, gates on them; for generation, its settings, perplexity and agreement); timings
 vary from run to run, so they stay in the stage's metrics (cache entry, lockfile, published
 manifest) and out of the report, which is bit-reproducible.
 
@@ -47,8 +82,9 @@ metrics table below) is refused when verify starts. A missing or non-finite valu
 build also has the implicit gate `<build>.checker == 1`. A failed gate fails the stage (after
 the report is written) with a table of every gate.
 
-- **Inputs**: the upstream `model`s of the builds; the recipe's `data:` (optional), `task:` and
-  `model.inputs`, `model.num_classes`.
+- **Inputs**: the upstream `model`s of the builds (a generative build's `genai_config.json` beside
+  its model, when there is one); the recipe's `data:` (optional), `task:` and `model.inputs`,
+  `model.num_classes`.
 - **Outputs**: `report` (`report.json`), `vectors` (folder).
 - **Metrics**: `builds` (every metric that applies per build, plus `inputs`, `outputs`, `parity`,
   `model_digest`, `opset`, `notes`…), `gates` (value and result of each), `passed`, `task`,
@@ -401,13 +437,15 @@ class Verify(NumericOutputs, StageKind):
         return {("builds", name): stage for name, stage in (config.builds or {}).items()}
 
     def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
-        """The recipe's gates with their values and verdicts."""
+        """A generative model's builds with their generation metrics, then the recipe's gates with
+        their values and verdicts."""
+        tables = _generation_table(stage_id, metrics)
         shown = [g for g in self.gates(metrics) if not g.implicit]
         columns = (Column("gate"), Column("value", align="right", format=".4g", missing="n/a"), Column("result"))
         if not shown:  # no gates in the recipe: no table (a bare "gates (verify)" title says nothing)
-            return []
+            return tables
         rows = tuple((g.gate, g.value, "PASS" if g.passed else "FAIL") for g in shown)
-        return [ReportTable(f"gates ({stage_id})", columns, rows, show_header=False)]
+        return tables + [ReportTable(f"gates ({stage_id})", columns, rows, show_header=False)]
 
 
 @dataclass
@@ -608,6 +646,32 @@ def _check_context(decoder: Any, text: "genlib.TextSet", gen: GenerationConfig, 
         raise FieldError(f"the held-out input_ids blocks hold {text.blocks.shape[1]} tokens, and build {build!r} has "
                          f"a context length of {limit} (its genai_config.json)", field=("data",),
                          hint=f"tokenize the text into blocks of at most {limit} tokens")
+
+
+# the run summary's table of generative builds: (header, metric, format)
+GENERATION_COLUMNS = (("perplexity", "perplexity", ".4g"), ("vs ref", "perplexity_increase", "+.1%"),
+                      ("greedy agreement", "greedy_agreement", ".1%"), ("exact", "greedy_exact_match", ".0%"),
+                      ("prefill ms", "latency_prefill_ms", ".3g"), ("decode ms", "latency_p50_ms", ".3g"),
+                      ("tokens/s", "throughput_tokens_per_s", ".4g"))
+
+
+def _generation_table(stage_id: str, metrics: Mapping[str, Any]) -> list[ReportTable]:
+    """One row per generative build (none for another task): perplexity and its change against the
+    reference, greedy agreement and exact matches, prefill and decode times, decode tokens/s."""
+    builds = metrics.get("builds")
+    if metrics.get("task_kind") != "generation" or not isinstance(builds, Mapping):
+        return []
+    columns = (Column("build"),) + tuple(Column(h, align="right", format=f, missing="n/a")
+                                         for h, _, f in GENERATION_COLUMNS)
+    rows = []
+    for name, m in builds.items():
+        m = m if isinstance(m, Mapping) else {}
+        rows.append((str(name),) + tuple(_number(m.get(metric)) for _, metric, _ in GENERATION_COLUMNS))
+    return [ReportTable(f"generation ({stage_id})", columns, tuple(rows))]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 RANDOM_INPUTS = "random inputs (floats uniform in [0, 1), integers 0 or 1, booleans True), seed 0"
