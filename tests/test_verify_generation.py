@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import decoder_graphs as dg
 from cli_helpers import zoo
-from zoo import decoder_io, textgen
+from zoo import textgen
 from zoo.errors import FieldError, GateFailed, InvalidInput
 from zoo.stage import Inputs, RecipeInfo, StageContext, Upstream
 from zoo_stages.lib.onnx import onnx_io, portability, reference_run
@@ -379,7 +380,8 @@ def test_decoder_vectors_chain_greedy_steps_and_hold_under_both_runtimes(tmp_pat
             assert inputs0["past_key_values.0.key"].shape == (1, 1, 0, 16)
             prompt_ids = inputs0["input_ids"][0]
             assert len(prompt_ids) == GEN["prompt_tokens"]
-            tokens = []
+            tokens: list[int] = []
+            previous: dict[str, np.ndarray] = {}
             for k, (set_dir, record) in enumerate(chain):
                 inputs, outputs = vectorlib.read_test_vectors(set_dir)
                 assert list(inputs) == [i.name for i in session.get_inputs()]
@@ -443,6 +445,10 @@ def test_the_same_run_writes_the_same_report_and_vectors(tmp_path, decoders):
 # -- a recipe ----------------------------------------------------------------------------------
 
 
+GEN_RECIPE_STEPS = 3  # verify's default vector_steps
+
+
+@pytest.mark.slow
 def test_a_recipe_imports_decoders_verifies_gates_and_deploys_them(tmp_path, decoders):
     """The decoders come in as ONNX files (export's `onnx: {path}`), the corpus as an npz of input_ids."""
     models = tmp_path / "models"
@@ -480,6 +486,7 @@ stages:
       builds:
         cpu-fp32: {{from: export}}
         cpu-int4: {{from: export-int4}}
+        cpu-fp16: {{from: export, convert: fp16}}
 """)
     assert zoo("validate", "gen.yaml", cwd=tmp_path).code == 0
     bad = (tmp_path / "gen.yaml").read_text().replace("perplexity_increase", "perplexity_incrase")
@@ -489,8 +496,16 @@ stages:
     done = zoo("run", "gen.yaml", cwd=tmp_path)
     assert done.code == 0, done.text
     assert "generation (verify)" in done.out and "greedy agreement" in done.out and "tokens/s" in done.out
-    shown = zoo("show", "tiny-gen", "--json", cwd=tmp_path)
-    assert shown.code == 0, shown.text
-    builds = json.loads(shown.out)["builds"]
-    text = json.dumps(builds)
-    assert "perplexity" in text and "greedy_agreement" in text
+    manifest = json.loads((Path(os.environ["ZOO_HOME"]) / "models" / "tiny-gen" / "versions" / "0.1.0" /
+                           "zoo-manifest.json").read_text())
+    builds = manifest["builds"]
+    assert builds["cpu-int4"]["metrics"]["perplexity_increase"] <= 0.5
+    assert 0 <= builds["cpu-int4"]["metrics"]["greedy_agreement"] <= 1
+    assert not [k for b in builds.values() for k in b["metrics"] if k in CLASSIFIER_ONLY]
+    # deploy re-ran verify's decoder vectors; the fp16 conversion got its own, the greedy continuation
+    # of verify's first vector prompt, step by step, and onnx's reference evaluator reproduced both
+    portability = manifest["extra"]["deploy"]["portability"]
+    sets = GEN_RECIPE_STEPS + 1
+    assert portability["cpu-fp32"].endswith(f"{sets} test vector set(s) reproduced by onnx.reference")
+    assert portability["cpu-fp16"].endswith(f"{sets} test vector set(s) reproduced by onnx.reference")
+    assert "com.microsoft" in portability["cpu-int4"] and builds["cpu-int4"]["portable"] is False
