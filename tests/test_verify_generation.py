@@ -509,3 +509,51 @@ stages:
     assert portability["cpu-fp32"].endswith(f"{sets} test vector set(s) reproduced by onnx.reference")
     assert portability["cpu-fp16"].endswith(f"{sets} test vector set(s) reproduced by onnx.reference")
     assert "com.microsoft" in portability["cpu-int4"] and builds["cpu-int4"]["portable"] is False
+
+
+# -- onnxruntime-genai's builds of a tiny Llama (slow: the builder runs twice) -----------------
+
+
+@pytest.fixture(scope="module")
+def genai_builds(tmp_path_factory):
+    """A random tiny Llama (tests/decoder_models.py), its fp32 and int4 builds by onnxruntime-genai's
+    builder, and held-out blocks of the pydoc text in its own tokenizer's ids."""
+    import decoder_models as dm
+    from tokenizers import Tokenizer
+
+    base = tmp_path_factory.mktemp("genai")
+    hf = dm.tiny_llama_folder(base / "hf")
+    builds = {p: dm.genai_build(hf, base / p, precision=p) / "model.onnx" for p in ("fp32", "int4")}
+    ids = Tokenizer.from_file(str(hf / "tokenizer.json")).encode(dm.pydoc_text()[:20_000]).ids
+    blocks = np.asarray(ids[:40 * 32], dtype=np.int64).reshape(40, 32)
+    np.savez(base / "tokens.npz", input_ids=blocks)
+    return {"base": base, "hf": hf, **builds}
+
+
+@pytest.mark.slow
+def test_onnxruntime_genai_builds_are_measured_and_their_checker_verdict_gates_them(tmp_path, genai_builds):
+    """The builder's models keep their head size in genai_config.json only (symbolic in the graph),
+    and use GroupQueryAttention and MatMulNBits; their SimplifiedLayerNormalization sits in the ONNX
+    domain, which onnx.checker refuses, so verify measures everything and then fails their implicit
+    `checker == 1` gates."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    shutil.copy(genai_builds["base"] / "tokens.npz", tmp_path / "tokens.npz")
+    with pytest.raises(GateFailed, match="checker == 1"):
+        verify(tmp_path, genai_builds, {"cpu-fp32": "fp32", "cpu-int4": "int4"}, vectors={"count": 1, "seed": 0})
+    report = json.loads((tmp_path / "run" / "out" / "report.json").read_text())
+    fp32, int4 = report["builds"]["cpu-fp32"], report["builds"]["cpu-int4"]
+    assert fp32["checker"] == 0 and "SimplifiedLayerNormalization" in fp32["checker_error"]
+    # the fp32 build's perplexity is transformers' own on the same blocks
+    blocks = torch.from_numpy(val_blocks(tmp_path))
+    model = LlamaForCausalLM.from_pretrained(str(genai_builds["hf"])).eval()
+    with torch.no_grad():
+        loss = model(input_ids=blocks, labels=blocks).loss.item()
+    assert fp32["perplexity"] == pytest.approx(math.exp(loss), rel=1e-4)
+    assert math.isfinite(int4["perplexity_increase"]) and 0 <= int4["greedy_agreement"] <= 1
+    assert int4["custom_domains"] == ["com.microsoft"]
+    sets = vectorlib.find_sets(tmp_path / "run" / "out" / "vectors" / "cpu-int4")
+    assert [vectorlib.decoder_step(s)["step"] for s in sets] == list(range(GEN["vector_steps"] + 1))
+    inputs, _ = vectorlib.read_test_vectors(sets[0])
+    assert inputs["past_key_values.0.key"].shape == (1, 2, 0, 16)  # the head size from genai_config.json
