@@ -4,6 +4,7 @@ int4 MatMulNBits build; onnxruntime-genai's tiny Llama in the slow tests at the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -355,6 +356,14 @@ def test_generation_settings_for_another_task_and_bad_values_are_refused(tmp_pat
     with pytest.raises(FieldError, match="apply to a text-generation task") as err:
         Verify().run(Inputs([Upstream("export", "export", {"model": model}, {})]), cfg, ctx)
     assert err.value.field == ("stages", "verify", "config", "generation")
+    ctx = context(tmp_path, None, data=None, name="eval")
+    fp32 = dg.save(dg.attention_decoder(), tmp_path / "dec.onnx")
+    for field, value in (("eval_samples", 4), ("output", "logits")):
+        cfg = VerifyConfig(builds={"dec": "export"}, latency=FAST, **{field: value})
+        with pytest.raises(FieldError, match=f"`{field}` does not apply to a text-generation task") as err:
+            Verify().run(Inputs([Upstream("export", "export", {"model": fp32}, {})]), cfg,
+                         dataclasses.replace(ctx, shared={"data": None, "task": "text-generation", "model": {}}))
+        assert err.value.field == ("stages", "verify", "config", field)
     for bad in ({"prompts": 0}, {"new_tokens": 0}, {"latency_new_tokens": 1}, {"text_blocks": 0},
                 {"vector_steps": -1}, {"temperature": 1.0}):
         with pytest.raises(pydantic.ValidationError):

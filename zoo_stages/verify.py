@@ -509,6 +509,12 @@ def _generative(task: str, reference: Path, ref_name: str, config: VerifyConfig,
     if kind != "generation" and "generation" in config.model_fields_set:
         raise FieldError(f"verify's `generation:` settings apply to a text-generation task; task {task!r} is {kind}",
                          field=genlib.config_field(stage_id), hint="remove `generation:`")
+    # fields of the other path, which a generative build would silently ignore
+    for field, instead in (("eval_samples", "generation.text_blocks (held-out blocks) or generation.prompts"),
+                           ("output", "nothing: a decoder's metrics read its `logits`")):
+        if kind == "generation" and field in config.model_fields_set:
+            raise FieldError(f"verify's `{field}` does not apply to a text-generation task", hint=f"use {instead}",
+                             field=("stages", stage_id, "config", field))
     return decoder
 
 
