@@ -92,6 +92,26 @@ def attention_decoder(*, seed: int = 0, vocab: int = 96, hidden: int = 32, head:
     return model
 
 
+def with_symbolic_head_size(model: onnx.ModelProto, name: str = "kv_cache_dim") -> onnx.ModelProto:
+    """`model` with the head size of its cache inputs and outputs left symbolic, as onnxruntime-genai's
+    builder leaves it (a runtime then reads it from genai_config.json)."""
+    for value in list(model.graph.input) + list(model.graph.output):
+        if value.name.startswith(("past_key_values.", "present.")):
+            value.type.tensor_type.shape.dim[3].dim_param = name
+    return model
+
+
+def genai_config(folder: Path, *, head_size: int = 16, context_length: int = 256) -> Path:
+    """A minimal genai_config.json (what zoo.textgen reads of one) in `folder`."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "genai_config.json"
+    path.write_text(json.dumps({"model": {"context_length": context_length, "eos_token_id": 0, "vocab_size": 96,
+                                          "decoder": {"head_size": head_size, "filename": "model.onnx"}}}))
+    return path
+
+
 def decoder_weights(seed: int = 0, vocab: int = 96, hidden: int = 32, head: int = 16,
                     lm_scale: float = 3.0) -> dict[str, np.ndarray]:
     """The seeded weights `attention_decoder` uses (to perturb them, or zero the LM head)."""

@@ -326,12 +326,34 @@ def test_data_without_input_ids_or_with_ids_outside_the_vocabulary_is_a_field_er
         verify(tmp_path, decoders, {"ref": "fp32"}, data={**DATA, "path": "wide.npz"}, name="wide")
 
 
+def test_a_symbolic_head_size_comes_from_genai_config_json_of_the_build_or_its_export(tmp_path, decoders):
+    """The export stage's `genai` output holds genai_config.json; a quantized build beside it has none of its own."""
+    fp32 = dg.save(dg.with_symbolic_head_size(dg.attention_decoder()), tmp_path / "export" / "model.onnx")
+    int4 = dg.int4_of(fp32, tmp_path / "quantize" / "model.onnx")
+    ctx = context(tmp_path, decoders)
+    cfg = VerifyConfig(builds={"cpu-fp32": "export", "cpu-int4": "quantize"}, latency=FAST, generation=GEN)
+    alone = Inputs([Upstream("export", "export", {"model": fp32}, {}),
+                    Upstream("quantize", "quantize", {"model": int4}, {})])
+    with pytest.raises(InvalidInput, match="build 'cpu-fp32': KV-cache input 'past_key_values.0.key' leaves its "
+                                           "head size symbolic") as err:
+        Verify().run(alone, cfg, ctx)
+    assert "genai_config.json" in err.value.hint
+    genai = dg.genai_config(tmp_path / "export" / "genai").parent
+    inputs = Inputs([Upstream("export", "export", {"model": fp32, "genai": genai}, {}),
+                     Upstream("quantize", "quantize", {"model": int4}, {})])
+    Verify().run(inputs, cfg, context(tmp_path, decoders, name="with-genai"))
+    report = json.loads((tmp_path / "with-genai" / "out" / "report.json").read_text())
+    concrete, _, _ = verify(tmp_path, decoders, {"cpu-fp32": "fp32", "cpu-int4": "int4"}, name="concrete")
+    for build in ("cpu-fp32", "cpu-int4"):  # the same model with its head size declared: the same figures
+        assert report["builds"][build]["perplexity"] == pytest.approx(concrete["builds"][build]["perplexity"])
+        assert report["builds"][build]["greedy_matched_tokens"] == concrete["builds"][build]["greedy_matched_tokens"]
+
+
 def test_a_context_length_too_short_for_the_settings_is_a_field_error(tmp_path, decoders):
     short = tmp_path / "short" / "model.onnx"
     short.parent.mkdir()
     shutil.copy(decoders["fp32"], short)
-    (short.parent / "genai_config.json").write_text(json.dumps(
-        {"model": {"context_length": 16, "eos_token_id": 0, "decoder": {"head_size": 16, "filename": "model.onnx"}}}))
+    dg.genai_config(short.parent, context_length=16)
     with pytest.raises(FieldError, match="prompt_tokens \\+ new_tokens is 18 tokens, and build 'ref' has a context "
                                          "length of 16") as err:
         verify(tmp_path, {**decoders, "short": short}, {"ref": "short"})

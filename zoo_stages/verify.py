@@ -37,8 +37,9 @@ class keys (`zoo_stages.lib.release.vectors`).
 **Generative builds** (`task: text-generation`, any `*-generation` task): each build is a decoder
 with a KV cache in onnxruntime-genai's convention (inputs `input_ids`, `attention_mask`,
 `past_key_values.N.key|value`; outputs `logits`, `present.N.key|value`), run by zoo's decoding loop;
-its head size, context length and end-of-sequence ids come from the `genai_config.json` beside the
-model when there is one. The data is the held-out split's `input_ids` array (fixed-length token
+its head size, context length and end-of-sequence ids come from a `genai_config.json` (beside the
+model, in its stage's `genai` output, or in the first upstream `genai` output: a quantized build
+shares its export's) when there is one. The data is the held-out split's `input_ids` array (fixed-length token
 blocks, `[N, L]`). Per build:
 
 - `perplexity`: exp of the mean negative log-likelihood of each next token of the held-out blocks
@@ -82,8 +83,8 @@ metrics table below) is refused when verify starts. A missing or non-finite valu
 build also has the implicit gate `<build>.checker == 1`. A failed gate fails the stage (after
 the report is written) with a table of every gate.
 
-- **Inputs**: the upstream `model`s of the builds (a generative build's `genai_config.json` beside
-  its model, when there is one); the recipe's `data:` (optional), `task:` and `model.inputs`,
+- **Inputs**: the upstream `model`s of the builds (and `genai` outputs: a generative build's
+  `genai_config.json`); the recipe's `data:` (optional), `task:` and `model.inputs`,
   `model.num_classes`.
 - **Outputs**: `report` (`report.json`), `vectors` (folder).
 - **Metrics**: `builds` (every metric that applies per build, plus `inputs`, `outputs`, `parity`,
@@ -378,7 +379,8 @@ class Verify(NumericOutputs, StageKind):
         vectors_dir = context.output_path("vectors")
         vectors_dir.mkdir(parents=True, exist_ok=True)
         if _generative(task, paths[ref_name], ref_name, config, context.stage_id):
-            measured = _verify_decoders(build_stages, paths, ref_name, task, gates, config, context, vectors_dir)
+            measured = _verify_decoders(inputs, build_stages, paths, ref_name, task, gates, config, context,
+                                        vectors_dir)
         else:
             measured = _verify_models(build_stages, paths, ref_name, task, gates, config, context, vectors_dir)
         builds, targets = measured.builds, measured.targets
@@ -528,8 +530,8 @@ class DecoderRun:
     prefill: dict[str, "np.ndarray"]
 
 
-def _verify_decoders(build_stages: Mapping[str, str], paths: Mapping[str, Path], ref_name: str, task: str,
-                     gates: Sequence[gatelib.Gate], config: VerifyConfig, context: StageContext,
+def _verify_decoders(inputs: Inputs, build_stages: Mapping[str, str], paths: Mapping[str, Path], ref_name: str,
+                     task: str, gates: Sequence[gatelib.Gate], config: VerifyConfig, context: StageContext,
                      vectors_dir: Path) -> Measured:
     """Every generative build: perplexity on the held-out blocks, greedy continuations and prefill
     outputs on the prompt set (compared with the reference's), decode timings, test vectors."""
@@ -537,9 +539,10 @@ def _verify_decoders(build_stages: Mapping[str, str], paths: Mapping[str, Path],
     from zoo_stages.lib.runtimes import ort_session
 
     gen = config.generation
+    genai = _genai_folders(inputs, build_stages, paths)
     model, source = load_build(paths[ref_name])
     vocab = genlib.vocab_size(genlib.open_decoder(ort_session.make_session(source, threads=1, level="all"),
-                                                  paths[ref_name], ref_name))
+                                                  paths[ref_name], ref_name, genai[ref_name]))
     text = genlib.text_set(context.shared.get("data"), context.recipe.dir, stage_id=context.stage_id,
                            prompts=gen.prompts, prompt_tokens=gen.prompt_tokens, text_blocks=gen.text_blocks,
                            vocab_size=vocab, seed=gen.seed)
@@ -548,8 +551,8 @@ def _verify_decoders(build_stages: Mapping[str, str], paths: Mapping[str, Path],
     runs: dict[str, DecoderRun] = {}
     for name in [ref_name] + [b for b in build_stages if b != ref_name]:
         runs[name] = check_decoder_build(name, build_stages[name], paths[name], text, config, vectors_dir / name,
-                                         verify_stage=context.stage_id, scratch=context.work_dir / "verify",
-                                         log=context.log)
+                                         genai=genai[name], verify_stage=context.stage_id,
+                                         scratch=context.work_dir / "verify", log=context.log)
     ref = runs[ref_name]
     for run in runs.values():
         run.metrics.update(genlib.agreement(ref.tokens, run.tokens))
@@ -557,6 +560,18 @@ def _verify_decoders(build_stages: Mapping[str, str], paths: Mapping[str, Path],
     settings = {"generation": {**gen.model_dump(), "prompts": int(text.prompts.shape[0]), "vocab_size": vocab,
                                "text_blocks": len(text) or None}}
     return Measured({name: run.metrics for name, run in runs.items()}, targets, text.description, len(text), settings)
+
+
+def _genai_folders(inputs: Inputs, build_stages: Mapping[str, str],
+                   paths: Mapping[str, Path]) -> dict[str, Path | None]:
+    """Each build's genai_config.json folder: beside its model, its stage's `genai` output, or the
+    first upstream `genai` output (a quantized build shares its export's geometry)."""
+    def genai_of(up: Any) -> Path | None:
+        return Path(up.outputs["genai"]) if "genai" in up.outputs else None
+
+    shared = next((genai_of(up) for up in inputs if genai_of(up) is not None), None)
+    return {name: genlib.genai_folder(paths[name], genai_of(inputs.stage(stage)), shared)
+            for name, stage in build_stages.items()}
 
 
 def decoder_targets(task: str, text: "genlib.TextSet") -> Targets:
@@ -583,10 +598,11 @@ def decoder_targets(task: str, text: "genlib.TextSet") -> Targets:
 
 
 def check_decoder_build(name: str, stage_id: str, path: Path, text: "genlib.TextSet", config: VerifyConfig,
-                        vectors_dir: Path, *, verify_stage: str, scratch: Path,
+                        vectors_dir: Path, *, genai: Path | None, verify_stage: str, scratch: Path,
                         log: "logging.Logger | None" = None) -> DecoderRun:
     """Everything verify measures on one generative build but its comparisons with the reference
-    (`verify_stage`: verify's stage id, for the recipe path of a `generation:` field at fault)."""
+    (`genai`: the folder of its genai_config.json, if any; `verify_stage`: verify's stage id, for
+    the recipe path of a `generation:` field at fault)."""
     import numpy as np
 
     from zoo_stages.lib.release import vectors
@@ -595,7 +611,7 @@ def check_decoder_build(name: str, stage_id: str, path: Path, text: "genlib.Text
 
     gen, lat = config.generation, config.latency
     model, source = load_build(path)
-    decoder = genlib.open_decoder(ort_session.make_session(source, threads=1, level="all"), path, name)
+    decoder = genlib.open_decoder(ort_session.make_session(source, threads=1, level="all"), path, name, genai)
     _check_context(decoder, text, gen, verify_stage, name)
     metrics = describe_build(stage_id, path, model, source, decoder.session, scratch)
     notes: list[str] = []
@@ -606,7 +622,8 @@ def check_decoder_build(name: str, stage_id: str, path: Path, text: "genlib.Text
     tokens = genlib.greedy_tokens(decoder, text.prompts, gen.new_tokens)
     prefill = genlib.prefill_outputs(decoder, text.prompts)
 
-    timed = genlib.open_decoder(ort_session.make_session(source, threads=lat.threads, level="all"), path, name)
+    timed = genlib.open_decoder(ort_session.make_session(source, threads=lat.threads, level="all"), path, name,
+                                genai)
     prompt = np.random.default_rng(gen.seed).integers(0, text.vocab_size, size=(1, gen.latency_prompt_tokens),
                                                       dtype=np.int64)
     stats = timinglib.measure_decoding(timed, prompt, gen.latency_new_tokens, warmup=lat.warmup, runs=lat.runs,

@@ -124,21 +124,27 @@ def text_set(data: Mapping[str, Any] | None, recipe_dir: Path, *, stage_id: str,
     return TextSet(scored, np.ascontiguousarray(blocks[:prompts, :prompt_tokens]), TEXT_FROM_DATA, vocab_size)
 
 
-def genai_settings(model_path: Path):
-    """The `textgen.GenaiSettings` of the genai_config.json beside `model_path`, or None when there is none."""
+def genai_folder(model_path: Path, *candidates: "Path | None") -> Path | None:
+    """The first folder holding a genai_config.json: the model's own folder, then `candidates`
+    (an upstream stage's `genai` output: export writes one for a generative build, and its
+    quantized builds share its geometry); None when none does."""
     from zoo import textgen
 
-    config = Path(model_path).parent / textgen.GENAI_CONFIG
-    return textgen.read_genai_config(config) if config.is_file() else None
+    for folder in (Path(model_path).parent, *candidates):
+        if folder is not None and (Path(folder) / textgen.GENAI_CONFIG).is_file():
+            return Path(folder)
+    return None
 
 
-def open_decoder(session: Any, model_path: Path, build: str) -> "Decoder":
+def open_decoder(session: Any, model_path: Path, build: str, genai: Path | None = None) -> "Decoder":
     """A `textgen.Decoder` over `session` (the build at `model_path`): head size, context length and
-    end-of-sequence ids from the genai_config.json beside the model when there is one (its cache
-    inputs may leave the head size symbolic, as onnxruntime-genai's builder does)."""
+    end-of-sequence ids from the genai_config.json in `genai` (default: beside the model) when
+    there is one (its cache inputs may leave the head size symbolic, as onnxruntime-genai's builder
+    does)."""
     from zoo import textgen
 
-    settings = genai_settings(model_path)
+    folder = genai if genai is not None else genai_folder(model_path)
+    settings = textgen.read_genai_config(folder) if folder is not None else None
     try:
         if settings is None:
             return textgen.Decoder(session)
