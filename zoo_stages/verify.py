@@ -540,7 +540,7 @@ def _verify_decoders(inputs: Inputs, build_stages: Mapping[str, str], paths: Map
 
     gen = config.generation
     genai = _genai_folders(inputs, build_stages, paths)
-    model, source = load_build(paths[ref_name])
+    _, source = load_build(paths[ref_name])
     vocab = genlib.vocab_size(genlib.open_decoder(ort_session.make_session(source, threads=1, level="all"),
                                                   paths[ref_name], ref_name, genai[ref_name]))
     text = genlib.text_set(context.shared.get("data"), context.recipe.dir, stage_id=context.stage_id,
