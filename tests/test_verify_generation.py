@@ -588,3 +588,34 @@ def test_onnxruntime_genai_builds_are_measured_and_their_checker_verdict_gates_t
     assert [vectorlib.decoder_step(s)["step"] for s in sets] == list(range(GEN["vector_steps"] + 1))
     inputs, _ = vectorlib.read_test_vectors(sets[0])
     assert inputs["past_key_values.0.key"].shape == (1, 2, 0, 16)  # the head size from genai_config.json
+
+
+# -- verify's report rebuilt on another platform class -----------------------------------------
+
+
+def test_a_rebuilt_report_is_judged_by_perplexity_with_greedy_agreement_reported(tmp_path, decoders):
+    """Another CPU's int4 kernels may pick another greedy token: agreement with the reference is a
+    parity figure there (reported), perplexity a quality metric (judged), its increase a ratio."""
+    from zoo_stages.lib.quality import equivalence
+
+    report, _, _ = verify(tmp_path, decoders, {"cpu-fp32": "fp32", "cpu-int4": "int4"})
+
+    def rebuilt(name, **changes):
+        doc = json.loads(json.dumps(report))
+        doc["builds"]["cpu-int4"].update(changes)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(doc))
+        return path
+
+    locked = rebuilt("locked")
+    int4 = report["builds"]["cpu-int4"]
+    close = rebuilt("close", perplexity=int4["perplexity"] * 1.005, greedy_agreement=int4["greedy_agreement"] / 2,
+                    greedy_matched_tokens=1.0, greedy_exact_match=0.0,
+                    perplexity_increase=int4["perplexity_increase"] + 0.005)
+    judged = equivalence.compare_outputs({"report": locked}, {"report": close})
+    assert judged.equivalent, judged.details
+    assert "parity figures reported" in " ".join(judged.details)
+    far = rebuilt("far", perplexity=int4["perplexity"] * 1.1)
+    assert not equivalence.compare_outputs({"report": locked}, {"report": far}).equivalent
+    ratio = rebuilt("ratio", perplexity_increase=int4["perplexity_increase"] + 0.02)
+    assert not equivalence.compare_outputs({"report": locked}, {"report": ratio}).equivalent
