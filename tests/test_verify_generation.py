@@ -619,3 +619,17 @@ def test_a_rebuilt_report_is_judged_by_perplexity_with_greedy_agreement_reported
     assert not equivalence.compare_outputs({"report": locked}, {"report": far}).equivalent
     ratio = rebuilt("ratio", perplexity_increase=int4["perplexity_increase"] + 0.02)
     assert not equivalence.compare_outputs({"report": locked}, {"report": ratio}).equivalent
+
+
+def test_perplexity_is_the_same_one_block_per_run_under_a_stand_in_logits_budget(decoders, monkeypatch):
+    """A stand-in budget (`LOGITS_PER_RUN` patched to one element) makes every block its own run,
+    as a large vocabulary would: the figure does not depend on how the blocks are batched."""
+    decoder = textgen.Decoder(ort.InferenceSession(str(decoders["fp32"])))
+    blocks = decoders["blocks"][:10]
+    batched = genlib.perplexity(decoder, blocks, VOCAB)
+    calls = []
+    real = textgen.perplexity
+    monkeypatch.setattr(genlib, "LOGITS_PER_RUN", 1)
+    monkeypatch.setattr(textgen, "perplexity", lambda d, b, batch_size: calls.append(batch_size) or real(d, b, batch_size))
+    assert genlib.perplexity(decoder, blocks, VOCAB) == pytest.approx(batched, rel=1e-6)
+    assert calls == [1]

@@ -616,7 +616,7 @@ def check_decoder_build(name: str, stage_id: str, path: Path, text: "genlib.Text
     metrics = describe_build(stage_id, path, model, source, decoder.session, scratch)
     notes: list[str] = []
     if text.blocks is not None:
-        metrics["perplexity"] = genlib.perplexity(decoder, text.blocks)
+        metrics["perplexity"] = genlib.perplexity(decoder, text.blocks, text.vocab_size)
     else:
         notes.append("no `data:` section: perplexity not measured; greedy agreement on seeded random token prompts")
     tokens = genlib.greedy_tokens(decoder, text.prompts, gen.new_tokens)

@@ -176,11 +176,18 @@ def vocab_size(decoder: "Decoder") -> int:
     return int(logits.shape[-1])
 
 
-def perplexity(decoder: "Decoder", blocks: "np.ndarray", batch_size: int = 8) -> float:
-    """exp of the mean negative log-likelihood of each next token of `blocks` [N, L], teacher-forced."""
+# logits scored per run (rows x length x vocabulary): the log-softmax is float64, so about 32 MiB
+LOGITS_PER_RUN = 1 << 22
+
+
+def perplexity(decoder: "Decoder", blocks: "np.ndarray", vocab_size: int) -> float:
+    """exp of the mean negative log-likelihood of each next token of `blocks` [N, L], teacher-forced,
+    up to 8 blocks per run while their logits stay within `LOGITS_PER_RUN` (a large vocabulary and
+    long blocks: one at a time)."""
     from zoo import textgen
 
-    return float(textgen.perplexity(decoder, blocks, batch_size=batch_size))
+    rows = max(1, min(8, LOGITS_PER_RUN // max(1, int(blocks.shape[1]) * vocab_size)))
+    return float(textgen.perplexity(decoder, blocks, batch_size=rows))
 
 
 def greedy_tokens(decoder: "Decoder", prompts: "np.ndarray", new_tokens: int) -> "np.ndarray":
