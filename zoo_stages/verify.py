@@ -245,7 +245,8 @@ class VerifyConfig(KindConfig):
         default_factory=list, description="'<build>.<metric> <op> <number>' conditions, e.g. 'cpu-int8.speedup >= 1'")
     eval_samples: int | None = Field(
         None, ge=1, description="use at most this many held-out samples (without a `data:` section: this many "
-                                "seeded random inputs, default 32)")
+                                "seeded random inputs, default 32; a text-generation task uses "
+                                "`generation.text_blocks` instead)")
     output: str | None = Field(
         None, description="the model output the task's metrics read (default: the first that fits: a float "
                           "(samples, classes) output for classification, (samples,) or (samples, 1) for regression)")
