@@ -577,7 +577,7 @@ def test_onnxruntime_genai_builds_are_measured_and_their_checker_verdict_gates_t
     fp32, int4 = report["builds"]["cpu-fp32"], report["builds"]["cpu-int4"]
     assert fp32["checker"] == 0 and "SimplifiedLayerNormalization" in fp32["checker_error"]
     # the fp32 build's perplexity is transformers' own on the same blocks
-    blocks = torch.from_numpy(val_blocks(tmp_path))
+    blocks = torch.from_numpy(np.array(val_blocks(tmp_path)))  # a writable copy of the read-only split
     model = LlamaForCausalLM.from_pretrained(str(genai_builds["hf"])).eval()
     with torch.no_grad():
         loss = model(input_ids=blocks, labels=blocks).loss.item()
