@@ -81,8 +81,24 @@ def test_primary_metrics_and_comparison_names():
     assert tasks.compare("accuracy", 0.9, 0.85) == pytest.approx(0.05)
     assert tasks.compare("mae", 2.0, 2.5) == pytest.approx(0.5)
     assert tasks.compare("mae", None, 2.5) is None
-    assert set(tasks.METRICS) == {"classification", "regression", "generic"} and tasks.METRICS["generic"] == {}
+    assert set(tasks.METRICS) == {"classification", "regression", "generation", "generic"}
+    assert tasks.METRICS["generic"] == {}
     assert all(m in tasks.HIGHER_IS_BETTER for kind in tasks.METRICS.values() for m in kind)
+
+
+def test_generation_is_a_kind_and_its_perplexity_increase_is_relative():
+    assert tasks.kind_of("text-generation") == "generation" and tasks.kind_of("generation") == "generation"
+    assert tasks.primary_metric("generation") == ("perplexity", False)
+    assert tasks.comparison_name("perplexity") == "perplexity_increase"
+    # relative: 0.05 is 5% above the reference, whatever the perplexity's scale
+    assert tasks.compare("perplexity", 20.0, 21.0) == pytest.approx(0.05)
+    assert tasks.compare("perplexity", 200.0, 190.0) == pytest.approx(-0.05)
+    assert tasks.compare("perplexity", 0.0, 1.0) is None and tasks.compare("perplexity", None, 1.0) is None
+    # nothing comes from outputs and labels: verify computes perplexity from a decoder's runs
+    assert tasks.applicable("generation", labelled=True, scores="logits", label=None, classes=None) == []
+    assert tasks.evaluate("generation", {"logits": np.zeros((2, 3))}, np.zeros(2), "logits") == {}
+    with pytest.raises(InvalidInput, match="text-generation"):
+        tasks.kind_of("text-genaration")
 
 
 # -- which output ------------------------------------------------------------------------------

@@ -318,7 +318,11 @@ class Export(NumericOutputs, StageKind):
                                  hint="declare one dimension per model dimension, the batch first")
         data = ctx.shared.get("data")
         if data and ports:
-            _preflight_features(data, ctx, list(ports), config.onnx.path)
+            from zoo import decoder_io
+
+            # a decoder takes token ids from the data; its mask, positions and cache are made per step
+            names = [decoder_io.INPUT_IDS] if decoder_io.is_decoder(ports) else list(ports)
+            _preflight_features(data, ctx, names, config.onnx.path)
 
     def dependencies(self, config: ExportConfig, ctx: KeyContext) -> list[Path]:
         from zoo_stages.lib.models import archs

@@ -34,8 +34,44 @@ scikit-learn models from skl2onnx) is read as its per-class matrix, columns the 
 (accuracy, top-1 agreement), its parity is per class, and its test vector holds the matrix with the
 class keys (`zoo_stages.lib.release.vectors`).
 
+**Generative builds** (`task: text-generation`, any `*-generation` task): each build is a decoder
+with a KV cache in onnxruntime-genai's convention (inputs `input_ids`, `attention_mask`,
+`past_key_values.N.key|value`; outputs `logits`, `present.N.key|value`), run by zoo's decoding loop;
+its head size, context length and end-of-sequence ids come from a `genai_config.json` (beside the
+model, in its stage's `genai` output, or in the first upstream `genai` output: a quantized build
+shares its export's) when there is one. The data is the held-out split's `input_ids` array (fixed-length token
+blocks, `[N, L]`). Per build:
+
+- `perplexity`: exp of the mean negative log-likelihood of each next token of the held-out blocks
+  (the first `generation.text_blocks`, default all), teacher-forced, one prefill per block; and
+  `perplexity_increase`, relative to the reference's (`0.05` is 5% above it);
+- greedy agreement with the reference on a fixed prompt set (the first `generation.prompt_tokens`
+  tokens of the first `generation.prompts` held-out blocks, each continued by
+  `generation.new_tokens` greedy tokens, no end-of-sequence stop): `greedy_matched_tokens` (tokens
+  equal to the reference's before the first that differs, mean over the prompts),
+  `greedy_agreement` (that as a share of the new tokens) and `greedy_exact_match` (the share of
+  prompts whose new tokens all match); parity (`max_abs`, `cosine`, …) of the prompts' prefill
+  outputs (logits and the present key/values) with the reference's;
+- timings at batch 1 on `latency.threads` threads, `latency.warmup` untimed and `latency.runs` timed
+  greedy runs of a seeded `generation.latency_prompt_tokens`-token prompt continued by
+  `generation.latency_new_tokens` tokens: `latency_prefill_ms` (and `_p90_ms`: the prompt's run and
+  its first token), `latency_p50_ms`/`latency_p90_ms` (one decode step: one new token after the
+  prefill), `throughput_tokens_per_s` (decode tokens per second), `speedup` (the reference's decode
+  step p50 / this build's); file size and `onnx.checker` as for every build;
+- test vectors: for each of `vectors.count` prompts of the set (chosen by `vectors.seed`), one test
+  data set per run of its greedy continuation: the prefill (the prompt's ids, its mask, the empty
+  cache → logits and present key/values), then `generation.vector_steps` decode steps (the greedy
+  token and the cache so far → the next logits and cache); each set's `input_ids` records its step
+  and the greedy token that follows (`zoo_stages.lib.release.vectors`, `decoder_step` schema 1).
+
+Without a `data:` section the prompts are seeded random token ids, perplexity is not measured and
+the build's notes say so. A generative build never gets a classification or regression metric,
+`exact_match`, `top1_agreement` or `throughput_bs<N>`, and no other model gets a generation metric:
+a gate on one is refused with the reason. A decoder under another task, a `text-generation` task
+whose reference is not a decoder, and `generation:` settings for another task are errors.
+
 `report.json` holds everything deterministic (task, metrics output, task metrics, parity, ports,
-sizes, gates on them); timings
+sizes, gates on them; for generation, its settings, perplexity and agreement); timings
 vary from run to run, so they stay in the stage's metrics (cache entry, lockfile, published
 manifest) and out of the report, which is bit-reproducible.
 
@@ -47,8 +83,9 @@ metrics table below) is refused when verify starts. A missing or non-finite valu
 build also has the implicit gate `<build>.checker == 1`. A failed gate fails the stage (after
 the report is written) with a table of every gate.
 
-- **Inputs**: the upstream `model`s of the builds; the recipe's `data:` (optional), `task:` and
-  `model.inputs`, `model.num_classes`.
+- **Inputs**: the upstream `model`s of the builds (and `genai` outputs: a generative build's
+  `genai_config.json`); the recipe's `data:` (optional), `task:` and `model.inputs`,
+  `model.num_classes`.
 - **Outputs**: `report` (`report.json`), `vectors` (folder).
 - **Metrics**: `builds` (every metric that applies per build, plus `inputs`, `outputs`, `parity`,
   `model_digest`, `opset`, `notes`…), `gates` (value and result of each), `passed`, `task`,
@@ -66,13 +103,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Mapping, Sequence
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from zoo.errors import GateFailed, InvalidInput
 from zoo.stage import (Column, Effect, GateOutcome, Inputs, KeyContext, KindConfig, ReportTable, StageContext,
                        StageKind)
 from zoo_stages.lib.quality.numeric_outputs import NumericOutputs
 from zoo_stages.lib.quality import gates as gatelib
+from zoo_stages.lib.quality import generation as genlib
 from zoo_stages.lib.quality import tasks
 from zoo_stages.lib.runtimes.step_log import StepLog
 
@@ -85,8 +123,8 @@ BUILD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 # Metrics every model gets (name -> meaning); throughput_bs<N> exists for every N in latency.batch_sizes.
 MEASUREMENTS: dict[str, str] = {
-    "latency_p50_ms": "median batch-1 latency in ms",
-    "latency_p90_ms": "90th percentile batch-1 latency in ms",
+    "latency_p50_ms": "median batch-1 latency in ms (a generative build: one decode step)",
+    "latency_p90_ms": "90th percentile batch-1 latency in ms (a generative build: one decode step)",
     "speedup": "reference p50 / this build's p50",
     "size_bytes": "model file size in bytes",
     "size_mb": "model file size in MiB",
@@ -117,8 +155,11 @@ def _all_metrics() -> dict[str, str]:
     out.update({k: f"(models with integer, boolean or string outputs) {v}" for k, v in EXACT_PARITY.items()})
     out.update({k: f"(classification) {v}" for k, v in SCORES_PARITY.items()})
     for kind, names in tasks.METRICS.items():
-        out.update({k: f"({kind}, labelled data) {v}" for k, v in names.items()})
-        out.update({k: f"({kind}, labelled data) {v}" for k, v in tasks.comparison_names(kind).items()})
+        needs = "held-out input_ids" if kind == "generation" else "labelled data"
+        out.update({k: f"({kind}, {needs}) {v}" for k, v in names.items()})
+        out.update({k: f"({kind}, {needs}) {v}" for k, v in tasks.comparison_names(kind).items()})
+    out.update({k: f"(generation) {v}" for k, v in genlib.GREEDY.items()})
+    out.update({k: f"(generation) {v}" for k, v in genlib.TIMINGS.items() if k not in out})
     return out
 
 
@@ -165,6 +206,31 @@ class VectorsConfig(KindConfig):
     seed: int = Field(0, description="seed choosing the held-out samples (or random inputs) used as inputs")
 
 
+class GenerationConfig(KindConfig):
+    """What verify measures of a generative build (`task: text-generation`)."""
+
+    prompts: int = Field(8, ge=1, le=10_000,
+                         description="prompts of the fixed greedy-agreement set: the first `prompt_tokens` tokens of "
+                                     "the first this many held-out `input_ids` blocks (fewer when the split holds "
+                                     "fewer; without `data:`, this many seeded random token prompts)")
+    prompt_tokens: int = Field(16, ge=1, le=100_000, description="tokens of each prompt of the agreement set")
+    new_tokens: int = Field(16, ge=1, le=100_000,
+                            description="greedy tokens each prompt is continued by, compared position by position "
+                                        "with the reference's (no end-of-sequence stop)")
+    text_blocks: int | None = Field(None, ge=1,
+                                    description="held-out `input_ids` blocks perplexity is computed on, the first of "
+                                                "the split (default: every one)")
+    latency_prompt_tokens: int = Field(32, ge=1, le=100_000,
+                                       description="prompt length of the timed runs (batch 1, seeded random ids)")
+    latency_new_tokens: int = Field(32, ge=2, le=100_000,
+                                    description="tokens each timed run generates after its prefill; its decode steps "
+                                                "give latency_p50_ms and throughput_tokens_per_s")
+    vector_steps: int = Field(3, ge=0, le=256,
+                              description="greedy decode steps saved as test vectors after each vector prompt's "
+                                          "prefill (one test data set per run)")
+    seed: int = Field(0, description="seed of the random prompts (without `data:`) and of the timed prompt")
+
+
 class VerifyConfig(KindConfig):
     builds: dict[str, str] | None = Field(
         None, min_length=1, description="build name -> upstream stage id providing `model` "
@@ -172,11 +238,15 @@ class VerifyConfig(KindConfig):
     reference: str | None = Field(None, description="the build parity and drops are measured against (default: first)")
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
     vectors: VectorsConfig = Field(default_factory=VectorsConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig,
+                                         description="prompts, lengths and text of a generative build's metrics "
+                                                     "(`task: text-generation` only)")
     gates: list[Annotated[str, AfterValidator(_check_gate)]] = Field(
         default_factory=list, description="'<build>.<metric> <op> <number>' conditions, e.g. 'cpu-int8.speedup >= 1'")
     eval_samples: int | None = Field(
         None, ge=1, description="use at most this many held-out samples (without a `data:` section: this many "
-                                "seeded random inputs, default 32)")
+                                "seeded random inputs, default 32; a text-generation task uses "
+                                "`generation.text_blocks` instead)")
     output: str | None = Field(
         None, description="the model output the task's metrics read (default: the first that fits: a float "
                           "(samples, classes) output for classification, (samples,) or (samples, 1) for regression)")
@@ -190,6 +260,16 @@ class VerifyConfig(KindConfig):
             if not isinstance(stage, str) or not stage:
                 raise ValueError(f"build {name!r} must name an upstream stage id")
         return v
+
+    @model_serializer(mode="wrap")
+    def _record(self, handler):
+        """`generation` enters the stage's record only where it is set: the records (and lockfiles)
+        of every verify stage that measures no decoder stay those of the config without it (its
+        defaults are code, in the key)."""
+        data = handler(self)
+        if "generation" not in self.model_fields_set:
+            data.pop("generation", None)
+        return data
 
     @model_validator(mode="after")
     def _reference_is_a_build(self):
@@ -265,6 +345,7 @@ class Targets:
     parity_metrics: list[str]  # parity metrics that apply
     valid: list[str]  # every metric verify reports for this model
     reasons: dict[str, str]  # metric that does not apply -> why
+    batched: bool = True  # whether throughput_bs<N> applies (not to a generative build)
 
     def outputs_json(self) -> dict[str, str]:
         """Which outputs the task metrics read ({} when none)."""
@@ -278,6 +359,9 @@ class Verify(NumericOutputs, StageKind):
     # 3: every named input fed (data bound by name, or random with model.inputs); task metrics
     #    (zoo_stages.lib.quality.tasks); parity per output kind (exact_match for integer outputs); ports recorded
     # 4: equivalence across platform classes by model outputs and quality (zoo_stages.lib.quality.equivalence)
+    # (task kind generation — decoders: perplexity, greedy agreement with the reference, decode timings,
+    # step-by-step test vectors, `generation:` settings — came without a bump: no output of a build
+    # verify measured before changes, so the shipped records stay; zoo_stages.lib.quality.generation)
     version = "4"
     Config = VerifyConfig
     tools = ("onnx", "onnxruntime", "numpy")
@@ -297,34 +381,21 @@ class Verify(NumericOutputs, StageKind):
 
     def run(self, inputs: Inputs, config: VerifyConfig, context: StageContext) -> Mapping[str, Path]:
         from zoo.files import atomic_write_json
-        from zoo_stages.lib.quality import parity
         from zoo_stages.lib.runtimes.host_info import host_info
 
         build_stages = config.resolve_builds(inputs)
         gates = config.parsed_gates(build_stages)
         paths = {name: _model_path(inputs, name, stage) for name, stage in build_stages.items()}
         ref_name = config.reference or next(iter(build_stages))
-        model_spec = context.shared.get("model") or {}
         task = context.shared.get("task") or "generic"
-        evaluation = _evaluation(context.shared.get("data"), paths[ref_name], config, context,
-                                 model_spec.get("inputs"))
-
-        # the reference first: its outputs decide what applies, and every build is compared with them
-        ref_opened = open_build(paths[ref_name], evaluation)
-        targets = choose_targets(task, ref_opened, evaluation, config)
-        _refuse_inapplicable(gates, targets, config)
-
-        order = [ref_name] + [b for b in build_stages if b != ref_name]
         vectors_dir = context.output_path("vectors")
         vectors_dir.mkdir(parents=True, exist_ok=True)
-        builds: dict[str, dict[str, Any]] = {}
-        for name in order:
-            opened = ref_opened if name == ref_name else open_build(paths[name], evaluation)
-            metrics = check_build(name, build_stages[name], paths[name], opened, evaluation, targets, config,
-                                  vectors_dir / name, model_spec, scratch=context.work_dir / "verify", log=context.log)
-            report = parity.compare(ref_opened.outputs, opened.outputs)
-            metrics.update(parity_metrics(report, targets))
-            builds[name] = metrics
+        if _generative(task, paths[ref_name], ref_name, config, context.stage_id):
+            measured = _verify_decoders(inputs, build_stages, paths, ref_name, task, gates, config, context,
+                                        vectors_dir)
+        else:
+            measured = _verify_models(build_stages, paths, ref_name, task, gates, config, context, vectors_dir)
+        builds, targets = measured.builds, measured.targets
         ref = builds[ref_name]
         for name, m in builds.items():
             for metric in targets.task_metrics:
@@ -348,8 +419,9 @@ class Verify(NumericOutputs, StageKind):
             "reference": ref_name,
             "threads": config.latency.threads,
             "latency": config.latency.model_dump(),
-            "eval_data": evaluation.description,
-            "eval_samples": len(evaluation),
+            "eval_data": measured.description,
+            "eval_samples": measured.samples,
+            **measured.report,
             "builds": {name: {k: v for k, v in m.items() if not MEASURED.match(k)} for name, m in builds.items()},
             "gates": [{k: v for k, v in g.items() if k not in ("value", "passed")} if MEASURED.match(str(g.get("metric", "")))
                       else g for g in gate_rows],
@@ -359,7 +431,7 @@ class Verify(NumericOutputs, StageKind):
         out = atomic_write_json(context.output_path("report.json"), report, fsync=False)
         context.metrics.update({"task": targets.task, "task_kind": targets.kind, "reference": ref_name,
                                 "threads": config.latency.threads, "builds": builds, "gates": gate_rows,
-                                "passed": passed, "eval_data": evaluation.description, "host": host_info()})
+                                "passed": passed, "eval_data": measured.description, "host": host_info()})
         table = gatelib.format_table(results)
         context.log.info("verify gates:\n%s", table)
         if not passed:
@@ -379,13 +451,262 @@ class Verify(NumericOutputs, StageKind):
         return {("builds", name): stage for name, stage in (config.builds or {}).items()}
 
     def report(self, stage_id: str, metrics: Mapping[str, Any], effects: Sequence[Effect]) -> list[ReportTable]:
-        """The recipe's gates with their values and verdicts."""
+        """A generative model's builds with their generation metrics, then the recipe's gates with
+        their values and verdicts."""
+        tables = _generation_table(stage_id, metrics)
         shown = [g for g in self.gates(metrics) if not g.implicit]
         columns = (Column("gate"), Column("value", align="right", format=".4g", missing="n/a"), Column("result"))
         if not shown:  # no gates in the recipe: no table (a bare "gates (verify)" title says nothing)
-            return []
+            return tables
         rows = tuple((g.gate, g.value, "PASS" if g.passed else "FAIL") for g in shown)
-        return [ReportTable(f"gates ({stage_id})", columns, rows, show_header=False)]
+        return tables + [ReportTable(f"gates ({stage_id})", columns, rows, show_header=False)]
+
+
+@dataclass
+class Measured:
+    """Every build's own metrics (comparisons with the reference but speedup and size included),
+    what applies, and what the report says of the evaluation."""
+
+    builds: dict[str, dict[str, Any]]
+    targets: Targets
+    description: str  # what the builds were fed (eval_data)
+    samples: int  # how many held-out samples (blocks) were scored (eval_samples)
+    report: dict[str, Any]  # more report fields (a generative build's settings)
+
+
+def _verify_models(build_stages: Mapping[str, str], paths: Mapping[str, Path], ref_name: str, task: str,
+                   gates: Sequence[gatelib.Gate], config: VerifyConfig, context: StageContext,
+                   vectors_dir: Path) -> Measured:
+    """Every build run on the evaluation inputs: task metrics, parity per output, latency, vectors."""
+    from zoo_stages.lib.quality import parity
+
+    model_spec = context.shared.get("model") or {}
+    evaluation = _evaluation(context.shared.get("data"), paths[ref_name], config, context, model_spec.get("inputs"))
+    # the reference first: its outputs decide what applies, and every build is compared with them
+    ref_opened = open_build(paths[ref_name], evaluation)
+    targets = choose_targets(task, ref_opened, evaluation, config)
+    _refuse_inapplicable(gates, targets, config)
+    builds: dict[str, dict[str, Any]] = {}
+    for name in [ref_name] + [b for b in build_stages if b != ref_name]:
+        opened = ref_opened if name == ref_name else open_build(paths[name], evaluation)
+        metrics = check_build(name, build_stages[name], paths[name], opened, evaluation, targets, config,
+                              vectors_dir / name, model_spec, scratch=context.work_dir / "verify", log=context.log)
+        metrics.update(parity_metrics(parity.compare(ref_opened.outputs, opened.outputs), targets))
+        builds[name] = metrics
+    return Measured(builds, targets, evaluation.description, len(evaluation), {})
+
+
+def _generative(task: str, reference: Path, ref_name: str, config: VerifyConfig, stage_id: str) -> bool:
+    """Whether verify measures these builds as text generation: the task's kind is generation and
+    the reference is a decoder with a KV cache. A decoder under another task, a generation task
+    without a decoder, or `generation:` settings for another task are InvalidInput."""
+    from zoo import decoder_io
+    from zoo.errors import FieldError
+    from zoo_stages.lib.onnx.ports import read_ports
+
+    kind = tasks.kind_of(task)
+    decoder = genlib.is_decoder_file(reference)
+    if kind == "generation" and not decoder:
+        try:
+            names = ", ".join(p.name for p in read_ports(reference).inputs)
+        except (OSError, ValueError):
+            names = "unreadable"
+        raise InvalidInput(f"task {task!r} measures a decoder with a KV cache, and the reference build {ref_name!r} "
+                           f"is not one (its inputs: {names})",
+                           hint=f"a generative build takes {decoder_io.INPUT_IDS}, {decoder_io.ATTENTION_MASK} and "
+                                "past_key_values.N.key|value (onnxruntime-genai's convention); or fix the recipe's "
+                                "`task:`")
+    if decoder and kind != "generation":
+        raise InvalidInput(f"the reference build {ref_name!r} is a decoder with a KV cache, and task {task!r} is {kind}",
+                           hint="set the recipe's `task: text-generation`: verify then measures perplexity, greedy "
+                                "agreement and decode speed")
+    if kind != "generation" and "generation" in config.model_fields_set:
+        raise FieldError(f"verify's `generation:` settings apply to a text-generation task; task {task!r} is {kind}",
+                         field=genlib.config_field(stage_id), hint="remove `generation:`")
+    # fields of the other path, which a generative build would silently ignore
+    for field, instead in (("eval_samples", "generation.text_blocks (held-out blocks) or generation.prompts"),
+                           ("output", "nothing: a decoder's metrics read its `logits`")):
+        if kind == "generation" and field in config.model_fields_set:
+            raise FieldError(f"verify's `{field}` does not apply to a text-generation task", hint=f"use {instead}",
+                             field=("stages", stage_id, "config", field))
+    return decoder
+
+
+@dataclass
+class DecoderRun:
+    """One generative build measured: its metrics, its greedy continuations of the prompt set and
+    the outputs of the prompts' prefill (compared with the reference's)."""
+
+    metrics: dict[str, Any]
+    tokens: "np.ndarray"
+    prefill: dict[str, "np.ndarray"]
+
+
+def _verify_decoders(inputs: Inputs, build_stages: Mapping[str, str], paths: Mapping[str, Path], ref_name: str,
+                     task: str, gates: Sequence[gatelib.Gate], config: VerifyConfig, context: StageContext,
+                     vectors_dir: Path) -> Measured:
+    """Every generative build: perplexity on the held-out blocks, greedy continuations and prefill
+    outputs on the prompt set (compared with the reference's), decode timings, test vectors."""
+    from zoo_stages.lib.quality import parity
+    from zoo_stages.lib.runtimes import ort_session
+
+    gen = config.generation
+    genai = _genai_folders(inputs, build_stages, paths)
+    _, source = load_build(paths[ref_name])
+    vocab = genlib.vocab_size(genlib.open_decoder(ort_session.make_session(source, threads=1, level="all"),
+                                                  paths[ref_name], ref_name, genai[ref_name]))
+    text = genlib.text_set(context.shared.get("data"), context.recipe.dir, stage_id=context.stage_id,
+                           prompts=gen.prompts, prompt_tokens=gen.prompt_tokens, text_blocks=gen.text_blocks,
+                           vocab_size=vocab, seed=gen.seed)
+    targets = decoder_targets(task, text)
+    _refuse_inapplicable(gates, targets, config)
+    runs: dict[str, DecoderRun] = {}
+    for name in [ref_name] + [b for b in build_stages if b != ref_name]:
+        runs[name] = check_decoder_build(name, build_stages[name], paths[name], text, config, vectors_dir / name,
+                                         genai=genai[name], verify_stage=context.stage_id,
+                                         scratch=context.work_dir / "verify", log=context.log)
+    ref = runs[ref_name]
+    for run in runs.values():
+        run.metrics.update(genlib.agreement(ref.tokens, run.tokens))
+        run.metrics.update(parity_metrics(parity.compare(ref.prefill, run.prefill), targets))
+    settings = {"generation": {**gen.model_dump(), "prompts": int(text.prompts.shape[0]), "vocab_size": vocab,
+                               "text_blocks": len(text) or None}}
+    return Measured({name: run.metrics for name, run in runs.items()}, targets, text.description, len(text), settings)
+
+
+def _genai_folders(inputs: Inputs, build_stages: Mapping[str, str],
+                   paths: Mapping[str, Path]) -> dict[str, Path | None]:
+    """Each build's genai_config.json folder: beside its model, its stage's `genai` output, or the
+    first upstream `genai` output (a quantized build shares its export's geometry)."""
+    def genai_of(up: Any) -> Path | None:
+        return Path(up.outputs["genai"]) if "genai" in up.outputs else None
+
+    shared = next((genai_of(up) for up in inputs if genai_of(up) is not None), None)
+    return {name: genlib.genai_folder(paths[name], genai_of(inputs.stage(stage)), shared)
+            for name, stage in build_stages.items()}
+
+
+def decoder_targets(task: str, text: "genlib.TextSet") -> Targets:
+    """What applies to generative builds: the measurements, greedy agreement, parity of the
+    prefill's float outputs, and perplexity when there are held-out blocks."""
+    task_metrics = ["perplexity"] if text.blocks is not None else []
+    parity_metrics = list(FLOAT_PARITY)
+    valid = (list(MEASUREMENTS) + [k for k in genlib.TIMINGS if k not in MEASUREMENTS] + list(genlib.GREEDY)
+             + parity_metrics + task_metrics + [tasks.comparison_name(m) for m in task_metrics])
+    reasons: dict[str, str] = {}
+    for family, names in tasks.METRICS.items():
+        for metric in list(names) + list(tasks.comparison_names(family)):
+            reasons[metric] = (f"it is a {family} metric and task {task!r} is generation" if family != "generation"
+                               else "it needs the held-out `input_ids` blocks of a `data:` section, and the recipe "
+                                    "has none")
+    for name in EXACT_PARITY:
+        reasons[name] = ("it compares integer, boolean or string outputs; a decoder's prefill outputs (logits, "
+                         "present.*) are floats")
+    reasons["top1_agreement"] = (f"it compares a classifier's scores output, and task {task!r} is generation "
+                                 "(greedy_agreement compares continuations)")
+    return Targets(task=task, kind="generation", scores=None, label=None, task_metrics=task_metrics,
+                   parity_metrics=parity_metrics, valid=valid,
+                   reasons={k: v for k, v in reasons.items() if k not in valid}, batched=False)
+
+
+def check_decoder_build(name: str, stage_id: str, path: Path, text: "genlib.TextSet", config: VerifyConfig,
+                        vectors_dir: Path, *, genai: Path | None, verify_stage: str, scratch: Path,
+                        log: "logging.Logger | None" = None) -> DecoderRun:
+    """Everything verify measures on one generative build but its comparisons with the reference
+    (`genai`: the folder of its genai_config.json, if any; `verify_stage`: verify's stage id, for
+    the recipe path of a `generation:` field at fault)."""
+    import numpy as np
+
+    from zoo_stages.lib.release import vectors
+    from zoo_stages.lib.runtimes import ort_session
+    from zoo_stages.lib.runtimes import timing as timinglib
+
+    gen, lat = config.generation, config.latency
+    model, source = load_build(path)
+    decoder = genlib.open_decoder(ort_session.make_session(source, threads=1, level="all"), path, name, genai)
+    _check_context(decoder, text, gen, verify_stage, name)
+    metrics = describe_build(stage_id, path, model, source, decoder.session, scratch)
+    notes: list[str] = []
+    if text.blocks is not None:
+        metrics["perplexity"] = genlib.perplexity(decoder, text.blocks, text.vocab_size)
+    else:
+        notes.append("no `data:` section: perplexity not measured; greedy agreement on seeded random token prompts")
+    tokens = genlib.greedy_tokens(decoder, text.prompts, gen.new_tokens)
+    prefill = genlib.prefill_outputs(decoder, text.prompts)
+
+    timed = genlib.open_decoder(ort_session.make_session(source, threads=lat.threads, level="all"), path, name,
+                                genai)
+    prompt = np.random.default_rng(gen.seed).integers(0, text.vocab_size, size=(1, gen.latency_prompt_tokens),
+                                                      dtype=np.int64)
+    stats = timinglib.measure_decoding(timed, prompt, gen.latency_new_tokens, warmup=lat.warmup, runs=lat.runs,
+                                       progress=StepLog(log, f"latency {name}", lat.runs))
+
+    sets: list[Path] = []
+    if config.vectors.count:
+        rng = np.random.default_rng(config.vectors.seed)
+        count, available = config.vectors.count, text.prompts.shape[0]
+        for i, row in enumerate(rng.choice(available, size=count, replace=count > available)):
+            sets += vectors.write_decoder_vectors(vectors_dir, decoder, text.prompts[row:row + 1], gen.vector_steps,
+                                                  first=i * (gen.vector_steps + 1), prompt_index=i)
+    metrics.update({
+        "latency_p50_ms": stats["step_p50_ms"],
+        "latency_p90_ms": stats["step_p90_ms"],
+        "latency_prefill_ms": stats["prefill_p50_ms"],
+        "latency_prefill_p90_ms": stats["prefill_p90_ms"],
+        "throughput_tokens_per_s": stats["tokens_per_s"],
+        "vectors": [p.relative_to(vectors_dir.parent.parent).as_posix() for p in sets],
+        "notes": notes,
+    })
+    return DecoderRun(metrics, tokens, prefill)
+
+
+def _check_context(decoder: Any, text: "genlib.TextSet", gen: GenerationConfig, verify_stage: str,
+                   build: str) -> None:
+    """FieldError naming the `generation:` field (or the data) whose tokens exceed the build's context length."""
+    from zoo.errors import FieldError
+
+    limit = decoder.context_length
+    if limit is None:
+        return
+    asks = [(gen.prompt_tokens + gen.new_tokens, "new_tokens", "prompt_tokens + new_tokens"),
+            (gen.latency_prompt_tokens + gen.latency_new_tokens, "latency_new_tokens",
+             "latency_prompt_tokens + latency_new_tokens"),
+            (gen.prompt_tokens + gen.vector_steps + 1, "vector_steps", "prompt_tokens + vector_steps + 1")]
+    for tokens, field, what in asks:
+        if tokens > limit:
+            raise FieldError(f"generation: {what} is {tokens} tokens, and build {build!r} has a context length of "
+                             f"{limit} (its genai_config.json)", field=genlib.config_field(verify_stage, field),
+                             hint=f"keep each run within {limit} tokens")
+    if text.blocks is not None and text.blocks.shape[1] > limit:
+        raise FieldError(f"the held-out input_ids blocks hold {text.blocks.shape[1]} tokens, and build {build!r} has "
+                         f"a context length of {limit} (its genai_config.json)", field=("data",),
+                         hint=f"tokenize the text into blocks of at most {limit} tokens")
+
+
+# the run summary's table of generative builds: (header, metric, format)
+GENERATION_COLUMNS = (("perplexity", "perplexity", ".4g"), ("vs ref", "perplexity_increase", "+.1%"),
+                      ("greedy agreement", "greedy_agreement", ".1%"), ("exact", "greedy_exact_match", ".0%"),
+                      ("prefill ms", "latency_prefill_ms", ".3g"), ("decode ms", "latency_p50_ms", ".3g"),
+                      ("tokens/s", "throughput_tokens_per_s", ".4g"))
+
+
+def _generation_table(stage_id: str, metrics: Mapping[str, Any]) -> list[ReportTable]:
+    """One row per generative build (none for another task): perplexity and its change against the
+    reference, greedy agreement and exact matches, prefill and decode times, decode tokens/s."""
+    builds = metrics.get("builds")
+    if metrics.get("task_kind") != "generation" or not isinstance(builds, Mapping):
+        return []
+    columns = (Column("build"),) + tuple(Column(h, align="right", format=f, missing="n/a")
+                                         for h, _, f in GENERATION_COLUMNS)
+    rows = []
+    for name, m in builds.items():
+        m = m if isinstance(m, Mapping) else {}
+        rows.append((str(name),) + tuple(_number(m.get(metric)) for _, metric, _ in GENERATION_COLUMNS))
+    return [ReportTable(f"generation ({stage_id})", columns, tuple(rows))]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 RANDOM_INPUTS = "random inputs (floats uniform in [0, 1), integers 0 or 1, booleans True), seed 0"
@@ -421,20 +742,26 @@ def _evaluation(data, reference: Path, config: VerifyConfig, context: StageConte
     return Evaluation(feeds, None, RANDOM_INPUTS)
 
 
-def open_build(path: Path, evaluation: Evaluation) -> Opened:
-    """Load a build, bind the evaluation inputs to its inputs by name and run it single-threaded."""
+def load_build(path: Path) -> tuple[Any, "bytes | str"]:
+    """(the ModelProto, what sessions load) of a build: its serialisation, or the path of a model
+    whose weights lie in external data files (then the ModelProto holds the graph only)."""
     from zoo_stages.lib.onnx import onnx_io
-    from zoo_stages.lib.runtimes import onnx_run, ort_session
 
     from zoo.pathsafety import external_data_files
 
     if external_data_files(path) and onnx_io.loadable_as_is(path):
         # weights beside the model (a dynamo export, a model above 2 GB): onnxruntime reads
         # them from the files; only the graph is parsed here
-        model, source = onnx_io.load_graph(path), str(path)
-    else:
-        model = onnx_io.load_model(path)
-        source = onnx_io.model_bytes(model)  # serialised once for both sessions
+        return onnx_io.load_graph(path), str(path)
+    model = onnx_io.load_model(path)
+    return model, onnx_io.model_bytes(model)  # serialised once for every session
+
+
+def open_build(path: Path, evaluation: Evaluation) -> Opened:
+    """Load a build, bind the evaluation inputs to its inputs by name and run it single-threaded."""
+    from zoo_stages.lib.runtimes import onnx_run, ort_session
+
+    model, source = load_build(path)
     session = ort_session.make_session(source, threads=1, level="all")
     feeds = onnx_run.prepare(session, onnx_run.bind(session, evaluation.features, where=evaluation.description),
                              where=evaluation.description)
@@ -474,6 +801,8 @@ def choose_targets(task: str, ref: Opened, evaluation: Evaluation, config: Verif
     reasons["top1_agreement"] = ("it compares a classifier's scores output, and "
                                  + (f"task {task!r} is {kind}" if kind != "classification"
                                     else f"the model has none (its outputs: {ports})"))
+    for metric in list(genlib.GREEDY) + [k for k in genlib.TIMINGS if k not in MEASUREMENTS]:
+        reasons[metric] = f"it measures a generative build (task text-generation), and task {task!r} is {kind}"
     for other, names in tasks.METRICS.items():
         for metric in list(names) + list(tasks.comparison_names(other)):
             reasons[metric] = _task_metric_reason(metric, other, task, kind, labelled, scores or label, classes, ports)
@@ -489,6 +818,8 @@ def _task_metric_reason(metric: str, family: str, task: str, kind: str, labelled
     if family != kind:
         return f"it is a {family} metric and task {task!r} is {kind}" + (
             " (a generic task has parity metrics only)" if kind == "generic" else "")
+    if kind == "generation":  # a generative build is measured by _verify_decoders, never here
+        return "it measures a decoder with a KV cache"
     if not labelled:
         return "it needs labelled data, but the recipe has no `data:` section (or its data has no labels)"
     if readable is None:
@@ -501,12 +832,18 @@ def _task_metric_reason(metric: str, family: str, task: str, kind: str, labelled
     return "it does not apply to this model"
 
 
+BATCHED_REASON = ("a generative build is timed by its decode steps at batch 1 (throughput_tokens_per_s, "
+                  "latency_p50_ms), not by batch size")
+
+
 def _refuse_inapplicable(gates: Sequence[gatelib.Gate], targets: Targets, config: VerifyConfig) -> None:
     """InvalidInput naming the first gate on a metric verify does not report for this model."""
-    valid = sorted(targets.valid + [f"throughput_bs{b}" for b in config.latency.batch_sizes])
+    batched = [f"throughput_bs{b}" for b in config.latency.batch_sizes]
+    valid = sorted(targets.valid + (batched if targets.batched else []))
     for gate in gates:
         if gate.metric not in valid:
-            why = targets.reasons.get(gate.metric, "it does not apply to this model")
+            why = targets.reasons.get(gate.metric, BATCHED_REASON if gate.metric in batched and not targets.batched
+                                      else "it does not apply to this model")
             raise InvalidInput(f"gate {gate.text!r}: verify does not report {gate.metric!r} for this model: {why}",
                                hint=f"metrics that apply: {', '.join(valid)}")
 
@@ -545,14 +882,8 @@ def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation
     """Everything verify measures on one build but its comparisons with the reference (`scratch`:
     a folder for temporary copies; `log`: where the latency runs' progress lines go)."""
 
-    from zoo_stages.lib.onnx import onnx_io
     from zoo_stages.lib.runtimes import onnx_run, ort_session
     from zoo_stages.lib.runtimes import timing as timinglib
-
-    # weights in external data files are checked from the files
-    checker_error = onnx_io.checker_error(Path(opened.source) if isinstance(opened.source, str) else opened.model,
-                                          scratch)
-    checker = int(checker_error is None)
 
     notes: list[str] = []
     values = build_task_metrics(opened.outputs, evaluation, targets, notes)
@@ -572,19 +903,8 @@ def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation
         notes.append(f"the model's batch dimension is fixed to {fixed}; other throughput batch sizes were skipped")
 
     vector_sets = write_vectors(opened.session, opened.feeds, config.vectors.count, config.vectors.seed, vectors_dir)
-    size = onnx_io.model_size(Path(path))
     metrics: dict[str, Any] = {
-        "stage": stage_id,
-        "model_digest": onnx_io.model_digest(Path(path)),
-        "size_bytes": size,
-        "size_mb": size / 2**20,
-        "checker": checker,
-        "checker_error": checker_error,
-        "ir_version": opened.model.ir_version,
-        "opset": onnx_io.opset_version(opened.model),
-        "custom_domains": onnx_io.custom_domains(opened.model),
-        "inputs": ports(onnx_run.input_specs(opened.session)),
-        "outputs": ports(onnx_run.output_specs(opened.session)),
+        **describe_build(stage_id, path, opened.model, opened.source, opened.session, scratch),
         **values,
         "latency_p50_ms": stats["p50_ms"],
         "latency_p90_ms": stats["p90_ms"],
@@ -596,6 +916,31 @@ def check_build(name: str, stage_id: str, path: Path, opened: Opened, evaluation
     for bs, value in throughput.items():
         metrics[f"throughput_bs{bs}"] = value
     return metrics
+
+
+def describe_build(stage_id: str, path: Path, model: Any, source: "bytes | str", session: Any,
+                   scratch: Path) -> dict[str, Any]:
+    """What a build is: its stage, digest, size, onnx.checker's verdict, IR version, opset, custom
+    domains and ports."""
+    from zoo_stages.lib.onnx import onnx_io
+    from zoo_stages.lib.runtimes import onnx_run
+
+    # weights in external data files are checked from the files
+    checker_error = onnx_io.checker_error(Path(source) if isinstance(source, str) else model, scratch)
+    size = onnx_io.model_size(Path(path))
+    return {
+        "stage": stage_id,
+        "model_digest": onnx_io.model_digest(Path(path)),
+        "size_bytes": size,
+        "size_mb": size / 2**20,
+        "checker": int(checker_error is None),
+        "checker_error": checker_error,
+        "ir_version": model.ir_version,
+        "opset": onnx_io.opset_version(model),
+        "custom_domains": onnx_io.custom_domains(model),
+        "inputs": ports(onnx_run.input_specs(session)),
+        "outputs": ports(onnx_run.output_specs(session)),
+    }
 
 
 def build_task_metrics(outputs: Mapping[str, "np.ndarray"], evaluation: Evaluation, targets: Targets,

@@ -80,23 +80,3 @@ def _named_inputs(config: Path) -> list[str]:
     """The non-cache inputs a genai_config.json names (input_ids, attention_mask, position_ids)."""
     inputs = json.loads(config.read_text())["model"]["decoder"]["inputs"]
     return [v for k, v in inputs.items() if k not in ("past_key_names", "past_value_names")]
-
-
-PROMPT_LENGTH = 8  # tokens of the prompt a generative build's generated test vectors feed
-PROMPT_SEED = 0
-
-
-def prompt_feeds(session: Any, bdir: Path) -> tuple[dict[str, Any], str]:
-    """The feeds of a generative build's generated test vectors: the first step of a seeded
-    prompt (token ids below the vocabulary size of the build's genai_config.json), nothing cached;
-    its outputs are the first step's logits and the cache after the prompt."""
-    import numpy as np
-
-    from zoo import decoder_io
-
-    decoder = json.loads((bdir / CONFIG_FILE).read_text())["model"]
-    rng = np.random.default_rng(PROMPT_SEED)
-    ids = rng.integers(0, int(decoder["vocab_size"]), (1, PROMPT_LENGTH), dtype=np.int64)
-    ports = decoder_io.ports_of(session.get_inputs())
-    feeds = decoder_io.prefill_feeds(ports, ids, int(decoder["decoder"]["head_size"]))
-    return feeds, f"a seeded prompt of {PROMPT_LENGTH} token ids (the first step, nothing cached)"

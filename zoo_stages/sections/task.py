@@ -1,7 +1,7 @@
 """The recipe's `task:`: what the model does, which chooses verify's metrics (`zoo_stages.lib.quality.tasks`).
 
 A plain value, not a mapping: `TaskSection.schema` is the name's pattern and `task_kind`, which
-maps a name to its metric family and refuses a misspelt classification or regression name.
+maps a name to its metric family and refuses a misspelt classification, regression or generation name.
 
 A recipe may leave `task:` out when its data or model tell it (`TaskSection.infer`, `infer_task`);
 the first rule that applies wins:
@@ -39,11 +39,15 @@ from pydantic import AfterValidator, Field
 from zoo.section import RecipeSection
 
 TASK_RE = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
-TASK_KINDS = ("classification", "regression", "generic")
+TASK_KINDS = ("classification", "regression", "generation", "generic")
+# the last word of a task name that chooses its metric family (any other name is generic)
+_FAMILY_WORDS = ("classification", "regression", "generation")
 TASK_DESCRIPTION = (
     "what the model does; it chooses verify's metrics. `classification` and any `*-classification` "
     "(image-, text-, tabular-classification, ...): accuracy, top5_accuracy, macro_f1; `regression` and any "
-    "`*-regression` (tabular-regression, ...): mae, rmse, r2; `generic` and every other name "
+    "`*-regression` (tabular-regression, ...): mae, rmse, r2; `text-generation` and any `*-generation` (a decoder "
+    "with a KV cache): perplexity, greedy agreement with the reference, prefill latency and decode tokens/s; "
+    "`generic` and every other name "
     "(object-detection, feature-extraction, embedding, ...): no task metrics, parity per output only. "
     "Lowercase words joined by '-'")
 INFERRED = (". Default: told from the data and the model (a table's label column: tabular-classification or "
@@ -52,26 +56,28 @@ INFERRED = (". Default: told from the data and the model (a table's label column
 
 
 def task_kind(task: str) -> str:
-    """The metric family of a recipe's `task:`: "classification", "regression" or "generic".
+    """The metric family of a recipe's `task:`: "classification", "regression", "generation" or "generic".
 
-    ``classification``/``regression`` and every ``*-classification``/``*-regression`` name map to
-    those; any other well-formed name (``object-detection``, ``feature-extraction``) is generic.
-    ValueError for a malformed name or one that looks like a misspelt classification/regression
-    (``image-clasification``, ``tabular-regressor``), which would otherwise lose its metrics silently.
+    ``classification``/``regression``/``generation`` and every ``*-classification``/``*-regression``/
+    ``*-generation`` name (``text-generation``) map to those; any other well-formed name
+    (``object-detection``, ``feature-extraction``) is generic. ValueError for a malformed name or one
+    that looks like a misspelt family word (``image-clasification``, ``tabular-regressor``,
+    ``text-genaration``), which would otherwise lose its metrics silently.
     """
     if not isinstance(task, str) or not re.fullmatch(TASK_RE, task):
         raise ValueError(f"task {task!r} must be lowercase words joined by '-', e.g. image-classification")
     words = task.split("-")
     for word in words:
-        if word in ("classification", "regression"):
+        if word in _FAMILY_WORDS:
             continue
-        close = difflib.get_close_matches(word, ["classification", "regression"], n=1, cutoff=0.8)
-        if close or word.startswith(("classif", "regress")):
-            meant = close[0] if close else ("classification" if word.startswith("classif") else "regression")
+        close = difflib.get_close_matches(word, list(_FAMILY_WORDS), n=1, cutoff=0.8)
+        stem = next((f for f in _FAMILY_WORDS if word.startswith(f[:7])), None)
+        if close or stem:
+            meant = close[0] if close else stem
             fixed = "-".join(meant if w == word else w for w in words)
-            raise ValueError(f"task {task!r}: did you mean {fixed!r}? (tasks ending in -classification or "
-                             "-regression get that task's metrics; any other name is generic)")
-    if words[-1] in TASK_KINDS[:2]:
+            raise ValueError(f"task {task!r}: did you mean {fixed!r}? (tasks ending in -classification, "
+                             "-regression or -generation get that task's metrics; any other name is generic)")
+    if words[-1] in _FAMILY_WORDS:
         return words[-1]
     return "generic"
 
@@ -86,7 +92,7 @@ class TaskSection(RecipeSection):
 
     schema = Annotated[str, Field(pattern=TASK_RE, description=TASK_DESCRIPTION + INFERRED), AfterValidator(_known_task)]
     missing_hint = ("add `task:` at the top level: image-classification, text-classification, tabular-classification, "
-                    "tabular-regression, … or generic (no labels: parity only)")
+                    "tabular-regression, text-generation, … or generic (no labels: parity only)")
 
     @classmethod
     def infer(cls, sections: dict[str, Any], recipe_dir: Path) -> str | None:

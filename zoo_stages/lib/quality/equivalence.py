@@ -24,11 +24,12 @@ kind of equivalence it judged:
 - test vectors (``input_K.pb``, ``output_K.pb``): inputs within `MODEL_TOLERANCE`; outputs, which
   the other CPU's kernels computed, within it or, failing that, by the quantized bar (the models
   that made them are judged by the stages that built them);
-- ``.json``: quality metrics (`zoo_stages.lib.quality.tasks`: accuracy, macro_f1, mae... and their
-  ``_drop`` / ``_increase``) within the quality tolerance (`EquivalenceContext.quality_tolerance`:
-  an absolute change for scores in [0, 1], relative for error metrics); parity figures against a
-  reference computed on each machine (max_abs, cosine, top1_agreement...) are reported, not
-  judged; every other float within `MODEL_TOLERANCE`, integers (counts, sizes) and every other
+- ``.json``: quality metrics (`zoo_stages.lib.quality.tasks`: accuracy, macro_f1, mae, perplexity...
+  and their ``_drop`` / ``_increase``) within the quality tolerance
+  (`EquivalenceContext.quality_tolerance`: an absolute change for scores in [0, 1], relative for
+  error metrics and perplexity, absolute for perplexity_increase, a ratio already); parity figures
+  against a reference computed on each machine (max_abs, cosine, top1_agreement, a generative
+  build's greedy agreement...) are reported, not judged; every other float within `MODEL_TOLERANCE`, integers (counts, sizes) and every other
   value exact;
 - ``.npz`` / ``.npy`` / ``.safetensors`` / ``.pt``: the arrays within `MODEL_TOLERANCE` (the train
   kind judges its checkpoint by held-out quality instead: `zoo_stages.lib.quality.training_quality`);
@@ -57,8 +58,10 @@ DYNAMIC_SIZE = 8
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger",
                            "MatMulInteger", "QGemm", "DynamicQuantizeMatMul", "QAttention"})
 # figures of a build against a reference run on the same machine: they move with the kernels
+# a generative build's greedy agreement is one too: its continuations against the reference's, on each machine
 PARITY_FIGURES = frozenset({"max_abs", "max_rel", "mean_abs", "cosine", "cosine_min", "top1_agreement",
-                            "exact_match", "violations", "worst_excess", "passed"})
+                            "exact_match", "violations", "worst_excess", "passed", "greedy_matched_tokens",
+                            "greedy_agreement", "greedy_exact_match"})
 
 
 def compare_outputs(locked: Mapping[str, Path], rebuilt: Mapping[str, Path], *,
@@ -285,7 +288,9 @@ def _compare_json(old: Path, new: Path, tolerance: Tolerance, quality_tolerance:
     for path, (key, value) in old_numbers.items():
         metric = _metric_of(key)
         if metric in tasks.HIGHER_IS_BETTER:
-            quality[path] = (metric, float(value), float(new_numbers[path][1]))
+            # a relative change against the reference (perplexity_increase) is a ratio already: judged absolutely
+            ratio = metric in tasks.RELATIVE and key == tasks.comparison_name(metric)
+            quality[path] = ("" if ratio else metric, float(value), float(new_numbers[path][1]))
         elif key in PARITY_FIGURES or ".parity." in f".{path}":
             figures[path] = (value, new_numbers[path][1])
         else:
@@ -330,7 +335,7 @@ def _quality_change(metric: str, a: float, b: float) -> float:
     relative for errors (mae, rmse), whose scale is the data's."""
     from zoo_stages.lib.quality import tasks
 
-    if tasks.HIGHER_IS_BETTER[metric]:
+    if not metric or tasks.HIGHER_IS_BETTER[metric]:  # "": a ratio (perplexity_increase)
         return abs(b - a)
     return abs(b - a) / max(abs(a), 1e-12)
 

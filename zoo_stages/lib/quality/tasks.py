@@ -1,18 +1,23 @@
 """What a model's task measures: the metric family of a recipe's `task:`, the output the metrics
 read, and the metrics themselves.
 
-- `kind_of`: ``classification``, ``regression`` or ``generic`` for a recipe's `task:` (see
-  `zoo_stages.sections.task.task_kind`: ``*-classification``, ``*-regression``, anything else generic);
+- `kind_of`: ``classification``, ``regression``, ``generation`` or ``generic`` for a recipe's `task:`
+  (see `zoo_stages.sections.task.task_kind`: ``*-classification``, ``*-regression``,
+  ``*-generation``, anything else generic);
 - `scores_output` / `label_output`: which model output the metrics read (classification: the float
   (samples, classes) scores, and an integer (samples,) label output when the model has one, as
   scikit-learn converters make them; regression: a float (samples,) or (samples, 1) output);
 - `evaluate`: the task's metrics against the dataset's labels (`METRICS` per kind, name ->
   meaning); `primary_metric`: the headline one; `compare`: a build's metric against the
-  reference's as ``<metric>_drop`` (higher is better) or ``<metric>_increase`` (lower is better).
+  reference's as ``<metric>_drop`` (higher is better) or ``<metric>_increase`` (lower is better;
+  relative to the reference for perplexity, `RELATIVE`: 0.05 is 5% above it).
 
 Classification accuracy comes from the integer label output exactly when the model has one
 (its own decision, whatever its scores say), else from the argmax of the scores; top-5 accuracy
 (only with more than 5 classes) from the scores. A generic task has no metrics: parity only.
+A generation task's metric (perplexity) is not read from outputs and labels: verify computes it
+from a decoder's teacher-forced runs (`zoo_stages.lib.quality.generation`), so `evaluate` and
+`applicable` have nothing for it.
 
 numpy is imported inside functions so importing this module is cheap.
 """
@@ -26,7 +31,7 @@ from zoo.errors import InvalidInput
 if TYPE_CHECKING:
     import numpy as np
 
-Kind = Literal["classification", "regression", "generic"]
+Kind = Literal["classification", "regression", "generation", "generic"]
 
 TOP_K = 5
 
@@ -44,14 +49,21 @@ METRICS: dict[str, dict[str, str]] = {
         "rmse": "root mean squared error on the held-out split",
         "r2": "coefficient of determination (R²) on the held-out split",
     },
+    "generation": {
+        "perplexity": "exp of the mean negative log-likelihood of each next token of the held-out `input_ids` "
+                      "blocks, teacher-forced (one prefill per block)",
+    },
     "generic": {},
 }
 
 # metric -> whether a higher value is better (it decides `compare`'s name and sign)
 HIGHER_IS_BETTER: dict[str, bool] = {"accuracy": True, "top5_accuracy": True, "macro_f1": True,
-                                     "mae": False, "rmse": False, "r2": True}
+                                     "mae": False, "rmse": False, "r2": True, "perplexity": False}
+# metrics whose change against the reference is relative ((value - reference) / reference): a
+# perplexity's scale depends on the vocabulary and the text, its ratio reads the same everywhere
+RELATIVE = frozenset({"perplexity"})
 
-_PRIMARY: dict[str, str] = {"classification": "accuracy", "regression": "mae"}
+_PRIMARY: dict[str, str] = {"classification": "accuracy", "regression": "mae", "generation": "perplexity"}
 
 
 def kind_of(task: str) -> Kind:
@@ -69,7 +81,7 @@ def kind_of(task: str) -> Kind:
 
 
 def primary_metric(kind: str) -> tuple[str, bool] | None:
-    """(name, higher_is_better) of the kind's headline metric: accuracy, mae, or None for generic."""
+    """(name, higher_is_better) of the kind's headline metric: accuracy, mae, perplexity, or None for generic."""
     name = _PRIMARY.get(kind)
     return (name, HIGHER_IS_BETTER[name]) if name else None
 
@@ -83,7 +95,10 @@ def comparison_names(kind: str) -> dict[str, str]:
     """Every comparison metric of `kind` -> its meaning."""
     out = {}
     for metric in METRICS[kind]:
-        if HIGHER_IS_BETTER[metric]:
+        if metric in RELATIVE:
+            out[comparison_name(metric)] = (f"(this build's {metric} - the reference's) / the reference's: "
+                                            f"0.05 is 5% above it")
+        elif HIGHER_IS_BETTER[metric]:
             out[comparison_name(metric)] = f"reference {metric} minus this build's"
         else:
             out[comparison_name(metric)] = f"this build's {metric} minus the reference's"
@@ -91,9 +106,12 @@ def comparison_names(kind: str) -> dict[str, str]:
 
 
 def compare(metric: str, reference: float | None, value: float | None) -> float | None:
-    """How much worse `value` is than `reference` (positive = worse), None when either is missing."""
+    """How much worse `value` is than `reference` (positive = worse), None when either is missing
+    (or, for a relative metric, when the reference is not positive)."""
     if reference is None or value is None:
         return None
+    if metric in RELATIVE:
+        return (value - reference) / reference if reference > 0 else None
     return reference - value if HIGHER_IS_BETTER[metric] else value - reference
 
 
@@ -164,9 +182,10 @@ def applicable(kind: str, *, labelled: bool, scores: str | None, label: str | No
     """The metrics `evaluate` reports for these outputs (in `METRICS` order).
 
     Classification needs labels and a scores or label output (top-5 needs scores with more than
-    5 classes); regression needs labels and a scores output; generic has none.
+    5 classes); regression needs labels and a scores output; generic has none, and generation none
+    from outputs and labels (verify computes perplexity from a decoder's own runs).
     """
-    if not labelled or kind == "generic":
+    if not labelled or kind in ("generic", "generation"):
         return []
     if kind == "classification":
         out = []
@@ -184,12 +203,12 @@ def evaluate(kind: str, outputs: Mapping[str, Any], labels: Any, output: str | N
     """`kind`'s metrics of a model's `outputs` ({name: array}) against the dataset's `labels`.
 
     `output` names the scores output (from `scores_output`), `label_output` an integer label
-    output (classification only; accuracy then comes from it exactly). {} for a generic task,
-    without labels, or without an output to read.
+    output (classification only; accuracy then comes from it exactly). {} for a generic or
+    generation task, without labels, or without an output to read.
     """
     import numpy as np
 
-    if kind == "generic" or labels is None:
+    if kind in ("generic", "generation") or labels is None:
         return {}
     labels = np.asarray(labels)
     scores = np.asarray(outputs[output]) if output is not None else None
@@ -198,7 +217,7 @@ def evaluate(kind: str, outputs: Mapping[str, Any], labels: Any, output: str | N
         return classification_metrics(labels, scores=scores, predicted=predicted)
     if kind == "regression":
         return {} if scores is None else regression_metrics(labels, scores)
-    raise InvalidInput(f"unknown task kind {kind!r}", hint="classification, regression or generic")
+    raise InvalidInput(f"unknown task kind {kind!r}", hint="classification, regression, generation or generic")
 
 
 def classification_metrics(labels: "np.ndarray", *, scores: "np.ndarray | None" = None,

@@ -11,6 +11,17 @@ uses: a float32 (samples, classes) TensorProto whose ``doc_string`` says so in J
 classes sorted; `class_maps.to_maps` turns it back into ZipMap's list of maps). Plain tensors
 carry no doc_string, as before.
 
+A generative build (a decoder with a KV cache, `zoo.decoder_io`) gets one set per run of a greedy
+continuation (`write_decoder_vectors`): the prompt's prefill (inputs ``input_ids`` the prompt,
+``attention_mask``, the empty ``past_key_values.*``; outputs ``logits`` and every ``present.*``),
+then each decode step (the previous step's greedy token, the cache its ``present.*`` outputs
+held). Each set runs alone, as any other, so every checker of vectors checks them unchanged; the
+``input_ids`` tensor says where the set stands in its doc_string,
+``{"zoo_vector": "decoder_step", "schema_version": 1, "prompt": 0, "step": 0, "past_length": 0,
+"next_token": 17}`` (step 0 is the prefill; `next_token`, the greedy choice from the set's last
+logits, is the next set's ``input_ids``), which `decoder_step` reads back. A reader that predates
+it sees plain tensors: the format is extended, not changed.
+
 onnx is imported inside functions so importing this module is cheap.
 """
 
@@ -29,6 +40,9 @@ if TYPE_CHECKING:
 
 CLASS_MATRIX = "class_matrix"  # the doc_string's "zoo_vector" of a sequence-of-maps output stored as a matrix
 CLASS_MATRIX_SCHEMA = 1
+DECODER_STEP = "decoder_step"  # the doc_string's "zoo_vector" of a decoder step's input_ids
+DECODER_STEP_SCHEMA = 1
+_DECODER_STEP_FIELDS = ("prompt", "step", "past_length", "next_token")
 VECTOR_FILE = re.compile(r"^(input|output)_(\d+)\.pb$")
 SET_GLOB = "test_data_set_*"
 
@@ -51,10 +65,12 @@ def find_sets(folder: Path) -> list[Path]:
 
 
 def write_test_vectors(set_dir: Path, inputs: Mapping[str, "np.ndarray"],
-                       outputs: Mapping[str, "np.ndarray"]) -> Path:
+                       outputs: Mapping[str, "np.ndarray"], *,
+                       described: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
     """Write one test data set: ``input_K.pb`` / ``output_K.pb`` TensorProtos named after the model's I/O.
 
-    `inputs` and `outputs` are ordered like the model's graph inputs and outputs. The bytes are
+    `inputs` and `outputs` are ordered like the model's graph inputs and outputs; `described`
+    gives a tensor (by name) a JSON doc_string (a decoder step's record). The bytes are
     deterministic (same arrays, same files), which keeps releases bit-reproducible.
     """
     import numpy as np
@@ -69,6 +85,8 @@ def write_test_vectors(set_dir: Path, inputs: Mapping[str, "np.ndarray"],
             if keys:  # a ZipMap's maps, as their per-class matrix: the file says which columns are which
                 proto.doc_string = json.dumps({"zoo_vector": CLASS_MATRIX, "schema_version": CLASS_MATRIX_SCHEMA,
                                                "class_keys": list(keys)}, sort_keys=True)
+            elif described and name in described:
+                proto.doc_string = json.dumps(dict(described[name]), sort_keys=True)
             atomic_write(set_dir / f"{prefix}_{k}.pb", proto.SerializeToString(deterministic=True), fsync=False)
     return set_dir
 
@@ -130,3 +148,55 @@ def read_test_vectors(set_dir: Path) -> tuple[dict[str, "np.ndarray"], dict[str,
     if not found[0]:
         raise InvalidInput(f"{set_dir} holds no input_0.pb", hint="expected the ONNX Model Zoo test_data_set layout")
     return found[0], found[1]
+
+
+def write_decoder_vectors(dest: Path, decoder: Any, prompt: "np.ndarray", steps: int, *, first: int = 0,
+                          prompt_index: int = 0) -> list[Path]:
+    """The sets ``test_data_set_{first}``… of a decoder's greedy continuation of `prompt` [1, P]:
+    its prefill, then `steps` decode steps, every input and output of each run (see the module
+    docstring). `decoder` is a `zoo.textgen.Decoder` (its session, ports and head size)."""
+    import numpy as np
+
+    from zoo import decoder_io
+    from zoo_stages.lib.runtimes import onnx_run
+
+    ids = np.asarray(prompt, dtype=np.int64).reshape(1, -1)
+    feeds = decoder_io.prefill_feeds(decoder.inputs, ids, decoder.head_size)
+    past_length, written = 0, []
+    for step in range(steps + 1):
+        outputs = dict(zip(decoder.output_names, onnx_run.run_once(decoder.session, feeds)))
+        token = int(np.argmax(np.asarray(outputs[decoder_io.LOGITS])[0, -1]))
+        record = {"zoo_vector": DECODER_STEP, "schema_version": DECODER_STEP_SCHEMA, "prompt": prompt_index,
+                  "step": step, "past_length": past_length, "next_token": token}
+        ordered = {p.name: feeds[p.name] for p in decoder.inputs}
+        written.append(write_test_vectors(Path(dest) / f"test_data_set_{first + step}", ordered, outputs,
+                                          described={decoder_io.INPUT_IDS: record}))
+        past_length += int(feeds[decoder_io.INPUT_IDS].shape[1])
+        feeds = decoder_io.step_feeds(decoder.inputs, np.array([[token]], dtype=np.int64),
+                                      decoder_io.next_past(outputs, decoder.inputs), past_length)
+    return written
+
+
+def decoder_step(set_dir: Path) -> dict[str, int] | None:
+    """The decoder-step record of a test data set (`write_decoder_vectors`), or None for a set of
+    another model. InvalidInput for a record of another schema_version or with fields missing."""
+    for proto in _read_protos(Path(set_dir), "input"):
+        if not proto.doc_string:
+            continue
+        try:
+            described = json.loads(proto.doc_string)
+        except ValueError:
+            continue
+        if not isinstance(described, dict) or described.get("zoo_vector") != DECODER_STEP:
+            continue
+        version = described.get("schema_version")
+        if version != DECODER_STEP_SCHEMA:
+            raise InvalidInput(f"test vector set {set_dir} is a decoder step of schema_version {version!r}; this zoo "
+                               f"reads {DECODER_STEP_SCHEMA}", hint="upgrade zoo, or re-run the stage that wrote it")
+        bad = [k for k in _DECODER_STEP_FIELDS
+               if not isinstance(described.get(k), int) or isinstance(described.get(k), bool) or described[k] < 0]
+        if bad:
+            raise InvalidInput(f"test vector set {set_dir}: its decoder step record lacks a non-negative integer "
+                               f"{', '.join(bad)}", hint="re-run the stage that wrote it (verify or deploy)")
+        return {k: int(described[k]) for k in _DECODER_STEP_FIELDS}
+    return None

@@ -4,7 +4,9 @@
 - `measure_latency`: p50/p90/mean/min of ``session.run`` after untimed warm-up runs;
 - `compare_latency`: several sessions timed in interleaved rounds, stopping early once the
   fastest and slowest are clearly apart;
-- `measure_throughput`: samples per second at several batch sizes (`batch_of` builds them).
+- `measure_throughput`: samples per second at several batch sizes (`batch_of` builds them);
+- `measure_decoding`: a decoder's prefill and decode-step times and tokens/s at batch 1, from
+  the timings of zoo's decoding loop (`zoo.textgen.Generation`).
 
 Inputs are feeds ``{input name: array}`` (`zoo_stages.lib.runtimes.onnx_run.prepare` checks and casts
 them once, outside the timed runs). Timings are metrics, never output files: they differ on
@@ -141,3 +143,41 @@ def measure_throughput(session: Any, feeds: Mapping[str, "np.ndarray"], batch_si
         stats = measure_latency(session, batch_of(feeds, bs), warmup=warmup, runs=runs)
         result[str(bs)] = float(bs * 1000.0 / stats["p50_ms"]) if stats["p50_ms"] > 0 else None
     return result
+
+
+def measure_decoding(decoder: Any, prompt: "np.ndarray", new_tokens: int, *, warmup: int = 5, runs: int = 30,
+                     progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Batch-1 generation timings of a `zoo.textgen.Decoder`: each run is a greedy continuation of
+    `prompt` [1, P] by `new_tokens` tokens, its prefill (the prompt's run and the first token) and
+    its decode steps (one new token each) timed apart by the decoding loop itself.
+
+    Returns prefill_p50_ms, prefill_p90_ms, step_p50_ms, step_p90_ms (each run's mean decode step),
+    tokens_per_s (decode tokens per second of the median run: 1000 / step_p50_ms), runs, warmup.
+    `progress(i)`: called after timed run i (1..runs), outside the timed region.
+    """
+    import numpy as np
+
+    if runs < 1:
+        raise InvalidInput(f"latency runs must be at least 1 (got {runs})")
+    if new_tokens < 2:
+        raise InvalidInput(f"decode timing needs at least 2 new tokens (the first comes from the prefill; got {new_tokens})")
+    for _ in range(max(0, warmup)):
+        decoder.greedy(prompt, new_tokens, eos=[]).run()
+    prefill = np.empty(runs, dtype=np.float64)
+    step = np.empty(runs, dtype=np.float64)
+    for i in range(runs):
+        generation = decoder.greedy(prompt, new_tokens, eos=[]).run()
+        prefill[i] = generation.prefill_s * 1000.0
+        step[i] = generation.decode_s * 1000.0 / generation.decode_steps
+        if progress is not None:
+            progress(i + 1)
+    step_p50 = float(np.percentile(step, 50))
+    return {
+        "prefill_p50_ms": float(np.percentile(prefill, 50)),
+        "prefill_p90_ms": float(np.percentile(prefill, 90)),
+        "step_p50_ms": step_p50,
+        "step_p90_ms": float(np.percentile(step, 90)),
+        "tokens_per_s": 1000.0 / step_p50 if step_p50 > 0 else None,
+        "runs": runs,
+        "warmup": warmup,
+    }
