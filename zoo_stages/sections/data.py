@@ -218,6 +218,31 @@ class DataSpec(_Strict):
             raise ValueError(f"source: text reads a {' or '.join(sorted(set(TEXT_SUFFIXES)))} file, not {v!r}")
         return v
 
+    @field_validator("text")
+    @classmethod
+    def _corpus_text(cls, v, info):
+        if v is not None and info.data.get("source") in TEXT_SOURCES and _is_txt(info.data.get("path")):
+            raise ValueError("a .txt corpus has no keys (its documents are separated by blank lines); drop `text:`")
+        return v
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _corpus_tokenizer(cls, v, info):
+        """source: text trains a byte-level BPE (the default there), not lowercased unless asked."""
+        train = v.train if v is not None else None
+        if train is None or info.data.get("source") not in TEXT_SOURCES:
+            return v
+        if "model" not in train.model_fields_set:
+            train.model = "bpe"
+        if train.model != "bpe":
+            raise ValueError("source: text trains a byte-level BPE: give train.model: bpe (or leave it out)")
+        if "lowercase" not in train.model_fields_set:
+            train.lowercase = False
+        if train.vocab_size < 257:
+            raise ValueError(f"train.vocab_size {train.vocab_size} is below 257, the 256 bytes a byte-level BPE "
+                             "starts from and <|endoftext|>")
+        return v
+
     @field_validator(*_TEXT_ONLY)
     @classmethod
     def _text_only(cls, v, info):
@@ -261,32 +286,15 @@ class DataSpec(_Strict):
         return self
 
     def _corpus_defaults(self):
-        """source: text: a tokenizer is required (bpe by default, not lowercased), a .txt file takes no
-        `text:` key, blocks of `DEFAULT_BLOCK_SIZE` tokens, no labels (the next token is the target)."""
+        """source: text: a tokenizer is required, a .jsonl file's `text:` key defaults to `text`,
+        blocks of `DEFAULT_BLOCK_SIZE` tokens, no labels (the next token is the target)."""
         if self.tokenizer is None:
             raise ValueError("source: text needs data.tokenizer: {train: {model: bpe, vocab_size: 4096}} or "
                              "{path: tokenizer.json}")
-        train = self.tokenizer.train
-        if train is not None:
-            if "model" not in train.model_fields_set:
-                train.model = "bpe"
-            if train.model != "bpe":
-                raise ValueError("data.tokenizer.train.model: source: text trains a byte-level BPE (model: bpe)")
-            if "lowercase" not in train.model_fields_set:
-                train.lowercase = False
-            if train.vocab_size < 257:
-                raise ValueError(f"data.tokenizer.train.vocab_size: {train.vocab_size} is below 257, the 256 bytes a "
-                                 "byte-level BPE starts from and <|endoftext|>")
-        is_txt = self.path is not None and TEXT_SUFFIXES.get(PurePosixPath(self.path).suffix.lower()) == "txt"
-        if is_txt and self.text is not None:
-            raise ValueError("data.text: a .txt corpus has no keys (its documents are separated by blank lines); "
-                             "drop `text:`")
-        if not is_txt and self.text is None:
+        if not _is_txt(self.path) and self.text is None:
             self.text = DEFAULT_TEXT_KEY
         if self.block_size is None:
             self.block_size = DEFAULT_BLOCK_SIZE
-        if self.label is not None:
-            raise ValueError("data.label: source: text has no labels (a language model predicts the next token)")
         return self
 
     @model_serializer(mode="wrap")
@@ -297,6 +305,10 @@ class DataSpec(_Strict):
                 out.pop(name, None)
         return out
 
+
+
+def _is_txt(path: str | None) -> bool:
+    return path is not None and TEXT_SUFFIXES.get(PurePosixPath(path).suffix.lower()) == "txt"
 
 
 class DataSection(RecipeSection):
