@@ -71,6 +71,7 @@ def test_blocks_are_the_documents_joined_by_end_of_text_and_cut_to_block_size(tm
     assert len(blocks) == len(stream) // 8  # the last partial block is dropped
     assert blocks.reshape(-1).tolist() == stream[:len(blocks) * 8]
     assert tok.decode(blocks.reshape(-1).tolist(), skip_special_tokens=False).startswith(DOCS[int(train_idx[0])])
+    assert datasets.documents(spec, tmp_path, "val") == [DOCS[int(i)] for i in val_idx]
     info = datasets.split_info(spec, tmp_path)
     assert (info["num_train"], info["num_val"], info["unit"]) == (8, 2, "documents")
     assert (info["num_train_blocks"], info["num_val_blocks"]) == (len(train), len(val))

@@ -36,8 +36,9 @@ What you get: `load_split` (a `Split` of named feature arrays, samples along axi
 `split_info` (the split's record); `preprocessing` (what a user must do to an input before
 feeding the model: written into the card and manifest); `data_dependencies` (files whose
 content enters cache keys); `class_names`; `vocab_size` and `tokenizer_json` for text;
-`feature_specs` (per-sample shape and dtype of each feature); `has_tokenizer` and `tokenizer_files`
-(a corpus's tokenizer.json, tokenizer_config.json and special_tokens_map.json). Stages bind features to a
+`feature_specs` (per-sample shape and dtype of each feature); `has_tokenizer`, and for a corpus
+`documents` (a split's texts) and `tokenizer_files` (tokenizer.json, tokenizer_config.json and
+special_tokens_map.json). Stages bind features to a
 model's inputs by name (`zoo_stages.lib.runtimes.onnx_run.bind`).
 
 Results are cached in-process (keyed by the section, the resolved files and their sizes and
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["IMAGE_FEATURE", "PREPROCESSING_SCHEMA_VERSION", "Split", "class_names", "clear_cache",
-           "data_dependencies", "feature_specs", "has_tokenizer", "load_split", "preprocessing", "resize_bilinear",
+           "data_dependencies", "documents", "feature_specs", "has_tokenizer", "load_split", "preprocessing", "resize_bilinear",
            "split_info", "tokenizer_files", "tokenizer_json", "vocab_size"]
 
 PREPROCESSING_SCHEMA_VERSION = 1
@@ -235,6 +236,20 @@ def tokenizer_json(data: dict, recipe_dir: Path) -> str:
         raise DataError("the recipe's data has no text (no `data.text:`), so no tokenizer",
                         hint="set `data.text: COLUMN` and `data.tokenizer:`")
     return _fitted(key)["tokenizer_json"]
+
+
+def documents(data: dict, recipe_dir: Path, split: str) -> list[str]:
+    """A corpus's documents of one split ("train" or "val"), in the split's order: the texts the
+    blocks were made of (prompts for a generator are taken from the held-out ones)."""
+    if split not in ("train", "val"):
+        raise InvalidInput(f"unknown dataset split {split!r}", hint="use 'train' or 'val'")
+    key = _key(data, recipe_dir)
+    if _modality(json.loads(key)["spec"]) != "corpus":
+        raise DataError("data.source: only a corpus (`source: text`) has documents",
+                        hint="give `data: {source: text, path: CORPUS.jsonl, ...}`")
+    train_idx, val_idx = _indices(key)
+    texts = _loaded(key).samples["text"]
+    return [str(texts[int(i)]) for i in (train_idx if split == "train" else val_idx)]
 
 
 def tokenizer_files(data: dict, recipe_dir: Path) -> dict[str, str]:
