@@ -152,3 +152,17 @@ def test_the_shipped_pydoc_llama_recipe_trains_to_a_low_held_out_perplexity(tmp_
     assert metrics["val_perplexity"] < 200 and metrics["num_parameters"] > 4_000_000
     history = metrics["history"]
     assert history[-1]["val_perplexity"] < history[0]["val_perplexity"]
+
+
+def test_validating_and_planning_the_shipped_recipe_import_no_torch_onnx_or_onnxruntime():
+    """The corpus's checks at validate read the file's keys; its tokenizer is learnt by the stage."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from zoo.cli.main import app; from typer.testing import CliRunner;"
+            f"r = CliRunner().invoke(app, ['plan', {str(REPO / 'recipes' / 'pydoc-llama.yaml')!r}]);"
+            "assert r.exit_code == 0, r.output;"
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'tokenizers') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
