@@ -166,3 +166,29 @@ def test_validating_and_planning_the_shipped_recipe_import_no_torch_onnx_or_onnx
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_onnxruntime_genai_tokenizes_with_the_corpus_tokenizer_files_as_training_did(tmp_path):
+    """The tokenizer files beside a build (here beside onnxruntime-genai's builder's build of a tiny
+    random Llama, `tests/decoder_models.py`) give onnxruntime-genai the ids the blocks were made with."""
+    import onnxruntime_genai as og
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from decoder_models import genai_build
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    for name, content in datasets.tokenizer_files(CORPUS, REPO).items():
+        (hf / name).write_text(content)
+    vocab = datasets.vocab_size(CORPUS, REPO)
+    config = transformers.LlamaConfig(vocab_size=vocab, bos_token_id=0, eos_token_id=0, **CONFIGS["LlamaForCausalLM"])
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(str(hf), safe_serialization=True)
+    build = genai_build(hf, tmp_path / "build")
+    tokenizer = og.Tokenizer(og.Model(str(build)))
+    text = "The assert statement is a convenient way to insert debugging assertions."
+    own = Tokenizer.from_str(datasets.tokenizer_json(CORPUS, REPO)).encode(text, add_special_tokens=False).ids
+    assert [int(i) for i in tokenizer.encode(text)] == own
+    assert tokenizer.decode(own) == text
