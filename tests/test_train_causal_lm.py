@@ -32,6 +32,11 @@ CONFIGS = {
     "Qwen2ForCausalLM": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
                          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64},
 }
+# more families: trained once each (the two above are trained twice)
+MORE = {
+    "Qwen3ForCausalLM": {**CONFIGS["LlamaForCausalLM"], "head_dim": 8},
+    "Phi3ForCausalLM": CONFIGS["LlamaForCausalLM"],
+}
 CONFIG = Train.Config(epochs=2, batch_size=8, optimizer={"name": "adamw", "lr": 0.01}, seed=0, threads=1)
 
 
@@ -43,7 +48,7 @@ def fresh_cache():
 
 
 def _model(arch: str) -> dict:
-    return {"framework": "transformers", "architecture": arch, "config": CONFIGS[arch]}
+    return {"framework": "transformers", "architecture": arch, "config": {**CONFIGS, **MORE}[arch]}
 
 
 def _ctx(tmp: Path, name: str, model: dict, data: dict = CORPUS) -> StageContext:
@@ -88,6 +93,20 @@ def test_a_causal_lm_trains_to_the_same_bytes_twice_and_its_held_out_perplexity_
                                   token_ids={"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0})
     assert (config.vocab_size, config.bos_token_id, config.eos_token_id) == (vocab, 0, 0)
     getattr(transformers, arch)(config).load_state_dict(state, strict=True)
+
+
+@pytest.mark.parametrize("arch", sorted(MORE))
+def test_other_causal_lm_families_train_into_their_own_keys(arch, tmp_path):
+    import transformers
+    from safetensors.torch import load_file
+
+    model = _model(arch)
+    one_epoch = Train.Config(**{**CONFIG.model_dump(), "epochs": 1})
+    checkpoint = Train().run(Inputs([]), one_epoch, ctx := _ctx(tmp_path, "one", model))["checkpoint"]
+    assert ctx.metrics["val_perplexity"] < datasets.vocab_size(CORPUS, REPO) / 2
+    config = hf_models.config_for(model, tmp_path, num_labels=10, vocab_size=datasets.vocab_size(CORPUS, REPO),
+                                  token_ids={"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0})
+    getattr(transformers, arch)(config).load_state_dict(load_file(str(checkpoint)), strict=True)
 
 
 def test_an_untrained_causal_lm_is_near_the_vocabulary_size_in_perplexity(tmp_path):

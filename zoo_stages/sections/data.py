@@ -178,7 +178,8 @@ class DataSpec(_Strict):
                                                                     "by the std, both from the train split")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, fixed by split_seed")
     split_seed: int = Field(0, description="seed of the train/held-out split (recorded)")
-    limit: int | None = Field(None, ge=1, description="use at most this many samples (after shuffling)")
+    limit: int | None = Field(None, ge=1, description="use at most this many samples (after shuffling; source: "
+                                                      "text: documents)")
 
     @field_validator(*_DATA_FIELD_SOURCES)
     @classmethod
