@@ -250,13 +250,13 @@ def feature_names(spec: dict[str, Any], recipe_dir: Path) -> list[str] | None:
     """The names of the features the data gives a model, told from the section and the files'
     listings alone: a table's (`data.inputs`, else `data.input` or ``features``), an npz archive's
     (`data.inputs`, else its arrays but the label, ``x`` named ``image``), an image source's
-    ``image``. None for text (the tokenizer names them) and for what cannot be read cheaply."""
+    ``image``. None for text and a corpus (the tokenizer names them) and for what cannot be read cheaply."""
     from zoo_stages.lib.data.images import IMAGE_FEATURE
     from zoo_stages.lib.data.npz import LEGACY_IMAGE_ARRAY
     from zoo_stages.lib.data.tables import DEFAULT_FEATURE
 
     fmt = _format(spec)
-    if spec.get("text") is not None:
+    if spec.get("text") is not None or fmt == "text":  # a corpus feeds a decoder's input_ids, its other inputs its own
         return None
     if spec.get("inputs"):
         return list(spec["inputs"])
