@@ -9,7 +9,15 @@
   pt, nl, sv); columns ``text,language``. A name that appears (ignoring case) in more than one
   language is dropped, since it cannot identify one; rows are sorted by (language, text).
   Task: tell the language of a name.
-- ``README.md``: the sources, their versions (scikit-learn, Babel, CLDR) and licenses.
+- ``pydoc-topics.jsonl``: the documentation topics that ship with CPython (``pydoc_data.topics``:
+  the reference manual's sections that ``help('if')`` shows; about 65,000 words of English prose
+  with code examples), one JSON object per topic, ``{"text": ..., "topic": ...}``, sorted by topic.
+  The corpus of the causal language model in ``recipes/pydoc-llama.yaml``. Written from the
+  running Python's copy; their bytes differ between Python versions (even patch releases), so the
+  committed file, not the user's Python, is what recipes read, and the README records the
+  version it came from and its sha256 (``--check`` on another Python checks the file against
+  that digest instead of regenerating it).
+- ``README.md``: the sources, their versions (scikit-learn, Babel, CLDR, CPython) and licenses.
 
     .venv/bin/python scripts/make_datasets.py            # rewrite recipes/data/
     .venv/bin/python scripts/make_datasets.py --check    # exit 1 if recipes/data/ differs
@@ -21,7 +29,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
+import json
+import platform
+import re
 import sys
 from pathlib import Path
 
@@ -67,7 +79,41 @@ def languages() -> bytes:
     return _csv(["text", "language"], rows)
 
 
-def readme() -> bytes:
+PYDOC_FILE = "pydoc-topics.jsonl"
+
+
+def pydoc_topics() -> bytes:
+    """The running CPython's documentation topics, one JSON line per topic, sorted by topic."""
+    from pydoc_data.topics import topics
+
+    return "".join(json.dumps({"text": topics[k], "topic": k}, ensure_ascii=False, sort_keys=True) + "\n"
+                   for k in sorted(topics)).encode("utf-8")
+
+
+def pydoc_source(readme_text: str) -> tuple[str, str] | None:
+    """(CPython version, sha256) that README.md records for pydoc-topics.jsonl; None if it records none."""
+    m = re.search(r"pydoc_data\.topics` of CPython (\S+), sha256 `([0-9a-f]{64})`", readme_text)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _pydoc_readme(version: str, digest: str, corpus: bytes) -> str:
+    words = sum(len(json.loads(line)["text"].split()) for line in corpus.decode("utf-8").splitlines())
+    return f"""## {PYDOC_FILE}
+
+The documentation topics (`pydoc_data.topics` of CPython {version}, sha256 `{digest}`), the sections
+of the Python Language Reference and Library Reference that `help('if')` shows: {len(corpus.splitlines())}
+topics, {words:,} words of English prose with code examples. One JSON object per line,
+`{{"text": ..., "topic": ...}}`, sorted by topic. Their bytes differ between Python versions, so
+recipes read this file, not the running Python's copy; `scripts/make_datasets.py` rewrites it from
+the running Python with `--refresh-pydoc`, and otherwise keeps it (checked against the digest above).
+Recipe: `data: {{source: text, path: data/{PYDOC_FILE}, tokenizer: {{train: {{model: bpe, vocab_size: 4096}}}}}}`.
+
+Python documentation: Copyright © 2001 Python Software Foundation; PSF License Version 2
+(https://docs.python.org/3/license.html).
+"""
+
+
+def readme(pydoc: tuple[str, str, bytes]) -> bytes:
     import babel
     import sklearn
     from babel.core import get_cldr_version
@@ -98,20 +144,39 @@ Recipe: `data: {{source: csv, path: data/languages.csv, text: text, label: langu
 
 CLDR data: Copyright © 1991-2025 Unicode, Inc.; Unicode License v3
 (https://www.unicode.org/license.txt). Babel: BSD-3-Clause.
-""".encode("utf-8")
+
+{_pydoc_readme(*pydoc)}""".encode("utf-8")
 
 
-def files() -> dict[str, bytes]:
+def pydoc_corpus(refresh: bool) -> tuple[str, str, bytes]:
+    """(CPython version, sha256, bytes) of the pydoc corpus: the committed file as README.md records
+    it, unless `refresh` (or nothing is committed yet), then the running Python's topics."""
+    committed, notes = OUT / PYDOC_FILE, OUT / "README.md"
+    recorded = pydoc_source(notes.read_text(encoding="utf-8")) if notes.is_file() else None
+    if not refresh and recorded is not None and committed.is_file():
+        return recorded[0], recorded[1], committed.read_bytes()
+    fresh = pydoc_topics()
+    return platform.python_version(), hashlib.sha256(fresh).hexdigest(), fresh
+
+
+def files(refresh_pydoc: bool = False) -> dict[str, bytes]:
     """Every file of recipes/data/, by name."""
-    return {"breast-cancer.csv": breast_cancer(), "languages.csv": languages(), "README.md": readme()}
+    pydoc = pydoc_corpus(refresh_pydoc)
+    return {"breast-cancer.csv": breast_cancer(), "languages.csv": languages(), PYDOC_FILE: pydoc[2],
+            "README.md": readme(pydoc)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if recipes/data/ differs from the output")
+    parser.add_argument("--refresh-pydoc", action="store_true",
+                        help=f"rewrite {PYDOC_FILE} from the running Python's pydoc_data (its bytes vary by version)")
     args = parser.parse_args(argv)
     stale = []
-    for name, content in files().items():
+    generated = files(refresh_pydoc=args.refresh_pydoc)
+    if hashlib.sha256(generated[PYDOC_FILE]).hexdigest() != pydoc_source(generated["README.md"].decode())[1]:
+        stale.append(f"{PYDOC_FILE} (its sha256 is not the one README.md records)")
+    for name, content in generated.items():
         path = OUT / name
         if args.check:
             if not path.is_file() or path.read_bytes() != content:

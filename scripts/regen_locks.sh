@@ -10,7 +10,7 @@
 #                                     dropped with the old locks (a record whose keys no longer
 #                                     match is a claim nothing backs), to be rebuilt by a full run
 #
-# bert-tiny-text and transformers-distilbert-languages get native records only: their training
+# bert-tiny-text, transformers-distilbert-languages and pydoc-llama get native records only: their training
 # under emulation takes hours (README "Lockfiles per platform"). Then update the README
 # quickstart's figures from a fresh clone.
 set -uo pipefail
@@ -23,7 +23,7 @@ status=$out/status
 : > "$status"
 small=(lenet-digits lenet-digits-finetune tabular-mlp digits-nonsquare sobel-edges sklearn-gbdt-breast-cancer
        lightgbm-breast-cancer xgboost-breast-cancer keras-mlp-breast-cancer jax-mlp-breast-cancer)
-native=("${small[@]}" bert-tiny-text transformers-distilbert-languages alexnet)
+native=("${small[@]}" bert-tiny-text transformers-distilbert-languages pydoc-llama alexnet)
 
 rm -f recipes/*.lock
 home=$(mktemp -d) cache=$(mktemp -d)

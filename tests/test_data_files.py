@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def generated() -> dict[str, bytes]:
     return _script().files()
 
 
-@pytest.mark.parametrize("name", ["breast-cancer.csv", "languages.csv", "README.md"])
+@pytest.mark.parametrize("name", ["breast-cancer.csv", "languages.csv", "pydoc-topics.jsonl", "README.md"])
 def test_committed_file_equals_the_script_output(generated, name):
     committed = (REPO / "recipes" / "data" / name).read_bytes()
     assert committed == generated[name], f"recipes/data/{name} is stale: run scripts/make_datasets.py"
@@ -54,3 +55,25 @@ def test_languages_have_no_name_in_two_languages():
         langs.setdefault(row["text"].casefold(), set()).add(row["language"])
     assert all(len(v) == 1 for v in langs.values())
     assert {r["language"] for r in rows} == {"en", "de", "fr", "es", "it", "pt", "nl", "sv"}
+
+
+def test_the_pydoc_corpus_is_the_recorded_pythons_topics():
+    """The corpus's bytes are those README.md records (version, sha256); on that CPython they are
+    its `pydoc_data.topics` exactly (another version's topics differ, so only the digest is checked)."""
+    import hashlib
+    import platform
+
+    script = _script()
+    committed = (REPO / "recipes" / "data" / script.PYDOC_FILE).read_bytes()
+    version, digest = script.pydoc_source((REPO / "recipes" / "data" / "README.md").read_text(encoding="utf-8"))
+    assert hashlib.sha256(committed).hexdigest() == digest
+    lines = committed.decode("utf-8").splitlines()
+    assert len(lines) > 50 and sum(len(json.loads(line)["text"].split()) for line in lines) > 60_000
+    if platform.python_version() == version:
+        assert committed == script.pydoc_topics()
+
+
+def test_the_pydoc_corpus_loads_as_documents():
+    datasets.clear_cache()
+    data = {"source": "text", "path": "data/pydoc-topics.jsonl", "tokenizer": {"train": {"vocab_size": 300}}}
+    assert datasets.split_info(data, REPO / "recipes")["num_samples"] == 79

@@ -14,7 +14,9 @@ Adam/AdamW use the fused CPU kernel when available.
 - **Loss by task** (the recipe's `task:`): cross-entropy for classification (int64 labels),
   mean squared error of the 1-wide output for regression (float labels).
 - **Metrics**: `train_loss` (last epoch, training mode), `val_loss` (held-out split, eval mode),
-  for classification `train_accuracy` and `val_accuracy`, for regression `val_mae`; `epochs`,
+  for classification `train_accuracy` and `val_accuracy`, for regression `val_mae`, for
+  text-generation `val_perplexity` (the exponential of the held-out loss per token, after every
+  epoch too); `epochs`,
   `samples`, `num_parameters`, `seconds`, `threads`, `history` (per epoch), `split` (sizes, seed
   and digests of the index lists).
 - **Custom loop**: `entry: file.py:function` is called as
@@ -45,7 +47,8 @@ Metrics: train/val accuracy (or MAE).
 
 With `model.framework: transformers`, train runs the same torch loop on the Hugging Face model
 (sequence classification or regression heads: its first output is the logits; `token_type_ids`
-are fed when the class takes them and the data makes them), from fresh weights or the pinned
+are fed when the class takes them and the data makes them; a `*ForCausalLM` — Llama, Qwen2, Qwen3,
+Phi3… — on a corpus, its `vocab_size` and end-of-text token ids from the data's tokenizer), from fresh weights or the pinned
 `pretrained` folder's (fine-tuning; a head of another size is re-initialised); the checkpoint keeps
 Hugging Face's state-dict keys, so `from_pretrained`'s class loads it key for key.
 
@@ -198,10 +201,12 @@ class Train(NumericOutputs, StageKind):
                                     "`config.entry: file.py:function`")
         train_split = datasets.load_split(data, context.recipe.dir, "train")
         val_split = datasets.load_split(data, context.recipe.dir, "val")
-        if train_split.labels is None and not config.entry:
+        if train_split.labels is None and not config.entry and kind != "generation":
             raise InvalidInput("the data has no labels, which the built-in training loop needs",
                                hint="give the data labels (a label column or array), or train with `config.entry`")
         names = [i.name for i in archs.model_inputs(model_section, data)]
+        if kind == "generation":  # whole blocks of real tokens: the mask would be all ones
+            names = names[:1]
         x_train = torch_eval.as_model_inputs(onnx_run.bind_names(names, train_split.features, where="the train split"))
         x_val = torch_eval.as_model_inputs(onnx_run.bind_names(names, val_split.features, where="the held-out split"))
         info = datasets.split_info(data, context.recipe.dir)
@@ -232,7 +237,8 @@ class Train(NumericOutputs, StageKind):
                 history: list[dict[str, Any]] = []
                 train_figures = torch_eval.evaluate(model, x_train, train_split.labels, kind, config.batch_size)
             else:
-                history = _fit(model, x_train, train_split.labels, kind, config, context)
+                history = _fit(model, x_train, torch_eval.targets(x_train, train_split.labels, kind), kind, config,
+                               context, val=(x_val, val_split.labels) if kind == "generation" else None)
                 train_figures = {k.removeprefix("train_"): v for k, v in history[-1].items() if k != "epoch"}
             val_figures = torch_eval.evaluate(model, x_val, val_split.labels, kind, max(config.batch_size, 256))
             seconds = time.perf_counter() - started
@@ -303,8 +309,10 @@ class _deterministic:
 
 
 def _fit(model, x_np: Mapping[str, Any], y_np, kind: str, config: TrainConfig,
-         context: StageContext) -> list[dict[str, Any]]:
-    """The built-in loop: the task's loss, seeded batch order, optional cosine schedule."""
+         context: StageContext, val: tuple[Mapping[str, Any], Any] | None = None) -> list[dict[str, Any]]:
+    """The built-in loop: the task's loss, seeded batch order, optional cosine schedule; with `val`
+    (a language model's held-out blocks, cheap next to an epoch) its loss and perplexity after
+    every epoch."""
     import torch
 
     xs = {name: torch.from_numpy(a) for name, a in x_np.items()}
@@ -341,6 +349,9 @@ def _fit(model, x_np: Mapping[str, Any], y_np, kind: str, config: TrainConfig,
         entry: dict[str, Any] = {"epoch": epoch + 1, "train_loss": round(loss_sum / n, 6)}
         if kind == "classification":
             entry["train_accuracy"] = round(correct / n, 6)
+        if val is not None:
+            held_out = torch_eval.evaluate(model, val[0], val[1], kind, max(config.batch_size, 64))
+            entry.update({f"val_{k}": round(v, 6) for k, v in held_out.items()})
         history.append(entry)
         context.log.info("epoch %d/%d: %s", epoch + 1, config.epochs,
                          " ".join(f"{k} {v:.4f}" for k, v in entry.items() if k != "epoch"))

@@ -55,7 +55,7 @@ def preprocessing(job: Release) -> tuple[dict[str, Any], list[FileRef]]:
     from zoo_stages.lib.data import datasets
 
     record = datasets.preprocessing(job.data_spec, job.ctx.recipe.dir)
-    if not job.data_spec.get("text"):  # only text data has a tokenizer
+    if not datasets.has_tokenizer(job.data_spec):  # only text data (a column, a corpus) has a tokenizer
         return record, []
     tokenizer = datasets.tokenizer_json(job.data_spec, job.ctx.recipe.dir)
     path = job.release / TOKENIZER_FILE

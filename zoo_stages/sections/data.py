@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from zoo.section import RecipeSection, SectionError
 
@@ -23,13 +23,14 @@ class _Strict(BaseModel):
 
 IMAGE_SOURCES = ("digits", "folder", "npz")
 TABLE_SOURCES = ("csv", "parquet", "jsonl")
+TEXT_SOURCES = ("text",)  # a corpus of documents for a causal language model
 # which sources each optional `data:` field applies to (giving it for another source is an error)
 _DATA_FIELD_SOURCES: dict[str, tuple[str, ...]] = {
     "image": IMAGE_SOURCES, "image_size": IMAGE_SOURCES, "channels": IMAGE_SOURCES,
     "inputs": ("npz",) + TABLE_SOURCES, "input": TABLE_SOURCES, "columns": TABLE_SOURCES,
     "normalize": TABLE_SOURCES, "label": ("npz",) + TABLE_SOURCES,
-    "text": TABLE_SOURCES, "tokenizer": TABLE_SOURCES, "max_length": TABLE_SOURCES,
-    "token_type_ids": TABLE_SOURCES,
+    "text": TABLE_SOURCES + TEXT_SOURCES, "tokenizer": TABLE_SOURCES + TEXT_SOURCES, "max_length": TABLE_SOURCES,
+    "token_type_ids": TABLE_SOURCES, "block_size": TEXT_SOURCES,
     "repo": ("dvc",), "rev": ("dvc",), "format": ("dvc",),
 }
 # data.source: dvc reads a file or folder in one of these formats, named by `format:` or by the path's suffix
@@ -40,6 +41,13 @@ _TEXT_ONLY = ("tokenizer", "max_length", "token_type_ids")  # need `text:`
 _NUMERIC_ONLY = ("inputs", "input", "columns", "normalize")  # tables of numbers, not with `text:`
 _DEFAULT_LABEL = {"npz": "y", "csv": "label", "parquet": "label", "jsonl": "label"}
 DEFAULT_MAX_LENGTH = 128
+DEFAULT_BLOCK_SIZE = 128
+# source: text reads documents from one of these files (by the path's suffix)
+TEXT_SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".txt": "txt"}
+DEFAULT_TEXT_KEY = "text"
+# fields added after lockfiles recorded the whole `data:` section: left out of its plain value while
+# unset, so the records of recipes that do not use them stay as they were
+_OMITTED_WHEN_UNSET = ("block_size",)
 
 
 def data_format(source: str | None, fmt: str | None, path: str | None) -> str | None:
@@ -95,9 +103,14 @@ class ImageSpec(_Strict):
 class TokenizerTrainSpec(_Strict):
     """A tokenizer trained deterministically on the train split's texts."""
 
-    model: Literal["wordpiece"] = Field("wordpiece", description="wordpiece: BERT-style ([PAD] [UNK] [CLS] [SEP] [MASK])")
-    vocab_size: int = Field(2000, ge=16, le=1_000_000)
-    lowercase: bool = True
+    model: Literal["wordpiece", "bpe"] = Field(
+        "wordpiece", description="wordpiece: BERT-style ([PAD] [UNK] [CLS] [SEP] [MASK]), for text columns (the "
+                                 "default there); bpe: byte-level BPE with one special token, <|endoftext|> (id 0), "
+                                 "for source: text (the default there)")
+    vocab_size: int = Field(2000, ge=16, le=1_000_000, description="entries of the vocabulary, special tokens "
+                                                                   "included (bpe: at least 257, the 256 bytes and "
+                                                                   "<|endoftext|>)")
+    lowercase: bool = Field(True, description="lowercase texts first (default: true for wordpiece, false for bpe)")
     min_frequency: int = Field(2, ge=1, description="rarer pieces are not learnt")
 
 
@@ -121,10 +134,12 @@ class DataSpec(_Strict):
     naming the sources it applies to (checked per field, so the error points at its line).
     """
 
-    source: Literal["digits", "folder", "npz", "csv", "parquet", "jsonl", "dvc"] = Field(
+    source: Literal["digits", "folder", "npz", "csv", "parquet", "jsonl", "dvc", "text"] = Field(
         description="digits: scikit-learn's bundled 8x8 digits; folder: one subfolder per class; npz: named arrays "
                     "(x, y for images); csv / parquet / jsonl: a table of numbers, or of texts with `text:`; dvc: a "
-                    "file or folder tracked in a DVC repo (`repo`, `rev`, `path`), in one of those formats")
+                    "file or folder tracked in a DVC repo (`repo`, `rev`, `path`), in one of those formats; text: a "
+                    "corpus of documents for a causal language model (a .jsonl file, one document per line, or a "
+                    ".txt file, documents separated by blank lines), given as fixed-length blocks of token ids")
     path: str | None = Field(None, description="folder or file, relative to the recipe (every source but digits, which "
                                                  "ignores it); dvc: the tracked file or folder, relative to the repo's root")
     repo: str | None = Field(None, description="dvc: the DVC repo, a folder relative to the recipe or a git URL")
@@ -133,11 +148,18 @@ class DataSpec(_Strict):
     format: Literal["folder", "npz", "csv", "parquet", "jsonl"] | None = Field(
         None, description="dvc: how to read the tracked path (default: by its suffix, .csv .parquet .jsonl .npz; "
                           "a path without one is a folder)")
-    text: str | None = Field(None, description="csv / parquet / jsonl: the column of texts to tokenize")
+    text: str | None = Field(None, description="csv / parquet / jsonl: the column of texts to tokenize; source: text "
+                                                 f"with a .jsonl file: the key of each document's text (default "
+                                                 f"`{DEFAULT_TEXT_KEY}`)")
     tokenizer: TokenizerSpec | None = Field(None, description="text: {path: tokenizer.json} or {train: {model, "
                                                               "vocab_size, lowercase}}")
     max_length: int | None = Field(None, ge=2, le=65536, description=f"text: tokens per sample, padded and "
                                                                      f"truncated (default {DEFAULT_MAX_LENGTH})")
+    block_size: int | None = Field(None, ge=2, le=65536, description=f"source: text: tokens per sample; each split's "
+                                                                     f"documents are tokenized, joined with the "
+                                                                     f"end-of-text token and cut into blocks of this "
+                                                                     f"length (the rest dropped; default "
+                                                                     f"{DEFAULT_BLOCK_SIZE})")
     token_type_ids: bool | None = Field(None, description="text: also give the `token_type_ids` feature (zeros)")
     image: ImageSpec | None = Field(None, description="image transforms: {size: [H, W], channels, scale, mean, std, "
                                                       "layout} (digits, folder, npz)")
@@ -156,7 +178,8 @@ class DataSpec(_Strict):
                                                                     "by the std, both from the train split")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, fixed by split_seed")
     split_seed: int = Field(0, description="seed of the train/held-out split (recorded)")
-    limit: int | None = Field(None, ge=1, description="use at most this many samples (after shuffling)")
+    limit: int | None = Field(None, ge=1, description="use at most this many samples (after shuffling; source: "
+                                                      "text: documents)")
 
     @field_validator(*_DATA_FIELD_SOURCES)
     @classmethod
@@ -189,9 +212,43 @@ class DataSpec(_Strict):
             raise ValueError(f"give data.image (size, channels, ...) or the old data.{info.field_name}, not both")
         return v
 
+    @field_validator("path")
+    @classmethod
+    def _text_file(cls, v, info):
+        if v is not None and info.data.get("source") == "text" and PurePosixPath(v).suffix.lower() not in TEXT_SUFFIXES:
+            raise ValueError(f"source: text reads a {' or '.join(sorted(set(TEXT_SUFFIXES)))} file, not {v!r}")
+        return v
+
+    @field_validator("text")
+    @classmethod
+    def _corpus_text(cls, v, info):
+        if v is not None and info.data.get("source") in TEXT_SOURCES and _is_txt(info.data.get("path")):
+            raise ValueError("a .txt corpus has no keys (its documents are separated by blank lines); drop `text:`")
+        return v
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _corpus_tokenizer(cls, v, info):
+        """source: text trains a byte-level BPE (the default there), not lowercased unless asked."""
+        train = v.train if v is not None else None
+        if train is None or info.data.get("source") not in TEXT_SOURCES:
+            return v
+        if "model" not in train.model_fields_set:
+            train.model = "bpe"
+        if train.model != "bpe":
+            raise ValueError("source: text trains a byte-level BPE: give train.model: bpe (or leave it out)")
+        if "lowercase" not in train.model_fields_set:
+            train.lowercase = False
+        if train.vocab_size < 257:
+            raise ValueError(f"train.vocab_size {train.vocab_size} is below 257, the 256 bytes a byte-level BPE "
+                             "starts from and <|endoftext|>")
+        return v
+
     @field_validator(*_TEXT_ONLY)
     @classmethod
     def _text_only(cls, v, info):
+        if info.data.get("source") in TEXT_SOURCES:
+            return v
         if v is not None and "text" in info.data and info.data.get("text") is None:
             raise ValueError(f"data.{info.field_name} applies to text data only (give data.text: COLUMN)")
         return v
@@ -208,6 +265,11 @@ class DataSpec(_Strict):
 
     @model_validator(mode="after")
     def _defaults(self):
+        if self.source in TEXT_SOURCES:
+            return self._corpus_defaults()
+        if self.tokenizer is not None and self.tokenizer.train is not None and self.tokenizer.train.model == "bpe":
+            raise ValueError("data.tokenizer.train.model: bpe is for `source: text` (a causal language model's "
+                             "corpus); a text column's classifier takes wordpiece")
         if self.text is not None:
             if self.tokenizer is None:
                 raise ValueError("data.text needs data.tokenizer: {path: tokenizer.json} or {train: {vocab_size: ...}}")
@@ -224,6 +286,30 @@ class DataSpec(_Strict):
             self.label = _DEFAULT_LABEL[fmt]
         return self
 
+    def _corpus_defaults(self):
+        """source: text: a tokenizer is required, a .jsonl file's `text:` key defaults to `text`,
+        blocks of `DEFAULT_BLOCK_SIZE` tokens, no labels (the next token is the target)."""
+        if self.tokenizer is None:
+            raise ValueError("source: text needs data.tokenizer: {train: {model: bpe, vocab_size: 4096}} or "
+                             "{path: tokenizer.json}")
+        if not _is_txt(self.path) and self.text is None:
+            self.text = DEFAULT_TEXT_KEY
+        if self.block_size is None:
+            self.block_size = DEFAULT_BLOCK_SIZE
+        return self
+
+    @model_serializer(mode="wrap")
+    def _plain(self, handler):
+        out = handler(self)
+        for name in _OMITTED_WHEN_UNSET:
+            if out.get(name) is None:
+                out.pop(name, None)
+        return out
+
+
+
+def _is_txt(path: str | None) -> bool:
+    return path is not None and TEXT_SUFFIXES.get(PurePosixPath(path).suffix.lower()) == "txt"
 
 
 class DataSection(RecipeSection):
@@ -282,7 +368,9 @@ def _check_dvc(data: DataSpec, recipe_dir: Path) -> None:
                            ("path",), hint="format: folder reads a folder (one subfolder per class); the others a file")
 
 
-_SOURCE_FILES = {"folder": "one subfolder per class", "npz": "a .npz file with one array per input and the labels",
+_SOURCE_FILES = {"text": "a .jsonl file, one JSON object per document, or a .txt file, documents separated by blank "
+                         "lines",
+                 "folder": "one subfolder per class", "npz": "a .npz file with one array per input and the labels",
                  "csv": "a CSV file with a header row", "parquet": "a Parquet file",
                  "jsonl": "a file of JSON objects, one per line"}
 

@@ -5,6 +5,8 @@
 - CSV: the header row; Parquet: the schema in the file's footer (pyarrow, when installed);
   JSON lines: the keys of every object, for files up to `MAX_JSONL_BYTES`;
 - npz: the names in the zip's central directory;
+- a corpus (``source: text``) in JSON lines: that every object has the ``data.text`` key, for
+  files up to `MAX_JSONL_BYTES` (the documents' texts are read by the stage);
 - a tokenizer file: that it is a JSON object with a `model` (what `tokenizers` reads).
 
 and checks them with the loaders' own checks (`tables.check_columns`, `npz.check_names`), so the
@@ -66,6 +68,8 @@ def _probe(spec: dict[str, Any], recipe_dir: Path) -> None:
             if source == "csv":
                 tables.check_header(names, spec["path"])
             tables.check_columns(names, spec)
+    elif source == "text" and spec.get("text") is not None:
+        _check_corpus_keys(spec, recipe_dir)
     elif source == "npz":
         arrays = npz_arrays(_resolved(spec["path"], recipe_dir))
         if arrays is not None:  # else the loader says what is wrong with the file
@@ -119,6 +123,27 @@ def _jsonl_keys(path: Path) -> list[str]:
     except (OSError, UnicodeDecodeError, ValueError):
         raise _Unreadable() from None
     return list(keys)
+
+
+def _check_corpus_keys(spec: dict[str, Any], recipe_dir: Path) -> None:
+    """Every object of a .jsonl corpus must hold the `data.text` key (the loader's own message)."""
+    path, key = _resolved(spec["path"], recipe_dir), spec["text"]
+    missing = None
+    try:
+        if path.stat().st_size > MAX_JSONL_BYTES:
+            return
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    obj = json.loads(line)
+                    if not isinstance(obj, dict) or key not in obj:
+                        missing = n
+                        break
+    except (OSError, UnicodeDecodeError, ValueError):
+        return  # the stage reads the file and says what is wrong with it
+    if missing is not None:  # SectionError is a ValueError: raised outside the reading's handler
+        raise SectionError(f"data.text: line {missing} of {spec['path']!r} has no key {key!r}", ("text",),
+                           hint="set `data.text:` to the key that holds each document's text")
 
 
 def _check_tokenizer(given: str, recipe_dir: Path) -> None:
@@ -225,13 +250,13 @@ def feature_names(spec: dict[str, Any], recipe_dir: Path) -> list[str] | None:
     """The names of the features the data gives a model, told from the section and the files'
     listings alone: a table's (`data.inputs`, else `data.input` or ``features``), an npz archive's
     (`data.inputs`, else its arrays but the label, ``x`` named ``image``), an image source's
-    ``image``. None for text (the tokenizer names them) and for what cannot be read cheaply."""
+    ``image``. None for text and a corpus (the tokenizer names them) and for what cannot be read cheaply."""
     from zoo_stages.lib.data.images import IMAGE_FEATURE
     from zoo_stages.lib.data.npz import LEGACY_IMAGE_ARRAY
     from zoo_stages.lib.data.tables import DEFAULT_FEATURE
 
     fmt = _format(spec)
-    if spec.get("text") is not None:
+    if spec.get("text") is not None or fmt == "text":  # a corpus feeds a decoder's input_ids, its other inputs its own
         return None
     if spec.get("inputs"):
         return list(spec["inputs"])

@@ -6,7 +6,8 @@ maps a name to its metric family and refuses a misspelt classification, regressi
 A recipe may leave `task:` out when its data or model tell it (`TaskSection.infer`, `infer_task`);
 the first rule that applies wins:
 
-1. data with labels (``data.label``, which defaults to ``label`` for tables and ``y`` for npz;
+1. a corpus (``data.source: text``): ``text-generation``;
+2. data with labels (``data.label``, which defaults to ``label`` for tables and ``y`` for npz;
    ``label: null`` has none) — the labels' kind is what the loader makes of them
    (`zoo_stages.lib.data.loaded.class_labels`): integer, boolean and text labels are classes
    (``-classification``), float labels values (``-regression``); read from the label column or
@@ -15,11 +16,12 @@ the first rule that applies wins:
    - a table (csv, parquet, jsonl): ``tabular-classification`` / ``tabular-regression``;
    - npz with an image array (``x``, or an input mapped to ``image``): ``image-classification`` /
      ``image-regression``; other arrays: ``classification`` / ``regression``;
-2. image data whose classes are its folders or labels: ``source: digits`` or ``folder`` (also a
+3. image data whose classes are its folders or labels: ``source: digits`` or ``folder`` (also a
    DVC-tracked folder): ``image-classification``;
-3. no data: the model — an image architecture (``arch: alexnet``, ``lenet5``, ``resnet18``…) or a
+4. no data: the model — an image architecture (``arch: alexnet``, ``lenet5``, ``resnet18``…) or a
    transformers ``*ForImageClassification``: ``image-classification``; ``arch: bert`` or a
-   ``*ForSequenceClassification``: ``text-classification``; an estimator named ``*Classifier`` /
+   ``*ForSequenceClassification``: ``text-classification``; a ``*ForCausalLM``:
+   ``text-generation``; an estimator named ``*Classifier`` /
    ``*Regressor`` (sklearn, lightgbm, xgboost): ``tabular-classification`` / ``tabular-regression``.
 
 Nothing else is guessed: an imported ONNX file without data, data without labels, or a DVC-tracked
@@ -51,8 +53,9 @@ TASK_DESCRIPTION = (
     "(object-detection, feature-extraction, embedding, ...): no task metrics, parity per output only. "
     "Lowercase words joined by '-'")
 INFERRED = (". Default: told from the data and the model (a table's label column: tabular-classification or "
-            "-regression by the labels' type; a text column: text-; image data: image-classification; an image "
-            "architecture; an estimator's name); required when they do not tell it")
+            "-regression by the labels' type; a text column: text-; a corpus, source: text: text-generation; image "
+            "data: image-classification; an image architecture; a *ForCausalLM: text-generation; an estimator's "
+            "name); required when they do not tell it")
 
 
 def task_kind(task: str) -> str:
@@ -106,6 +109,8 @@ def infer_task(data: dict[str, Any] | None, model: dict[str, Any] | None, recipe
         from zoo_stages.sections.data_probe import label_kind, npz_arrays
 
         fmt = data_format(data["source"], data.get("format"), data.get("path"))
+        if fmt == "text":
+            return "text-generation"
         if fmt in ("digits", "folder"):
             return "image-classification"
         kind = label_kind(data, recipe_dir)
@@ -130,6 +135,8 @@ def _model_task(model: dict[str, Any]) -> str | None:
         return "image-classification"
     if arch == "bert" or architecture.endswith("ForSequenceClassification"):
         return "text-classification"
+    if architecture.endswith("ForCausalLM"):
+        return "text-generation"
     for suffix, task in (("Classifier", "tabular-classification"), ("Regressor", "tabular-regression")):
         if estimator.endswith(suffix):
             return task

@@ -16,6 +16,9 @@ Sources (the recipe's ``data:`` section, see `zoo_stages.sections.data.DataSpec`
 - ``csv`` / ``parquet`` / ``jsonl``: tables (`data.tables`): numeric columns become float32
   features, optionally standardised with train-split statistics; or, with ``text:``, a text
   column tokenized to ``input_ids`` and ``attention_mask`` (`data.text`);
+- ``text``: a corpus of documents for a causal language model (`data.corpus`): a .jsonl or .txt
+  file, split by document, tokenized by a byte-level BPE learnt from the train split (or a
+  tokenizer.json), given as ``input_ids`` int64 [blocks, ``block_size``] with no labels;
 - ``dvc``: a file or folder tracked in a DVC repo at a full commit sha (``repo``, ``rev``,
   ``path``), read as ``format`` says (one of the formats above; default by the path's suffix):
   `data.dvc` pins DVC's digest for keys with git alone and downloads the bytes with dvc.
@@ -33,7 +36,9 @@ What you get: `load_split` (a `Split` of named feature arrays, samples along axi
 `split_info` (the split's record); `preprocessing` (what a user must do to an input before
 feeding the model: written into the card and manifest); `data_dependencies` (files whose
 content enters cache keys); `class_names`; `vocab_size` and `tokenizer_json` for text;
-`feature_specs` (per-sample shape and dtype of each feature). Stages bind features to a
+`feature_specs` (per-sample shape and dtype of each feature); `has_tokenizer`, and for a corpus
+`documents` (a split's texts) and `tokenizer_files` (tokenizer.json, tokenizer_config.json and
+special_tokens_map.json). Stages bind features to a
 model's inputs by name (`zoo_stages.lib.runtimes.onnx_run.bind`).
 
 Results are cached in-process (keyed by the section, the resolved files and their sizes and
@@ -51,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from zoo.errors import InvalidInput
 from zoo_stages.lib.data.errors import DataError
-from zoo_stages.lib.data import dvc, images, npz, split as splitting, tables, text
+from zoo_stages.lib.data import corpus, dvc, images, npz, split as splitting, tables, text
 from zoo_stages.lib.data.images import IMAGE_FEATURE, resize_bilinear
 from zoo_stages.lib.data.loaded import Loaded
 
@@ -59,8 +64,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["IMAGE_FEATURE", "PREPROCESSING_SCHEMA_VERSION", "Split", "class_names", "clear_cache",
-           "data_dependencies", "feature_specs", "load_split", "preprocessing", "resize_bilinear", "split_info",
-           "tokenizer_json", "vocab_size"]
+           "data_dependencies", "documents", "feature_specs", "has_tokenizer", "load_split", "preprocessing", "resize_bilinear",
+           "split_info", "tokenizer_files", "tokenizer_json", "vocab_size"]
 
 PREPROCESSING_SCHEMA_VERSION = 1
 
@@ -142,6 +147,12 @@ def split_info(data: dict, recipe_dir: Path) -> dict:
             info["channels"] = record["channels"]
     if loaded.class_names is not None:
         info["classes"] = list(loaded.class_names)
+    if _modality(spec) == "corpus":  # the samples split are documents; the stages get blocks of them
+        info["unit"] = "documents"
+        info["block_size"] = spec["block_size"]
+        info["num_train_blocks"] = len(_split(key, "train"))
+        info["num_val_blocks"] = len(_split(key, "val"))
+        info["corpus_sha256"] = loaded.facts["sha256"]
     if spec["source"] == "dvc":  # which bytes: the commit and the digest DVC recorded there
         out = _dvc_out(key)
         info["dvc"] = {"rev": out.commit, "md5": out.md5, "format": spec["format"]}
@@ -175,6 +186,8 @@ def preprocessing(data: dict, recipe_dir: Path) -> dict:
     elif modality == "text":
         record["text"] = text.text_record(spec, _fitted(key)["tokenizer_json"],
                                           list(_split(key, "train").features))
+    elif modality == "corpus":
+        record["corpus"] = corpus.corpus_record(spec, _fitted(key)["tokenizer_json"], loaded)
     record["labels"] = {"kind": loaded.label_kind, "source": spec.get("label"),
                         **({"classes": class_names(data, recipe_dir)} if loaded.label_kind == "classes" else {})}
     return record
@@ -210,14 +223,45 @@ def vocab_size(data: dict, recipe_dir: Path) -> int:
     return text.vocab_size(tokenizer_json(data, recipe_dir))
 
 
+def has_tokenizer(data: Mapping[str, Any] | None) -> bool:
+    """Whether the `data:` section's features are token ids (a text column, or a corpus)."""
+    return bool(data) and (data.get("text") is not None or data.get("source") == "text")
+
+
 def tokenizer_json(data: dict, recipe_dir: Path) -> str:
-    """The exact tokenizer JSON the text features were made with (padding and truncation set):
-    ship it with the model so users tokenize the same way."""
+    """The exact tokenizer JSON the text features were made with (padding and truncation set for a
+    text column; none for a corpus): ship it with the model so users tokenize the same way."""
     key = _key(data, recipe_dir)
-    if _modality(json.loads(key)["spec"]) != "text":
+    if _modality(json.loads(key)["spec"]) not in ("text", "corpus"):
         raise DataError("the recipe's data has no text (no `data.text:`), so no tokenizer",
                         hint="set `data.text: COLUMN` and `data.tokenizer:`")
     return _fitted(key)["tokenizer_json"]
+
+
+def documents(data: dict, recipe_dir: Path, split: str) -> list[str]:
+    """A corpus's documents of one split ("train" or "val"), in the split's order: the texts the
+    blocks were made of (prompts for a generator are taken from the held-out ones)."""
+    if split not in ("train", "val"):
+        raise InvalidInput(f"unknown dataset split {split!r}", hint="use 'train' or 'val'")
+    key = _key(data, recipe_dir)
+    if _modality(json.loads(key)["spec"]) != "corpus":
+        raise DataError("data.source: only a corpus (`source: text`) has documents",
+                        hint="give `data: {source: text, path: CORPUS.jsonl, ...}`")
+    train_idx, val_idx = _indices(key)
+    texts = _loaded(key).samples["text"]
+    return [str(texts[int(i)]) for i in (train_idx if split == "train" else val_idx)]
+
+
+def tokenizer_files(data: dict, recipe_dir: Path) -> dict[str, str]:
+    """{file name: text} for a corpus (``source: text``): tokenizer.json, tokenizer_config.json and
+    special_tokens_map.json, as transformers saves a fast tokenizer (`data.corpus.tokenizer_files`;
+    no chat template: a base language model has none)."""
+    key = _key(data, recipe_dir)
+    spec = json.loads(key)["spec"]
+    if _modality(spec) != "corpus":
+        raise DataError("data.source: only a corpus (`source: text`) has a generator's tokenizer files",
+                        hint="a text column's tokenizer is `tokenizer_json`")
+    return corpus.tokenizer_files(_fitted(key)["tokenizer_json"], spec["block_size"])
 
 
 def feature_specs(data: dict, recipe_dir: Path) -> dict[str, dict[str, Any]]:
@@ -265,6 +309,8 @@ def _format(spec: dict) -> str:
 
 
 def _modality(spec: dict) -> str:
+    if spec["source"] == "text":
+        return "corpus"
     if spec.get("text") is not None:
         return "text"
     if _format(spec) in ("csv", "parquet", "jsonl"):
@@ -342,6 +388,8 @@ def _loaded(key: str) -> Loaded:
         return images.load_folder(path, spec["path"], transform)
     if source == "npz":
         return npz.load_npz(path, spec, transform)
+    if source == "text":
+        return corpus.load_documents(path, spec["path"], spec.get("text"))
     return tables.load_table(path, spec)
 
 
@@ -376,6 +424,18 @@ def _fitted(key: str) -> dict[str, Any]:
                                              vocab_size=train["vocab_size"], lowercase=train["lowercase"],
                                              min_frequency=train["min_frequency"])
         return {"tokenizer_json": text.configured(tokenizer, spec["max_length"], "data.tokenizer")}
+    if modality == "corpus":  # learnt from the train split's documents only: the held-out ones stay unseen
+        tokenizer_spec = spec["tokenizer"]
+        if tokenizer_spec.get("path"):
+            tokenizer = text.load_tokenizer(_paths(key)["data.tokenizer.path"], tokenizer_spec["path"])
+        else:
+            train = tokenizer_spec["train"]
+            tokenizer = corpus.train_bpe([str(t) for t in loaded.samples["text"][train_idx]],
+                                         vocab_size=train["vocab_size"], min_frequency=train["min_frequency"],
+                                         lowercase=train["lowercase"])
+        tokenizer_json = corpus.plain(tokenizer)
+        corpus.end_of_text(tokenizer_json, "data.tokenizer")
+        return {"tokenizer_json": tokenizer_json}
     return {}
 
 
@@ -388,7 +448,13 @@ def _split(key: str, split: str) -> Split:
     train_idx, val_idx = _indices(key)
     idx = train_idx if split == "train" else val_idx
     modality = _modality(spec)
-    if modality == "text":
+    if modality == "corpus":
+        features = {"input_ids": corpus.blocks(_fitted(key)["tokenizer_json"],
+                                               [str(t) for t in loaded.samples["text"][idx]], spec["block_size"])}
+        if not len(features["input_ids"]):
+            raise DataError(f"data.block_size: the {split} split's documents make fewer than {spec['block_size']} "
+                            "tokens, not one block", hint="lower data.block_size, or give more text")
+    elif modality == "text":
         features = text.encode(_fitted(key)["tokenizer_json"], [str(t) for t in loaded.samples["text"][idx]],
                                bool(spec.get("token_type_ids")))
     elif modality == "table":

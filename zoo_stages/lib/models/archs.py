@@ -184,10 +184,15 @@ def data_sizes(model_section: Mapping[str, Any], data: Mapping[str, Any] | None,
     elif kind == "table":
         sizes["in_features"] = width
     elif model_section.get("framework") == "transformers":
-        if data and data.get("text"):  # the model's config or pretrained folder may set its own
-            from zoo_stages.lib.data import datasets
+        from zoo_stages.lib.data import datasets
 
+        if datasets.has_tokenizer(data):  # the model's config or pretrained folder may set its own
             sizes["vocab_size"] = int(datasets.vocab_size(dict(data), Path(recipe_dir)))
+        if data and data.get("source") == "text":  # a language model stops at the corpus's end-of-text token
+            from zoo_stages.lib.data import corpus
+
+            _, eot = corpus.end_of_text(datasets.tokenizer_json(dict(data), Path(recipe_dir)))
+            sizes["token_ids"] = {"bos_token_id": eot, "eos_token_id": eot, "pad_token_id": eot}
     elif not model_section.get("vocab_size"):
         if not data:
             raise InvalidInput("arch: bert needs a vocabulary size and the recipe has no `data:` to take it from",
@@ -200,14 +205,15 @@ def data_sizes(model_section: Mapping[str, Any], data: Mapping[str, Any] | None,
 
 def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, layout: str = "NCHW",
                 in_features: int | None = None, vocab_size: int | None = None, outputs: int | None = None,
-                pretrained_weights: bool = True, parent: Any = None) -> Any:
+                pretrained_weights: bool = True, parent: Any = None, token_ids: Mapping[str, int] | None = None) -> Any:
     """The torch.nn.Module described by the recipe's ``model:`` section (random weights, except a
     transformers model's pretrained folder when `pretrained_weights`).
 
     What the data says goes in the keywords: `in_channels` and `layout` of images (the data's
     image settings, or the export's input shape), `in_features` for mlp (the table's width),
     `vocab_size` for bert (and a transformers config) when the section has none (the
-    tokenizer's); `outputs` is the output width (default ``model.num_classes``; 1 for a regression task).
+    tokenizer's), `token_ids` a transformers language model's bos/eos/pad ids (the corpus's
+    end-of-text token); `outputs` is the output width (default ``model.num_classes``; 1 for a regression task).
     `parent`: the zoo model ``model.from`` names, as the engine resolved it for the stage
     (`finetune.parent(context.references)`, a `zoo.stage.PinnedModel`).
     """
@@ -220,7 +226,7 @@ def build_model(model_section: dict, recipe_dir: Path, *, in_channels: int = 3, 
         from zoo_stages.lib.models import hf_models
 
         return hf_models.build(model_section, Path(recipe_dir), num_labels=width, vocab_size=vocab_size,
-                               pretrained_weights=pretrained_weights)
+                               pretrained_weights=pretrained_weights, token_ids=token_ids)
     channels_last = str(layout).upper() == "NHWC"
     if arch and entry:
         raise InvalidInput("model.arch and model.entry are both set", hint="keep only one of them")

@@ -17,8 +17,10 @@ inline ``config`` then overrides the folder's)::
   name), reading transformers' lazy module listing: no torch is imported;
 - ``config`` goes to the architecture's own config class; a key that class does not know is
   refused with the closest name. ``num_labels`` comes from ``model.num_classes`` (1 for a
-  regression task), ``vocab_size`` (when neither the config nor the folder sets it) from the
-  data's tokenizer, and attention is the ``eager`` implementation unless the config chooses
+  regression task; none for a ``*ForCausalLM``), ``vocab_size`` (when neither the config nor the
+  folder sets it) from the data's tokenizer, so do a causal language model's ``bos_token_id``,
+  ``eos_token_id`` and ``pad_token_id`` (the corpus's end-of-text token: what generation stops
+  at), and attention is the ``eager`` implementation unless the config chooses
   (its exported graph is the one onnxruntime's transformer optimizer fuses);
 - a pretrained folder holds only data: its files are pinned by sha256 (checked before they are
   read), weights come from ``model.safetensors`` alone (`from_pretrained(use_safetensors=True)`),
@@ -169,10 +171,18 @@ def _folder_config(section: Mapping[str, Any], recipe_dir: Path) -> dict[str, An
 # config, inputs, outputs
 
 
-def config_for(section: Mapping[str, Any], recipe_dir: Path, *, num_labels: int, vocab_size: int | None) -> Any:
+def is_causal_lm(name: str | None) -> bool:
+    """Whether transformers' class `name` is a causal language model (``*ForCausalLM``)."""
+    return bool(name) and str(name).endswith("ForCausalLM")
+
+
+def config_for(section: Mapping[str, Any], recipe_dir: Path, *, num_labels: int, vocab_size: int | None,
+               token_ids: Mapping[str, int] | None = None) -> Any:
     """The architecture's config: the pretrained folder's config.json (if any), then the recipe's
-    ``config`` entries, ``num_labels``, the data's ``vocab_size`` where neither sets one, eager attention."""
-    cls = architecture_class(architecture_name(section, recipe_dir))
+    ``config`` entries, ``num_labels`` (not for a causal language model), the data's ``vocab_size``
+    and `token_ids` (``bos_token_id``…) where neither sets them, eager attention."""
+    name = architecture_name(section, recipe_dir)
+    cls = architecture_class(name)
     config_cls = cls.config_class
     values: dict[str, Any] = dict(_folder_config(section, recipe_dir) or {})
     own = dict(section.get("config") or {})
@@ -184,7 +194,10 @@ def config_for(section: Mapping[str, Any], recipe_dir: Path, *, num_labels: int,
                                + (f" — did you mean {close[0]!r}?" if close else ""),
                                hint=f"settings of {config_cls.__name__}: see its documentation")
     values.update(own)
-    values["num_labels"] = int(num_labels)
+    if not is_causal_lm(name):  # a language model's head is the vocabulary
+        values["num_labels"] = int(num_labels)
+    for key, token_id in (token_ids or {}).items():
+        values.setdefault(key, int(token_id))
     values.pop("id2label", None)  # num_labels decides the labels; a folder's map of another size would clash
     values.pop("label2id", None)
     if "vocab_size" not in values and vocab_size:
@@ -264,12 +277,12 @@ def reference_outputs(model: Any, feeds: Mapping[str, Any], names: list[str]) ->
 
 
 def build(section: Mapping[str, Any], recipe_dir: Path, *, num_labels: int, vocab_size: int | None,
-          pretrained_weights: bool = True) -> Any:
+          pretrained_weights: bool = True, token_ids: Mapping[str, int] | None = None) -> Any:
     """The model of the section as zoo calls it (see the module docstring): with the pretrained
     folder's weights when there is one and `pretrained_weights`, else freshly initialised (train
     seeds it; export then loads a checkpoint into it)."""
     arch = architecture_class(architecture_name(section, recipe_dir))
-    config = config_for(section, recipe_dir, num_labels=num_labels, vocab_size=vocab_size)
+    config = config_for(section, recipe_dir, num_labels=num_labels, vocab_size=vocab_size, token_ids=token_ids)
     cls = _positional(arch, takes(arch))
     if pretrained_weights and section.get("pretrained"):
         folder = verified_folder(section, recipe_dir)
