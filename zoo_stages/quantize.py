@@ -81,6 +81,7 @@ from zoo_stages.lib.quality import tasks
 from zoo_stages.lib.quantization import quant_ops
 from zoo_stages.lib.quantization.quant_select import candidates_table, select_candidate
 from zoo_stages.lib.quantization.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
+from zoo_stages.lib.quantization.weight_only import WeightOnlyConfig, check_op_types
 from zoo_stages.lib.runtimes.step_log import StepLog
 
 QuantTypeName = Literal["QInt8", "QUInt8"]
@@ -122,8 +123,13 @@ class LatencyConfig(KindConfig):
                                                                "than the batch (e.g. the sequence) in the timed inputs")
 
 
+# the fields of the int8 modes, which mode: weight_only does not take
+_INT8_FIELDS = ("format", "per_channel", "reduce_range", "activation_type", "weight_type", "preset", "preprocess",
+                "linear", "linear_block_size")
+
+
 class QuantizeConfig(KindConfig):
-    mode: Literal["dynamic", "static", "auto"] = "static"
+    mode: Literal["dynamic", "static", "auto", "weight_only"] = "static"
     format: Literal["qdq", "qoperator"] | None = Field(None, description="static only; default qdq")
     per_channel: bool | None = Field(None, description="per-channel weight scales (static/dynamic); default false")
     reduce_range: bool | None = Field(None, description="7-bit weights, for x86 without VNNI; default from preset or false")
@@ -145,7 +151,11 @@ class QuantizeConfig(KindConfig):
     candidates: list[str] | None = Field(None, description=f"auto only: subset of {', '.join(CANDIDATES)}")
     eval_samples: int | None = Field(None, ge=1, description="use at most this many held-out samples for accuracy "
                                                               "and parity")
-    op_types: list[str] | None = Field(None, description="only quantize these op types (default: all supported)")
+    op_types: list[str] | None = Field(None, description="only quantize these op types (default: all supported; "
+                                                         "weight_only: MatMul, and Gather for embeddings)")
+    weight_only: WeightOnlyConfig | None = Field(
+        None, description="mode: weight_only only: algorithm, bits, block size, symmetric, accuracy level, "
+                          "layers excluded or kept at 8 bits (defaults: rtn, 4 bits, blocks of 32, int8 compute)")
     model_from: str | None = Field(None, description="upstream stage id whose `model` to quantize (default: the only one)")
 
     @field_validator("activation_type", "weight_type", mode="before")
@@ -171,6 +181,10 @@ class QuantizeConfig(KindConfig):
     @model_validator(mode="after")
     def _consistent(self):
         given = self.model_fields_set
+        if self.mode == "weight_only":
+            return self._weight_only_consistent(given)
+        if "weight_only" in given and self.weight_only is not None:
+            raise ValueError("weight_only applies to mode: weight_only only; set `mode: weight_only` or remove it")
         if self.mode == "dynamic":
             if "activation_type" in given and self.activation_type is not None:
                 raise ValueError("activation_type does not apply to mode: dynamic (activations are quantized to "
@@ -196,6 +210,29 @@ class QuantizeConfig(KindConfig):
         elif "candidates" in given and self.candidates is not None:
             raise ValueError("candidates applies to mode: auto only")
         return self
+
+    def _weight_only_consistent(self, given):
+        for key in _INT8_FIELDS:
+            if key in given and getattr(self, key) is not None:
+                raise ValueError(f"{key} does not apply to mode: weight_only (it quantizes weights only, to "
+                                 "MatMulNBits blocks); remove it, or set bits/block_size/symmetric under "
+                                 "`weight_only:`")
+        if "candidates" in given and self.candidates is not None:
+            raise ValueError("candidates applies to mode: auto only")
+        wo = self.weight_only_settings()
+        if "calibration" in given and wo.algorithm != "gptq":
+            raise ValueError(f"calibration does not apply to weight_only algorithm {wo.algorithm} "
+                             "(data-free); remove it, or use algorithm: gptq")
+        cal = self.calibration
+        if "calibration" in given and ({"method", "percentile"} & cal.model_fields_set):
+            raise ValueError("calibration.method and calibration.percentile do not apply to gptq (it reads layer "
+                             "inputs, not activation ranges); keep samples, seed and batch_size")
+        check_op_types(wo, self.op_types)
+        return self
+
+    def weight_only_settings(self) -> WeightOnlyConfig:
+        """`weight_only:` as given, or its defaults."""
+        return self.weight_only or WeightOnlyConfig()
 
 
 class Quantize(NumericOutputs, StageKind):
@@ -249,6 +286,7 @@ class _Run:
         self._fp32_outputs: dict | None = None
         self.custom_ops: list[str] = []
         self.external = False
+        self._decoder: bool | None = None
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -293,6 +331,12 @@ class _Run:
             raise InvalidInput(f"quantize mode {self.config.mode!r} needs the recipe's `data:` section "
                                "(calibration samples and a held-out split)",
                                hint="add a `data:` section, or use `mode: dynamic`")
+        if self.config.mode == "weight_only":
+            if self.config.weight_only_settings().algorithm == "gptq" and not self.data:
+                raise InvalidInput("weight_only algorithm gptq needs the recipe's `data:` section (its calibration "
+                                   "samples)", hint="add a `data:` section, or use a data-free algorithm (rtn, hqq, "
+                                                    "k_quant)")
+            return self._weight_only()
         if self.config.mode == "auto":
             return self._auto()
         return self._single()
@@ -315,23 +359,28 @@ class _Run:
         always calibrates on the same samples in the same order.
         """
         if self._calib is None:
-            import numpy as np
-
             from zoo_stages.lib.runtimes import onnx_run, ort_session
-            from zoo_stages.lib.data.datasets import load_split
 
             session = ort_session.make_session(self.fp32_path, threads=1, level="disable")
             fixed = onnx_run.fixed_batch(session)
-            split = load_split(self.data, self.context.recipe.dir, "train")
-            wanted = self.config.calibration.samples
-            n = min(wanted, len(split))
-            if n < wanted:
-                self.flags.append(f"calibration uses all {n} training samples (fewer than calibration.samples={wanted})")
-            idx = np.sort(np.random.default_rng(self.config.calibration.seed).choice(len(split), size=n, replace=False))
-            feeds = onnx_run.bind(session, split.take(idx).features, where="the training split")
+            feeds = onnx_run.bind(session, self._calibration_split().features, where="the training split")
             feeds = onnx_run.prepare(session, feeds, where="the training split")  # checked and cast once
             self._calib = (feeds, fixed or self.config.calibration.batch_size, fixed is not None)
         return self._calib
+
+    def _calibration_split(self):
+        """A seeded sample of the train split (calibration.samples), sorted by index."""
+        import numpy as np
+
+        from zoo_stages.lib.data.datasets import load_split
+
+        split = load_split(self.data, self.context.recipe.dir, "train")
+        wanted = self.config.calibration.samples
+        n = min(wanted, len(split))
+        if n < wanted:
+            self.flags.append(f"calibration uses all {n} training samples (fewer than calibration.samples={wanted})")
+        idx = np.sort(np.random.default_rng(self.config.calibration.seed).choice(len(split), size=n, replace=False))
+        return split.take(idx)
 
     # -- quantization --------------------------------------------------------------------------
 
@@ -489,7 +538,7 @@ class _Run:
         from zoo_stages.lib.runtimes import timing as timinglib
 
         timing = ort_session.make_session(path, threads=self.config.latency.threads, level="all")
-        row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size}
+        row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size + _external_bytes(Path(path))}
         feeds, labels = self._eval_feeds(timing)
         sample = timinglib.batch_of(feeds, onnx_run.fixed_batch(timing) or 1)
         evaluator = ort_session.make_session(path, threads=1, level="all")
@@ -522,6 +571,14 @@ class _Run:
         out = self.quantize(settings, self.context.output_path("model.onnx"))
         fp32, row = self.measure_pair(self._prepare(self.fp32_path), out)
         row = self._compare(row, fp32)
+        self._flag(row, fp32, saturation_hint(settings))
+        self._record(settings, row, fp32)
+        for flag in self.flags:
+            self.context.log.warning("quantize: %s", flag)
+        return {"model": out}
+
+    def _flag(self, row: dict[str, Any], fp32: dict[str, Any], hint: str) -> None:
+        """Flags for a build slower than fp32 or beyond `accept` (warnings: verify gates on them)."""
         accept = self.config.accept
         if row["speedup"] is not None and row["speedup"] < 1.0:
             self.flags.append(f"the quantized model is slower than its fp32 parent on this host "
@@ -529,14 +586,97 @@ class _Run:
                               f"speedup {row['speedup']:.2f}x)")
         if row["accuracy_drop"] is not None and row["accuracy_drop"] > accept.max_accuracy_drop:
             self.flags.append(f"accuracy drop {row['accuracy_drop']:.4f} exceeds accept.max_accuracy_drop "
-                              f"{accept.max_accuracy_drop:g}" + saturation_hint(settings))
+                              f"{accept.max_accuracy_drop:g}" + hint)
         elif row["accuracy_drop"] is None and row.get("cosine") is not None and row["cosine"] < accept.min_cosine:
             self.flags.append(f"the outputs' cosine to fp32's is {row['cosine']:.4f}, below accept.min_cosine "
-                              f"{accept.min_cosine:g}" + saturation_hint(settings))
+                              f"{accept.min_cosine:g}" + hint)
+
+    def _weight_only(self) -> Mapping[str, Path]:
+        """mode: weight_only (`zoo_stages.lib.quantization.weight_only`), measured like static/dynamic."""
+        from zoo_stages.lib.quantization import weight_only
+        from zoo_stages.lib.release.provenance import canonical
+
+        settings = weight_only.resolve(self.config.weight_only_settings(), self.config.op_types)
+        raw = self.work / f"{settings.name}.raw.onnx"
+        summary = weight_only.quantize(self.fp32_path, raw, settings,
+                                       calibration=self._gptq_reader if settings.algorithm == "gptq" else None)
+        # what the build is (algorithm, bits, block size, accuracy level), for deploy's manifest entry
+        self.props = {**self.props, "zoo.quantization": canonical(settings.stamp())}
+        out = self._finish(raw, self.context.output_path("model.onnx"))
+        if self._is_decoder():
+            fp32, row = self._decoder_pair(out)
+        else:
+            fp32, row = self.measure_pair(self._prepare(self.fp32_path), out)
+        row = self._compare(row, fp32)
+        self._flag(row, fp32, "")
         self._record(settings, row, fp32)
+        self.context.metrics["weight_only"] = summary
         for flag in self.flags:
             self.context.log.warning("quantize: %s", flag)
         return {"model": out}
+
+    def _gptq_reader(self):
+        """GPTQ's calibration reader: the calibration sample's feeds (a decoder's: prefills of its token rows)."""
+        if self._is_decoder():
+            from zoo_stages.lib.quantization import decoder_eval
+            from zoo_stages.lib.runtimes import ort_session
+
+            session = ort_session.make_session(self.fp32_path, threads=1, level="disable")
+            rows = decoder_eval.token_rows(self._calibration_split(), vocab=0, limit=None)
+            return decoder_eval.calibration_reader(rows, session, self._head_size(),
+                                                   self.config.calibration.batch_size)
+        feeds, batch_size, fixed = self._calibration()
+        return quant_ops.calibration_reader(feeds, batch_size, fixed=fixed, log=self.context.log)
+
+    # -- decoders (zoo.decoder_io's convention) ----------------------------------------------------
+
+    def _is_decoder(self) -> bool:
+        if self._decoder is None:
+            from zoo_stages.lib.quantization import decoder_eval
+            from zoo_stages.lib.runtimes import ort_session
+
+            self._decoder = decoder_eval.is_decoder(ort_session.make_session(self.fp32_path, threads=1,
+                                                                             level="disable"))
+        return self._decoder
+
+    def _head_size(self) -> int | None:
+        from zoo_stages.lib.quantization import decoder_eval
+
+        return decoder_eval.head_size(self.fp32_path, Path(self.src))
+
+    def _decoder_pair(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(fp32 row, quantized row) of a decoder: prefill logits compared, a generation timed
+        (`zoo_stages.lib.quantization.decoder_eval`)."""
+        from zoo_stages.lib.quality import parity as paritylib
+        from zoo_stages.lib.quantization import decoder_eval
+        from zoo_stages.lib.runtimes import ort_session
+
+        lat = self.config.latency
+        head = self._head_size()
+        evaluators = {k: ort_session.make_session(p, threads=1, level="all")
+                      for k, p in (("fp32", self.fp32_path), ("quantized", path))}
+        rows = decoder_eval.token_rows(self._val_split() if self.data else None,
+                                       vocab=decoder_eval.vocab_size(evaluators["fp32"]), limit=self.config.eval_samples)
+        ref = decoder_eval.prefill_logits(evaluators["fp32"], rows, head)
+        got = decoder_eval.prefill_logits(evaluators["quantized"], rows, head)
+        report = paritylib.compare(ref, got)
+        prompt = rows[:1, :decoder_eval.PROMPT_TOKENS]
+        timers = {k: ort_session.make_session(p, threads=lat.threads, level="all")
+                  for k, p in (("fp32", self.fp32_path), ("quantized", path))}
+        stats = decoder_eval.time_generation(timers, prompt, head, warmup=lat.warmup, runs=lat.runs,
+                                             progress=StepLog(self.context.log, "latency fp32 and quantized",
+                                                              lat.runs))
+        fp32 = {"size_bytes": self.fp32_path.stat().st_size + _external_bytes(self.fp32_path), "accuracy": None}
+        row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size, "accuracy": None}
+        row["parity"] = {"max_abs": _finite(report.max_abs), "cosine": _finite(report.cosine),
+                         "cosine_min": _finite(report.cosine_min), "top1_agreement": report.top1_agreement,
+                         "samples": report.samples}
+        row["cosine"] = row["parity"]["cosine"]
+        for target, key in ((fp32, "fp32"), (row, "quantized")):
+            target["latency_p50_ms"], target["latency_p90_ms"] = stats[key]["p50_ms"], stats[key]["p90_ms"]
+            target["latency_runs"] = stats[key]["runs"]
+        self.context.metrics["latency_measures"] = decoder_eval.measured(int(prompt.shape[1]))
+        return fp32, row
 
     def _auto(self) -> Mapping[str, Path]:
         from zoo.files import atomic_write_json
@@ -589,13 +729,16 @@ class _Run:
         self.context.metrics["chosen"] = chosen
         return {"model": out}
 
-    def _record(self, settings: Settings, row: dict[str, Any], fp32: dict[str, Any]) -> None:
+    def _record(self, settings: Any, row: dict[str, Any], fp32: dict[str, Any]) -> None:
+        weight_only = settings.mode == "weight_only"
+        calibrated = settings.mode == "static" or (weight_only and settings.algorithm == "gptq")
         self.context.metrics.update({
             "mode": self.config.mode,
             "preset": self.config.preset,
-            "settings": asdict(settings),
-            "calibration": ({"samples": self.config.calibration.samples, "method": settings.calibration,
-                             "seed": self.config.calibration.seed} if settings.mode == "static" else None),
+            "settings": settings.record() if weight_only else asdict(settings),
+            "calibration": ({"samples": self.config.calibration.samples,
+                             "method": "gptq" if weight_only else settings.calibration,
+                             "seed": self.config.calibration.seed} if calibrated else None),
             "size_bytes": row.get("size_bytes"),
             "fp32_size_bytes": fp32.get("size_bytes"),
             "accuracy": row.get("accuracy"),
@@ -631,6 +774,13 @@ def _accuracy(specs, outputs: Mapping[str, Any], labels) -> float | None:
     metrics = tasks.evaluate("classification", outputs, labels, tasks.scores_output(specs),
                              label_output=tasks.label_output(specs))
     return metrics.get("accuracy")
+
+
+def _external_bytes(path: Path) -> int:
+    """Bytes of a model's external data files (beside it)."""
+    from zoo.pathsafety import external_data_files
+
+    return sum((path.parent / rel).stat().st_size for rel in external_data_files(path))
 
 
 def _finite(x: float) -> float | None:
