@@ -31,6 +31,19 @@ _QUANT_OPS = {
 }
 
 
+# weight-only quantized blocks (onnxruntime's MatMulNBitsQuantizer): their `bits` attribute says the precision
+_WEIGHT_ONLY_OPS = {"MatMulNBits", "GatherBlockQuantized"}
+
+
+def weight_only_bits(model: "onnx.ModelProto") -> set[int]:
+    """The `bits` of the model's MatMulNBits / GatherBlockQuantized nodes (both default to 4)."""
+    found = set()
+    for node in model.graph.node:
+        if node.op_type in _WEIGHT_ONLY_OPS:
+            found.add(next((int(a.i) for a in node.attribute if a.name == "bits"), 4))
+    return found
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """The outside of a model file: what the manifest records about a build."""
@@ -43,7 +56,7 @@ class ModelInfo:
     ir_version: int | None = None
     inputs: list[Port] = field(default_factory=list)
     outputs: list[Port] = field(default_factory=list)
-    precision: str | None = None  # fp32, fp16, int8 (None when it cannot be read, e.g. .ort)
+    precision: str | None = None  # fp32, fp16, int8, int4 (None when it cannot be read, e.g. .ort)
     external_data: list[str] = field(default_factory=list)  # relative locations of sidecar files
 
 
@@ -131,13 +144,17 @@ def session_ports(path_or_session: Any) -> tuple[list[Port], list[Port]]:
 
 
 def detect_precision(model: "onnx.ModelProto") -> str:
-    """fp32, fp16 or int8, read from the graph: quantization operators or 8-bit weights mean int8,
-    mostly-float16 weights mean fp16."""
+    """fp32, fp16, int8 or int4, read from the graph: quantization operators or 8-bit weights mean
+    int8; weight-only blocks alone (MatMulNBits, GatherBlockQuantized) mean int<their fewest bits>
+    (int4 when the LM head is kept at 8 bits); mostly-float16 weights mean fp16."""
     import onnx
 
     ops = {node.op_type for node in model.graph.node}
-    if ops & _QUANT_OPS or any(op.startswith("QLinear") for op in ops):
+    if (ops - _WEIGHT_ONLY_OPS) & _QUANT_OPS or any(op.startswith("QLinear") for op in ops):
         return "int8"
+    bits = weight_only_bits(model)
+    if bits:
+        return f"int{min(bits)}"
     sizes: dict[int, int] = {}
     for init in model.graph.initializer:
         n = 1

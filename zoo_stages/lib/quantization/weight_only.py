@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -301,9 +302,14 @@ class _quiet:
             logging.getLogger(name).setLevel(logging.WARNING)
         self.stdout = contextlib.redirect_stdout(io.StringIO())
         self.stdout.__enter__()
+        self.warnings = warnings.catch_warnings()
+        self.warnings.__enter__()
+        # HQQ hands torch a read-only numpy view of each weight, which it only reads
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return self
 
     def __exit__(self, *exc):
+        self.warnings.__exit__(*exc)
         self.stdout.__exit__(*exc)
         for name, level in self.levels.items():
             logging.getLogger(name).setLevel(level)
