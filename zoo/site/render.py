@@ -165,7 +165,8 @@ def _builds_section(page: str, v: dict) -> str:
         names = _vector_names(b["name"], [t["path"] for t in b["test_vectors"]])
         vectors = "<br>".join(element("a", esc(n), href=href(page, t["href"]), title=t["path"]) if t["href"]
                               else esc(n) for n, t in zip(names, b["test_vectors"])) or '<span class="muted">none</span>'
-        cells = [f"<code>{esc(b['name'])}</code><br><span class=\"muted\">{esc(b['format'])} {esc(b['precision'])}</span>",
+        cells = [f"<code>{esc(b['name'])}</code><br><span class=\"muted\">{esc(b['format'])} "
+                 f"{esc(b.get('precision_detail') or b['precision'])}</span>",
                  f"<code>{esc(b['runtime'] or '-')}</code><br><span class=\"muted\">"
                  f"{esc(', '.join(b['execution_providers']))}</span>" + _provider_options(b),
                  _verified(b), esc(size(b["size"])), esc(number(b["latency_p50_ms"])), esc(number(b["quality"])),
@@ -243,7 +244,7 @@ def _swatch(fill: str) -> str:
 
 def _tooltip(b: dict, metric: str) -> str:
     lines = [f"{b['name']}: {metric} {number(b['quality'])}, p50 {number(b['latency_p50_ms'])} ms, {size(b['size'])}",
-             f"{b['format']} {b['precision']}, runtime {b['runtime'] or '-'}"]
+             f"{b['format']} {b.get('precision_detail') or b['precision']}, runtime {b['runtime'] or '-'}"]
     lines.append(f"measured on {measured_on(b['measured_on'])}" if b["measured_on"] else "not timed")
     if b["verified"] is False:
         lines.append(f"not verified: {b['unverified_reason'] or 'no reason recorded'}")

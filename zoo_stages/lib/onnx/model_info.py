@@ -44,6 +44,44 @@ def weight_only_bits(model: "onnx.ModelProto") -> set[int]:
     return found
 
 
+# MatMulNBits' accuracy_level by the names quantize's `weight_only.accuracy_level` gives them
+_ACCURACY_NAMES = {0: "unset", 1: "float32", 2: "float16", 3: "bfloat16", 4: "int8"}
+
+
+def quantization_record(path: Path) -> dict | None:
+    """How a model's weights were quantized, for its manifest entry: the ``zoo.quantization`` stamp
+    quantize's `mode: weight_only` writes, else what the graph's weight-only blocks say (bits, block
+    size, accuracy level: a model quantized elsewhere, e.g. onnxruntime-genai's int4); None for others."""
+    import json
+
+    from zoo_stages.lib.release.provenance import PREFIX, read_metadata
+
+    if Path(path).suffix.lower() != ".onnx":
+        return None
+    stamped = read_metadata(path).get(PREFIX + "quantization")
+    if stamped:
+        try:
+            record = json.loads(stamped)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            return {k: v for k, v in sorted(record.items()) if isinstance(v, (str, int, bool)) or v is None}
+    model = load_graph(path)
+    blocks = [n for n in model.graph.node if n.op_type in _WEIGHT_ONLY_OPS]
+    if not blocks:
+        return None
+    attrs = [{a.name: a.i for a in n.attribute if a.type == a.INT} for n in blocks]
+    bits = sorted({a.get("bits", 4) for a in attrs})
+    sizes = sorted({a["block_size"] for a in attrs if "block_size" in a})
+    levels = sorted({a.get("accuracy_level", 0) for a, n in zip(attrs, blocks) if n.op_type == "MatMulNBits"})
+    record: dict = {"method": "weight_only", "bits": bits[0]}
+    if len(sizes) == 1:
+        record["block_size"] = sizes[0]
+    if len(levels) == 1:
+        record["accuracy_level"] = _ACCURACY_NAMES.get(levels[0], str(levels[0]))
+    return record
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """The outside of a model file: what the manifest records about a build."""
