@@ -262,3 +262,77 @@ def test_gptq_calibrates_a_decoder_on_token_rows(tmp_path, decoder):
     assert {v["bits"] for v in nbits(out).values()} == {4}
     assert ctx.metrics["calibration"] == {"samples": 8, "method": "gptq", "seed": 0}
     assert ctx.metrics["parity"]["cosine"] > 0.98
+
+
+# -- the build it makes: manifest, card (a real `zoo run`) ----------------------------------------------
+
+
+@pytest.mark.slow  # a real `zoo run` of four stages in a subprocess: about 20 s on 2 cores
+def test_a_weight_only_build_is_published_with_its_precision_algorithm_bits_block_and_accuracy_level(tmp_path,
+                                                                                                     digits):
+    """import -> quantize weight_only -> verify (gated) -> deploy: the manifest's build says int4 and
+    how (schema 4), the card's builds table says it, and a build named for another precision is
+    warned about."""
+    import hashlib
+    import shutil
+
+    from cli_helpers import zoo
+    from zoo.registry.store import LocalZoo
+
+    shutil.copyfile(digits["clean"], tmp_path / "digits.onnx")
+    sha = hashlib.sha256((tmp_path / "digits.onnx").read_bytes()).hexdigest()
+    (tmp_path / "r.yaml").write_text(f"""\
+schema_version: 1
+name: wo-digits
+version: 0.1.0
+task: image-classification
+model: {{num_classes: 10}}
+data: {{source: digits, image_size: 8, channels: 1, limit: 300}}
+stages:
+  export:
+    config: {{onnx: {{path: digits.onnx, sha256: {sha}}}}}
+  quantize:
+    needs: [export]
+    config:
+      mode: weight_only
+      weight_only: {{algorithm: k_quant, block_size: 16, accuracy_level: float32}}
+      latency: {{warmup: 1, runs: 3}}
+      accept: {{min_speedup: 0}}
+  verify:
+    needs: [export, quantize]
+    config:
+      builds: {{cpu-fp32: export, cpu-int4-kquant-b16: quantize}}
+      reference: cpu-fp32
+      latency: {{warmup: 1, runs: 3, batch_sizes: [1]}}
+      gates: [cpu-int4-kquant-b16.accuracy_drop <= 0.05]
+  deploy:
+    needs: [export, quantize, verify]
+    config:
+      builds:
+        cpu-fp32: {{from: export}}
+        cpu-int4-kquant-b16: {{from: quantize}}
+        cpu-int8: {{from: quantize, verified_as: cpu-int4-kquant-b16}}
+""")
+    done = zoo("run", tmp_path / "r.yaml", "-v", cwd=tmp_path)
+    assert done.code == 0, done.text
+    assert "build cpu-int8 is named for int8 but its model is int4" in done.text
+    manifest = LocalZoo().resolve("wo-digits@0.1.0")
+    assert manifest.schema_version == 4
+    build = manifest.builds["cpu-int4-kquant-b16"]
+    assert build.precision == "int4" and manifest.builds["cpu-fp32"].precision == "fp32"
+    assert build.quantization == {"accuracy_level": "float32", "algorithm": "k_quant", "bits": 4, "block_size": 16,
+                                  "method": "weight_only", "symmetric": False}
+    assert manifest.builds["cpu-fp32"].quantization is None
+    card = (LocalZoo().blobs.path(manifest.card.sha256)).read_text()
+    assert "int4 (weight-only k_quant, 4 bits, block 16, asymmetric, float32 compute)" in card
+
+
+@pytest.mark.parametrize("algorithm", ["rtn", "k_quant", "gptq"])
+def test_every_algorithm_writes_a_model_onnx_checker_accepts(tmp_path, digits, algorithm):
+    """onnxruntime's RTN/GPTQ path writes com.microsoft nodes without importing their domain; the
+    build must pass verify's checker gate all the same."""
+    from zoo_stages.lib.onnx.onnx_io import checker_error
+
+    calibrated = {"calibration": {"samples": 16}} if algorithm == "gptq" else {}
+    out, _ = run_wo(tmp_path, digits["clean"], weight_only={"algorithm": algorithm}, **calibrated)
+    assert checker_error(out) is None

@@ -1,4 +1,4 @@
-"""The `quantize` kind: int8 post-training quantization with onnxruntime.quantization.
+"""The `quantize` kind: int8 post-training quantization and weight-only int4/int8 with onnxruntime.quantization.
 
 int8 post-training quantization with `onnxruntime.quantization`, for any number of named inputs
 (bound to the data's features by name). Static quantization needs standard ONNX ops (a model
@@ -22,12 +22,37 @@ output is one self-contained file.
   candidates within `tie_tolerance` of the fastest tie and the earlier one wins). The table goes
   to `candidates.json` and the metrics; none passing fails the stage with the table. Needs `data:`.
 
+- `mode: weight_only`: the weights of the fully connected layers (MatMul; Gemm is rewritten as
+  MatMul + Add) become blocks of 4 or 8 bits with one scale each (onnxruntime's
+  `MatMulNBitsQuantizer`, com.microsoft `MatMulNBits`); activations stay float. The settings
+  live under `weight_only:` (table below): `algorithm` `rtn` (round-to-nearest per block, data-free:
+  onnxruntime's `DefaultWeightOnlyQuantConfig`, the default), `hqq` (half-quadratic, data-free,
+  needs torch, 4 bits), `gptq` (error-corrected on `calibration.samples` seeded samples of the
+  train split, like static's calibration; needs `data:`, 4 bits) or `k_quant` (llama.cpp's
+  k-quants, data-free); `bits` 4 or 8; `block_size` (a power of two, default 32); `symmetric`
+  (no zero points; rtn and gptq); `accuracy_level`: what the kernel computes in, `int8`
+  (activations quantized per block at run time: the fast one on CPUs, the default) or `float32`
+  (onnxruntime's levels 4 and 1). Layers are kept in float by `exclude` or at 8 bits by `keep_8bit`
+  (node names or shell patterns, e.g. `*lm_head*` for a language model's head: k_quant sets their
+  bits itself, the other algorithms quantize them in a second 8-bit rtn pass); `op_types:
+  [MatMul, Gather]` also quantizes embedding tables as `GatherBlockQuantized` (rtn, 4 bits). A
+  pattern that matches no layer is an error. The output is an `int4` build (`int8` at 8 bits)
+  that needs onnxruntime; its model carries the settings (metadata `zoo.quantization`), which
+  deploy records in the manifest, the card and the catalog. The int8 modes' fields (`format`,
+  `per_channel`, `preset`, `linear`…) are refused in this mode, and `weight_only:` outside it.
+  A decoder in zoo's convention (`zoo/decoder_io.py`: `input_ids` and `past_key_values.N.*`) is
+  judged by the logits of one prefill over the held-out `input_ids` rows (without data: 8 seeded
+  rows of 32 random token ids), against the fp32 parent's position by position (`parity`: cosine,
+  next-token top-1 agreement; `accept.min_cosine`), and timed as a generation at batch 1 (a
+  prefill of up to 32 tokens, then 16 greedy decode steps through the KV cache: `latency_measures`
+  says so); the cache's head size comes from the upstream's `genai_config.json` where it ships one.
+
 Quality follows the recipe's `task:`: accuracy of the first (samples, classes) float output for
 classification with labelled data, and for every task the parity of the int8 outputs against the
 fp32 ones on the same inputs (`parity`: max-abs, lowest mean cosine, top-1 agreement). Without
 `data:` both models run on seeded random feeds (dynamic dims at `latency.dynamic_size`).
 
-In `static`/`dynamic` mode the fp32 input and the quantized model are measured the same way, and
+In `static`/`dynamic`/`weight_only` mode the fp32 input and the quantized model are measured the same way, and
 an accuracy drop beyond `accept.max_accuracy_drop` or a speedup below 1 is recorded in
 `flags` (a warning, not a failure; gate on it in verify).
 
@@ -53,12 +78,16 @@ measured accuracy drop is too large there, the stage says so and suggests `prese
 
 `mode: auto` tries the candidates of the table below, in that order of preference (earlier wins ties).
 
-- **Inputs**: one upstream `model` (or `model_from`); the recipe's `data:` for static/auto.
+- **Inputs**: one upstream `model` (or `model_from`); the recipe's `data:` for static/auto and
+  weight_only's gptq (optional for the other modes: the held-out split judges quality).
 - **Outputs**: `model` (`model.onnx`; in auto mode also `candidates.json`).
 - **Metrics**: `mode`, `settings` (the resolved settings), `calibration`, `task`, `accuracy`,
   `fp32_accuracy`, `accuracy_drop`, `parity`, `latency_p50_ms`, `fp32_latency_p50_ms`, `speedup`,
   `size_bytes`, `fp32_size_bytes`, `slower_than_fp32`, `flags`; auto adds `candidates`,
-  `candidates_table`, `chosen`. Latencies vary run to run; the model bytes do not (in auto mode
+  `candidates_table`, `chosen`; weight_only's `settings` hold `algorithm`, `bits`, `block_size`,
+  `symmetric`, `accuracy_level` (and its onnxruntime value), `op_types`, `exclude`, `keep_8bit`, and
+  `weight_only` counts what the graph holds (`layers` by bits, `gathers`, `kept_float`, block sizes,
+  accuracy levels); a decoder adds `latency_measures`. Latencies vary run to run; the model bytes do not (in auto mode
   the winner is chosen by measured latency, made stable by `tie_tolerance`).
 
 This docstring is the kind's description on the docs site (docs/kinds.md, written by
@@ -245,7 +274,7 @@ class Quantize(NumericOutputs, StageKind):
     shared = ("data", "task", "model.inputs")
     outputs = ("model",)
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
-    summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
+    summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected); weight-only int4/int8"
 
     def dependencies(self, config: QuantizeConfig, ctx: KeyContext) -> list[Path]:
         data = ctx.shared.get("data")

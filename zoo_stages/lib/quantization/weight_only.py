@@ -190,6 +190,7 @@ def quantize(src: Path, target: Path, settings: WeightOnlySettings,
             others = {n.name for n in model.graph.node if n.op_type in ("MatMul", "Gather")} - eight
             model = _pass(model, "rtn", 8, settings, exclude=others, eight=set(), op_types=("MatMul",))
     _set_accuracy_level(model, settings.accuracy_level_value)
+    _import_microsoft_domain(model)
     summary = summarize(model)
     if not summary["layers"] and not summary["gathers"]:
         raise StageFailed("onnxruntime's weight-only quantizer left every layer in float",
@@ -251,6 +252,15 @@ def _named(model):
             node.name = name
             taken.add(name)
     return model
+
+
+def _import_microsoft_domain(model) -> None:
+    """onnxruntime's RTN/GPTQ path (k_quant, gptq) writes com.microsoft nodes without importing the
+    domain, which onnx's checker refuses: import it (version 1) where a node uses it."""
+    if any(n.domain == "com.microsoft" for n in model.graph.node) and \
+            not any(o.domain == "com.microsoft" for o in model.opset_import):
+        entry = model.opset_import.add()
+        entry.domain, entry.version = "com.microsoft", 1
 
 
 def _set_accuracy_level(model, level: int) -> None:
