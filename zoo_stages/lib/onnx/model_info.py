@@ -68,8 +68,9 @@ def quantization_record(path: Path) -> dict | None:
             return {k: v for k, v in sorted(record.items()) if isinstance(v, (str, int, bool)) or v is None}
     model = load_graph(path)
     blocks = [n for n in model.graph.node if n.op_type in _WEIGHT_ONLY_OPS]
-    if not blocks:
-        return None
+    ops = {n.op_type for n in model.graph.node}
+    if not blocks or (ops - _WEIGHT_ONLY_OPS) & _QUANT_OPS or any(op.startswith("QLinear") for op in ops):
+        return None  # not weight-only: static/dynamic int8 (quantize's `linear: blockwise` has 8-bit blocks too)
     attrs = [{a.name: a.i for a in n.attribute if a.type == a.INT} for n in blocks]
     bits = sorted({a.get("bits", 4) for a in attrs})
     sizes = sorted({a["block_size"] for a in attrs if "block_size" in a})
