@@ -255,6 +255,7 @@ schema_version: 1
 name: bench-transformer-bert-{size}
 version: 0.0.1
 description: bert-{size} language identification, fp32 ONNX import -> dynamic int8 and weight-only int4, with and without fusions (bench/bench_transformer.py)
+task: text-classification       # an imported ONNX file says no task of its own (zoo validate asks for one)
 model:
   inputs: {json.dumps(inputs)}
 stages:
