@@ -523,18 +523,20 @@ class _Run:
         row["latency_runs"] = stats["runs"]
         return row
 
-    def measure_pair(self, fp32_prepared: tuple, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-        """`measure` of the fp32 parent (`_prepare`d) and the quantized model, timed in interleaved
-        rounds that stop early (latency.min_runs) once one is clearly faster."""
+    def measure_pair(self, fp32_prepared: tuple, path: Path, precision: str = "int8") -> tuple[dict[str, Any], dict[str, Any]]:
+        """`measure` of the fp32 parent (`_prepare`d) and the quantized model (`precision`, as the
+        progress lines name it), timed in interleaved rounds that stop early (latency.min_runs) once
+        one is clearly faster."""
         from zoo_stages.lib.runtimes import timing as timinglib
 
         lat_cfg = self.config.latency
         fp32, fp32_timing, sample = fp32_prepared
         row, timing, _ = self._prepare(path)
-        stats = timinglib.compare_latency({"fp32": fp32_timing, "int8": timing}, sample, warmup=lat_cfg.warmup,
+        stats = timinglib.compare_latency({"fp32": fp32_timing, precision: timing}, sample, warmup=lat_cfg.warmup,
                                          runs=lat_cfg.runs, min_runs=lat_cfg.min_runs,
-                                         progress=StepLog(self.context.log, "latency fp32 and int8", lat_cfg.runs))
-        for target, key in ((fp32, "fp32"), (row, "int8")):
+                                         progress=StepLog(self.context.log, f"latency fp32 and {precision}",
+                                                          lat_cfg.runs))
+        for target, key in ((fp32, "fp32"), (row, precision)):
             target["latency_p50_ms"], target["latency_p90_ms"] = stats[key]["p50_ms"], stats[key]["p90_ms"]
             target["latency_runs"] = stats[key]["runs"]
         return fp32, row
@@ -635,7 +637,7 @@ class _Run:
         if self._is_decoder():
             fp32, row = self._decoder_pair(out)
         else:
-            fp32, row = self.measure_pair(self._prepare(self.fp32_path), out)
+            fp32, row = self.measure_pair(self._prepare(self.fp32_path), out, f"int{settings.bits}")
         row = self._compare(row, fp32)
         self._flag(row, fp32, "")
         self._record(settings, row, fp32)
@@ -693,8 +695,8 @@ class _Run:
         timers = {k: ort_session.make_session(p, threads=lat.threads, level="all")
                   for k, p in (("fp32", self.fp32_path), ("quantized", path))}
         stats = decoder_eval.time_generation(timers, prompt, head, warmup=lat.warmup, runs=lat.runs,
-                                             progress=StepLog(self.context.log, "latency fp32 and quantized",
-                                                              lat.runs))
+                                             progress=StepLog(self.context.log, "latency fp32 and quantized "
+                                                                                "(generation)", lat.runs))
         fp32 = {"size_bytes": self.fp32_path.stat().st_size + _external_bytes(self.fp32_path), "accuracy": None}
         row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size, "accuracy": None}
         row["parity"] = {"max_abs": _finite(report.max_abs), "cosine": _finite(report.cosine),
