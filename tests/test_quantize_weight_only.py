@@ -336,3 +336,14 @@ def test_every_algorithm_writes_a_model_onnx_checker_accepts(tmp_path, digits, a
     calibrated = {"calibration": {"samples": 16}} if algorithm == "gptq" else {}
     out, _ = run_wo(tmp_path, digits["clean"], weight_only={"algorithm": algorithm}, **calibrated)
     assert checker_error(out) is None
+
+
+def test_hqq_puts_torch_in_the_key_and_the_other_algorithms_do_not():
+    from zoo.stage import KeyContext
+
+    def tools(algorithm):
+        config = QuantizeConfig(mode="weight_only", weight_only={"algorithm": algorithm})
+        return Quantize().tools_used(config, KeyContext(recipe=None, shared={}, matrix={}))
+
+    assert "torch" in tools("hqq") and "torch" not in tools("rtn") and "torch" not in tools("k_quant")
+    assert Quantize().tools_used(QuantizeConfig(), KeyContext(recipe=None, shared={}, matrix={})) == Quantize.tools

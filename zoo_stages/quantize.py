@@ -284,6 +284,12 @@ class Quantize(NumericOutputs, StageKind):
 
         return data_dependencies(data, ctx.recipe.dir)
 
+    def tools_used(self, config: QuantizeConfig, ctx: KeyContext) -> tuple[str, ...]:
+        """`tools`, and torch for weight_only's hqq (onnxruntime's HQQ quantizer computes with it)."""
+        if config.mode == "weight_only" and config.weight_only_settings().algorithm == "hqq":
+            return (*self.tools, "torch")
+        return self.tools
+
     def stage_references(self, config: QuantizeConfig) -> dict[tuple[str | int, ...], str]:
         """`model_from` names the stage whose model this one reads."""
         return {("model_from",): config.model_from} if config.model_from else {}

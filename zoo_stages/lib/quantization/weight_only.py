@@ -214,6 +214,12 @@ def _pass(model, algorithm: str, bits: int, settings: WeightOnlySettings, *, exc
                                                   op_types_to_quantize=kinds, quant_axes=(("MatMul", 0), ("Gather", 1)),
                                                   bits=bits)
     elif algorithm == "hqq":
+        try:
+            import torch  # noqa: F401  (onnxruntime's HQQ quantizer computes with it)
+        except ImportError:
+            raise InvalidInput("weight_only algorithm hqq needs torch (onnxruntime's HQQ quantizer computes with it)",
+                               hint="install zoo's torch extra, or use a data-free algorithm without it: rtn or "
+                                    "k_quant") from None
         config = mnq.HQQWeightOnlyQuantConfig(block_size=settings.block_size, bits=bits, op_types_to_quantize=kinds)
     elif algorithm == "gptq":
         if calibration is None:
