@@ -199,7 +199,7 @@ def test_gemm_layers_are_quantized_too(tmp_path):
     ({"mode": "weight_only", "format": "qdq"}, "format does not apply to mode: weight_only"),
     ({"mode": "weight_only", "per_channel": True}, "per_channel does not apply to mode: weight_only"),
     ({"mode": "weight_only", "preset": "x86-avx2"}, "preset does not apply to mode: weight_only"),
-    ({"mode": "static", "weight_only": {"bits": 4}}, "weight_only applies to mode: weight_only only"),
+    ({"mode": "static", "weight_only": {"bits": 4}}, "weight_only applies to mode: weight_only, and to mode: auto"),
     ({"mode": "weight_only", "weight_only": {"bits": 3}}, "weight_only.bits"),
     ({"mode": "weight_only", "weight_only": {"block_size": 48}}, "block_size must be a power of two"),
     ({"mode": "weight_only", "weight_only": {"algorithm": "hqq", "symmetric": True}},
@@ -347,3 +347,50 @@ def test_hqq_puts_torch_in_the_key_and_the_other_algorithms_do_not():
 
     assert "torch" in tools("hqq") and "torch" not in tools("rtn") and "torch" not in tools("k_quant")
     assert Quantize().tools_used(QuantizeConfig(), KeyContext(recipe=None, shared={}, matrix={})) == Quantize.tools
+
+
+@pytest.fixture
+def stand_in_clock(monkeypatch):
+    """Stand-in for the wall clock of quantize's latency measurement: a model's p50 is given by its
+    file's name (auto's candidates are written as `<candidate>.onnx`, the parent as `fp32.onnx`)."""
+    from zoo_stages.lib.runtimes import timing
+
+    latencies: dict[str, float] = {}
+    real_make_session = ort_session.make_session
+
+    def make_session(path, *args, **kwargs):
+        session = real_make_session(path, *args, **kwargs)
+        session.zoo_test_name = Path(path).stem
+        return session
+
+    def measure_latency(session, x, *, warmup=5, runs=30, progress=None):
+        ms = latencies[session.zoo_test_name]
+        return {"p50_ms": ms, "p90_ms": ms, "mean_ms": ms, "min_ms": ms, "runs": runs, "warmup": 0}
+
+    monkeypatch.setattr(ort_session, "make_session", make_session)
+    monkeypatch.setattr(timing, "measure_latency", measure_latency)
+    return latencies
+
+
+def test_auto_tries_weight_only_candidates_only_when_named_with_a_stand_in_clock(tmp_path, digits, stand_in_clock):
+    """With a stand-in clock on which the int4 candidate is the fastest, auto keeps it and records its
+    settings; the weight-only candidates are not in auto's default search."""
+    from zoo_stages.lib.quantization.quant_settings import CANDIDATES, WEIGHT_ONLY_CANDIDATES
+
+    assert not set(WEIGHT_ONLY_CANDIDATES) & set(CANDIDATES)
+    stand_in_clock.update({"fp32": 10.0, "static-qdq": 9.0, "weight-only-int4": 2.0, "weight-only-int8": 5.0})
+    out, ctx = run_wo(tmp_path, digits["clean"], mode="auto", candidates=["static-qdq", "weight-only-int4",
+                                                                           "weight-only-int8"],
+                      weight_only={"algorithm": "k_quant", "block_size": 16})
+    m = ctx.metrics
+    assert m["chosen"] == "weight-only-int4" and m["settings"]["algorithm"] == "k_quant"
+    assert m["settings"]["bits"] == 4 and m["settings"]["block_size"] == 16
+    assert {v["bits"] for v in nbits(out).values()} == {4}
+    rows = {r["name"]: r for r in m["candidates"]}
+    assert rows["weight-only-int8"]["settings"]["bits"] == 8 and set(rows) == {"static-qdq", "weight-only-int4",
+                                                                               "weight-only-int8"}
+    assert json.loads(read_metadata(out)["zoo.quantization"])["algorithm"] == "k_quant"
+    with pytest.raises(pydantic.ValidationError, match="weight_only applies to mode: weight_only, and to mode: auto"):
+        QuantizeConfig(mode="auto", weight_only={"algorithm": "rtn"})
+    with pytest.raises(pydantic.ValidationError, match="bits is chosen by mode: auto"):
+        QuantizeConfig(mode="auto", candidates=["weight-only-int4"], weight_only={"bits": 4})

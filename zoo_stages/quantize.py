@@ -21,6 +21,8 @@ output is one self-contained file.
   `min_speedup`; a candidate slower than fp32 is never kept;
   candidates within `tie_tolerance` of the fastest tie and the earlier one wins). The table goes
   to `candidates.json` and the metrics; none passing fails the stage with the table. Needs `data:`.
+  The weight-only candidates `weight-only-int4` and `weight-only-int8` (below, with `weight_only:`'s
+  settings but for `bits`) join the search only when `candidates:` names them, after the int8 ones.
 
 - `mode: weight_only`: the weights of the fully connected layers (MatMul; Gemm is rewritten as
   MatMul + Add) become blocks of 4 or 8 bits with one scale each (onnxruntime's
@@ -109,7 +111,8 @@ from zoo_stages.lib.quality.numeric_outputs import NumericOutputs
 from zoo_stages.lib.quality import tasks
 from zoo_stages.lib.quantization import quant_ops
 from zoo_stages.lib.quantization.quant_select import candidates_table, select_candidate
-from zoo_stages.lib.quantization.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
+from zoo_stages.lib.quantization.quant_settings import (CANDIDATES, WEIGHT_ONLY_CANDIDATES, Settings, resolve,
+                                                        saturation_hint)
 from zoo_stages.lib.quantization.weight_only import WeightOnlyConfig, check_op_types
 from zoo_stages.lib.runtimes.step_log import StepLog
 
@@ -177,7 +180,9 @@ class QuantizeConfig(KindConfig):
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
     accept: AcceptConfig = Field(default_factory=AcceptConfig)
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
-    candidates: list[str] | None = Field(None, description=f"auto only: subset of {', '.join(CANDIDATES)}")
+    candidates: list[str] | None = Field(None, description=f"auto only: subset of {', '.join(CANDIDATES)} (default: "
+                                                           f"all of them), and of {', '.join(WEIGHT_ONLY_CANDIDATES)} "
+                                                           "(tried only when named, with `weight_only:`'s settings)")
     eval_samples: int | None = Field(None, ge=1, description="use at most this many held-out samples for accuracy "
                                                               "and parity")
     op_types: list[str] | None = Field(None, description="only quantize these op types (default: all supported; "
@@ -200,9 +205,10 @@ class QuantizeConfig(KindConfig):
         if v is not None:
             if not v:
                 raise ValueError("candidates must name at least one candidate")
-            unknown = [c for c in v if c not in CANDIDATES]
+            unknown = [c for c in v if c not in CANDIDATES + WEIGHT_ONLY_CANDIDATES]
             if unknown:
-                raise ValueError(f"unknown candidate {unknown[0]!r}; valid candidates: {', '.join(CANDIDATES)}")
+                raise ValueError(f"unknown candidate {unknown[0]!r}; valid candidates: "
+                                 f"{', '.join(CANDIDATES + WEIGHT_ONLY_CANDIDATES)}")
             if len(set(v)) != len(v):
                 raise ValueError("candidates lists a candidate twice")
         return v
@@ -213,7 +219,14 @@ class QuantizeConfig(KindConfig):
         if self.mode == "weight_only":
             return self._weight_only_consistent(given)
         if "weight_only" in given and self.weight_only is not None:
-            raise ValueError("weight_only applies to mode: weight_only only; set `mode: weight_only` or remove it")
+            named = [c for c in self.candidates or () if c in WEIGHT_ONLY_CANDIDATES]
+            if self.mode != "auto" or not named:
+                raise ValueError("weight_only applies to mode: weight_only, and to mode: auto's weight-only "
+                                 f"candidates ({', '.join(WEIGHT_ONLY_CANDIDATES)}); set `mode: weight_only` or "
+                                 "remove it")
+            if "bits" in self.weight_only.model_fields_set:
+                raise ValueError("weight_only.bits is chosen by mode: auto's candidate names (weight-only-int4, "
+                                 "weight-only-int8); remove it")
         if self.mode == "dynamic":
             if "activation_type" in given and self.activation_type is not None:
                 raise ValueError("activation_type does not apply to mode: dynamic (activations are quantized to "
@@ -496,9 +509,9 @@ class _Run:
                            hint="drop the quantize stage and deploy the fp32 build" +
                                 (", or widen `op_types`" if self.config.op_types else ""))
 
-    def _finish(self, raw: Path, target: Path) -> Path:
-        """Stamp the quantizer's output with provenance and its pruned opset imports (written
-        in place after the graph) and move it to `target`."""
+    def _finish(self, raw: Path, target: Path, props: Mapping[str, str] | None = None) -> Path:
+        """Stamp the quantizer's output with provenance (`props`, default the run's) and its pruned
+        opset imports (written in place after the graph) and move it to `target`."""
         import onnx
 
         from zoo.pathsafety import external_data_files
@@ -510,7 +523,8 @@ class _Run:
         model = onnx_io.prune_opset_imports(onnx.load(str(raw), load_external_data=False))
         if model.ir_version > onnx_io.MAX_IR_VERSION:
             onnx_fields.rewrite(raw, ir_version=onnx_io.MAX_IR_VERSION)
-        provenance.stamp_file(raw, self.props, opset_import=[(o.domain, o.version) for o in model.opset_import])
+        provenance.stamp_file(raw, self.props if props is None else props,
+                              opset_import=[(o.domain, o.version) for o in model.opset_import])
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(raw), str(target))
         return target
@@ -630,16 +644,8 @@ class _Run:
 
     def _weight_only(self) -> Mapping[str, Path]:
         """mode: weight_only (`zoo_stages.lib.quantization.weight_only`), measured like static/dynamic."""
-        from zoo_stages.lib.quantization import weight_only
-        from zoo_stages.lib.release.provenance import canonical
-
-        settings = weight_only.resolve(self.config.weight_only_settings(), self.config.op_types)
-        raw = self.work / f"{settings.name}.raw.onnx"
-        summary = weight_only.quantize(self.fp32_path, raw, settings,
-                                       calibration=self._gptq_reader if settings.algorithm == "gptq" else None)
-        # what the build is (algorithm, bits, block size, accuracy level), for deploy's manifest entry
-        self.props = {**self.props, "zoo.quantization": canonical(settings.stamp())}
-        out = self._finish(raw, self.context.output_path("model.onnx"))
+        settings = self._weight_only_settings()
+        out, summary = self._build_weight_only(settings, self.context.output_path("model.onnx"))
         if self._is_decoder():
             fp32, row = self._decoder_pair(out)
         else:
@@ -651,6 +657,28 @@ class _Run:
         for flag in self.flags:
             self.context.log.warning("quantize: %s", flag)
         return {"model": out}
+
+    def _weight_only_settings(self, candidate: str | None = None):
+        """The resolved weight-only settings: of `weight_only:`, or of an auto candidate (its bits)."""
+        from zoo_stages.lib.quantization import weight_only
+
+        config = self.config.weight_only_settings()
+        if candidate is not None:
+            config = config.model_copy(update={"bits": 8 if candidate == "weight-only-int8" else 4})
+            config = weight_only.WeightOnlyConfig.model_validate(config.model_dump())  # its checks at these bits
+        return weight_only.resolve(config, self.config.op_types)
+
+    def _build_weight_only(self, settings, target: Path) -> tuple[Path, dict[str, Any]]:
+        """(the weight-only model at `target`, stamped with what it is, what its graph holds)."""
+        from zoo_stages.lib.quantization import weight_only
+        from zoo_stages.lib.release.provenance import canonical
+
+        raw = self.work / f"{settings.name}.raw.onnx"
+        summary = weight_only.quantize(self.fp32_path, raw, settings,
+                                       calibration=self._gptq_reader if settings.algorithm == "gptq" else None)
+        # what the build is (algorithm, bits, block size, accuracy level), for deploy's manifest entry
+        props = {**self.props, "zoo.quantization": canonical(settings.stamp())}
+        return self._finish(raw, target, props), summary
 
     def _gptq_reader(self):
         """GPTQ's calibration reader: the calibration sample's feeds (a decoder's: prefills of its token rows)."""
@@ -721,11 +749,17 @@ class _Run:
         names = list(self.config.candidates or CANDIDATES)
         fp32 = self.measure(self.fp32_path)
         rows, built = [], {}
+        summaries: dict[str, Any] = {}
         for name in names:
-            settings = resolve(self.config, name)
-            row: dict[str, Any] = {"name": name, "settings": asdict(settings)}
+            weight_only = name in WEIGHT_ONLY_CANDIDATES
+            settings = self._weight_only_settings(name) if weight_only else resolve(self.config, name)
+            row: dict[str, Any] = {"name": name, "settings": settings.record() if weight_only else asdict(settings)}
             try:
-                path = self.quantize(settings, self.work / "candidates" / f"{name}.onnx")
+                target = self.work / "candidates" / f"{name}.onnx"
+                if weight_only:
+                    path, summaries[name] = self._build_weight_only(settings, target)
+                else:
+                    path = self.quantize(settings, target)
                 built[name] = path
                 row.update(self.measure(path))
                 self._compare(row, fp32)
@@ -758,11 +792,15 @@ class _Run:
                              hint="relax `accept:`, calibrate on more samples, or keep the fp32 model"
                                   # the hint suggests the x86-avx2 types: pointless when auto tried them
                                   + ("" if "static-qdq-x86-avx2" in names
-                                     else saturation_hint(resolve(self.config, names[0]))))
+                                     else _first_int8_hint(self.config, names)))
         out = self.context.output_path("model.onnx")
         shutil.copyfile(built[chosen], out)  # already stamped and self-contained
         winner = next(r for r in rows if r["name"] == chosen)
-        self._record(resolve(self.config, chosen), winner, fp32)
+        if chosen in WEIGHT_ONLY_CANDIDATES:
+            self._record(self._weight_only_settings(chosen), winner, fp32)
+            self.context.metrics["weight_only"] = summaries[chosen]
+        else:
+            self._record(resolve(self.config, chosen), winner, fp32)
         self.context.metrics["chosen"] = chosen
         return {"model": out}
 
@@ -811,6 +849,12 @@ def _accuracy(specs, outputs: Mapping[str, Any], labels) -> float | None:
     metrics = tasks.evaluate("classification", outputs, labels, tasks.scores_output(specs),
                              label_output=tasks.label_output(specs))
     return metrics.get("accuracy")
+
+
+def _first_int8_hint(config: QuantizeConfig, names: list[str]) -> str:
+    """`saturation_hint` of auto's first int8 candidate ('' when it tried weight-only ones only)."""
+    first = next((n for n in names if n not in WEIGHT_ONLY_CANDIDATES), None)
+    return saturation_hint(resolve(config, first)) if first else ""
 
 
 def _external_bytes(path: Path) -> int:
