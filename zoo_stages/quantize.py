@@ -696,12 +696,13 @@ class _Run:
     # -- decoders (zoo.decoder_io's convention) ----------------------------------------------------
 
     def _is_decoder(self) -> bool:
-        if self._decoder is None:
-            from zoo_stages.lib.quantization import decoder_eval
-            from zoo_stages.lib.runtimes import ort_session
+        if self._decoder is None:  # from the graph's inputs: no session, no weights loaded
+            import onnx
 
-            self._decoder = decoder_eval.is_decoder(ort_session.make_session(self.fp32_path, threads=1,
-                                                                             level="disable"))
+            from zoo import decoder_io
+
+            graph = onnx.load(str(self.fp32_path), load_external_data=False).graph
+            self._decoder = decoder_io.is_decoder(i.name for i in graph.input)
         return self._decoder
 
     def _head_size(self) -> int | None:

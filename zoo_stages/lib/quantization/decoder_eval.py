@@ -27,11 +27,6 @@ DECODE_STEPS = 16
 RANDOM_ROWS, RANDOM_LENGTH = 8, 32  # token rows a decoder is judged on without data
 
 
-def is_decoder(session: Any) -> bool:
-    """Whether the session's model takes zoo's decoder inputs (input_ids and a KV cache)."""
-    return decoder_io.is_decoder(i.name for i in session.get_inputs())
-
-
 def head_size(model: Path, *sources: Path) -> int | None:
     """The head size of `genai_config.json` beside `model` or one of `sources` (None: none there)."""
     for folder in [Path(model).parent, *(Path(s) if Path(s).is_dir() else Path(s).parent for s in sources)]:
