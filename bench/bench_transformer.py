@@ -20,6 +20,9 @@ and against Hugging Face Optimum's int8 model of the same fp32 export (prints fi
    (b) plain: `quantize: {mode: dynamic}` straight from the export (no fusion; onnxruntime's
    level-all optimizations apply when the session loads it).
    The faster of the two is "zoo int8", the configuration a user should pick; the goals use it.
+   Beside them, the same two paths quantized weight-only to int4 (`quantize: {mode: weight_only}`:
+   MatMulNBits, round-to-nearest, blocks of 32, int8 compute), timed in the same loop and printed
+   against zoo's int8 and the fp32 (speed, accuracy, size): no goal, a comparison.
 4. Optimum: optimum-onnx in a venv of its own (~/.cache/zoo-bench/optimum-venv, created once:
    pip install optimum-onnx[onnxruntime], the project's onnxruntime version, torch==2.13.0) runs
    ORTOptimizer (O2: onnxruntime's transformer fusions) and ORTQuantizer (dynamic,
@@ -27,7 +30,7 @@ and against Hugging Face Optimum's int8 model of the same fp32 export (prints fi
    as in Optimum's guide) on the same fp32 file, as a subprocess. If it cannot be installed or
    run, the reason is printed and onnxruntime's own `optimize_model` + `quantize_dynamic`
    defaults stand in for it.
-5. Timing: the five models (fp32 export, zoo fp32, both zoo int8, Optimum int8) in ONE process with
+5. Timing: the seven models (fp32 export, zoo fp32, both zoo int8, both zoo int4, Optimum int8) in ONE process with
    the project's onnxruntime, 1 intra-op thread, batch 1, held-out sentences padded to 128;
    warm-up first, then round-robin (one run of each model in turn), p50/p90. Accuracy of each
    (and of torch) on the held-out split at batch 1, and the drop against the fp32 export.
@@ -236,8 +239,12 @@ def optimize_config() -> tuple[dict[str, Any], str]:
         return {"level": "basic"}, f"level: basic (this optimize kind refuses `transformer`: {reason})"
 
 
-# zoo's builds, by the recipe's stage ids: the fp32 optimize, and int8 built two ways
-ZOO_STAGES = {"fp32": "optimize", "int8_fused": "quantize_fused", "int8_plain": "quantize_plain"}
+# zoo's builds, by the recipe's stage ids: the fp32 optimize, and int8 and weight-only int4 each built two ways
+ZOO_STAGES = {"fp32": "optimize", "int8_fused": "quantize_fused", "int8_plain": "quantize_plain",
+              "int4_fused": "quantize_int4_fused", "int4_plain": "quantize_int4_plain"}
+# quantize's weight-only int4 (onnxruntime's MatMulNBits): round-to-nearest, blocks of 32, int8 compute
+INT4_CONFIG = {"mode": "weight_only", "weight_only": {"algorithm": "rtn", "bits": 4, "block_size": 32,
+                                                      "accuracy_level": "int8"}}
 
 
 def zoo_recipe(fp32: Path, sha: str, optimize: dict[str, Any], size: str) -> str:
@@ -247,7 +254,8 @@ def zoo_recipe(fp32: Path, sha: str, optimize: dict[str, Any], size: str) -> str
 schema_version: 1
 name: bench-transformer-bert-{size}
 version: 0.0.1
-description: bert-{size} language identification, fp32 ONNX import -> dynamic int8 with and without fusions (bench/bench_transformer.py)
+description: bert-{size} language identification, fp32 ONNX import -> dynamic int8 and weight-only int4, with and without fusions (bench/bench_transformer.py)
+task: text-classification       # an imported ONNX file says no task of its own (zoo validate asks for one)
 model:
   inputs: {json.dumps(inputs)}
 stages:
@@ -264,6 +272,14 @@ stages:
     kind: quantize
     needs: [export]
     config: {{mode: dynamic}}
+  quantize_int4_fused:          # weight-only int4 of the fused graph
+    kind: quantize
+    needs: [optimize]
+    config: {json.dumps(INT4_CONFIG)}
+  quantize_int4_plain:          # weight-only int4 of the plain export
+    kind: quantize
+    needs: [export]
+    config: {json.dumps(INT4_CONFIG)}
 """
 
 
@@ -553,7 +569,9 @@ def main() -> None:
 
         models = {"fp32 export": fp32}
         names = {"fp32": "zoo fp32 (optimize transformer)", "int8_fused": "zoo int8 (a) optimize transformer -> quantize",
-                 "int8_plain": "zoo int8 (b) export -> quantize"}
+                 "int8_plain": "zoo int8 (b) export -> quantize",
+                 "int4_fused": "zoo int4 (a) optimize transformer -> weight_only",
+                 "int4_plain": "zoo int4 (b) export -> weight_only"}
         for key, name in names.items():
             if zoo[key]:
                 models[name] = zoo[key]
@@ -606,6 +624,15 @@ def main() -> None:
                       f"drop {(acc['fp32 export'] - acc[name]) * 100:+.2f} pt)")
         print(f"     ({peer_label}: {lat[fp32_ref]['p50'] / lat[peer_label]['p50']:.2f}x, "
               f"drop {(acc['fp32 export'] - acc[peer_label]) * 100:+.2f} pt)")
+        zoo_int4s = [names[k] for k in ("int4_fused", "int4_plain") if names[k] in lat]
+        if zoo_int4s:
+            zoo_int4 = min(zoo_int4s, key=lambda n: lat[n]["p50"])
+            print(f"\nint4 against int8 and fp32 (weight-only int4: {json.dumps(INT4_CONFIG['weight_only'])}; "
+                  f"the faster of zoo's two int4 builds, {zoo_int4}):")
+            for name in [fp32_ref] + ([zoo_int8] if zoo_int8 else []):
+                print(f"     int4 vs {name}: {lat[name]['p50'] / lat[zoo_int4]['p50']:.2f}x the speed, accuracy "
+                      f"{(acc[zoo_int4] - acc[name]) * 100:+.2f} pt, size "
+                      f"{Path(models[zoo_int4]).stat().st_size / Path(models[name]).stat().st_size:.2f}x")
         print("\ngraphs (op counts):")
         for name, path in models.items():
             print(f"  {name}: {op_summary(path)}")

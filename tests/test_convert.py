@@ -93,6 +93,38 @@ def test_describe_excludes_initializers_listed_as_inputs(tmp_path):
     assert [p.name for p in describe(tmp_path / "old.onnx").inputs] == ["input"]
 
 
+def test_weight_only_blocks_read_as_int4_or_int8_and_their_record(tmp_path):
+    """A weight-only model's precision is its fewest bits (int4 with an 8-bit head), and its manifest
+    record comes from quantize's stamp or, without one, from its blocks; a model with int8 operators
+    beside its blocks (quantize's `linear: blockwise`) stays int8 with no weight-only record."""
+    from zoo_stages.lib.onnx.model_info import quantization_record
+    from zoo_stages.lib.quantization import quant_ops, weight_only
+
+    src = tiny_classifier(tmp_path / "m.onnx")
+    settings = weight_only.resolve(weight_only.WeightOnlyConfig(block_size=16, accuracy_level="float32"), None)
+    int4 = tmp_path / "int4.onnx"
+    weight_only.quantize(src, int4, settings)
+    assert describe(int4).precision == "int4"
+    assert quantization_record(int4) == {"method": "weight_only", "bits": 4, "block_size": 16,
+                                         "accuracy_level": "float32"}  # from the graph: no stamp
+    eight = weight_only.resolve(weight_only.WeightOnlyConfig(bits=8), None)
+    weight_only.quantize(src, tmp_path / "int8.onnx", eight)
+    assert describe(tmp_path / "int8.onnx").precision == "int8"
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    named = onnx.load(str(src))
+    for i, node in enumerate(named.graph.node):
+        node.name = f"n{i}"
+    onnx.save(named, str(tmp_path / "named.onnx"))
+    first = next(n.name for n in named.graph.node if n.op_type == "MatMul")
+    blockwise = tmp_path / "blockwise.onnx"  # one layer dynamic int8, the other an 8-bit block layer
+    quantize_dynamic(str(tmp_path / "named.onnx"), str(blockwise), weight_type=QuantType.QInt8, nodes_to_exclude=[first])
+    quant_ops.blockwise_linear(blockwise, 16)
+    assert {"MatMulNBits", "MatMulInteger"} <= {n.op_type for n in onnx.load(str(blockwise)).graph.node}
+    assert describe(blockwise).precision == "int8" and quantization_record(blockwise) is None
+    assert describe(src).precision == "fp32" and quantization_record(src) is None
+
+
 def test_describe_unknown_dims_and_int8(tmp_path):
     src = tiny_classifier(tmp_path / "m.onnx")
     q = quantized(src, tmp_path / "q.onnx")

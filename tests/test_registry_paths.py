@@ -120,7 +120,7 @@ def test_unknown_fields_are_refused_everywhere():
     with pytest.raises(ValidationError):
         Manifest(**_manifest(lineage={"surprise": {}}))
     with pytest.raises(ValidationError):
-        Manifest(**_manifest(schema_version=4))
+        Manifest(**_manifest(schema_version=5))
 
 
 def test_a_manifest_of_a_newer_schema_is_refused_with_an_upgrade_hint_and_an_older_one_reads():
@@ -130,18 +130,40 @@ def test_a_manifest_of_a_newer_schema_is_refused_with_an_upgrade_hint_and_an_old
     from zoo.registry.codec import load_manifest
 
     with pytest.raises(InvalidInput) as e:
-        load_manifest(json.dumps(_manifest(schema_version=4)), "m.json")
-    assert "schema_version 4" in e.value.message and "upgrade zoo" in e.value.hint
+        load_manifest(json.dumps(_manifest(schema_version=5)), "m.json")
+    assert "schema_version 5" in e.value.message and "upgrade zoo" in e.value.hint
     old = load_manifest(json.dumps(_manifest(schema_version=1)), "m.json")
     b = old.builds["cpu"]
     assert (old.schema_version, b.runtime, b.portable, b.verified, b.measured_on) == (1, "", None, None, {})
     two = load_manifest(json.dumps(_manifest(schema_version=2)), "m.json")
     assert (two.schema_version, two.builds["cpu"].provider_options) == (2, {})  # before schema 3: none recorded
+    three = load_manifest(json.dumps(_manifest(schema_version=3)), "m.json")
+    assert three.builds["cpu"].quantization is None  # before schema 4: not recorded
+
+
+def test_a_build_with_its_quantization_is_schema_4_and_one_without_keeps_schema_3_bytes():
+    """Schema 4 adds a build's `quantization`; a manifest is written at the lowest version that holds
+    what it says, so a release without a weight-only build keeps its version-3 bytes."""
+    from zoo.registry.codec import dump_manifest, load_manifest
+
+    plain = Manifest(**_manifest())
+    assert plain.schema_version == 3 and b'"quantization"' not in dump_manifest(plain)
+    record = {"method": "weight_only", "algorithm": "rtn", "bits": 4, "block_size": 32, "symmetric": False,
+              "accuracy_level": "int8"}
+    q = Manifest(**_manifest(builds={"cpu-int4-rtn-b32": {"name": "cpu-int4-rtn-b32", "file": _ref(),
+                                                          "precision": "int4", "quantization": record}}))
+    assert q.schema_version == 4
+    back = load_manifest(dump_manifest(q), "m.json")
+    assert back.builds["cpu-int4-rtn-b32"].quantization == record and back.schema_version == 4
+    with pytest.raises(ValidationError, match="schema_version 3 does not have"):
+        Manifest(**_manifest(schema_version=3, builds={"cpu": {"name": "cpu", "file": _ref(), "quantization": record}}))
+    with pytest.raises(ValidationError):  # a stranger's figure out of bounds
+        Manifest(**_manifest(builds={"cpu": {"name": "cpu", "file": _ref(), "quantization": {"bits": 10**30}}}))
 
 
 def test_manifest_and_build_defaults():
     m = Manifest(**_manifest())
-    assert (m.schema_version, MANIFEST_SCHEMA_VERSION, MANIFEST_FILE) == (3, 3, "zoo-manifest.json")
+    assert (m.schema_version, MANIFEST_SCHEMA_VERSION, MANIFEST_FILE) == (3, 4, "zoo-manifest.json")
     assert (m.description, m.task, m.license, m.created, m.card, m.files, m.extra) == ("", "", "unspecified", None, None, [], {})
     assert m.lineage.model_dump() == {"recipe": {}, "stages": {}, "sources": {}, "tools": {}}
     b = m.builds["cpu"]

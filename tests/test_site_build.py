@@ -436,3 +436,25 @@ def test_an_edge_that_skips_layers_bends_only_between_them():
                 assert not any(ax < right and bx > left for left, right in columns), (path.get("data-from"),
                                                                                      path.get("data-to"))
     assert bends  # the graph has bends to check
+
+
+def test_a_weight_only_build_shows_its_precision_with_algorithm_bits_block_and_accuracy_level(tmp_path):
+    """A build whose manifest records its quantization (schema 4) shows it in site.json and on its page;
+    a build without one shows its bare precision."""
+    zoo = LocalZoo(tmp_path / "zoo")
+    record = {"method": "weight_only", "algorithm": "rtn", "bits": 4, "block_size": 32, "symmetric": False,
+              "accuracy_level": "int8"}
+    zoo.publish(make_staging(tmp_path / "q", name="llm", version="0.1.0", task="image-classification",
+                             builds={"cpu-fp32": {"metrics": {"latency_p50_ms": 2.0, "accuracy": 0.9}},
+                                     "cpu-int4-rtn-b32": {"precision": "int4", "quantization": record,
+                                                          "metrics": {"latency_p50_ms": 1.0, "accuracy": 0.89}}}))
+    build_site(tmp_path / "site", zoo=zoo)
+    doc = json.loads((tmp_path / "site" / "site.json").read_text())
+    version = doc["models"][0]["versions"][0]
+    builds = {b["name"]: b for b in version["builds"]}
+    assert builds["cpu-int4-rtn-b32"]["quantization"] == record
+    assert builds["cpu-int4-rtn-b32"]["precision_detail"] == "int4 (weight-only rtn, 4 bits, block 32, asymmetric, int8 compute)"
+    assert builds["cpu-fp32"]["quantization"] is None and builds["cpu-fp32"]["precision_detail"] == "fp32"
+    page = (tmp_path / "site" / version["page"]).read_text()
+    assert "onnx int4 (weight-only rtn, 4 bits, block 32, asymmetric, int8 compute)</span>" in page
+    assert "onnx fp32</span>" in page

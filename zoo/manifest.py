@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from zoo.files import sha256_and_size
 from zoo.pathsafety import check_relative_path, safe_join
@@ -29,8 +29,12 @@ from zoo.pathsafety import check_relative_path, safe_join
 #    the `openvino` format. A version-1 manifest still reads (those fields empty: not recorded).
 # 3: builds carry the options their execution providers are created with (`provider_options`: a
 #    TensorRT build's precision flags and engine cache); older manifests read with none.
-MANIFEST_SCHEMA_VERSION = 3
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# 4: builds may say how their weights were quantized (`quantization`: method, algorithm, bits, block size,
+#    symmetric, accuracy level; quantize's `mode: weight_only`). A manifest is written at the lowest version
+#    that holds what it says (`Manifest`'s schema_version when none is given): one without such a build
+#    keeps its version-3 bytes, which older zoos read.
+MANIFEST_SCHEMA_VERSION = 4
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 MANIFEST_FILE = "zoo-manifest.json"
 NAME_RE = r"^[a-z0-9][a-z0-9._-]*$"
 VERSION_RE = r"^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"
@@ -80,6 +84,26 @@ Bounded = AfterValidator(check_bounded)
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def describe_quantization(precision: str, quantization: dict | None) -> str:
+    """A build's precision with how it was quantized, in one line: 'int4 (weight-only rtn, 4 bits, block 32,
+    int8 compute)'; the bare precision when nothing is recorded. The card and the web catalog say it so."""
+    if not quantization:
+        return precision
+    q = quantization
+    parts = [f"{q['method'].replace('_', '-')} {q['algorithm']}" if q.get("method") and q.get("algorithm")
+             else str(q.get("method") or q.get("algorithm") or "")]
+    if q.get("bits") is not None:
+        parts.append(f"{q['bits']} bits")
+    if q.get("block_size") is not None:
+        parts.append(f"block {q['block_size']}")
+    if q.get("symmetric") is not None:
+        parts.append("symmetric" if q["symmetric"] else "asymmetric")
+    if q.get("accuracy_level"):
+        parts.append(f"{q['accuracy_level']} compute")
+    inner = ", ".join(p for p in parts if p)
+    return f"{precision} ({inner})" if inner else precision
 
 
 def describe_measured_on(where: dict | None) -> str:
@@ -170,6 +194,11 @@ class Build(_Strict):
                                           "execution_provider, device, platform, threads (empty: no timings)")
     test_vectors: list[FileRef] = Field(default_factory=list)
     extra_files: list[FileRef] = Field(default_factory=list, description="external data and other sidecars")
+    quantization: dict[str, Annotated[str | int | bool | None, Bounded]] | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="how its weights were quantized (schema 4): method (weight_only), algorithm (rtn, hqq, gptq, "
+                    "k_quant), bits, block_size, symmetric, accuracy_level (what MatMulNBits computes in); "
+                    "absent when not recorded")
 
     def all_files(self) -> list[FileRef]:
         return [self.file, *self.test_vectors, *self.extra_files]
@@ -191,7 +220,7 @@ class Lineage(_Strict):
 class Manifest(_Strict):
     """The manifest of one published version."""
 
-    schema_version: Literal[1, 2, 3] = MANIFEST_SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4] = MANIFEST_SCHEMA_VERSION
     name: str = Field(pattern=NAME_RE)
     version: str = Field(pattern=VERSION_RE)
     description: str = ""
@@ -209,6 +238,17 @@ class Manifest(_Strict):
     extra: dict[str, Any] = Field(default_factory=dict)
 
     _bounded = field_validator("preprocessing", "extra")(classmethod(lambda cls, v: check_bounded(v)))
+
+    @model_validator(mode="after")
+    def _schema(self):
+        quantized = any(b.quantization for b in self.builds.values())
+        needed = 4 if quantized else 3
+        if "schema_version" not in self.model_fields_set:
+            self.schema_version = needed  # the lowest version that holds it (older zoos read version 3)
+        elif quantized and self.schema_version < needed:
+            raise ValueError(f"a build records `quantization`, which manifest schema_version {self.schema_version} "
+                             f"does not have (schema {needed})")
+        return self
 
     def all_files(self) -> list[FileRef]:
         """Every file of the version, builds first, without duplicates."""

@@ -1,4 +1,4 @@
-"""The `quantize` kind: int8 post-training quantization with onnxruntime.quantization.
+"""The `quantize` kind: int8 post-training quantization and weight-only int4/int8 with onnxruntime.quantization.
 
 int8 post-training quantization with `onnxruntime.quantization`, for any number of named inputs
 (bound to the data's features by name). Static quantization needs standard ONNX ops (a model
@@ -21,13 +21,40 @@ output is one self-contained file.
   `min_speedup`; a candidate slower than fp32 is never kept;
   candidates within `tie_tolerance` of the fastest tie and the earlier one wins). The table goes
   to `candidates.json` and the metrics; none passing fails the stage with the table. Needs `data:`.
+  The weight-only candidates `weight-only-int4` and `weight-only-int8` (below, with `weight_only:`'s
+  settings but for `bits`) join the search only when `candidates:` names them, after the int8 ones.
+
+- `mode: weight_only`: the weights of the fully connected layers (MatMul; Gemm is rewritten as
+  MatMul + Add) become blocks of 4 or 8 bits with one scale each (onnxruntime's
+  `MatMulNBitsQuantizer`, com.microsoft `MatMulNBits`); activations stay float. The settings
+  live under `weight_only:` (table below): `algorithm` `rtn` (round-to-nearest per block, data-free:
+  onnxruntime's `DefaultWeightOnlyQuantConfig`, the default), `hqq` (half-quadratic, data-free,
+  needs torch, 4 bits), `gptq` (error-corrected on `calibration.samples` seeded samples of the
+  train split, like static's calibration; needs `data:`, 4 bits) or `k_quant` (llama.cpp's
+  k-quants, data-free); `bits` 4 or 8; `block_size` (a power of two, default 32); `symmetric`
+  (no zero points; rtn and gptq); `accuracy_level`: what the kernel computes in, `int8`
+  (activations quantized per block at run time: the fast one on CPUs, the default) or `float32`
+  (onnxruntime's levels 4 and 1). Layers are kept in float by `exclude` or at 8 bits by `keep_8bit`
+  (node names or shell patterns, e.g. `*lm_head*` for a language model's head: k_quant sets their
+  bits itself, the other algorithms quantize them in a second 8-bit rtn pass); `op_types:
+  [MatMul, Gather]` also quantizes embedding tables as `GatherBlockQuantized` (rtn, 4 bits). A
+  pattern that matches no layer is an error. The output is an `int4` build (`int8` at 8 bits)
+  that needs onnxruntime; its model carries the settings (metadata `zoo.quantization`), which
+  deploy records in the manifest, the card and the catalog. The int8 modes' fields (`format`,
+  `per_channel`, `preset`, `linear`…) are refused in this mode, and `weight_only:` outside it.
+  A decoder in zoo's convention (`zoo/decoder_io.py`: `input_ids` and `past_key_values.N.*`) is
+  judged by the logits of one prefill over the held-out `input_ids` rows (without data: 8 seeded
+  rows of 32 random token ids), against the fp32 parent's position by position (`parity`: cosine,
+  next-token top-1 agreement; `accept.min_cosine`), and timed as a generation at batch 1 (a
+  prefill of up to 32 tokens, then 16 greedy decode steps through the KV cache: `latency_measures`
+  says so); the cache's head size comes from the upstream's `genai_config.json` where it ships one.
 
 Quality follows the recipe's `task:`: accuracy of the first (samples, classes) float output for
 classification with labelled data, and for every task the parity of the int8 outputs against the
 fp32 ones on the same inputs (`parity`: max-abs, lowest mean cosine, top-1 agreement). Without
 `data:` both models run on seeded random feeds (dynamic dims at `latency.dynamic_size`).
 
-In `static`/`dynamic` mode the fp32 input and the quantized model are measured the same way, and
+In `static`/`dynamic`/`weight_only` mode the fp32 input and the quantized model are measured the same way, and
 an accuracy drop beyond `accept.max_accuracy_drop` or a speedup below 1 is recorded in
 `flags` (a warning, not a failure; gate on it in verify).
 
@@ -53,12 +80,16 @@ measured accuracy drop is too large there, the stage says so and suggests `prese
 
 `mode: auto` tries the candidates of the table below, in that order of preference (earlier wins ties).
 
-- **Inputs**: one upstream `model` (or `model_from`); the recipe's `data:` for static/auto.
+- **Inputs**: one upstream `model` (or `model_from`); the recipe's `data:` for static/auto and
+  weight_only's gptq (optional for the other modes: the held-out split judges quality).
 - **Outputs**: `model` (`model.onnx`; in auto mode also `candidates.json`).
 - **Metrics**: `mode`, `settings` (the resolved settings), `calibration`, `task`, `accuracy`,
   `fp32_accuracy`, `accuracy_drop`, `parity`, `latency_p50_ms`, `fp32_latency_p50_ms`, `speedup`,
   `size_bytes`, `fp32_size_bytes`, `slower_than_fp32`, `flags`; auto adds `candidates`,
-  `candidates_table`, `chosen`. Latencies vary run to run; the model bytes do not (in auto mode
+  `candidates_table`, `chosen`; weight_only's `settings` hold `algorithm`, `bits`, `block_size`,
+  `symmetric`, `accuracy_level` (and its onnxruntime value), `op_types`, `exclude`, `keep_8bit`, and
+  `weight_only` counts what the graph holds (`layers` by bits, `gathers`, `kept_float`, block sizes,
+  accuracy levels); a decoder adds `latency_measures`. Latencies vary run to run; the model bytes do not (in auto mode
   the winner is chosen by measured latency, made stable by `tie_tolerance`).
 
 This docstring is the kind's description on the docs site (docs/kinds.md, written by
@@ -80,7 +111,9 @@ from zoo_stages.lib.quality.numeric_outputs import NumericOutputs
 from zoo_stages.lib.quality import tasks
 from zoo_stages.lib.quantization import quant_ops
 from zoo_stages.lib.quantization.quant_select import candidates_table, select_candidate
-from zoo_stages.lib.quantization.quant_settings import CANDIDATES, Settings, resolve, saturation_hint
+from zoo_stages.lib.quantization.quant_settings import (CANDIDATES, WEIGHT_ONLY_CANDIDATES, Settings, resolve,
+                                                        saturation_hint)
+from zoo_stages.lib.quantization.weight_only import WeightOnlyConfig, check_op_types
 from zoo_stages.lib.runtimes.step_log import StepLog
 
 QuantTypeName = Literal["QInt8", "QUInt8"]
@@ -122,8 +155,13 @@ class LatencyConfig(KindConfig):
                                                                "than the batch (e.g. the sequence) in the timed inputs")
 
 
+# the fields of the int8 modes, which mode: weight_only does not take
+_INT8_FIELDS = ("format", "per_channel", "reduce_range", "activation_type", "weight_type", "preset", "preprocess",
+                "linear", "linear_block_size")
+
+
 class QuantizeConfig(KindConfig):
-    mode: Literal["dynamic", "static", "auto"] = "static"
+    mode: Literal["dynamic", "static", "auto", "weight_only"] = "static"
     format: Literal["qdq", "qoperator"] | None = Field(None, description="static only; default qdq")
     per_channel: bool | None = Field(None, description="per-channel weight scales (static/dynamic); default false")
     reduce_range: bool | None = Field(None, description="7-bit weights, for x86 without VNNI; default from preset or false")
@@ -142,10 +180,16 @@ class QuantizeConfig(KindConfig):
     calibration: CalibrationConfig = Field(default_factory=CalibrationConfig)
     accept: AcceptConfig = Field(default_factory=AcceptConfig)
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
-    candidates: list[str] | None = Field(None, description=f"auto only: subset of {', '.join(CANDIDATES)}")
+    candidates: list[str] | None = Field(None, description=f"auto only: subset of {', '.join(CANDIDATES)} (default: "
+                                                           f"all of them), and of {', '.join(WEIGHT_ONLY_CANDIDATES)} "
+                                                           "(tried only when named, with `weight_only:`'s settings)")
     eval_samples: int | None = Field(None, ge=1, description="use at most this many held-out samples for accuracy "
                                                               "and parity")
-    op_types: list[str] | None = Field(None, description="only quantize these op types (default: all supported)")
+    op_types: list[str] | None = Field(None, description="only quantize these op types (default: all supported; "
+                                                         "weight_only: MatMul, and Gather for embeddings)")
+    weight_only: WeightOnlyConfig | None = Field(
+        None, description="mode: weight_only only: algorithm, bits, block size, symmetric, accuracy level, "
+                          "layers excluded or kept at 8 bits (defaults: rtn, 4 bits, blocks of 32, int8 compute)")
     model_from: str | None = Field(None, description="upstream stage id whose `model` to quantize (default: the only one)")
 
     @field_validator("activation_type", "weight_type", mode="before")
@@ -161,9 +205,10 @@ class QuantizeConfig(KindConfig):
         if v is not None:
             if not v:
                 raise ValueError("candidates must name at least one candidate")
-            unknown = [c for c in v if c not in CANDIDATES]
+            unknown = [c for c in v if c not in CANDIDATES + WEIGHT_ONLY_CANDIDATES]
             if unknown:
-                raise ValueError(f"unknown candidate {unknown[0]!r}; valid candidates: {', '.join(CANDIDATES)}")
+                raise ValueError(f"unknown candidate {unknown[0]!r}; valid candidates: "
+                                 f"{', '.join(CANDIDATES + WEIGHT_ONLY_CANDIDATES)}")
             if len(set(v)) != len(v):
                 raise ValueError("candidates lists a candidate twice")
         return v
@@ -171,6 +216,17 @@ class QuantizeConfig(KindConfig):
     @model_validator(mode="after")
     def _consistent(self):
         given = self.model_fields_set
+        if self.mode == "weight_only":
+            return self._weight_only_consistent(given)
+        if "weight_only" in given and self.weight_only is not None:
+            named = [c for c in self.candidates or () if c in WEIGHT_ONLY_CANDIDATES]
+            if self.mode != "auto" or not named:
+                raise ValueError("weight_only applies to mode: weight_only, and to mode: auto's weight-only "
+                                 f"candidates ({', '.join(WEIGHT_ONLY_CANDIDATES)}); set `mode: weight_only` or "
+                                 "remove it")
+            if "bits" in self.weight_only.model_fields_set:
+                raise ValueError("weight_only.bits is chosen by mode: auto's candidate names (weight-only-int4, "
+                                 "weight-only-int8); remove it")
         if self.mode == "dynamic":
             if "activation_type" in given and self.activation_type is not None:
                 raise ValueError("activation_type does not apply to mode: dynamic (activations are quantized to "
@@ -197,6 +253,29 @@ class QuantizeConfig(KindConfig):
             raise ValueError("candidates applies to mode: auto only")
         return self
 
+    def _weight_only_consistent(self, given):
+        for key in _INT8_FIELDS:
+            if key in given and getattr(self, key) is not None:
+                raise ValueError(f"{key} does not apply to mode: weight_only (it quantizes weights only, to "
+                                 "MatMulNBits blocks); remove it, or set bits/block_size/symmetric under "
+                                 "`weight_only:`")
+        if "candidates" in given and self.candidates is not None:
+            raise ValueError("candidates applies to mode: auto only")
+        wo = self.weight_only_settings()
+        if "calibration" in given and wo.algorithm != "gptq":
+            raise ValueError(f"calibration does not apply to weight_only algorithm {wo.algorithm} "
+                             "(data-free); remove it, or use algorithm: gptq")
+        cal = self.calibration
+        if "calibration" in given and ({"method", "percentile"} & cal.model_fields_set):
+            raise ValueError("calibration.method and calibration.percentile do not apply to gptq (it reads layer "
+                             "inputs, not activation ranges); keep samples, seed and batch_size")
+        check_op_types(wo, self.op_types)
+        return self
+
+    def weight_only_settings(self) -> WeightOnlyConfig:
+        """`weight_only:` as given, or its defaults."""
+        return self.weight_only or WeightOnlyConfig()
+
 
 class Quantize(NumericOutputs, StageKind):
     name = "quantize"
@@ -208,7 +287,7 @@ class Quantize(NumericOutputs, StageKind):
     shared = ("data", "task", "model.inputs")
     outputs = ("model",)
     recipe_fields = ("license",)  # stamped into the model (zoo.license)
-    summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected)"
+    summary = "int8 post-training quantization (dynamic, static QDQ/QOperator, or auto-selected); weight-only int4/int8"
 
     def dependencies(self, config: QuantizeConfig, ctx: KeyContext) -> list[Path]:
         data = ctx.shared.get("data")
@@ -217,6 +296,12 @@ class Quantize(NumericOutputs, StageKind):
         from zoo_stages.lib.data.datasets import data_dependencies
 
         return data_dependencies(data, ctx.recipe.dir)
+
+    def tools_used(self, config: QuantizeConfig, ctx: KeyContext) -> tuple[str, ...]:
+        """`tools`, and torch for weight_only's hqq (onnxruntime's HQQ quantizer computes with it)."""
+        if config.mode == "weight_only" and config.weight_only_settings().algorithm == "hqq":
+            return (*self.tools, "torch")
+        return self.tools
 
     def stage_references(self, config: QuantizeConfig) -> dict[tuple[str | int, ...], str]:
         """`model_from` names the stage whose model this one reads."""
@@ -249,6 +334,7 @@ class _Run:
         self._fp32_outputs: dict | None = None
         self.custom_ops: list[str] = []
         self.external = False
+        self._decoder: bool | None = None
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -293,6 +379,12 @@ class _Run:
             raise InvalidInput(f"quantize mode {self.config.mode!r} needs the recipe's `data:` section "
                                "(calibration samples and a held-out split)",
                                hint="add a `data:` section, or use `mode: dynamic`")
+        if self.config.mode == "weight_only":
+            if self.config.weight_only_settings().algorithm == "gptq" and not self.data:
+                raise InvalidInput("weight_only algorithm gptq needs the recipe's `data:` section (its calibration "
+                                   "samples)", hint="add a `data:` section, or use a data-free algorithm (rtn, hqq, "
+                                                    "k_quant)")
+            return self._weight_only()
         if self.config.mode == "auto":
             return self._auto()
         return self._single()
@@ -315,23 +407,28 @@ class _Run:
         always calibrates on the same samples in the same order.
         """
         if self._calib is None:
-            import numpy as np
-
             from zoo_stages.lib.runtimes import onnx_run, ort_session
-            from zoo_stages.lib.data.datasets import load_split
 
             session = ort_session.make_session(self.fp32_path, threads=1, level="disable")
             fixed = onnx_run.fixed_batch(session)
-            split = load_split(self.data, self.context.recipe.dir, "train")
-            wanted = self.config.calibration.samples
-            n = min(wanted, len(split))
-            if n < wanted:
-                self.flags.append(f"calibration uses all {n} training samples (fewer than calibration.samples={wanted})")
-            idx = np.sort(np.random.default_rng(self.config.calibration.seed).choice(len(split), size=n, replace=False))
-            feeds = onnx_run.bind(session, split.take(idx).features, where="the training split")
+            feeds = onnx_run.bind(session, self._calibration_split().features, where="the training split")
             feeds = onnx_run.prepare(session, feeds, where="the training split")  # checked and cast once
             self._calib = (feeds, fixed or self.config.calibration.batch_size, fixed is not None)
         return self._calib
+
+    def _calibration_split(self):
+        """A seeded sample of the train split (calibration.samples), sorted by index."""
+        import numpy as np
+
+        from zoo_stages.lib.data.datasets import load_split
+
+        split = load_split(self.data, self.context.recipe.dir, "train")
+        wanted = self.config.calibration.samples
+        n = min(wanted, len(split))
+        if n < wanted:
+            self.flags.append(f"calibration uses all {n} training samples (fewer than calibration.samples={wanted})")
+        idx = np.sort(np.random.default_rng(self.config.calibration.seed).choice(len(split), size=n, replace=False))
+        return split.take(idx)
 
     # -- quantization --------------------------------------------------------------------------
 
@@ -412,9 +509,9 @@ class _Run:
                            hint="drop the quantize stage and deploy the fp32 build" +
                                 (", or widen `op_types`" if self.config.op_types else ""))
 
-    def _finish(self, raw: Path, target: Path) -> Path:
-        """Stamp the quantizer's output with provenance and its pruned opset imports (written
-        in place after the graph) and move it to `target`."""
+    def _finish(self, raw: Path, target: Path, props: Mapping[str, str] | None = None) -> Path:
+        """Stamp the quantizer's output with provenance (`props`, default the run's) and its pruned
+        opset imports (written in place after the graph) and move it to `target`."""
         import onnx
 
         from zoo.pathsafety import external_data_files
@@ -426,7 +523,8 @@ class _Run:
         model = onnx_io.prune_opset_imports(onnx.load(str(raw), load_external_data=False))
         if model.ir_version > onnx_io.MAX_IR_VERSION:
             onnx_fields.rewrite(raw, ir_version=onnx_io.MAX_IR_VERSION)
-        provenance.stamp_file(raw, self.props, opset_import=[(o.domain, o.version) for o in model.opset_import])
+        provenance.stamp_file(raw, self.props if props is None else props,
+                              opset_import=[(o.domain, o.version) for o in model.opset_import])
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(raw), str(target))
         return target
@@ -445,18 +543,20 @@ class _Run:
         row["latency_runs"] = stats["runs"]
         return row
 
-    def measure_pair(self, fp32_prepared: tuple, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-        """`measure` of the fp32 parent (`_prepare`d) and the quantized model, timed in interleaved
-        rounds that stop early (latency.min_runs) once one is clearly faster."""
+    def measure_pair(self, fp32_prepared: tuple, path: Path, precision: str = "int8") -> tuple[dict[str, Any], dict[str, Any]]:
+        """`measure` of the fp32 parent (`_prepare`d) and the quantized model (`precision`, as the
+        progress lines name it), timed in interleaved rounds that stop early (latency.min_runs) once
+        one is clearly faster."""
         from zoo_stages.lib.runtimes import timing as timinglib
 
         lat_cfg = self.config.latency
         fp32, fp32_timing, sample = fp32_prepared
         row, timing, _ = self._prepare(path)
-        stats = timinglib.compare_latency({"fp32": fp32_timing, "int8": timing}, sample, warmup=lat_cfg.warmup,
+        stats = timinglib.compare_latency({"fp32": fp32_timing, precision: timing}, sample, warmup=lat_cfg.warmup,
                                          runs=lat_cfg.runs, min_runs=lat_cfg.min_runs,
-                                         progress=StepLog(self.context.log, "latency fp32 and int8", lat_cfg.runs))
-        for target, key in ((fp32, "fp32"), (row, "int8")):
+                                         progress=StepLog(self.context.log, f"latency fp32 and {precision}",
+                                                          lat_cfg.runs))
+        for target, key in ((fp32, "fp32"), (row, precision)):
             target["latency_p50_ms"], target["latency_p90_ms"] = stats[key]["p50_ms"], stats[key]["p90_ms"]
             target["latency_runs"] = stats[key]["runs"]
         return fp32, row
@@ -489,7 +589,7 @@ class _Run:
         from zoo_stages.lib.runtimes import timing as timinglib
 
         timing = ort_session.make_session(path, threads=self.config.latency.threads, level="all")
-        row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size}
+        row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size + _external_bytes(Path(path))}
         feeds, labels = self._eval_feeds(timing)
         sample = timinglib.batch_of(feeds, onnx_run.fixed_batch(timing) or 1)
         evaluator = ort_session.make_session(path, threads=1, level="all")
@@ -522,6 +622,14 @@ class _Run:
         out = self.quantize(settings, self.context.output_path("model.onnx"))
         fp32, row = self.measure_pair(self._prepare(self.fp32_path), out)
         row = self._compare(row, fp32)
+        self._flag(row, fp32, saturation_hint(settings))
+        self._record(settings, row, fp32)
+        for flag in self.flags:
+            self.context.log.warning("quantize: %s", flag)
+        return {"model": out}
+
+    def _flag(self, row: dict[str, Any], fp32: dict[str, Any], hint: str) -> None:
+        """Flags for a build slower than fp32 or beyond `accept` (warnings: verify gates on them)."""
         accept = self.config.accept
         if row["speedup"] is not None and row["speedup"] < 1.0:
             self.flags.append(f"the quantized model is slower than its fp32 parent on this host "
@@ -529,14 +637,112 @@ class _Run:
                               f"speedup {row['speedup']:.2f}x)")
         if row["accuracy_drop"] is not None and row["accuracy_drop"] > accept.max_accuracy_drop:
             self.flags.append(f"accuracy drop {row['accuracy_drop']:.4f} exceeds accept.max_accuracy_drop "
-                              f"{accept.max_accuracy_drop:g}" + saturation_hint(settings))
+                              f"{accept.max_accuracy_drop:g}" + hint)
         elif row["accuracy_drop"] is None and row.get("cosine") is not None and row["cosine"] < accept.min_cosine:
             self.flags.append(f"the outputs' cosine to fp32's is {row['cosine']:.4f}, below accept.min_cosine "
-                              f"{accept.min_cosine:g}" + saturation_hint(settings))
+                              f"{accept.min_cosine:g}" + hint)
+
+    def _weight_only(self) -> Mapping[str, Path]:
+        """mode: weight_only (`zoo_stages.lib.quantization.weight_only`), measured like static/dynamic."""
+        settings = self._weight_only_settings()
+        out, summary = self._build_weight_only(settings, self.context.output_path("model.onnx"))
+        if self._is_decoder():
+            fp32, row = self._decoder_pair(out)
+        else:
+            fp32, row = self.measure_pair(self._prepare(self.fp32_path), out, f"int{settings.bits}")
+        row = self._compare(row, fp32)
+        self._flag(row, fp32, "")
         self._record(settings, row, fp32)
+        self.context.metrics["weight_only"] = summary
         for flag in self.flags:
             self.context.log.warning("quantize: %s", flag)
         return {"model": out}
+
+    def _weight_only_settings(self, candidate: str | None = None):
+        """The resolved weight-only settings: of `weight_only:`, or of an auto candidate (its bits)."""
+        from zoo_stages.lib.quantization import weight_only
+
+        config = self.config.weight_only_settings()
+        if candidate is not None:
+            config = config.model_copy(update={"bits": 8 if candidate == "weight-only-int8" else 4})
+            config = weight_only.WeightOnlyConfig.model_validate(config.model_dump())  # its checks at these bits
+        return weight_only.resolve(config, self.config.op_types)
+
+    def _build_weight_only(self, settings, target: Path) -> tuple[Path, dict[str, Any]]:
+        """(the weight-only model at `target`, stamped with what it is, what its graph holds)."""
+        from zoo_stages.lib.quantization import weight_only
+        from zoo_stages.lib.release.provenance import canonical
+
+        raw = self.work / f"{settings.name}.raw.onnx"
+        summary = weight_only.quantize(self.fp32_path, raw, settings,
+                                       calibration=self._gptq_reader if settings.algorithm == "gptq" else None)
+        # what the build is (algorithm, bits, block size, accuracy level), for deploy's manifest entry
+        props = {**self.props, "zoo.quantization": canonical(settings.stamp())}
+        return self._finish(raw, target, props), summary
+
+    def _gptq_reader(self):
+        """GPTQ's calibration reader: the calibration sample's feeds (a decoder's: prefills of its token rows)."""
+        if self._is_decoder():
+            from zoo_stages.lib.quantization import decoder_eval
+            from zoo_stages.lib.runtimes import ort_session
+
+            session = ort_session.make_session(self.fp32_path, threads=1, level="disable")
+            rows = decoder_eval.token_rows(self._calibration_split(), vocab=0, limit=None)
+            return decoder_eval.calibration_reader(rows, session, self._head_size(),
+                                                   self.config.calibration.batch_size)
+        feeds, batch_size, fixed = self._calibration()
+        return quant_ops.calibration_reader(feeds, batch_size, fixed=fixed, log=self.context.log)
+
+    # -- decoders (zoo.decoder_io's convention) ----------------------------------------------------
+
+    def _is_decoder(self) -> bool:
+        if self._decoder is None:  # from the graph's inputs: no session, no weights loaded
+            import onnx
+
+            from zoo import decoder_io
+
+            graph = onnx.load(str(self.fp32_path), load_external_data=False).graph
+            self._decoder = decoder_io.is_decoder(i.name for i in graph.input)
+        return self._decoder
+
+    def _head_size(self) -> int | None:
+        from zoo_stages.lib.quantization import decoder_eval
+
+        return decoder_eval.head_size(self.fp32_path, Path(self.src))
+
+    def _decoder_pair(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(fp32 row, quantized row) of a decoder: prefill logits compared, a generation timed
+        (`zoo_stages.lib.quantization.decoder_eval`)."""
+        from zoo_stages.lib.quality import parity as paritylib
+        from zoo_stages.lib.quantization import decoder_eval
+        from zoo_stages.lib.runtimes import ort_session
+
+        lat = self.config.latency
+        head = self._head_size()
+        evaluators = {k: ort_session.make_session(p, threads=1, level="all")
+                      for k, p in (("fp32", self.fp32_path), ("quantized", path))}
+        rows = decoder_eval.token_rows(self._val_split() if self.data else None,
+                                       vocab=decoder_eval.vocab_size(evaluators["fp32"]), limit=self.config.eval_samples)
+        ref = decoder_eval.prefill_logits(evaluators["fp32"], rows, head)
+        got = decoder_eval.prefill_logits(evaluators["quantized"], rows, head)
+        report = paritylib.compare(ref, got)
+        prompt = rows[:1, :decoder_eval.PROMPT_TOKENS]
+        timers = {k: ort_session.make_session(p, threads=lat.threads, level="all")
+                  for k, p in (("fp32", self.fp32_path), ("quantized", path))}
+        stats = decoder_eval.time_generation(timers, prompt, head, warmup=lat.warmup, runs=lat.runs,
+                                             progress=StepLog(self.context.log, "latency fp32 and quantized "
+                                                                                "(generation)", lat.runs))
+        fp32 = {"size_bytes": self.fp32_path.stat().st_size + _external_bytes(self.fp32_path), "accuracy": None}
+        row: dict[str, Any] = {"size_bytes": Path(path).stat().st_size, "accuracy": None}
+        row["parity"] = {"max_abs": _finite(report.max_abs), "cosine": _finite(report.cosine),
+                         "cosine_min": _finite(report.cosine_min), "top1_agreement": report.top1_agreement,
+                         "samples": report.samples}
+        row["cosine"] = row["parity"]["cosine"]
+        for target, key in ((fp32, "fp32"), (row, "quantized")):
+            target["latency_p50_ms"], target["latency_p90_ms"] = stats[key]["p50_ms"], stats[key]["p90_ms"]
+            target["latency_runs"] = stats[key]["runs"]
+        self.context.metrics["latency_measures"] = decoder_eval.measured(int(prompt.shape[1]))
+        return fp32, row
 
     def _auto(self) -> Mapping[str, Path]:
         from zoo.files import atomic_write_json
@@ -544,11 +750,17 @@ class _Run:
         names = list(self.config.candidates or CANDIDATES)
         fp32 = self.measure(self.fp32_path)
         rows, built = [], {}
+        summaries: dict[str, Any] = {}
         for name in names:
-            settings = resolve(self.config, name)
-            row: dict[str, Any] = {"name": name, "settings": asdict(settings)}
+            weight_only = name in WEIGHT_ONLY_CANDIDATES
+            settings = self._weight_only_settings(name) if weight_only else resolve(self.config, name)
+            row: dict[str, Any] = {"name": name, "settings": settings.record() if weight_only else asdict(settings)}
             try:
-                path = self.quantize(settings, self.work / "candidates" / f"{name}.onnx")
+                target = self.work / "candidates" / f"{name}.onnx"
+                if weight_only:
+                    path, summaries[name] = self._build_weight_only(settings, target)
+                else:
+                    path = self.quantize(settings, target)
                 built[name] = path
                 row.update(self.measure(path))
                 self._compare(row, fp32)
@@ -581,21 +793,28 @@ class _Run:
                              hint="relax `accept:`, calibrate on more samples, or keep the fp32 model"
                                   # the hint suggests the x86-avx2 types: pointless when auto tried them
                                   + ("" if "static-qdq-x86-avx2" in names
-                                     else saturation_hint(resolve(self.config, names[0]))))
+                                     else _first_int8_hint(self.config, names)))
         out = self.context.output_path("model.onnx")
         shutil.copyfile(built[chosen], out)  # already stamped and self-contained
         winner = next(r for r in rows if r["name"] == chosen)
-        self._record(resolve(self.config, chosen), winner, fp32)
+        if chosen in WEIGHT_ONLY_CANDIDATES:
+            self._record(self._weight_only_settings(chosen), winner, fp32)
+            self.context.metrics["weight_only"] = summaries[chosen]
+        else:
+            self._record(resolve(self.config, chosen), winner, fp32)
         self.context.metrics["chosen"] = chosen
         return {"model": out}
 
-    def _record(self, settings: Settings, row: dict[str, Any], fp32: dict[str, Any]) -> None:
+    def _record(self, settings: Any, row: dict[str, Any], fp32: dict[str, Any]) -> None:
+        weight_only = settings.mode == "weight_only"
+        calibrated = settings.mode == "static" or (weight_only and settings.algorithm == "gptq")
         self.context.metrics.update({
             "mode": self.config.mode,
             "preset": self.config.preset,
-            "settings": asdict(settings),
-            "calibration": ({"samples": self.config.calibration.samples, "method": settings.calibration,
-                             "seed": self.config.calibration.seed} if settings.mode == "static" else None),
+            "settings": settings.record() if weight_only else asdict(settings),
+            "calibration": ({"samples": self.config.calibration.samples,
+                             "method": "gptq" if weight_only else settings.calibration,
+                             "seed": self.config.calibration.seed} if calibrated else None),
             "size_bytes": row.get("size_bytes"),
             "fp32_size_bytes": fp32.get("size_bytes"),
             "accuracy": row.get("accuracy"),
@@ -631,6 +850,19 @@ def _accuracy(specs, outputs: Mapping[str, Any], labels) -> float | None:
     metrics = tasks.evaluate("classification", outputs, labels, tasks.scores_output(specs),
                              label_output=tasks.label_output(specs))
     return metrics.get("accuracy")
+
+
+def _first_int8_hint(config: QuantizeConfig, names: list[str]) -> str:
+    """`saturation_hint` of auto's first int8 candidate ('' when it tried weight-only ones only)."""
+    first = next((n for n in names if n not in WEIGHT_ONLY_CANDIDATES), None)
+    return saturation_hint(resolve(config, first)) if first else ""
+
+
+def _external_bytes(path: Path) -> int:
+    """Bytes of a model's external data files (beside it)."""
+    from zoo.pathsafety import external_data_files
+
+    return sum((path.parent / rel).stat().st_size for rel in external_data_files(path))
 
 
 def _finite(x: float) -> float | None:

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from zoo.manifest import describe_quantization
+
 if TYPE_CHECKING:
     from zoo.registry.manifest import FileRef, Manifest
     from zoo.site.sources import ZooSource
@@ -22,7 +24,9 @@ if TYPE_CHECKING:
 # 1: models → versions → builds, with the lineage graph and the site paths of the copied files;
 # 2: each build's `provider_options` (manifest schema 3; {} for builds that need none);
 # 3: each version's `speed` axis (latency, or a text-generation version's decode tokens/s) and each
-#    build's `speed` figure and `generation` figures (issue #35)
+#    build's `speed` figure and `generation` figures (issue #35); each build's `quantization` (manifest
+#    schema 4; null when not recorded) and `precision_detail` (its precision with how it was quantized:
+#    'int4 (weight-only rtn, 4 bits, block 32, ...)')
 SITE_SCHEMA_VERSION = 3
 SITE_FILE = "site.json"
 
@@ -202,6 +206,8 @@ def _build(m: "Manifest", b, metric: str, speed: str, vectors: list[dict], remot
     figures = b.metrics
     return {
         "name": b.name, "format": b.format, "precision": b.precision, "runtime": b.runtime, "portable": b.portable,
+        "quantization": dict(sorted(b.quantization.items())) if b.quantization else None,
+        "precision_detail": describe_quantization(b.precision, b.quantization),
         "verified": b.verified, "unverified_reason": b.unverified_reason, "measured_on": dict(b.measured_on),
         "execution_providers": list(b.execution_providers), "requires": dict(b.requires),
         "provider_options": {k: dict(v) for k, v in sorted(b.provider_options.items())},

@@ -176,7 +176,8 @@ def _builds_section(page: str, v: dict) -> str:
         names = _vector_names(b["name"], [t["path"] for t in b["test_vectors"]])
         vectors = "<br>".join(element("a", esc(n), href=href(page, t["href"]), title=t["path"]) if t["href"]
                               else esc(n) for n, t in zip(names, b["test_vectors"])) or '<span class="muted">none</span>'
-        cells = [f"<code>{esc(b['name'])}</code><br><span class=\"muted\">{esc(b['format'])} {esc(b['precision'])}</span>",
+        cells = [f"<code>{esc(b['name'])}</code><br><span class=\"muted\">{esc(b['format'])} "
+                 f"{esc(b.get('precision_detail') or b['precision'])}</span>",
                  f"<code>{esc(b['runtime'] or '-')}</code><br><span class=\"muted\">"
                  f"{esc(', '.join(b['execution_providers']))}</span>" + _provider_options(b),
                  _verified(b), esc(size(b["size"])), *([esc(number(b["latency_p50_ms"]))] if latency else []),
@@ -273,7 +274,7 @@ def _swatch(fill: str) -> str:
 def _tooltip(b: dict, metric: str) -> str:
     p50 = f"p50 {number(b['latency_p50_ms'])} ms, " if b["latency_p50_ms"] is not None or not b.get("generation") else ""
     lines = [f"{b['name']}: {metric} {number(b['quality'])}, {p50}{size(b['size'])}",
-             f"{b['format']} {b['precision']}, runtime {b['runtime'] or '-'}"]
+             f"{b['format']} {b.get('precision_detail') or b['precision']}, runtime {b['runtime'] or '-'}"]
     generation = [f"{label} {number(b['generation'][k])}" for k, label, _ in GENERATION_METRICS
                   if k in b.get("generation", {}) and k != metric]
     if generation:

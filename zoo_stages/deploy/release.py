@@ -140,7 +140,7 @@ class Release:
 
     def _one(self, name: str, spec: BuildSpec) -> tuple[Build, dict[str, Any] | None, str | None]:
         """Stage one build under builds/<name>/; returns its Build entry, conversion record, verified name."""
-        from zoo_stages.lib.onnx.model_info import describe
+        from zoo_stages.lib.onnx.model_info import describe, quantization_record
 
         source = self._source_model(name, spec)
         bdir = self.release / "builds" / name
@@ -187,5 +187,20 @@ class Release:
             metrics=dict(sorted(metrics.items())),
             test_vectors=[file_ref(self.release, p) for p in written],
             extra_files=[file_ref(self.release, p) for p in sorted(shipped.extra_files)],
+            quantization=quantization_record(source) if spec.convert is None else None,
         )
+        _check_name(self.ctx.log, name, build.precision)
         return build, shipped.conversion, vname
+
+
+_PRECISION_WORDS = ("fp32", "fp16", "bf16", "int8", "int4")
+
+
+def _check_name(log, name: str, precision: str) -> None:
+    """A warning when a build's name says one precision and its model is another (`cpu-int8` holding int4)."""
+    import re
+
+    said = [w for w in re.split(r"[-_.]", name) if w in _PRECISION_WORDS]
+    if said and precision not in said:
+        log.warning("deploy: build %s is named for %s but its model is %s; rename it (e.g. cpu-%s) or set "
+                    "builds.%s.precision", name, "/".join(said), precision, precision, name)

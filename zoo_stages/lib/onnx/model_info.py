@@ -31,6 +31,58 @@ _QUANT_OPS = {
 }
 
 
+# weight-only quantized blocks (onnxruntime's MatMulNBitsQuantizer): their `bits` attribute says the precision
+_WEIGHT_ONLY_OPS = {"MatMulNBits", "GatherBlockQuantized"}
+
+
+def weight_only_bits(model: "onnx.ModelProto") -> set[int]:
+    """The `bits` of the model's MatMulNBits / GatherBlockQuantized nodes (both default to 4)."""
+    found = set()
+    for node in model.graph.node:
+        if node.op_type in _WEIGHT_ONLY_OPS:
+            found.add(next((int(a.i) for a in node.attribute if a.name == "bits"), 4))
+    return found
+
+
+# MatMulNBits' accuracy_level by the names quantize's `weight_only.accuracy_level` gives them
+_ACCURACY_NAMES = {0: "unset", 1: "float32", 2: "float16", 3: "bfloat16", 4: "int8"}
+
+
+def quantization_record(path: Path) -> dict | None:
+    """How a model's weights were quantized, for its manifest entry: the ``zoo.quantization`` stamp
+    quantize's `mode: weight_only` writes, else what the graph's weight-only blocks say (bits, block
+    size, accuracy level: a model quantized elsewhere, e.g. onnxruntime-genai's int4); None for others."""
+    import json
+
+    from zoo_stages.lib.release.provenance import PREFIX, read_metadata
+
+    if Path(path).suffix.lower() != ".onnx":
+        return None
+    stamped = read_metadata(path).get(PREFIX + "quantization")
+    if stamped:
+        try:
+            record = json.loads(stamped)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            return {k: v for k, v in sorted(record.items()) if isinstance(v, (str, int, bool)) or v is None}
+    model = load_graph(path)
+    blocks = [n for n in model.graph.node if n.op_type in _WEIGHT_ONLY_OPS]
+    ops = {n.op_type for n in model.graph.node}
+    if not blocks or (ops - _WEIGHT_ONLY_OPS) & _QUANT_OPS or any(op.startswith("QLinear") for op in ops):
+        return None  # not weight-only: static/dynamic int8 (quantize's `linear: blockwise` has 8-bit blocks too)
+    attrs = [{a.name: a.i for a in n.attribute if a.type == a.INT} for n in blocks]
+    bits = sorted({a.get("bits", 4) for a in attrs})
+    sizes = sorted({a["block_size"] for a in attrs if "block_size" in a})
+    levels = sorted({a.get("accuracy_level", 0) for a, n in zip(attrs, blocks) if n.op_type == "MatMulNBits"})
+    record: dict = {"method": "weight_only", "bits": bits[0]}
+    if len(sizes) == 1:
+        record["block_size"] = sizes[0]
+    if len(levels) == 1:
+        record["accuracy_level"] = _ACCURACY_NAMES.get(levels[0], str(levels[0]))
+    return record
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """The outside of a model file: what the manifest records about a build."""
@@ -43,7 +95,7 @@ class ModelInfo:
     ir_version: int | None = None
     inputs: list[Port] = field(default_factory=list)
     outputs: list[Port] = field(default_factory=list)
-    precision: str | None = None  # fp32, fp16, int8 (None when it cannot be read, e.g. .ort)
+    precision: str | None = None  # fp32, fp16, int8, int4 (None when it cannot be read, e.g. .ort)
     external_data: list[str] = field(default_factory=list)  # relative locations of sidecar files
 
 
@@ -131,13 +183,17 @@ def session_ports(path_or_session: Any) -> tuple[list[Port], list[Port]]:
 
 
 def detect_precision(model: "onnx.ModelProto") -> str:
-    """fp32, fp16 or int8, read from the graph: quantization operators or 8-bit weights mean int8,
-    mostly-float16 weights mean fp16."""
+    """fp32, fp16, int8 or int4, read from the graph: quantization operators or 8-bit weights mean
+    int8; weight-only blocks alone (MatMulNBits, GatherBlockQuantized) mean int<their fewest bits>
+    (int4 when the LM head is kept at 8 bits); mostly-float16 weights mean fp16."""
     import onnx
 
     ops = {node.op_type for node in model.graph.node}
-    if ops & _QUANT_OPS or any(op.startswith("QLinear") for op in ops):
+    if (ops - _WEIGHT_ONLY_OPS) & _QUANT_OPS or any(op.startswith("QLinear") for op in ops):
         return "int8"
+    bits = weight_only_bits(model)
+    if bits:
+        return f"int{min(bits)}"
     sizes: dict[int, int] = {}
     for init in model.graph.initializer:
         n = 1

@@ -30,6 +30,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 # when full-range weights lose accuracy there.
 CANDIDATES = ("static-qdq", "static-qdq-per-channel", "static-qoperator", "static-qdq-blockwise",
               "static-qdq-x86-avx2", "dynamic-qint8", "dynamic-quint8")
+# Weight-only candidates (`mode: weight_only` at 4 or 8 bits, with the config's `weight_only:` settings):
+# tried only when `candidates:` names them, after the int8 ones, so the default search is unchanged.
+WEIGHT_ONLY_CANDIDATES = ("weight-only-int4", "weight-only-int8")
 
 
 @dataclass(frozen=True)

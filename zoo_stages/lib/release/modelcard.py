@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from zoo.errors import InvalidInput
-from zoo.manifest import Build, Manifest, describe_measured_on
+from zoo.manifest import Build, Manifest, describe_measured_on, describe_quantization
 
 FRONT_MATTER_DELIMITER = "---"
 
@@ -120,6 +120,8 @@ def _build_summary(b: Build) -> dict[str, Any]:
         out["unverified_reason"] = b.unverified_reason
     if b.measured_on:
         out["measured_on"] = dict(sorted(b.measured_on.items()))
+    if b.quantization:
+        out["quantization"] = dict(sorted(b.quantization.items()))
     return out
 
 
@@ -186,7 +188,8 @@ def _builds_section(m: Manifest) -> list[str]:
     header += [title for _, title in shown]
     rows = []
     for name, b in m.builds.items():
-        rows.append([f"`{name}`", f"`{b.file.path}`", b.format, b.precision, _fmt(b.opset), _size(b.file.size),
+        rows.append([f"`{name}`", f"`{b.file.path}`", b.format, describe_quantization(b.precision, b.quantization),
+                     _fmt(b.opset), _size(b.file.size),
                      f"`{b.runtime}`" if b.runtime else "-", ", ".join(b.execution_providers),
                      ", ".join(_requirement(k, v) for k, v in sorted(b.requires.items())) or "-",
                      _fmt(b.verified) + (" (portable)" if b.portable else "")]
