@@ -19,6 +19,8 @@ torch and transformers are imported inside functions.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -159,7 +161,43 @@ def export(model: Any, exporter: str, opset: int, work: Any) -> Any:
                               opset_version=opset, dynamic_axes=axes, do_constant_folding=True)
     proto = onnx.load(str(raw))
     name_dimensions(proto)
+    name_weight_nodes(proto)
     return proto
+
+
+def name_weight_nodes(proto: Any) -> None:
+    """Name each node that reads a weight (a MatMul's or Gemm's constant matrix, a Gather's table)
+    after the module it comes from, as onnxruntime-genai's builder names them: ``/lm_head/MatMul``,
+    ``/model/layers.0/self_attn/q_proj/MatMul``, ``/model/embed_tokens/Gather``. Dynamo calls them
+    ``node_linear_14``; with module names, quantize's `exclude`/`keep_8bit` patterns (``*lm_head*``)
+    mean the same layers for either exporter. The module path is read from the node's
+    ``pkg.torch.onnx.name_scopes`` metadata (dropped later with the rest); a node without it keeps
+    its name. TorchScript's names are module paths already."""
+    import ast
+
+    weights = {i.name for i in proto.graph.initializer}
+    taken = {n.name for n in proto.graph.node}
+    for node in proto.graph.node:
+        reads = node.input[1] if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1 else \
+            node.input[0] if node.op_type == "Gather" and node.input else None
+        if reads not in weights:
+            continue
+        scopes = next((m.value for m in node.metadata_props if m.key == "pkg.torch.onnx.name_scopes"), None)
+        try:
+            modules = [x for x in ast.literal_eval(scopes) if isinstance(x, str) and x.startswith("inner.")]
+        except (ValueError, SyntaxError):
+            continue
+        if not modules:
+            continue
+        path = re.sub(r"/(\d+)(?=/|$)", r".\1", modules[-1].removeprefix("inner.").replace(".", "/"))  # layers.0
+        base = f"/{path}/{node.op_type}"
+        name, k = base, 0
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.discard(node.name)
+        taken.add(name)
+        node.name = name
 
 
 def name_dimensions(proto: Any) -> None:
