@@ -1,12 +1,11 @@
 """train for `task: text-generation`: a transformers `*ForCausalLM` built from a config (Llama and
 Qwen2 families) fitted on a corpus's `input_ids` blocks with the next-token loss; the same
 checkpoint bytes in two runs, held-out perplexity that falls with training, Hugging Face's keys,
-the tokenizer's end-of-text ids in the config, the equivalence hook judging by held-out perplexity;
-and the shipped recipe's train end to end (slow)."""
+the tokenizer's end-of-text ids in the config, the equivalence hook judging by held-out perplexity
+(the shipped recipe end to end is tests/test_recipe_pydoc_llama.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -148,29 +147,6 @@ def test_the_tokenizer_files_load_in_transformers_and_encode_as_the_blocks_were_
     assert (fast.eos_token, fast.eos_token_id, fast.bos_token_id) == ("<|endoftext|>", 0, 0)
     assert fast.decode(own) == text
     assert getattr(fast, "chat_template", None) is None  # a base language model has none
-
-
-@pytest.mark.slow
-def test_the_shipped_pydoc_llama_recipe_trains_to_a_low_held_out_perplexity(tmp_path):
-    """The shipped recipe's train stage as a user runs it (about 3-4 minutes on one thread): the
-    recipe copied as a fresh clone has it, its other stages left out."""
-    import yaml
-
-    from cli_helpers import zoo
-    from shipped_recipes import copy_recipe
-
-    recipe = copy_recipe("pydoc-llama", tmp_path)
-    doc = yaml.safe_load(recipe.read_text())
-    doc["stages"] = {"train": doc["stages"]["train"]}
-    recipe.write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = {"ZOO_CACHE_DIR": str(tmp_path / "cache"), "ZOO_HOME": str(tmp_path / "home")}
-    cli = zoo("run", recipe, "--json", env=env, timeout=1200)
-    assert cli.code == 0, cli.text
-    [train] = json.loads(cli.out)["stages"]
-    metrics = train["metrics"]
-    assert metrics["val_perplexity"] < 800 and metrics["num_parameters"] == 5_245_184  # vocabulary: 4096
-    history = metrics["history"]
-    assert history[-1]["val_perplexity"] < history[0]["val_perplexity"]
 
 
 def test_validating_and_planning_the_shipped_recipe_import_no_torch_onnx_or_onnxruntime():

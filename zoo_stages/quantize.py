@@ -103,7 +103,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from zoo.errors import GateFailed, InvalidInput, StageFailed
 from zoo.stage import Inputs, KeyContext, KindConfig, StageContext, StageKind
@@ -191,6 +191,15 @@ class QuantizeConfig(KindConfig):
         None, description="mode: weight_only only: algorithm, bits, block size, symmetric, accuracy level, "
                           "layers excluded or kept at 8 bits (defaults: rtn, 4 bits, blocks of 32, int8 compute)")
     model_from: str | None = Field(None, description="upstream stage id whose `model` to quantize (default: the only one)")
+
+    @model_serializer(mode="wrap")
+    def _record(self, handler):
+        """`weight_only` enters the stage's record only where it is set: the records (and lockfiles)
+        of the int8 modes stay those of the config without it."""
+        data = handler(self)
+        if "weight_only" not in self.model_fields_set:
+            data.pop("weight_only", None)
+        return data
 
     @field_validator("activation_type", "weight_type", mode="before")
     @classmethod
