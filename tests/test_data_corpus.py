@@ -142,7 +142,7 @@ def test_the_committed_pydoc_corpus_is_split_by_topic():
 
 def test_the_task_of_a_corpus_or_a_causal_lm_is_text_generation(tmp_path):
     assert task_kind("text-generation") == "generation"
-    assert task_kind("image-generation") == "generic"  # only text generation has a generation's metrics
+    assert task_kind("image-generation") == "generation"  # any *-generation: a decoder's metrics (verify)
     assert infer_task(PYDOC, None, REPO / "recipes") == "text-generation"
     for arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Phi3ForCausalLM"):
         assert infer_task(None, {"framework": "transformers", "architecture": arch}, tmp_path) == "text-generation"

@@ -31,7 +31,7 @@ def test_the_readme_block_is_normalised_and_shows_the_main_job():
     lines = readme_excerpt.normalise(BLOCK)
     assert [line.rstrip() for line in BLOCK.splitlines()] == lines
     assert lines[0] == "$ zoo run recipes/alexnet.yaml" and "published alexnet@1.0.0" in lines
-    assert any(line.startswith("alexnet@1.0.0: 6 ran, 0 cached") for line in lines)
+    assert any(line.startswith("alexnet@1.0.0: 7 ran, 0 cached") for line in lines)
     assert lines[-1].endswith("/builds/cpu-int8/model.onnx")
 
 

@@ -216,8 +216,13 @@ def test_a_kind_declaring_an_unknown_field_is_refused():
 def test_the_known_sections_are_the_recipes(tmp_path):
     recipe = load(write_recipe(tmp_path, READER))
     assert set(keys.section_fields()) == set(recipe.shared())
-    assert all(set(fields or ()) == set(recipe.shared()[name] or ()) for name, fields in keys.section_fields().items()
-               if isinstance(recipe.shared()[name], dict))
+    # a field added after lockfiles recorded its whole section is left out of the plain value while
+    # unset (data.block_size: zoo_stages.sections.data._OMITTED_WHEN_UNSET), so old records stay
+    from zoo_stages.sections.data import _OMITTED_WHEN_UNSET
+
+    omitted = {"data": set(_OMITTED_WHEN_UNSET)}
+    assert all(set(fields or ()) == set(recipe.shared()[name] or ()) | omitted.get(name, set())
+               for name, fields in keys.section_fields().items() if isinstance(recipe.shared()[name], dict))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,7 +266,7 @@ OTHER = {
     "data.val_fraction": 0.3, "data.split_seed": 1, "data.limit": 100,
     # key computation reads only the data's files: these need not suit the digits source
     "data.text": "t", "data.tokenizer": {"train": {"vocab_size": 100}}, "data.max_length": 16,
-    "data.token_type_ids": True, "data.image": {"size": [8, 6]}, "data.inputs": {"a": ["x"]}, "data.input": "x",
+    "data.token_type_ids": True, "data.block_size": 64, "data.image": {"size": [8, 6]}, "data.inputs": {"a": ["x"]}, "data.input": "x",
     "data.columns": ["x"], "data.label": "z", "data.normalize": "standard",
     "data.repo": "../elsewhere", "data.rev": "f" * 40, "data.format": "csv",  # dvc's fields (source stays digits)
     "task": "object-detection",

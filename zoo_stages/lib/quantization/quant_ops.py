@@ -14,6 +14,20 @@ from pathlib import Path
 from zoo.errors import StageFailed
 
 
+def name_nodes(model):
+    """`model` with every node named (onnxruntime's quantizers exclude and configure nodes by name):
+    an unnamed node becomes OPTYPE_INDEX, underscores added until the name is free."""
+    taken = {n.name for n in model.graph.node if n.name}
+    for i, node in enumerate(model.graph.node):
+        if not node.name:
+            name = f"{node.op_type}_{i}"
+            while name in taken:
+                name += "_"
+            node.name = name
+            taken.add(name)
+    return model
+
+
 def linear_nodes(path: Path, named: Path) -> tuple[Path, list[str]]:
     """(model path, names of its fully connected nodes): Gemm, and MatMul whose second input is
     an initializer (the layers MatMulNBits can take). The quantizer excludes nodes by name, so
@@ -28,15 +42,7 @@ def linear_nodes(path: Path, named: Path) -> tuple[Path, list[str]]:
         return path, [n.name for n in linear]
     from zoo_stages.lib.onnx import onnx_io
 
-    model = onnx_io.load_model(path)
-    taken = {n.name for n in model.graph.node if n.name}
-    for i, node in enumerate(model.graph.node):
-        if not node.name:
-            name = f"{node.op_type}_{i}"
-            while name in taken:
-                name += "_"
-            node.name = name
-            taken.add(name)
+    model = name_nodes(onnx_io.load_model(path))
     onnx_io.save_model(model, named)
     return linear_nodes(named, named)
 

@@ -164,11 +164,12 @@ def quantize(src: Path, target: Path, settings: WeightOnlySettings,
     from onnxruntime.quantization.onnx_model import ONNXModel
 
     from zoo_stages.lib.onnx import onnx_io
+    from zoo_stages.lib.quantization import quant_ops
 
     model = onnx_io.load_model(src, cap_ir_version=False)
     wrapped = ONNXModel(model)
     wrapped.replace_gemm_with_matmul()  # MatMulNBits takes MatMul only
-    model = _named(wrapped.model)
+    model = quant_ops.name_nodes(wrapped.model)
     weights = {t.name for t in model.graph.initializer}
     layers = [n.name for n in model.graph.node if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in weights]
     gathers = [n.name for n in model.graph.node if n.op_type == "Gather" and n.input and n.input[0] in weights]
@@ -245,19 +246,6 @@ def _pass(model, algorithm: str, bits: int, settings: WeightOnlySettings, *, exc
 def _layer_names(model) -> list[str]:
     weights = {t.name for t in model.graph.initializer}
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in weights]
-
-
-def _named(model):
-    """`model` with every node named (the quantizer excludes and configures nodes by name)."""
-    taken = {n.name for n in model.graph.node if n.name}
-    for i, node in enumerate(model.graph.node):
-        if not node.name:
-            name = f"{node.op_type}_{i}"
-            while name in taken:
-                name += "_"
-            node.name = name
-            taken.add(name)
-    return model
 
 
 def _import_microsoft_domain(model) -> None:
