@@ -10,7 +10,10 @@ onnxruntime-genai's model builder makes of the same weights (prints figures; nev
 2. zoo: one `zoo run` of a temporary recipe (its own ZOO_CACHE_DIR/ZOO_HOME): train → export
    (torch.onnx with the KV cache, the fp32 build) → quantize `mode: weight_only`, 4 bits: RTN with
    block 32 and int8 compute ("zoo int4 rtn"), and k-quant with the LM head kept at 8 bits
-   ("zoo int4 k_quant"). The better of the two by decode speed at equal quality is "zoo int4".
+   ("zoo int4 k_quant"); and train → export with `exporter: genai` (onnxruntime-genai's builder
+   inside zoo's export: fused attention, fp32) → the same k-quant ("zoo int4 k_quant, genai
+   export"). The fastest at 1 thread is "zoo int4" for the goals; the builder comparison takes the
+   fastest at each thread count.
 3. The peer: onnxruntime-genai's model builder (`-p int4 -e cpu`, its defaults) on a local
    Hugging Face folder holding the trained checkpoint, config and tokenizer: the same weights.
 4. Timing: every model in ONE process with the project's onnxruntime, through zoo's decoding loop
@@ -57,7 +60,8 @@ SIZES: dict[str, dict[str, int]] = {
     "large": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16,
               "num_key_value_heads": 4},
 }
-INT4 = {"zoo int4 rtn": "quantize_rtn", "zoo int4 k_quant": "quantize_kquant"}
+INT4 = {"zoo int4 rtn": "quantize_rtn", "zoo int4 k_quant": "quantize_kquant",
+        "zoo int4 k_quant, genai export": "quantize_genai"}
 SPEED_GOAL = 2.5
 PPL_GOAL = 0.05
 AGREEMENT_GOAL = 0.90
@@ -104,6 +108,17 @@ stages:
   quantize_kquant:
     kind: quantize
     needs: [export]
+    config:
+      mode: weight_only
+      weight_only: {{algorithm: k_quant, bits: 4, block_size: 32, accuracy_level: int8, keep_8bit: ["*lm_head*"]}}
+      accept: {{min_cosine: 0.0, min_speedup: 0.0}}
+  export_genai:                 # the same weights through onnxruntime-genai's builder (fused attention), fp32
+    kind: export
+    needs: [train]
+    config: {{exporter: genai}}
+  quantize_genai:
+    kind: quantize
+    needs: [export_genai]
     config:
       mode: weight_only
       weight_only: {{algorithm: k_quant, bits: 4, block_size: 32, accuracy_level: int8, keep_8bit: ["*lm_head*"]}}
@@ -238,7 +253,8 @@ def run(work: Path, args) -> None:
     export_genai = output_path(summary, "export", "genai")
     models: dict[str, tuple[Path, Path]] = {"zoo fp32": (output_path(summary, "export"), export_genai)}
     for name, stage_id in INT4.items():
-        models[name] = (output_path(summary, stage_id), export_genai)
+        genai = output_path(summary, "export_genai", "genai") if stage_id == "quantize_genai" else export_genai
+        models[name] = (output_path(summary, stage_id), genai)
     print("onnxruntime-genai's builder, -p int4 -e cpu (defaults) …", flush=True)
     built, seconds = builder_int4(work, recipe, output_path(summary, "train", "checkpoint"), export_genai)
     models["builder int4"] = (built / "model.onnx", built)
@@ -272,14 +288,16 @@ def run(work: Path, args) -> None:
 
     one = min(timings)
     best = max(INT4, key=lambda n: timings[one][n]["tokens_per_s"])
+    fastest = {t: max(INT4, key=lambda n: timings[t][n]["tokens_per_s"]) for t in timings}
     fp32, peer = "zoo fp32", "builder int4"
     speed = timings[one][best]["tokens_per_s"] / timings[one][fp32]["tokens_per_s"]
     ppl_up = figures[best]["perplexity"] / figures[fp32]["perplexity"] - 1
     goals = [
         (f"{best} decode >= {SPEED_GOAL}x zoo fp32 ({one} thread)", speed >= SPEED_GOAL, f"{speed:.2f}x"),
-        *[(f"{best} at least as fast as the builder's int4 ({t} thread(s))",
-           timings[t][best]["tokens_per_s"] >= timings[t][peer]["tokens_per_s"],
-           f"{timings[t][best]['tokens_per_s']:.1f} vs {timings[t][peer]['tokens_per_s']:.1f} tok/s") for t in timings],
+        *[(f"zoo int4 ({fastest[t]}, the fastest at {t} thread(s)) at least as fast as the builder's int4",
+           timings[t][fastest[t]]["tokens_per_s"] >= timings[t][peer]["tokens_per_s"],
+           f"{timings[t][fastest[t]]['tokens_per_s']:.1f} vs {timings[t][peer]['tokens_per_s']:.1f} tok/s")
+          for t in timings],
         (f"{best} perplexity no worse than the builder's int4", figures[best]["perplexity"] <= figures[peer]["perplexity"],
          f"{figures[best]['perplexity']:.3f} vs {figures[peer]['perplexity']:.3f}"),
         (f"{best} perplexity <= {PPL_GOAL:.0%} above fp32", ppl_up <= PPL_GOAL, f"{ppl_up:+.2%}"),

@@ -47,7 +47,8 @@ output is one self-contained file.
   rows of 32 random token ids), against the fp32 parent's position by position (`parity`: cosine,
   next-token top-1 agreement; `accept.min_cosine`), and timed as a generation at batch 1 (a
   prefill of up to 32 tokens, then 16 greedy decode steps through the KV cache: `latency_measures`
-  says so); the cache's head size comes from the upstream's `genai_config.json` where it ships one.
+  says so); the cache's head size comes from the upstream's `genai_config.json` (beside its model or
+  in a causal LM export's `genai` output) where it ships one.
 
 Quality follows the recipe's `task:`: accuracy of the first (samples, classes) float output for
 classification with labelled data, and for every task the parity of the int8 outputs against the
@@ -331,6 +332,8 @@ class _Run:
         self.task = tasks.kind_of(context.shared.get("task") or "image-classification")  # the recipe's default
         self.declared = (context.shared.get("model") or {}).get("inputs")
         self.src = inputs.stage(config.model_from).outputs["model"] if config.model_from else inputs.one("model")
+        # a causal LM export's `genai` output (genai_config.json: the head size its cache inputs leave symbolic)
+        self.genai = [Path(path) for _, path in sorted(inputs.all("genai").items())]
         from zoo_stages.lib.release import provenance
 
         # every model this run writes (the output, auto's candidates) carries the same stamp
@@ -717,7 +720,7 @@ class _Run:
     def _head_size(self) -> int | None:
         from zoo_stages.lib.quantization import decoder_eval
 
-        return decoder_eval.head_size(self.fp32_path, Path(self.src))
+        return decoder_eval.head_size(self.fp32_path, Path(self.src), *self.genai)
 
     def _decoder_pair(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         """(fp32 row, quantized row) of a decoder: prefill logits compared, a generation timed
