@@ -67,6 +67,16 @@ PPL_GOAL = 0.05
 AGREEMENT_GOAL = 0.90
 
 
+RTN = "{algorithm: rtn, bits: 4, block_size: 32, accuracy_level: int8}"
+KQUANT = '{algorithm: k_quant, bits: 4, block_size: 32, accuracy_level: int8, keep_8bit: ["*lm_head*"]}'
+
+
+def _weight_only(stage_id: str, source: str, settings: str) -> str:
+    """A weight-only int4 quantize stage of `source`'s model (accept rules off: the bench judges)."""
+    return (f"  {stage_id}:\n    kind: quantize\n    needs: [{source}]\n    config:\n      mode: weight_only\n"
+            f"      weight_only: {settings}\n      accept: {{min_cosine: 0.0, min_speedup: 0.0}}\n")
+
+
 def zoo_recipe(size: str, epochs: int) -> str:
     config = {**SIZES[size], "max_position_embeddings": 512, "tie_word_embeddings": False}
     return f"""\
@@ -98,32 +108,12 @@ stages:
       seed: 0
       threads: 2
   export: {{}}
-  quantize_rtn:
-    kind: quantize
-    needs: [export]
-    config:
-      mode: weight_only
-      weight_only: {{algorithm: rtn, bits: 4, block_size: 32, accuracy_level: int8}}
-      accept: {{min_cosine: 0.0, min_speedup: 0.0}}
-  quantize_kquant:
-    kind: quantize
-    needs: [export]
-    config:
-      mode: weight_only
-      weight_only: {{algorithm: k_quant, bits: 4, block_size: 32, accuracy_level: int8, keep_8bit: ["*lm_head*"]}}
-      accept: {{min_cosine: 0.0, min_speedup: 0.0}}
+{_weight_only("quantize_rtn", "export", RTN)}{_weight_only("quantize_kquant", "export", KQUANT)}\
   export_genai:                 # the same weights through onnxruntime-genai's builder (fused attention), fp32
     kind: export
     needs: [train]
     config: {{exporter: genai}}
-  quantize_genai:
-    kind: quantize
-    needs: [export_genai]
-    config:
-      mode: weight_only
-      weight_only: {{algorithm: k_quant, bits: 4, block_size: 32, accuracy_level: int8, keep_8bit: ["*lm_head*"]}}
-      accept: {{min_cosine: 0.0, min_speedup: 0.0}}
-"""
+{_weight_only("quantize_genai", "export_genai", KQUANT)}"""
 
 
 def builder_int4(work: Path, recipe: Path, checkpoint: Path, genai_out: Path) -> tuple[Path, float]:
