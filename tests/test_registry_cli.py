@@ -11,7 +11,7 @@ from zoo.registry.store import LocalZoo
 from registry_servers import make_staging
 
 HEAVY = ("onnx", "onnxruntime", "torch", "fsspec", "dvc", "huggingface_hub", "boto3", "s3fs", "gcsfs", "adlfs", "azure",
-         "paramiko", "rich")
+         "paramiko", "rich", "cyclonedx")
 
 
 def _publish(tmp_path: Path, **kw) -> LocalZoo:
