@@ -125,14 +125,18 @@ def _print_field(key: str, value) -> None:
 def show_cmd(
     ref: str = RefArg,
     remote: Optional[str] = RemoteOpt,
+    bom: bool = typer.Option(False, "--bom", help="Print the version's bill of materials (CycloneDX 1.6 JSON) as "
+                                                  "it is stored; with --json: {schema_version, ref, source, sha256, bom}."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Show a version: its builds, metrics, lineage and tags."""
+    """Show a version: its builds, metrics, lineage, tags and bill of materials."""
     from zoo.formatting import metric, ms, short_sha, size
     from zoo.registry.manifest import describe_measured_on
     from zoo.cli.tables import Col
     from zoo.registry import api
 
+    if bom:
+        return _print_bom(api.bom(ref, remote=remote), as_json)
     data = api.show(ref, remote=remote)
     if as_json:
         return _print_json(data)
@@ -192,6 +196,47 @@ def show_cmd(
         print("imported from:")
         for k, v in imported.items():
             _print_field(k, v)
+    _print_bom_summary(data)
+
+
+def _print_bom(found: dict, as_json: bool) -> None:
+    """`zoo show --bom`: the attachment's bytes as stored (JSON already: what tools read), or wrapped for --json."""
+    import json
+
+    if as_json:
+        return _print_json({k: v for k, v in found.items() if k != "document"} | {"bom": json.loads(found["document"])})
+    text = found["document"].decode("utf-8", "replace")
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def _print_bom_summary(data: dict) -> None:
+    """The bill of materials in a few lines: what it lists by type, the datasets, sources and parents
+    with their digests and licenses, the tools and their versions (`zoo show --bom` prints it whole)."""
+    from zoo.formatting import short_sha, size
+
+    bom = data.get("bom")
+    if not bom:
+        where = "" if data["source"] == "local" else f" on {data['source']}"
+        print(f"bill of materials: none{where} (published before zoo made them"
+              + ("; `zoo release` of its recipe adds one)" if data["source"] == "local" else ", or by an older zoo)"))
+        return
+    print(f"bill of materials: CycloneDX {bom.get('spec_version') or '?'}, {size(bom['size'])}, "
+          f"sha256 {short_sha(bom['sha256'])} (`zoo show {data['name']}@{data['version']} --bom` prints it)")
+    if bom["components"]:
+        _print_wrapped(["  components: " + ", ".join(f"{n} {t}" for t, n in bom["components"].items())])
+
+    def described(e: dict) -> str:
+        digest = f"sha256 {short_sha(e['sha256'])}" if e.get("sha256") else \
+            f"blake3 {short_sha(e['blake3'])}" if e.get("blake3") else "no digest"
+        name = f"{e['name']}@{e['version']}" if e.get("version") else e["name"]
+        return f"{name} ({digest}, license {e.get('license') or 'not recorded'})"
+
+    for key, label in (("datasets", "datasets"), ("sources", "upstream"), ("parents", "parents")):
+        if bom[key]:
+            _print_wrapped([f"  {label}: " + "; ".join(described(e) for e in bom[key])])
+    if bom["tools"]:
+        _print_wrapped(["  tools: " + ", ".join(f"{t['name']} {t.get('version') or '?'}" for t in bom["tools"])])
 
 
 # the generation table's headers, short enough for 80 columns, and which give way first on a narrower one

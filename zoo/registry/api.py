@@ -19,7 +19,7 @@ from zoo.registry.refs import parse_pinned, parse_ref, version_key
 from zoo.registry.store import LocalZoo
 from zoo.storage.metered import MeteredBackend
 
-__all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "push", "tag", "rm", "fsck",
+__all__ = ["ModelSummary", "list_models", "list_versions", "show", "bom", "search", "pull", "push", "tag", "rm", "fsck",
            "remote_add", "remote_list", "remote_remove", "remote_gc", "PullResult", "VersionInfo", "to_json"]
 
 
@@ -90,21 +90,68 @@ def list_models(*, remote: str | None = None, zoo: LocalZoo | None = None) -> li
 
 
 def show(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
-    """The manifest of `ref` plus its tags and, for each build, whether it is downloaded locally."""
+    """The manifest of `ref` plus its tags, for each build whether it is downloaded locally, and `bom`:
+    what its bill of materials lists (`zoo.registry.bom.summary`, with the attachment's sha256), None
+    when the version carries none."""
+    from zoo.registry.bom import summary
+
     zoo = _zoo(zoo)
-    r = parse_ref(ref)
-    if remote:
-        rz = _remote(remote, zoo)
-        manifest = rz.resolve(r)
-        tags = rz.tags(r.name)
-    else:
-        manifest = zoo.resolve(r)
-        tags = zoo.tags(r.name)
+    manifest, tags, attached = _version(ref, remote, zoo)
     data = manifest.model_dump(mode="json")
     data["tags"] = sorted(t for t, v in tags.items() if v == manifest.version)
     data["source"] = remote or "local"
     data["downloaded"] = {b: not zoo.missing(zoo.build_files(manifest, b)) for b in manifest.builds}
+    data["bom"] = summary(attached) if attached is not None else None
     return data
+
+
+def _version(ref: str, remote: str | None, zoo: LocalZoo, *, strict: bool = False
+             ) -> tuple[Manifest, dict[str, str], bytes | None]:
+    """(manifest, tags of its model, the bytes of its BOM attachment or None) of `ref`, locally or on `remote`.
+    A remote's attachment it refuses (`attachments.check`: too large) is None unless `strict`, which raises:
+    `zoo show` still shows the version."""
+    from zoo.errors import AccessDenied, SourceUnreachable, StorageError
+    from zoo.registry.attachments import BOM
+
+    r = parse_ref(ref)
+    if remote:
+        rz = _remote(remote, zoo)
+        manifest = rz.resolve(r)
+        try:
+            attached = rz.read_attachments(manifest.name, manifest.version).get(BOM)
+        except StorageError as e:
+            if strict or isinstance(e, (SourceUnreachable, AccessDenied)):  # not the attachment's fault
+                raise
+            attached = None
+        return manifest, rz.tags(r.name), attached
+    manifest = zoo.resolve(r)
+    return manifest, zoo.tags(r.name), zoo.attachments(manifest.name, manifest.version).get(BOM)
+
+
+def bom(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
+    """The bill of materials of `ref` (locally or on `remote`): ``{ref, source, sha256, document}``,
+    `document` the attachment's CycloneDX JSON as bytes. NotFound when the version carries none;
+    InvalidInput when its bytes are not JSON (a stranger's attachment is shown, never trusted)."""
+    import hashlib
+    import json
+
+    from zoo.errors import InvalidInput
+    from zoo.registry.attachments import BOM
+    from zoo.registry.codec import json_problem
+
+    manifest, _, data = _version(ref, remote, _zoo(zoo), strict=True)
+    where = f"remote {remote}" if remote else "the local zoo"
+    if data is None:
+        hint = ("it was published before zoo made bills of materials; `zoo release` of its recipe adds one"
+                if not remote else f"it was pushed to {remote} before zoo made bills of materials (or by an older zoo)")
+        raise NotFound(f"{manifest.ref} in {where} carries no bill of materials ({BOM})", hint=hint)
+    try:
+        json.loads(data)  # valid JSON holds no raw control character: safe to print to a terminal as it is
+    except (ValueError, RecursionError) as e:
+        raise InvalidInput(f"{manifest.ref}: the {BOM} in {where} is not valid JSON ({json_problem(e)})",
+                           hint="the attachment is damaged or was not written by zoo") from None
+    return {"ref": manifest.ref, "source": remote or "local", "sha256": hashlib.sha256(data).hexdigest(),
+            "document": data}
 
 
 def search(text: str = "", *, task: str | None = None, tag: str | None = None, max_latency: float | None = None,

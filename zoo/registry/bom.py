@@ -5,7 +5,7 @@ What it lists, and where each part comes from:
 - the model (``metadata.component``, type ``machine-learning-model``, with a ``modelCard``: task,
   ports, datasets, every build's recorded metrics) and its license: the manifest;
 - each build (a ``machine-learning-model`` component, SHA-256 of its model file; its external data
-  and test vectors nested as ``file`` components) and the version-level files (card, zoo.lock,
+  and test vectors nested as ``file`` components) and the version-level files (zoo.lock, the
   provenance statement): the manifest;
 - the dataset split the stages trained and evaluated on (``data``, its BLAKE3 digest): the provenance
   statement's ``data:split`` material; the files the stages read (a CSV, an imported ONNX file, user
@@ -21,9 +21,12 @@ It is derived data, not a stage's output: deploy's bytes (which every shipped lo
 change, and a version published before the BOM existed gets one from the same files. The registry
 makes it once a version is committed and stores it as an attachment beside the manifest.
 
-Determinism: the same manifest and files give the same bytes. The serial number is a UUID derived from
-the inputs' digests, the timestamp is the manifest's ``created``, bom-refs are names (never random),
-and the JSON is written with sorted keys.
+Determinism: the BOM is a function of the version's content (`zoo.registry.codec.content_key`: what
+makes two publishes "the same version"), so two machines that publish the same version make the same
+bytes, and pushing it from either is still a no-op. Left out with what the content key leaves out:
+the publish time (no ``metadata.timestamp``, which CycloneDX makes optional), the timing metrics and
+the model card that shows them. The serial number is a UUID of the content key, bom-refs are names
+(never random), and the JSON is written with sorted keys.
 
 zoo.lock and the statement may be a stranger's (a pulled version): each is read within a size bound
 (YAML through `zoo.yamlio`'s limits), and every value is checked before use: a missing, malformed or
@@ -42,7 +45,6 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from zoo.registry.manifest import NAME_RE, VERSION_RE, Manifest
@@ -57,7 +59,6 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 DIST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
 PARENT = re.compile(r"^zoo:([a-z0-9][a-z0-9._-]*)@([^#\s]+)(?:#([a-z0-9][a-z0-9._-]*))?$")
 NAMESPACE = uuid.UUID("6f1d1d4e-2c7a-5b36-9a52-7a6f6f2d626f")  # zoo's namespace for the BOM's serial numbers
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the timestamp of a manifest that has no `created`
 
 
 @dataclass
@@ -180,21 +181,6 @@ def _add_source(parts: Parts, source: str, uri: str | None, sha256: str | None, 
                               "attribution": attribution})
 
 
-def _serial(manifest: Manifest) -> uuid.UUID:
-    """A UUID of the inputs: the manifest's canonical bytes, which hold the sha256 of every file read."""
-    from zoo.registry.codec import dump_manifest
-
-    h = hashlib.sha256(dump_manifest(manifest))
-    return uuid.uuid5(NAMESPACE, f"zoo-bom:{BOM_SCHEMA_VERSION}:{h.hexdigest()}")
-
-
-def _created(manifest: Manifest) -> datetime:
-    try:
-        return datetime.fromisoformat(manifest.created.replace("Z", "+00:00")) if manifest.created else EPOCH
-    except ValueError:
-        return EPOCH
-
-
 def build_bom(manifest: Manifest, read: Callable[[str], bytes | None]) -> bytes:
     """The CycloneDX 1.6 JSON of `manifest`'s version; `read(path)` gives the bytes of one of its
     version-level files (zoo.lock, the provenance statement), None when the zoo lacks it."""
@@ -205,6 +191,10 @@ def build_bom(manifest: Manifest, read: Callable[[str], bytes | None]) -> bytes:
     from cyclonedx.output import make_outputter
     from cyclonedx.schema import OutputFormat, SchemaVersion
 
+    from zoo.registry.codec import content_key
+
+    key = content_key(manifest)  # holds the sha256 of every file read: the serial number covers them
+    manifest = Manifest.model_validate_json(key)  # without the publish time, the timings and the card
     parts = read_parts(manifest, read)
 
     def props(values: dict[str, Any]) -> list:
@@ -235,7 +225,7 @@ def build_bom(manifest: Manifest, read: Callable[[str], bytes | None]) -> bytes:
                               "build.verified": b.verified, "build.portable": b.portable,
                               "build.execution_providers": ", ".join(b.execution_providers)}),
             components=[file_component(f, prefix) for f in [*b.extra_files, *b.test_vectors]]))
-    for ref in ([manifest.card] if manifest.card else []) + list(manifest.files):
+    for ref in manifest.files:
         components.append(file_component(ref, ""))
     for d in parts.datasets:
         components.append(Component(
@@ -267,8 +257,9 @@ def build_bom(manifest: Manifest, read: Callable[[str], bytes | None]) -> bytes:
             type=ComponentType.LIBRARY, name=dist, version=version, bom_ref=f"tool:{dist}@{version}",
             purl=_purl(dist, version), properties=props({"stages": ", ".join(sorted(stages))})))
 
-    bom = Bom(serial_number=_serial(manifest), metadata=BomMetaData(
-        timestamp=_created(manifest), component=model,
+    serial = uuid.uuid5(NAMESPACE, f"zoo-bom:{BOM_SCHEMA_VERSION}:{hashlib.sha256(key).hexdigest()}")
+    bom = Bom(serial_number=serial, metadata=BomMetaData(
+        component=model,
         tools=ToolRepository(components=[Component(type=ComponentType.APPLICATION, name="zoo-onnx",
                                                    bom_ref="tool:zoo-onnx")]),
         properties=[Property(name="zoo:bom_schema_version", value=str(BOM_SCHEMA_VERSION)),
@@ -277,6 +268,7 @@ def build_bom(manifest: Manifest, read: Callable[[str], bytes | None]) -> bytes:
         bom.components.add(c)
     bom.register_dependency(model, components)
     document = json.loads(make_outputter(bom, OutputFormat.JSON, SchemaVersion.V1_6).output_as_string())
+    del document["metadata"]["timestamp"]  # the publish time is not the version's content (above)
     _model_card(document["metadata"]["component"], manifest, parts)
     for c in document.get("components", []):
         if c.get("type") == "data":

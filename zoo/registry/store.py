@@ -365,6 +365,7 @@ class LocalZoo:
             if current is None or self.get(manifest.name, current) is None or \
                     (current != manifest.version and moves_latest(current, manifest.version)):
                 self.ensure_latest(manifest.name)  # a first attempt killed before it moved `latest`
+            self.ensure_bom(kept)  # a version published before BOMs existed (or killed before its BOM) gets one
             return kept
         # blobs first (each verified while copied); an unreferenced blob left by a failure is harmless.
         # A blob already stored unreferenced is kept as it is, so none may be freed until the
@@ -372,7 +373,26 @@ class LocalZoo:
         with self.blobs.adding():
             self._add_blobs(manifest, sources, link)
             self._check_onnx(manifest, lambda ref: self.blobs.path(ref.sha256))
-            return self._commit(manifest.model_copy(update={"created": utc_now()}))
+            committed = self._commit(manifest.model_copy(update={"created": utc_now()}))
+        self.ensure_bom(committed)
+        return committed
+
+    def ensure_bom(self, manifest: Manifest) -> bool:
+        """Give a version this zoo holds its bill of materials (`zoo.registry.bom`) unless it has one;
+        True when it was added now. Made here only for versions this zoo publishes (and `zoo release`
+        ships): a pulled version carries its remote's BOM or none, never one invented for it."""
+        from zoo.registry.attachments import BOM
+        from zoo.registry.bom import build_bom
+
+        if BOM in self.attachments(manifest.name, manifest.version):
+            return False
+        files = {f.path: f for f in manifest.files}
+
+        def read(path: str) -> bytes | None:
+            ref = files.get(path)
+            return self.blobs.path(ref.sha256).read_bytes() if ref and self.blobs.present(ref.sha256) else None
+
+        return self.add_attachment(manifest.name, manifest.version, BOM, build_bom(manifest, read))
 
     def _add_blobs(self, manifest: Manifest, sources: dict[str, Path], link: bool) -> None:
         """Store every file of `manifest` as a blob, verified; the files side by side (hashing

@@ -22,9 +22,11 @@ Steps, each refusing rather than guessing:
    the files of the release folder the lockfile pins (Conflict), carry the files its kind
    requires (``release_files``: deploy's ``zoo.lock`` and ``provenance.intoto.json``), and pass
    the kind's `check_release` (deploy: the statement's subjects are the builds) (IntegrityError).
-4. The version is pushed to the remote: blobs first, the manifest last and create-exclusive,
-   so it appears atomically or not at all. The same bytes already there: a no-op; different
-   bytes under the same version: Conflict (exit 3). Then the tags move, on the remote and locally.
+4. The version has its bill of materials (`LocalZoo.ensure_bom`: made now for a version published
+   before BOMs existed), an attachment that is pushed with it. It is pushed to the remote: blobs
+   first, the manifest last and create-exclusive, so it appears atomically or not at all. The same
+   bytes already there: a no-op; different bytes under the same version: Conflict (exit 3). Then
+   the tags move, on the remote and locally.
 
 The engine names no kind here: what it needs of the stages it asks their kinds (zoo/stage.py).
 """
@@ -122,6 +124,8 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
     _check_release(zoo, manifest, dag.nodes[publisher_id].kind, publisher_id, dag.recipe.path.name)
     out.builds = {name: b.file.sha256 for name, b in sorted(manifest.builds.items())}
     out.files = {f.path: f.sha256 for f in manifest.files}
+    # its bill of materials goes up (and is signed) with it: a version published before BOMs existed gets one now
+    zoo.ensure_bom(manifest)
 
     from zoo.registry import api as registry
 
