@@ -171,7 +171,9 @@ def _add_source(parts: Parts, source: str, uri: str | None, sha256: str | None, 
                 attribution: str | None) -> None:
     """A third-party source: a parent model when it names one (``zoo:NAME@VERSION[#BUILD]``), else upstream files."""
     parent = PARENT.match(uri or "") or PARENT.match(source)
-    if parent and re.fullmatch(NAME_RE, parent[1]) and re.fullmatch(VERSION_RE, parent[2]):
+    if source.startswith("zoo:") and not (parent and re.fullmatch(NAME_RE, parent[1]) and re.fullmatch(VERSION_RE, parent[2])):
+        return  # claims to be a zoo model but names none
+    if parent:
         if all((p["name"], p["version"]) != (parent[1], parent[2]) for p in parts.parents):
             parts.parents.append({"name": parent[1], "version": parent[2], "build": parent[3], "sha256": sha256,
                                   "license": license})
