@@ -397,3 +397,24 @@ def test_release_gives_a_version_published_before_boms_its_bom_and_pushes_it(sob
     finally:
         if not bom_path.exists():
             zoo.ensure_bom(sobel["manifest"])
+
+
+# ---- the catalog ---------------------------------------------------------------------------------
+
+def test_the_catalog_copies_the_bom_and_links_it_from_the_version_page(sobel, tmp_path):
+    from zoo.site.build import build_site
+
+    zoo = sobel["zoo"]
+    zoo.publish(make_staging(tmp_path / "s"))
+    shutil.rmtree(zoo.model_dir("tiny") / "attachments")  # a version published before zoo made BOMs
+    build_site(tmp_path / "site", zoo=zoo)
+    doc = json.loads((tmp_path / "site" / "site.json").read_text())
+    v = next(m for m in doc["models"] if m["name"] == "sobel-edges")["versions"][0]
+    assert v["bom"] == {**summary(sobel["bom"]), "path": BOM, "href": f"models/sobel-edges/1.0.0/attachments/{BOM}"}
+    assert (tmp_path / "site" / v["bom"]["href"]).read_bytes() == sobel["bom"]
+    page = (tmp_path / "site" / v["page"]).read_text()
+    assert f'<a href="attachments/{BOM}" class="bom">Bill of materials (CycloneDX 1.6)</a>' in page
+    assert "<td>dataset</td><td>digits</td>" in page and "<td>upstream source</td><td>onnx</td>" in page
+    assert f"onnxruntime {sobel['manifest'].lineage.tools['onnxruntime']}" in page
+    tiny = next(m for m in doc["models"] if m["name"] == "tiny")["versions"][0]
+    assert tiny["bom"] is None and "carries no bill of" in (tmp_path / "site" / tiny["page"]).read_text()

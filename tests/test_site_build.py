@@ -326,6 +326,8 @@ def test_a_site_of_a_remote_zoo_pulls_from_that_remote(backend, publisher, consu
                                                    "zoo pull tiny@1.1.0 --build cpu-int8 --remote origin"]
     manifest = publisher.resolve("tiny@1.1.0")
     assert (tmp_path / "site" / v110["card"]).read_bytes() == publisher.blobs.path(manifest.card.sha256).read_bytes()
+    # its bill of materials, read from the remote (an attachment: zoo.registry.attachments)
+    assert (tmp_path / "site" / v110["bom"]["href"]).read_bytes() == publisher.attachments("tiny", "1.1.0")["bom.cdx.json"]
     # nothing was pulled into the consumer's zoo, and the files read went into a scratch folder now gone
     assert consumer.list() == [] and not any(p.is_file() for p in consumer.blobs.root.rglob("*"))
     assert list(consumer.tmp_dir().iterdir()) == []

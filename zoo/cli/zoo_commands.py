@@ -218,11 +218,13 @@ def _print_bom_summary(data: dict) -> None:
     bom = data.get("bom")
     if not bom:
         where = "" if data["source"] == "local" else f" on {data['source']}"
-        print(f"bill of materials: none{where} (published before zoo made them"
-              + ("; `zoo release` of its recipe adds one)" if data["source"] == "local" else ", or by an older zoo)"))
+        _print_wrapped([f"bill of materials: none{where} (published before zoo made them"
+                        + ("; `zoo release` of its recipe adds one)" if data["source"] == "local"
+                           else ", or by an older zoo)")])
         return
-    print(f"bill of materials: CycloneDX {bom.get('spec_version') or '?'}, {size(bom['size'])}, "
-          f"sha256 {short_sha(bom['sha256'])} (`zoo show {data['name']}@{data['version']} --bom` prints it)")
+    _print_wrapped([f"bill of materials: CycloneDX {bom.get('spec_version') or '?'}, {size(bom['size'])}, "
+                    f"sha256 {short_sha(bom['sha256'])} (`zoo show {data['name']}@{data['version']} --bom` "
+                    "prints it)"])
     if bom["components"]:
         _print_wrapped(["  components: " + ", ".join(f"{n} {t}" for t, n in bom["components"].items())])
 

@@ -2,8 +2,9 @@
 ``site.json`` (schema_version 2), which the pages are rendered from and which the site ships.
 
 Besides the document, collecting returns the small files each version page links to (its card,
-its version-level files such as zoo.lock and the provenance statement, its test vectors), never
-its model files: `zoo pull` is how to get a build, and each build carries its exact command.
+its version-level files such as zoo.lock and the provenance statement, its test vectors, its bill
+of materials), never its model files: `zoo pull` is how to get a build, and each build carries its
+exact command.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
 #    build's `speed` figure and `generation` figures (issue #35); each build's `quantization` (manifest
 #    schema 4; null when not recorded) and `precision_detail` (its precision with how it was quantized:
 #    'int4 (weight-only rtn, 4 bits, block 32, ...)')
-SITE_SCHEMA_VERSION = 3
+# 4: each version's `bom`: its bill of materials (zoo.registry.bom.summary: spec version, components by
+#    type, datasets, sources, parents, tools) with the site path of its copy, `href`; null without one
+SITE_SCHEMA_VERSION = 4
 SITE_FILE = "site.json"
 
 # The build metrics a site plots are fields of the zoo's published format (the registry's index
@@ -165,6 +168,7 @@ def _version(m: "Manifest", tags: list[str], source: "ZooSource", files: dict[st
     for b in m.builds.values():
         vectors = [take(ref, f"test vector of {b.name}") for ref in b.test_vectors]
         builds.append(_build(m, b, metric, speed, vectors, source.remote))
+    bom = _bom(m, source, files, folder)
     lock = next((read.get(f.path) for f in m.files if f.path.endswith(".lock")), None)
     provenance = next((read.get(f.path) for f in m.files if f.path.endswith(".intoto.json")), None)
     lineage = m.lineage.model_dump(mode="json")
@@ -176,9 +180,26 @@ def _version(m: "Manifest", tags: list[str], source: "ZooSource", files: dict[st
         "builds": builds,
         "card": card["href"] if card else None,
         "files": listed,
+        "bom": bom,
         "lineage": {"recipe": lineage["recipe"], "sources": lineage["sources"], "tools": lineage["tools"],
                     **stage_graph(lineage, lock, provenance)},
     }
+
+
+def _bom(m: "Manifest", source: "ZooSource", files: dict[str, bytes], folder: str) -> dict | None:
+    """The version's bill of materials as site.json says it (summary and `href`), its bytes copied beside
+    the version's files (JSON: shown or saved by a browser, never run); None when it carries none."""
+    from zoo.registry.attachments import BOM
+    from zoo.registry.bom import summary
+
+    data = source.attachment(m, BOM)
+    if data is None:
+        return None
+    href = None
+    if len(data) <= COPY_LIMIT:
+        href = f"{folder}/attachments/{BOM}"  # not under files/: a manifest may name a file bom.cdx.json
+        files[href] = data
+    return {**summary(data), "path": BOM, "href": href}
 
 
 def _role(path: str) -> str:

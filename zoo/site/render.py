@@ -118,6 +118,7 @@ def version_page(doc: dict, model: dict, v: dict, files: dict[str, bytes]) -> st
         _card_section(page, v, files),
         _metrics_section(v),
         _files_section(page, v),
+        _bom_section(page, v),
     ]
     return shell(page, f"{ref} · model zoo", "\n".join(sections), doc)
 
@@ -345,6 +346,32 @@ def _metrics_section(v: dict) -> str:
             + (f"<p>Timings measured on:</p><ul>{measured}</ul>" if measured else "")
             + f'<details><summary>{len(names)} metrics per build</summary><div class="scroll"><table class="metrics">'
             f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div></details></section>")
+
+
+def _bom_section(page: str, v: dict) -> str:
+    """A link to the version's bill of materials and a table of what it lists beyond the builds:
+    datasets, upstream sources, parent models and tools (every value a stranger's: escaped)."""
+    bom = v.get("bom")
+    if not bom:
+        return ('<section id="bom"><h2>Bill of materials</h2><p class="muted">This version carries no bill of '
+                'materials (published before zoo made them).</p></section>')
+    title = f"Bill of materials (CycloneDX {bom.get('spec_version') or '?'})"
+    link = (element("a", esc(title), href=href(page, bom["href"]), class_="bom") if bom.get("href") else esc(title))
+    rows = []
+    for key, what in (("datasets", "dataset"), ("sources", "upstream source"), ("parents", "parent model")):
+        for e in bom[key]:
+            digest = (f"sha256 {e['sha256']}" if e.get("sha256") else f"blake3 {e['blake3']}" if e.get("blake3") else "")
+            name = f"{e['name']}@{e['version']}" if e.get("version") else e["name"]
+            rows.append(f"<tr><td>{esc(what)}</td><td>{esc(name)}</td><td><code title=\"{esc(digest)}\">"
+                        f"{esc(digest[:19])}</code></td><td>{esc(e.get('license') or '-')}</td></tr>")
+    tools = ", ".join(f"{t['name']} {t.get('version') or '?'}" for t in bom["tools"])
+    counts = ", ".join(f"{n} {t}" for t, n in bom["components"].items())
+    table = ('<div class="scroll"><table class="bom"><thead><tr><th>What</th><th>Name</th><th>Digest</th>'
+             "<th>License</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>") if rows else ""
+    return (f'<section id="bom"><h2>{link}</h2><p>A CycloneDX ML-BOM of this version, made by zoo from its '
+            f'manifest, <code>zoo.lock</code> and provenance statement: {esc(counts)} components '
+            f'(sha256 <code title="{esc(bom["sha256"])}">{esc(bom["sha256"][:12])}</code>).</p>' + table
+            + (f'<p class="small">Tools: {esc(tools)}</p>' if tools else "") + "</section>")
 
 
 def _files_section(page: str, v: dict) -> str:

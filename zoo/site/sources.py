@@ -1,8 +1,10 @@
 """Where a site's data comes from: the local zoo, or a remote zoo read through `RemoteZoo`.
 
-Both answer the same three questions: which versions exist (with their tags), the manifest of a
-version, and the bytes of one of its small files, checked against the manifest's sha256 before
-they are returned (a remote's files are fetched into a private temporary blob store).
+Both answer the same four questions: which versions exist (with their tags), the manifest of a
+version, the bytes of one of its small files, checked against the manifest's sha256 before
+they are returned (a remote's files are fetched into a private temporary blob store), and the
+bytes of one of its attachments (`zoo.registry.attachments`: the bill of materials), which no
+manifest pins: shown, never trusted.
 """
 
 from __future__ import annotations
@@ -63,6 +65,20 @@ class ZooSource:
         except NotFound:
             return None
         return blobs.path(ref.sha256).read_bytes()
+
+    def attachment(self, manifest: "Manifest", name: str) -> bytes | None:
+        """The bytes of attachment `name` of `manifest`'s version (None when it carries none, or a remote
+        offers one that `zoo.registry.attachments.check` refuses: the site is built without it)."""
+        from zoo.errors import AccessDenied, SourceUnreachable, StorageError
+
+        if self._remote_zoo is None:
+            return self.zoo.attachments(manifest.name, manifest.version).get(name)
+        try:
+            return self._remote_zoo.read_attachments(manifest.name, manifest.version).get(name)
+        except StorageError as e:
+            if isinstance(e, (SourceUnreachable, AccessDenied)):  # the remote's trouble, not the attachment's
+                raise
+            return None
 
     def close(self) -> None:
         if self._scratch is not None:
