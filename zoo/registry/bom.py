@@ -50,7 +50,6 @@ from typing import Any, Callable
 from zoo.registry.manifest import NAME_RE, VERSION_RE, Manifest
 
 BOM_SCHEMA_VERSION = 1  # zoo's own: what this module puts where (a property of the BOM); CycloneDX's is specVersion
-SPEC_VERSION = "1.6"
 MAX_INPUT_BYTES = 4 * 1024 * 1024  # zoo.lock or a statement larger than this is left out (zoo writes tens of KB)
 MAX_TEXT = 256  # a string from zoo.lock or the statement longer than this is left out
 MAX_ITEMS = 2000  # records, materials, files or tools read from one file; more are left out
@@ -139,7 +138,7 @@ def read_parts(manifest: Manifest, read: Callable[[str], bytes | None]) -> Parts
         digest = dep.get("digest") if isinstance(dep.get("digest"), dict) else {}
         notes = dep.get("annotations") if isinstance(dep.get("annotations"), dict) else {}
         name = dep["name"]
-        if name == "data:split":
+        if name == "data:split" and not parts.datasets:  # one split per version (a bom-ref must be unique)
             parts.datasets.append({"name": _text(notes.get("source")) or "split", "blake3": _hex(digest.get("blake3")),
                                    "properties": {str(k): v for k, v in sorted(notes.items())
                                                   if _text(k, 64) and _text(v) and k != "source"}})
@@ -226,8 +225,8 @@ def build_bom(manifest: Manifest, read: Callable[[str], bytes | None]) -> bytes:
                               "build.precision": b.precision, "build.runtime": b.runtime, "build.opset": b.opset,
                               "build.verified": b.verified, "build.portable": b.portable,
                               "build.execution_providers": ", ".join(b.execution_providers)}),
-            components=[file_component(f, prefix) for f in [*b.extra_files, *b.test_vectors]]))
-    for ref in manifest.files:
+            components=[file_component(f, prefix) for f in {f.path: f for f in [*b.extra_files, *b.test_vectors]}.values()]))
+    for ref in {f.path: f for f in manifest.files}.values():  # a path listed twice is one file (one bom-ref)
         components.append(file_component(ref, ""))
     for d in parts.datasets:
         components.append(Component(
@@ -269,6 +268,7 @@ def build_bom(manifest: Manifest, read: Callable[[str], bytes | None]) -> bytes:
     for c in components:
         bom.components.add(c)
     bom.register_dependency(model, components)
+    # every bom-ref above is a name, unique: cyclonedx would replace a duplicate by a random one
     document = json.loads(make_outputter(bom, OutputFormat.JSON, SchemaVersion.V1_6).output_as_string())
     del document["metadata"]["timestamp"]  # the publish time is not the version's content (above)
     _model_card(document["metadata"]["component"], manifest, parts)
