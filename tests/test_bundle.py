@@ -70,7 +70,8 @@ def test_round_trip_into_a_fresh_zoo(source, tmp_path):
         names = tar.getnames()
         assert names[0] == INDEX and all(tar.getmember(n).isfile() for n in names)
         index = json.loads(tar.extractfile(INDEX).read())
-    assert index["schema_version"] == 1 and [v["version"] for v in index["versions"]] == ["1.0.0", "1.1.0"]
+    # schema 2: each version carries the bill of materials publishing made (tests/test_attachments.py: without, 1)
+    assert index["schema_version"] == 2 and [v["version"] for v in index["versions"]] == ["1.0.0", "1.1.0"]
     assert len(index["blobs"]) == out.blobs
 
     fresh = LocalZoo(tmp_path / "airgapped")
@@ -78,6 +79,7 @@ def test_round_trip_into_a_fresh_zoo(source, tmp_path):
     assert got.installed == ["tiny@1.0.0", "tiny@1.1.0"] and got.present == [] and got.blobs == out.blobs
     for ref in ("tiny@1.0.0", "tiny@1.1.0"):
         assert same_content(fresh.resolve(ref), source.resolve(ref))
+        assert fresh.attachments("tiny", ref[5:]) == source.attachments("tiny", ref[5:]) != {}
         assert _files(fresh, ref) == _files(source, ref)  # every build, card and zoo.lock, byte for byte
     assert fresh.resolve("tiny").version == "1.1.0"  # `latest` follows the highest version
     model = fresh.materialize(fresh.resolve("tiny@1.0.0"), "cpu-int8", tmp_path / "use")
