@@ -115,6 +115,26 @@ def test_finetune_recipe_trains_a_new_head_on_the_frozen_parent_and_names_it_in_
     assert stages["verify"]["metrics"]["passed"] is True  # its gate: cpu-fp32.accuracy >= 0.85
 
 
+def test_the_finetuned_versions_bill_of_materials_names_its_parent(published):
+    """The BOM (zoo/registry/bom.py) of the real fine-tuned version: its parent as a component and as the
+    model's pedigree, with the sha256 of the parent's build it was trained from and the parent's license."""
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    zoo_ = published["zoo"]
+    parent = zoo_.resolve(PARENT)
+    data = zoo_.attachments("lenet-digits-finetune", "1.0.0")["bom.cdx.json"]
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(data.decode()) is None
+    doc = json.loads(data)
+    found = next(c for c in doc["components"] if c["bom-ref"] == f"parent:{PARENT}")
+    assert (found["name"], found["version"]) == ("lenet-digits", "1.0.0")
+    assert found["hashes"] == [{"alg": "SHA-256", "content": parent.builds["cpu-fp32"].file.sha256}]
+    assert found["licenses"] == [{"license": {"id": parent.license}}]
+    assert [a["name"] for a in doc["metadata"]["component"]["pedigree"]["ancestors"]] == ["lenet-digits"]
+    tools = {c["name"]: c["version"] for c in doc["components"] if c["type"] == "library"}
+    assert tools["torch"] == torch.__version__  # the trainer's, as the lock records it
+
+
 def test_a_missing_parent_names_it_and_the_command_that_makes_it(published, tmp_path):
     for name in ("lenet-digits.yaml", "lenet-digits-finetune.yaml"):
         shutil.copy(REPO / "recipes" / name, tmp_path / name)

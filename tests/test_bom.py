@@ -182,8 +182,8 @@ def _provenance(staging: Path, attribution: list[dict], tools: dict[str, str]) -
     subjects = [(ref.path, ref.sha256) for ref in
                 Manifest.model_validate_json((staging / "zoo-manifest.json").read_bytes()).builds["cpu-fp32"].all_files()]
     stmt = provenance.statement(subjects=subjects, recipe=recipe, record="3" * 64, config={},
-                                lineage={"export": record}, tools=tools, data={"digest": "blake3:" + "4" * 64,
-                                                                              "source": "csv"},
+                                lineage={"export": record}, tools=tools,
+                                data={"digest": "blake3:" + "4" * 64, "source": "csv", "license": "CC0-1.0"},
                                 attribution=attribution)
     return {"zoo.lock": provenance.lock_yaml(recipe, {"export": record}).encode(),
             "provenance.intoto.json": provenance.statement_bytes(stmt)}
@@ -217,13 +217,15 @@ def test_a_parent_model_and_pretrained_weights_carry_their_digests_and_licenses(
     assert weights["copyright"] == "torchvision pretrained weights, (c) PyTorch contributors"
     assert components["tool:torch@2.13.0+cpu"]["purl"] == "pkg:pypi/torch@2.13.0%2Bcpu"
     assert components["data:csv"]["hashes"] == [{"alg": "BLAKE3", "content": "4" * 64}]
+    assert components["data:csv"]["licenses"] == [{"license": {"id": "CC0-1.0"}}]  # a license the statement states
     assert components["read:data/t.csv"]["hashes"] == [{"alg": "BLAKE3", "content": "2" * 64}]
     assert doc["metadata"]["component"]["licenses"] == [{"license": {"id": "MIT"}}]  # make_staging's "mit", fixed up
     s = summary(data)
     assert s["parents"] == [{"name": "lenet-digits", "version": "1.0.0", "sha256": PARENT_SHA, "blake3": None,
                              "license": "CC-BY-4.0"}]
     assert [(x["name"], x["license"]) for x in s["sources"]] == [("weights", "BSD-3-Clause")]
-    assert s["datasets"][0]["blake3"] == "4" * 64 and s["sha256"] == hashlib.sha256(data).hexdigest()
+    assert s["datasets"][0]["blake3"] == "4" * 64 and s["datasets"][0]["license"] == "CC0-1.0"
+    assert s["sha256"] == hashlib.sha256(data).hexdigest()
 
 
 def test_a_license_that_is_no_spdx_id_is_kept_as_a_name_and_an_expression_as_an_expression(tmp_path):

@@ -64,7 +64,7 @@ NAMESPACE = uuid.UUID("6f1d1d4e-2c7a-5b36-9a52-7a6f6f2d626f")  # zoo's namespace
 class Parts:
     """What the BOM is built from, read and checked (`read_parts`)."""
 
-    datasets: list[dict] = field(default_factory=list)  # {ref, name, blake3, properties}
+    datasets: list[dict] = field(default_factory=list)  # {name, blake3, license, properties}
     files_read: dict[str, str] = field(default_factory=dict)  # lock `files` label -> blake3 hex
     sources: list[dict] = field(default_factory=list)  # {name, uri, sha256, license, attribution}
     parents: list[dict] = field(default_factory=list)  # {name, version, build, sha256, license}
@@ -139,9 +139,11 @@ def read_parts(manifest: Manifest, read: Callable[[str], bytes | None]) -> Parts
         notes = dep.get("annotations") if isinstance(dep.get("annotations"), dict) else {}
         name = dep["name"]
         if name == "data:split" and not parts.datasets:  # one split per version (a bom-ref must be unique)
+            # no data section records a license today; one the statement states is the dataset's license
             parts.datasets.append({"name": _text(notes.get("source")) or "split", "blake3": _hex(digest.get("blake3")),
+                                   "license": _text(notes.get("license")),
                                    "properties": {str(k): v for k, v in sorted(notes.items())
-                                                  if _text(k, 64) and _text(v) and k != "source"}})
+                                                  if _text(k, 64) and _text(v) and k not in ("source", "license")}})
         elif name.startswith("source:"):
             _add_source(parts, name.removeprefix("source:"), _text(dep.get("uri")), _hex(digest.get("sha256")),
                         _text(notes.get("license")), _text(notes.get("attribution")))
@@ -233,7 +235,7 @@ def build_bom(manifest: Manifest, read: Callable[[str], bytes | None]) -> bytes:
             type=ComponentType.DATA, name=d["name"], bom_ref=f"data:{d['name']}",
             description="the dataset split the stages trained and evaluated on",
             hashes=[HashType(alg=HashAlgorithm.BLAKE3, content=d["blake3"])] if d["blake3"] else [],
-            properties=props({f"data.{k}": v for k, v in d["properties"].items()})))
+            licenses=_licenses(d["license"]), properties=props({f"data.{k}": v for k, v in d["properties"].items()})))
     for label, digest in sorted(parts.files_read.items()):
         components.append(Component(type=ComponentType.FILE, name=label, bom_ref=f"read:{label}",
                                     description="a file the stages read, as the lock records pin it",
