@@ -324,6 +324,7 @@ def test_zoo_show_prints_the_bom_section_its_json_and_the_document(sobel):
     section = shown.out.split("bill of materials:", 1)[1]
     assert f"sha256 {hashlib.sha256(sobel['bom']).hexdigest()[:12]}" in section and "CycloneDX 1.6" in section
     assert "datasets: digits (blake3 " in section and "upstream: onnx (sha256 " in section
+    assert "files read: models/sobel-edges.onnx (blake3 " in section
     tools = sobel["manifest"].lineage.tools
     assert f"onnxruntime {tools['onnxruntime']}" in section and f"numpy {tools['numpy']}" in section
     doc = json.loads(zoo_cli("show", "sobel-edges@1.0.0", "--json", env=env).out)
@@ -417,6 +418,7 @@ def test_the_catalog_copies_the_bom_and_links_it_from_the_version_page(sobel, tm
     page = (tmp_path / "site" / v["page"]).read_text()
     assert f'<a href="attachments/{BOM}" class="bom">Bill of materials (CycloneDX 1.6)</a>' in page
     assert "<td>dataset</td><td>digits</td>" in page and "<td>upstream source</td><td>onnx</td>" in page
+    assert "<td>file read</td><td>models/sobel-edges.onnx</td>" in page
     assert f"onnxruntime {sobel['manifest'].lineage.tools['onnxruntime']}" in page
     tiny = next(m for m in doc["models"] if m["name"] == "tiny")["versions"][0]
     assert tiny["bom"] is None and "carries no bill of" in (tmp_path / "site" / tiny["page"]).read_text()

@@ -237,6 +237,9 @@ def _print_bom_summary(data: dict) -> None:
     for key, label in (("datasets", "datasets"), ("sources", "upstream"), ("parents", "parents")):
         if bom[key]:
             _print_wrapped([f"  {label}: " + "; ".join(described(e) for e in bom[key])])
+    if bom.get("files_read"):  # data files, an imported model, the recipe's code: by the digest the lock pins
+        _print_wrapped(["  files read: " + ", ".join(f"{e['name']} (blake3 {short_sha(e['blake3'])})"
+                                                     for e in bom["files_read"])])
     if bom["tools"]:
         _print_wrapped(["  tools: " + ", ".join(f"{t['name']} {t.get('version') or '?'}" for t in bom["tools"])])
 

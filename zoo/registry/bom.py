@@ -333,11 +333,12 @@ def _model_card(component: dict, manifest: Manifest, parts: Parts) -> None:
 
 def summary(data: bytes) -> dict:
     """What `zoo show` and the catalog say of a BOM's bytes: spec version, serial number, components by
-    type, datasets (digest), sources and parents (digest, license), tools (version); the bytes may be a
+    type, datasets and the files the stages read (digest), sources and parents (digest, license), tools
+    (version); the bytes may be a
     stranger's (read back from a remote), so every value is checked and anything malformed left out."""
     out: dict[str, Any] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "spec_version": None,
-                           "serial_number": None, "components": {}, "datasets": [], "sources": [], "parents": [],
-                           "tools": []}
+                           "serial_number": None, "components": {}, "datasets": [], "files_read": [], "sources": [],
+                           "parents": [], "tools": []}
     try:
         doc = json.loads(data) if len(data) <= MAX_INPUT_BYTES else None
     except (ValueError, RecursionError):
@@ -356,6 +357,8 @@ def summary(data: bytes) -> dict:
                  "blake3": _hash(c, "BLAKE3"), "license": _license(c)}
         if c["type"] == "data":
             out["datasets"].append(entry)
+        elif ref.startswith("read:"):
+            out["files_read"].append(entry)
         elif ref.startswith("source:"):
             out["sources"].append(entry)
         elif ref.startswith("parent:"):

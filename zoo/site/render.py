@@ -358,7 +358,8 @@ def _bom_section(page: str, v: dict) -> str:
     title = f"Bill of materials (CycloneDX {bom.get('spec_version') or '?'})"
     link = (element("a", esc(title), href=href(page, bom["href"]), class_="bom") if bom.get("href") else esc(title))
     rows = []
-    for key, what in (("datasets", "dataset"), ("sources", "upstream source"), ("parents", "parent model")):
+    for key, what in (("datasets", "dataset"), ("files_read", "file read"), ("sources", "upstream source"),
+                      ("parents", "parent model")):
         for e in bom[key]:
             digest = (f"sha256 {e['sha256']}" if e.get("sha256") else f"blake3 {e['blake3']}" if e.get("blake3") else "")
             name = f"{e['name']}@{e['version']}" if e.get("version") else e["name"]
