@@ -385,3 +385,50 @@ def hub_server(work: Path):
                 yield app
         finally:
             app.http.close()
+
+
+DOCKER_REGISTRY = "/usr/bin/docker-registry"
+DOCKER_REGISTRY_INSTALL = "apt-get install -y docker-registry (./dev setup does it)"
+
+
+@_contextlib.contextmanager
+def docker_registry(root: Path, *, htpasswd: Path | None = None):
+    """Debian's `docker-registry` (the CNCF distribution registry, 2.8) on a free port of
+    127.0.0.1, storing in `root` (``docker/registry/v2/…`` under it), deletes enabled; with
+    `htpasswd`, every request needs Basic credentials from that file. Yields ``127.0.0.1:PORT``."""
+    import json
+
+    if not Path(DOCKER_REGISTRY).exists():
+        raise AssertionError(f"{DOCKER_REGISTRY} is missing: {DOCKER_REGISTRY_INSTALL}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    config = {
+        "version": 0.1,
+        "log": {"level": "warn", "accesslog": {"disabled": True}},
+        "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True},
+                    "maintenance": {"uploadpurging": {"enabled": False}}},
+        "http": {"addr": f"127.0.0.1:{port}", "secret": "zoo-tests"},
+    }
+    if htpasswd is not None:
+        config["auth"] = {"htpasswd": {"realm": "zoo-tests", "path": str(htpasswd)}}
+    (root / "config.yml").write_text(json.dumps(config))  # JSON is YAML
+    log = open(root / "registry.log", "wb")
+    proc = _subprocess.Popen([DOCKER_REGISTRY, "serve", str(root / "config.yml")], stdout=log, stderr=_subprocess.STDOUT)
+    try:
+        try:
+            wait_port(port, proc=proc)
+        except RuntimeError as e:
+            raise AssertionError(f"docker-registry did not start ({e}): {(root / 'registry.log').read_text()}") from None
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+        log.close()
+
+
+def htpasswd_file(path: Path, user: str, password: str) -> Path:
+    """An htpasswd file with one bcrypt entry (what distribution's htpasswd auth reads)."""
+    import bcrypt
+
+    path.write_text(f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n")
+    return path
