@@ -247,6 +247,11 @@ class RemotesConfig:
             if (scheme == "oci") != (scheme_of(m) == "oci"):
                 raise InvalidInput(f"mirror {m!r} cannot mirror {url!r}",
                                    hint="an OCI registry's mirrors are OCI registries (oci://host/prefix), and only they")
+        if scheme == "oci":
+            from zoo.storage.oci_client import parse_oci_url
+
+            for u in [url, *(mirrors or [])]:
+                parse_oci_url(u)  # InvalidInput naming the form
         remote = RemoteConfig(name=name, url=url, options=parse_options(scheme, options or {}), mirrors=list(mirrors or []))
         existing = next((r for r in self.load().remotes if r.name == name), None)
         if existing == remote:

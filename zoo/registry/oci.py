@@ -552,8 +552,9 @@ class OciRemoteZoo(RemoteZoo):
 
     def gc(self, *, grace_s: float | None = None, dry_run: bool = False) -> dict:
         """Refused: an OCI registry frees unreferenced blobs by its own garbage collection."""
-        raise InvalidInput(f"remote {self.name} is an OCI registry: zoo does not free its blobs",
-                           hint="the registry frees blobs no manifest references by its own garbage collection "
+        raise InvalidInput(f"remote {self.name} is an OCI registry: its blobs are freed by the registry's own "
+                           "garbage collection, not by zoo",
+                           hint="run the registry's garbage collection once versions are removed "
                                 "(distribution: `registry garbage-collect CONFIG.yml`; hosted registries: their "
                                 "retention policies)")
 
