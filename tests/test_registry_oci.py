@@ -294,3 +294,18 @@ def test_what_an_oci_remote_cannot_do_is_refused(registry, prefix, publisher, tm
         LocalZoo(tmp_path / "odd").publish(make_staging(tmp_path / "odd-s", name="odd..name"))
         api.remote_add("reg", f"oci://{host}/{prefix}", zoo=LocalZoo(tmp_path / "odd"))
         api.push("odd..name@1.0.0", "reg", zoo=LocalZoo(tmp_path / "odd"))
+
+
+def test_attachments_are_layers_of_the_version_and_cannot_be_added_later(registry, prefix, publisher):
+    from zoo.registry.attachments import BOM, SIGNATURE
+
+    host, _ = registry
+    publisher.add_attachment("tiny", "1.0.0", BOM, b'{"bomFormat": "CycloneDX"}')
+    assert api.push("tiny@1.0.0", "reg", zoo=publisher)["attachments"] == [BOM]
+    oci = _oras(host).get_manifest(f"{host}/{prefix}/tiny:1.0.0")
+    [layer] = [d for d in oci["layers"] if d["annotations"]["org.cncf.model.filepath"] == BOM]
+    assert layer["mediaType"] == "application/vnd.cyclonedx+json"
+    assert layer["digest"] == "sha256:" + hashlib.sha256(b'{"bomFormat": "CycloneDX"}').hexdigest()
+    publisher.add_attachment("tiny", "1.0.0", SIGNATURE, b'{"sig": 1}')
+    with pytest.raises(InvalidInput, match="cannot be added once it is published"):
+        api.push("tiny@1.0.0", "reg", zoo=publisher)

@@ -15,7 +15,11 @@ Mapping, following the CNCF ModelPack model-spec (``artifactType``
   ``org.cncf.model.filepath`` and ``org.opencontainers.image.title`` annotations; a build's
   ONNX file and external data are ``weight.v1.raw``, its other sidecars (genai_config.json,
   tokenizer files) ``weight.config.v1.raw``, test vectors ``dataset.v1.raw``, the card and the
-  version-level files (lockfile, provenance) ``doc.v1.raw``; then one layer
+  version-level files (lockfile, provenance) ``doc.v1.raw``; then the version's attachments
+  (`zoo.registry.attachments`: ``bom.cdx.json`` as ``application/vnd.cyclonedx+json``,
+  ``signature.sigstore.json`` as ``application/vnd.dev.sigstore.bundle.v0.3+json``), so they
+  appear with the version and never after it (an attachment cannot be added to a version
+  already published: its manifest's digest would change); then one layer
   ``application/vnd.zoo.manifest.v1+json``: zoo's own manifest, which is what zoo reads back
   (ModelPack has no place for ports, metrics, requirements or lineage); `_layers` builds the
   list, in one place;
@@ -71,6 +75,9 @@ DOC = "application/vnd.cncf.model.doc.v1.raw"
 CODE = "application/vnd.cncf.model.code.v1.raw"
 DATASET = "application/vnd.cncf.model.dataset.v1.raw"
 ZOO_MANIFEST = "application/vnd.zoo.manifest.v1+json"
+# the version's attachments (zoo.registry.attachments), layers under their own names
+ATTACHMENT_TYPES = {"bom.cdx.json": "application/vnd.cyclonedx+json",
+                    "signature.sigstore.json": "application/vnd.dev.sigstore.bundle.v0.3+json"}
 RAW_TYPES = (WEIGHT, WEIGHT_CONFIG, DOC, CODE, DATASET)
 FILEPATH = "org.cncf.model.filepath"
 TITLE = "org.opencontainers.image.title"
@@ -239,6 +246,8 @@ class OciRemoteZoo(RemoteZoo):
         files: list[dict] = []
         for d in obj["layers"]:
             path = (d.get("annotations") or {}).get(FILEPATH) or (d.get("annotations") or {}).get(TITLE)
+            if d["mediaType"] in ATTACHMENT_TYPES.values():
+                continue  # read by read_attachments
             if d["mediaType"] not in RAW_TYPES:
                 raise InvalidInput(f"{where}: layer {d['digest'][:19]} has media type {d['mediaType']!r}; zoo maps "
                                    "raw ModelPack layers only (one file each, not a tar archive)",
@@ -382,6 +391,36 @@ class OciRemoteZoo(RemoteZoo):
 
         fetch_blob(blobs, ref, [source(c, p) for c, p in self._locations()], f"{manifest.ref}: {ref.path}")
 
+    def read_attachments(self, name: str, version: str) -> dict[str, bytes]:
+        from zoo.registry.refs import check_version
+
+        check_version(version)
+        try:
+            self.repo(name)
+        except InvalidInput:  # no such repository can exist
+            return {}
+        return self._first(lambda c, p: self._attachments_at(c, self.repo(name, p), oci_tag(version)))
+
+    def _attachments_at(self, client: "OciClient", repo: str, reference: str) -> dict[str, bytes]:
+        """The attachment layers of the manifest at `reference`, verified and checked; {} when absent."""
+        from zoo.registry.attachments import MAX_BYTES, check
+
+        found = self._oci_manifest(client, repo, reference)
+        if found is None:
+            return {}
+        where = f"remote {self.name}: {repo}:{reference}"
+        out = {}
+        for d in found[0]["layers"]:
+            if d["mediaType"] in ATTACHMENT_TYPES.values():
+                n = (d.get("annotations") or {}).get(FILEPATH, "")
+                check(n, b"", where)  # a known name, before any byte is read
+                if ATTACHMENT_TYPES[n] != d["mediaType"] or n in out:
+                    raise StorageError(f"{where}: attachment layer {n} has media type {d['mediaType']} or comes twice")
+                data = _verified_blob(client, repo, d, where, limit=MAX_BYTES)
+                check(n, data, where)
+                out[n] = data
+        return out
+
     # ---- writes (primary only) --------------------------------------------------------------
     def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
         from zoo.registry.remote import push_cut_off
@@ -413,10 +452,12 @@ class OciRemoteZoo(RemoteZoo):
                            hint="versions are immutable: bump the version")
         uploaded = nbytes = 0
         created = False
+        attachments = zoo.attachments(manifest.name, manifest.version)
         if existing is None:
             if manifest.created is None:
                 manifest = manifest.model_copy(update={"created": utc_now()})
-            layers = self._layers(zoo, manifest)
+            extra = [(n, data, ATTACHMENT_TYPES[n]) for n, data in sorted(attachments.items())]
+            layers = self._layers(zoo, manifest, extra)
             uploaded, nbytes = self._upload_missing(zoo, manifest, repo, layers)
             body = self._image_manifest(manifest, layers)
             self._visible = None  # cut off during the write, the registry may or may not have it
@@ -435,10 +476,25 @@ class OciRemoteZoo(RemoteZoo):
                 manifest = theirs
         else:
             manifest = existing
+        if not created:  # theirs, or already there: it must carry the same attachments
+            self._same_attachments(repo, vtag, manifest, attachments)
         self._finish_publish(manifest, tags)
         n = len({f.sha256 for f in manifest.all_files()})
         return {"remote": self.name, "ref": manifest.ref, "uploaded": uploaded, "skipped": n - min(uploaded, n),
-                "bytes": nbytes, "created": created}
+                "bytes": nbytes, "created": created, "attachments": sorted(attachments) if created else []}
+
+    def _same_attachments(self, repo: str, vtag: str, manifest: Manifest, local: dict[str, bytes]) -> None:
+        """A version already on the registry: each local attachment must be there with the same bytes."""
+        from zoo.registry.attachments import differs
+
+        there = self._attachments_at(self.primary, repo, vtag)
+        for n, data in sorted(local.items()):
+            if n not in there:
+                raise InvalidInput(f"{manifest.ref} is on remote {self.name} without its {n}; an OCI version's "
+                                   "attachments are layers of its manifest and cannot be added once it is published",
+                                   hint=f"`zoo rm {manifest.ref} --remote {self.name}` and push it again, or bump the version")
+            if there[n] != data:
+                raise differs(n, manifest.ref, f"remote {self.name}")
 
     def _layers(self, zoo: "LocalZoo", manifest: Manifest, extra: list[tuple[str, bytes, str]] | None = None) -> list[_Layer]:
         """Every layer of the version's OCI manifest, in order: its files, then `extra` items
@@ -578,15 +634,16 @@ def _check_descriptor(d, where: str) -> None:
                            hint="zoo reads sha256 digests only")
 
 
-def _verified_blob(client: "OciClient", repo: str, d: dict, where: str) -> bytes:
+def _verified_blob(client: "OciClient", repo: str, d: dict, where: str, limit: int | None = None) -> bytes:
     import hashlib
 
     from zoo.errors import IntegrityError
     from zoo.storage.oci_client import MAX_JSON_BYTES
 
-    if d["size"] > MAX_JSON_BYTES:
-        raise StorageError(f"{where}: {d['mediaType']} of {d['size']} bytes is more than zoo reads of it ({MAX_JSON_BYTES >> 20} MiB)")
-    data = client.read_blob(repo, d["digest"])
+    limit = MAX_JSON_BYTES if limit is None else limit
+    if d["size"] > limit:
+        raise StorageError(f"{where}: {d['mediaType']} of {d['size']} bytes is more than zoo reads of it ({limit >> 20} MiB)")
+    data = client.read_blob(repo, d["digest"], limit)
     if data is None:
         raise StorageError(f"{where}: blob {d['digest'][:19]} ({d['mediaType']}) is missing from the registry")
     if "sha256:" + hashlib.sha256(data).hexdigest() != d["digest"] or len(data) != d["size"]:
