@@ -309,3 +309,28 @@ def test_attachments_are_layers_of_the_version_and_cannot_be_added_later(registr
     publisher.add_attachment("tiny", "1.0.0", SIGNATURE, b'{"sig": 1}')
     with pytest.raises(InvalidInput, match="cannot be added once it is published"):
         api.push("tiny@1.0.0", "reg", zoo=publisher)
+
+
+def test_a_registry_serving_the_wrong_version_or_an_index_is_refused(registry, prefix, publisher, tmp_path):
+    """Hostile answers through `zoo pull`: the manifest of 1.0.0 tagged 2.0.0 (its zoo manifest
+    says 1.0.0), an image index where a version should be; nothing installed."""
+    import requests
+
+    host, _ = registry
+    api.push("tiny@1.0.0", "reg", zoo=publisher)
+    base = f"http://{host}/v2/{prefix}/tiny/manifests"
+    accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
+    body = requests.get(f"{base}/1.0.0", headers=accept).content
+    oci = {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}
+    assert requests.put(f"{base}/2.0.0", data=body, headers=oci).status_code == 201
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+             "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest, "size": len(body)}]}
+    r = requests.put(f"{base}/3.0.0", data=json.dumps(index),
+                     headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+    assert r.status_code == 201, r.text
+    url = f"oci://{host}/{prefix}"
+    for version, code, words in (("2.0.0", 3, "describes tiny@1.0.0"), ("3.0.0", 2, "image index")):
+        cli = zoo_cli("pull", f"tiny@{version}", "--remote", url, "--to", tmp_path / version)
+        assert cli.code == code and words in cli.text and f"{prefix}/tiny:{version}" in cli.text, cli.text
+        assert not (tmp_path / version).exists() and LocalZoo().get("tiny", version) is None

@@ -232,7 +232,7 @@ def test_an_unreachable_remote_is_source_unreachable(backend, consumer):
         _open(consumer, "dead").resolve(parse_ref("tiny@1.0.0"))
 
 
-@pytest.mark.parametrize("backend", sorted(LOOSE_BLOBS), indirect=True, ids=backend_id)
+@pytest.mark.parametrize("backend", sorted(LOOSE_BLOBS | {"oci"}), indirect=True, ids=backend_id)
 def test_push_reports_every_byte_it_uploads(backend, publisher):
     """`zoo push`'s progress: the bytes each backend's driver reports as they go up, topped up to
     the file's size where a driver reports less; in all, exactly what the push uploaded."""

@@ -129,14 +129,20 @@ class OciClient:
     """One registry (``HOST[:PORT]``) and how to authenticate to it."""
 
     def __init__(self, host: str, options: dict | None = None):
-        import requests
+        try:
+            import requests
+        except ImportError:
+            from zoo.errors import MissingExtra
 
+            raise MissingExtra("OCI registry remotes need requests, which is not installed",
+                               hint="pip install 'zoo-onnx[oci]'") from None
         from zoo.download import HTTP_TIMEOUT
 
         self.host = host
         self.options = dict(options or {})
         bare = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        plain = bool(self.options.get("insecure")) or bare in LOOPBACK
+        self.loopback = bare in LOOPBACK
+        plain = bool(self.options.get("insecure")) or self.loopback
         self.base = f"{'http' if plain else 'https'}://{host}"
         self.timeout = (HTTP_TIMEOUT, HTTP_TIMEOUT)
         self.session = requests.Session()
@@ -196,6 +202,8 @@ class OciClient:
         """Set the Authorization for `scope` from the registry's challenge; False when there is none to give."""
         kind, params = _challenge(r.headers.get("WWW-Authenticate", ""))
         creds = self._credentials()
+        if creds is not None:
+            self._refuse_plain_http(params.get("realm", "") if kind == "bearer" else self.base)
         if kind == "basic":
             if creds is None:
                 return False
@@ -221,6 +229,17 @@ class OciClient:
             return False
         self._auth[scope] = f"Bearer {token}"
         return True
+
+    def _refuse_plain_http(self, url: str) -> None:
+        """Credentials over plain HTTP are readable on the way: only to this machine."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme == "http" and (parts.hostname or "") not in LOOPBACK:
+            raise InvalidInput(f"the OCI registry {self.host} asks for credentials over plain HTTP ({parts.netloc}); "
+                               "zoo would send them readable on the way; refused",
+                               hint="reach the registry over https (drop `-o insecure=true`); plain HTTP with "
+                                    "credentials only to 127.0.0.1 or localhost")
 
     # ---- blobs ----------------------------------------------------------------------------
     def blob_size(self, repo: str, digest: str) -> int | None:
