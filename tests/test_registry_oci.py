@@ -161,6 +161,12 @@ def test_zoo_pulls_what_oras_pushed_in_modelpack_form(registry, prefix, tmp_path
     assert (tmp_path / "out" / "model.onnx").read_bytes() == onnx
     local = LocalZoo().resolve("edge@2.0.0")  # ZOO_HOME from conftest: the CLI's
     assert local.card.path == "README.md" and set(local.builds) == {"cpu-fp32"}
+    # no `latest` tag (oras pushed the version tag only): the bare name is the newest version
+    bare = zoo_cli("pull", "edge", "--remote", url, "--to", tmp_path / "bare", "--json")
+    assert bare.code == 0 and json.loads(bare.out)["version"] == "2.0.0", bare.text
+    found = zoo_cli("search", "packed", "--remote", url, "--json")
+    assert found.code == 0, found.text
+    assert [(r["name"], r["version"], r["build"]) for r in json.loads(found.out)] == [("edge", "2.0.0", "cpu-fp32")]
 
 
 @pytest.mark.parametrize("case", ["tar-layer", "no-onnx", "escaping-path"])

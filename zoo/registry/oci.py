@@ -322,6 +322,12 @@ class OciRemoteZoo(RemoteZoo):
         except InvalidInput:
             raise NotFound(f"no model called {ref.name!r} on remote {self.name}") from None
         m = self._first(lambda c, p: self._read_version(c, p, ref.name, reference))
+        if m is None and ref.tag == LATEST:
+            # another client pushed version tags only (ModelPack, KitOps): `latest` is where zoo's would be
+            versions = self._first(lambda c, p: self._tag_map(c, self.repo(ref.name, p))[0])
+            top = latest_of(versions)
+            if top is not None:
+                m = self._first(lambda c, p: self._read_version(c, p, ref.name, oci_tag(top)))
         if m is None:
             raise self._not_found(ref, repo)
         return m
@@ -373,7 +379,10 @@ class OciRemoteZoo(RemoteZoo):
         return out
 
     def tags(self, name: str) -> dict[str, str]:
-        return self._first(lambda c, p: self._tag_map(c, self.repo(name, p))[1])
+        versions, tags = self._first(lambda c, p: self._tag_map(c, self.repo(name, p)))
+        if versions and LATEST not in tags:
+            tags[LATEST] = latest_of(versions)  # as `resolve` reads it (version tags only, pushed by another client)
+        return tags
 
     def fetch(self, manifest: Manifest, ref: FileRef, blobs: "BlobStore") -> None:
         from zoo.download import Source

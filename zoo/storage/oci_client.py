@@ -87,6 +87,8 @@ def docker_credentials(host: str) -> tuple[str, str] | None:
     if not isinstance(cfg, dict):
         return None
     names = [host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/"]
+    if host in ("docker.io", "registry-1.docker.io", "index.docker.io"):
+        names.append("https://index.docker.io/v1/")  # where `docker login` files Docker Hub
     auths = cfg.get("auths") if isinstance(cfg.get("auths"), dict) else {}
     for name in names:
         entry = auths.get(name)
@@ -146,7 +148,9 @@ class OciClient:
         self.base = f"{'http' if plain else 'https'}://{host}"
         self.timeout = (HTTP_TIMEOUT, HTTP_TIMEOUT)
         self.session = requests.Session()
-        self.session.trust_env = False  # no ~/.netrc credentials: only those the module docstring names
+        # the environment's proxies and CA bundle apply, but never ~/.netrc's credentials (requests reads
+        # them only for a session without auth): only those the module docstring names are sent
+        self.session.auth = lambda request: request
         self.session.headers["User-Agent"] = "zoo"
         self._auth: dict[str, str] = {}  # scope -> Authorization header value
         self._basic: str | None = None
