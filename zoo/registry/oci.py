@@ -240,7 +240,7 @@ class OciRemoteZoo(RemoteZoo):
         if obj["config"]["mediaType"] == MODEL_CONFIG:
             try:
                 cfg = json.loads(_verified_blob(client, repo, obj["config"], where))
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise StorageError(f"{where}: the model config is not valid JSON") from None
             desc = cfg.get("descriptor") if isinstance(cfg, dict) and isinstance(cfg.get("descriptor"), dict) else {}
         files: list[dict] = []
@@ -255,6 +255,9 @@ class OciRemoteZoo(RemoteZoo):
             if not isinstance(path, str) or not path:
                 raise InvalidInput(f"{where}: layer {d['digest'][:19]} has no file path ({FILEPATH})",
                                    hint=f"annotate every layer with {FILEPATH}")
+            if path == MANIFEST_FILE or any(f["path"] == path for f in files):
+                raise InvalidInput(f"{where}: the file path {path!r} comes twice or is zoo's own manifest's",
+                                   hint="every layer a file path of its own")
             files.append({"path": path, "sha256": d["digest"][len("sha256:"):], "size": d["size"], "type": d["mediaType"]})
         onnx = [f for f in files if f["type"] == WEIGHT and f["path"].lower().endswith(".onnx")]
         if not onnx:
