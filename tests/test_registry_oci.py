@@ -11,7 +11,8 @@ test_registry_remote_contract.py and test_registry_remotes.py.
   version exit 3; `+build` versions as ``_`` tags;
 - credentials: a registry with htpasswd auth refuses a pull without them (AccessDenied naming
   `docker login`), takes them from $DOCKER_CONFIG/config.json or the variables the options
-  name, and zoo writes them nowhere;
+  name, and zoo writes them nowhere; a registry with Docker's token authentication (a Bearer
+  challenge, a token service on 127.0.0.1 issuing signed JWTs) is answered with its token;
 - mirrors: another registry tried when the primary is down or serves bad bytes.
 """
 
@@ -340,3 +341,29 @@ def test_a_registry_serving_the_wrong_version_or_an_index_is_refused(registry, p
         cli = zoo_cli("pull", f"tiny@{version}", "--remote", url, "--to", tmp_path / version)
         assert cli.code == code and words in cli.text and f"{prefix}/tiny:{version}" in cli.text, cli.text
         assert not (tmp_path / version).exists() and LocalZoo().get("tiny", version) is None
+
+
+def test_a_registry_with_token_authentication_is_answered_with_a_bearer_token(tmp_path, monkeypatch):
+    """Docker's token protocol (GHCR, Docker Hub, Harbor): the registry's Bearer challenge names a
+    token service; zoo asks it with the Docker config's credentials for the challenge's scope and
+    sends the token it gets. Push, list and pull go through; without credentials, AccessDenied."""
+    from registry_servers import token_registry
+
+    with token_registry(tmp_path / "tok", "zoo-user", "tok3n-pass") as (host, issued):
+        url = f"oci://{host}/team"
+        z = LocalZoo(tmp_path / "z")
+        z.publish(make_staging(tmp_path / "s"))
+        api.remote_add("reg", url, zoo=z)
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "none"))
+        with pytest.raises(AccessDenied, match="refused access"):
+            api.push("tiny@1.0.0", "reg", zoo=z)
+        docker = tmp_path / "docker"
+        docker.mkdir()
+        (docker / "config.json").write_text(json.dumps({"auths": {host: {"username": "zoo-user", "password": "tok3n-pass"}}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(docker))
+        assert api.push("tiny@1.0.0", "reg", tags=["prod"], zoo=z)["created"]
+        assert any(s.startswith("repository:team/tiny:") and "push" in s for s in issued), issued
+        fresh = LocalZoo(tmp_path / "fresh")
+        api.remote_add("reg", url, zoo=fresh)
+        assert [m.name for m in api.list_models(remote="reg", zoo=fresh)] == ["tiny"]  # the catalog's own scope
+        assert api.pull("tiny@prod", remote="reg", zoo=fresh).version == "1.0.0"
