@@ -39,6 +39,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MAX_JSON_BYTES = 4 << 20  # a manifest, config or zoo manifest read from a registry: bounded
 CHUNK = 8 << 20
 PAGE = 1000  # entries per page of the catalog and tag listings
+READ_RETRIES = 3  # a GET or HEAD answered 5xx is asked again this many times (`OciClient.request`)
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 # the distribution spec's grammar for a repository name and a tag
 REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*)*$")
@@ -170,9 +171,12 @@ class OciClient:
         in `ok` (or 404, which the caller reads as "not there"), else a zoo error."""
         import requests
 
+        import time
+
         url = url or f"{self.base}{path}"
         scope = path.split("/blobs/")[0].split("/manifests/")[0].split("/tags/")[0]
-        for attempt in range(2):
+        answered = False
+        for attempt in range(READ_RETRIES + 2):
             hdrs = dict(headers or {})
             if scope in self._auth:
                 hdrs["Authorization"] = self._auth[scope]
@@ -182,10 +186,18 @@ class OciClient:
             except requests.RequestException as e:
                 raise SourceUnreachable(f"cannot reach the OCI registry {self.host} ({what}): {type(e).__name__}",
                                         hint="check the address and the network; run again to resume") from e
-            if r.status_code == 401 and attempt == 0 and self._answer(r, scope, what):
+            if r.status_code == 401 and not answered and self._answer(r, scope, what):
+                answered = True
                 r.close()
                 if hasattr(data, "seek"):
                     data.seek(0)
+                continue
+            # a read may meet a tag another client is rewriting: distribution's filesystem storage
+            # answers 500 ("invalid checksum digest format") until the write is over. Reads only:
+            # a write is not repeated behind the caller's back
+            if r.status_code >= 500 and method in ("GET", "HEAD") and attempt < READ_RETRIES:
+                r.close()
+                time.sleep(0.1 * 3 ** attempt)
                 continue
             break
         if r.status_code in ok or r.status_code == 404:
