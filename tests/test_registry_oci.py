@@ -13,7 +13,9 @@ test_registry_remote_contract.py and test_registry_remotes.py.
   `docker login`), takes them from $DOCKER_CONFIG/config.json or the variables the options
   name, and zoo writes them nowhere; a registry with Docker's token authentication (a Bearer
   challenge, a token service on 127.0.0.1 issuing signed JWTs) is answered with its token;
-- mirrors: another registry tried when the primary is down or serves bad bytes.
+- mirrors: another registry tried when the primary is down or serves bad bytes;
+- a push killed after its version tag is finished by the retry; a registry refusing the
+  credentials falls back to the local zoo with a note.
 """
 
 from __future__ import annotations
@@ -367,3 +369,53 @@ def test_a_registry_with_token_authentication_is_answered_with_a_bearer_token(tm
         api.remote_add("reg", url, zoo=fresh)
         assert [m.name for m in api.list_models(remote="reg", zoo=fresh)] == ["tiny"]  # the catalog's own scope
         assert api.pull("tiny@prod", remote="reg", zoo=fresh).version == "1.0.0"
+
+
+class _Killed(BaseException):
+    """Stands for kill -9: nothing after the raise point runs, no handler cleans up."""
+
+
+def test_a_push_killed_after_its_version_tag_is_finished_by_the_retry(registry, prefix, publisher, monkeypatch):
+    """The version's manifest is written, `latest` not yet moved: the version is visible by its
+    version, `latest` still names the old one, and the retry moves it without uploading anything."""
+    from zoo.storage.oci_client import OciClient
+
+    api.push("tiny@1.0.0", "reg", zoo=publisher)
+    real = OciClient.put_manifest
+
+    def put_then_die(self, repo, reference, data, media_type="application/vnd.oci.image.manifest.v1+json"):
+        real(self, repo, reference, data, media_type)
+        if reference == "1.1.0":
+            raise _Killed()
+
+    with monkeypatch.context() as m:
+        m.setattr(OciClient, "put_manifest", put_then_die)
+        with pytest.raises(_Killed):
+            api.push("tiny@1.1.0", "reg", zoo=publisher)
+    assert api.show("tiny@1.1.0", remote="reg", zoo=publisher)["version"] == "1.1.0"
+    assert api.show("tiny", remote="reg", zoo=publisher)["version"] == "1.0.0"
+    again = api.push("tiny@1.1.0", "reg", zoo=publisher)
+    assert not again["created"] and again["uploaded"] == 0
+    assert api.show("tiny", remote="reg", zoo=publisher)["version"] == "1.1.0"
+
+
+def test_a_refusing_registry_falls_back_to_the_local_zoo_with_a_note(tmp_path, monkeypatch):
+    htpasswd = htpasswd_file(tmp_path / "htpasswd", "zoo-user", "pw-for-fallback")
+    with docker_registry(tmp_path / "reg", htpasswd=htpasswd) as host:
+        docker = tmp_path / "docker"
+        docker.mkdir()
+        (docker / "config.json").write_text(json.dumps({"auths": {host: {"username": "zoo-user", "password": "pw-for-fallback"}}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(docker))
+        z = LocalZoo(tmp_path / "z")
+        z.publish(make_staging(tmp_path / "s"))
+        api.remote_add("reg", f"oci://{host}/team", zoo=z)
+        api.push("tiny@1.0.0", "reg", zoo=z)
+        consumer = LocalZoo(tmp_path / "consumer")
+        api.remote_add("reg", f"oci://{host}/team", zoo=consumer)
+        first = api.pull("tiny", zoo=consumer)
+        (docker / "config.json").write_text(json.dumps({"auths": {host: {"username": "zoo-user", "password": "wrong"}}}))
+        again = api.pull("tiny", zoo=consumer)
+        assert again.path == first.path and again.source == "local"
+        assert any("refused" in n and "local zoo" in n for n in again.notes), again.notes
+        with pytest.raises(AccessDenied, match="refused access"):
+            api.pull("tiny@1.1.0", zoo=consumer)
