@@ -363,7 +363,12 @@ class OciRemoteZoo(RemoteZoo):
                         continue  # not a zoo model's repository
             return sorted(out)
 
-        return self._first(get)
+        try:
+            return self._first(get)
+        except AccessDenied as e:  # GHCR and others refuse /v2/_catalog whatever the credentials
+            raise AccessDenied(e.message, hint=f"{e.hint}; some registries never list their repositories (the "
+                                               "catalog API): list one model with `zoo list NAME --remote …`, or pull "
+                                               "it by name") from e
 
     def list(self, name: str | None = None) -> list[VersionInfo]:
         out = []
