@@ -419,3 +419,30 @@ def test_a_refusing_registry_falls_back_to_the_local_zoo_with_a_note(tmp_path, m
         assert any("refused" in n and "local zoo" in n for n in again.notes), again.notes
         with pytest.raises(AccessDenied, match="refused access"):
             api.pull("tiny@1.1.0", zoo=consumer)
+
+
+def test_a_docker_credential_helper_gives_the_credentials(tmp_path, monkeypatch):
+    """`credHelpers` in the Docker config (what `docker login` sets up with a keychain): zoo runs
+    ``docker-credential-NAME get`` with the registry's host on stdin, as docker does (a helper
+    written here in Python, speaking the helper protocol)."""
+    import os
+    import sys
+
+    htpasswd = htpasswd_file(tmp_path / "htpasswd", "helper-user", "helper-pass")
+    with docker_registry(tmp_path / "reg", htpasswd=htpasswd) as host:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        helper = bin_dir / "docker-credential-zootest"
+        helper.write_text(f"#!{sys.executable}\nimport json, sys\nassert sys.argv[1:] == ['get']\n"
+                          f"host = sys.stdin.read().strip()\nassert host == {host!r}, host\n"
+                          "print(json.dumps({'ServerURL': host, 'Username': 'helper-user', 'Secret': 'helper-pass'}))\n")
+        helper.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        docker = tmp_path / "docker"
+        docker.mkdir()
+        (docker / "config.json").write_text(json.dumps({"credHelpers": {host: "zootest"}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(docker))
+        z = LocalZoo(tmp_path / "z")
+        z.publish(make_staging(tmp_path / "s"))
+        api.remote_add("reg", f"oci://{host}/team", zoo=z)
+        assert api.push("tiny@1.0.0", "reg", zoo=z)["created"]
