@@ -43,7 +43,9 @@ success if it read back before (``exclusive_create = False``; what the registry 
 always one complete version, and every pull verifies it). Removing a version deletes its
 manifest by digest (the registry drops the tags on it; it must allow deletes:
 ``storage.delete.enabled``); its blobs are freed by the registry's own garbage collection,
-so `gc` is refused. The remote run cache does not use OCI registries (docs/zoo.md says why).
+so `gc` is refused. The remote run cache does not use OCI registries: its entries are created
+create-exclusive and its objects would need a manifest each to survive the registry's garbage
+collection (docs/zoo.md says what it would take).
 """
 
 from __future__ import annotations
