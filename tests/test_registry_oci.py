@@ -446,3 +446,20 @@ def test_a_docker_credential_helper_gives_the_credentials(tmp_path, monkeypatch)
         z.publish(make_staging(tmp_path / "s"))
         api.remote_add("reg", f"oci://{host}/team", zoo=z)
         assert api.push("tiny@1.0.0", "reg", zoo=z)["created"]
+
+
+def test_a_big_blob_goes_up_in_chunks_and_comes_back_whole(registry, prefix, publisher, monkeypatch):
+    """Above `CHUNKED_ABOVE` a blob is uploaded in PATCHes (lowered here to a few KB so the tiny
+    model takes several) and a closing PUT; a plain client fetches the same bytes, and every byte
+    is reported to the progress display once."""
+    from zoo.storage import oci_client
+
+    host, _ = registry
+    monkeypatch.setattr(oci_client, "CHUNKED_ABOVE", 1000)
+    monkeypatch.setattr(oci_client, "UPLOAD_CHUNK", 1024)
+    seen: list[int] = []
+    result = api.push("tiny@1.0.0", "reg", zoo=publisher, progress=seen.append)
+    ref = publisher.resolve("tiny@1.0.0").builds["cpu-fp32"].file
+    assert ref.size > 3000 and sum(seen) == result["bytes"] and 1024 in seen
+    got = _oras(host).get_blob(f"{host}/{prefix}/tiny", f"sha256:{ref.sha256}").content
+    assert got == publisher.blobs.path(ref.sha256).read_bytes()

@@ -38,6 +38,8 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MAX_JSON_BYTES = 4 << 20  # a manifest, config or zoo manifest read from a registry: bounded
 CHUNK = 8 << 20
+CHUNKED_ABOVE = 512 << 20  # a blob bigger than this goes up in PATCHes (`OciClient.put_file`)
+UPLOAD_CHUNK = 64 << 20
 PAGE = 1000  # entries per page of the catalog and tag listings
 READ_RETRIES = 3  # a GET or HEAD answered 5xx is asked again this many times (`OciClient.request`)
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -269,7 +271,9 @@ class OciClient:
 
     def put_file(self, local: Path, rpath: str, progress: Callable[[int], None] | None = None) -> None:
         """Upload `local` as the blob `rpath` (``REPO@sha256:…``, the reference syntax): POST opens
-        an upload, one PUT streams the file and names its digest (the registry checks it)."""
+        an upload; a file up to `CHUNKED_ABOVE` bytes goes in one streamed PUT naming its digest,
+        a bigger one in PATCHes of `UPLOAD_CHUNK` bytes and a closing PUT (registries and their
+        proxies cap a request's body). The registry checks the digest before it keeps the blob."""
         from urllib.parse import urljoin
 
         repo, digest = rpath.rsplit("@", 1)
@@ -280,11 +284,30 @@ class OciClient:
                                hint="check the repository name and that the registry accepts pushes")
         url = urljoin(f"{self.base}/", location)
         size = Path(local).stat().st_size
+        path = f"/v2/{repo}/blobs/uploads/"  # names the auth scope; the upload's own URL is `url`
+        what = f"upload blob {digest[:19]}"
         with open(local, "rb") as f:
-            body = _Metered(f, progress)
-            self.request("PUT", f"/v2/{repo}/blobs/uploads/", url=url, params={"digest": digest}, data=body,
-                         headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
-                         what=f"upload blob {digest[:19]}", ok=(201,))
+            if size <= CHUNKED_ABOVE:
+                self.request("PUT", path, url=url, params={"digest": digest}, data=_Metered(f, progress),
+                             headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+                             what=what, ok=(201,))
+                return
+            start = 0
+            while start < size:
+                chunk = f.read(UPLOAD_CHUNK)
+                end = start + len(chunk) - 1
+                r = self.request("PATCH", path, url=url, data=chunk, what=f"{what} (bytes {start}-{end})", ok=(202,),
+                                 headers={"Content-Type": "application/octet-stream", "Content-Range": f"{start}-{end}",
+                                          "Content-Length": str(len(chunk))})
+                if r.status_code == 404 or not r.headers.get("Location"):
+                    raise StorageError(f"the OCI registry {self.host} lost the upload of {digest[:19]} at byte {start}",
+                                       hint="run the push again: it starts that file again")
+                url = urljoin(f"{self.base}/", r.headers["Location"])
+                if progress is not None:
+                    progress(len(chunk))
+                start = end + 1
+            self.request("PUT", path, url=url, params={"digest": digest}, data=b"", what=what, ok=(201,),
+                         headers={"Content-Length": "0"})
 
     def put_bytes(self, repo: str, digest: str, data: bytes) -> None:
         import tempfile
