@@ -5,7 +5,8 @@
 
 - blobs: ``HEAD`` (present, and its size), ``GET`` with ``Range: bytes=N-`` (resumed downloads),
   upload by ``POST`` then one streamed ``PUT ?digest=`` (the monolithic upload every registry
-  takes; oras-py reads the whole file into memory first);
+  takes; oras-py reads the whole file into memory first), or ``PATCH`` chunks for a big blob;
+  reads answered 5xx are asked again (a tag being rewritten), writes never;
 - manifests: ``GET`` (read with a size bound: a stranger's JSON), ``HEAD`` (its digest),
   ``PUT`` by tag, ``DELETE`` by digest (the registry removes the tags on it too);
 - listings: ``/v2/_catalog`` and ``/v2/<repo>/tags/list``, paged (``n``, ``last`` and the
