@@ -463,3 +463,32 @@ def test_a_big_blob_goes_up_in_chunks_and_comes_back_whole(registry, prefix, pub
     assert ref.size > 3000 and sum(seen) == result["bytes"] and 1024 in seen
     got = _oras(host).get_blob(f"{host}/{prefix}/tiny", f"sha256:{ref.sha256}").content
     assert got == publisher.blobs.path(ref.sha256).read_bytes()
+
+
+def test_a_registry_with_immutable_tags_refusing_the_later_write_is_a_conflict_stand_in_registry_refusal(
+        registry, prefix, publisher, tmp_path, monkeypatch):
+    """Stand-in: distribution 2.8 has no tag immutability (Harbor and ECR do), so the refusal is a
+    patched `put_manifest` that lets a rival's manifest land on the version tag first and then
+    answers as such a registry does (an HTTP 4xx). The push reads what is there: a Conflict."""
+    from zoo.errors import Conflict, StorageError
+    from zoo.storage.oci_client import OciClient
+
+    host, _ = registry
+    rival = LocalZoo(tmp_path / "rival")
+    rival.publish(make_staging(tmp_path / "rs", scale=42.0))
+    api.remote_add("reg", f"oci://{host}/{prefix}", zoo=rival)
+    api.push("tiny@1.0.0", "reg", zoo=rival)
+    client = OciClient(host)
+    theirs = client.get_manifest(f"{prefix}/tiny", "1.0.0")[0]
+    client.delete_manifest(f"{prefix}/tiny", client.manifest_digest(f"{prefix}/tiny", "1.0.0"))
+    real = OciClient.put_manifest
+
+    def immutable(self, repo, reference, data, media_type="application/vnd.oci.image.manifest.v1+json"):
+        if reference == "1.0.0":
+            real(self, repo, reference, theirs, media_type)  # the rival got there first
+            raise StorageError(f"the OCI registry {host}: write {repo}:1.0.0 failed: HTTP 409 tag is immutable")
+        return real(self, repo, reference, data, media_type)
+
+    monkeypatch.setattr(OciClient, "put_manifest", immutable)
+    with pytest.raises(Conflict, match="concurrently with different content"):
+        api.push("tiny@1.0.0", "reg", zoo=publisher)

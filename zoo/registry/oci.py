@@ -480,7 +480,13 @@ class OciRemoteZoo(RemoteZoo):
             uploaded, nbytes = self._upload_missing(zoo, manifest, repo, layers)
             body = self._image_manifest(manifest, layers)
             self._visible = None  # cut off during the write, the registry may or may not have it
-            c.put_manifest(repo, vtag, body)
+            try:
+                c.put_manifest(repo, vtag, body)
+            except StorageError as e:
+                # a registry with immutable tags (Harbor's, ECR's tag immutability) refuses to move a
+                # tag a concurrent publisher wrote first: what is there decides, as below
+                if type(e) is not StorageError or c.manifest_digest(repo, vtag) is None:
+                    raise
             self._visible = True
             import hashlib
 
