@@ -19,7 +19,7 @@ from zoo.registry.refs import parse_pinned, parse_ref, version_key
 from zoo.registry.store import LocalZoo
 from zoo.storage.metered import MeteredBackend
 
-__all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "push", "tag", "rm", "fsck",
+__all__ = ["ModelSummary", "list_models", "list_versions", "show", "search", "pull", "verify", "push", "tag", "rm", "fsck",
            "remote_add", "remote_list", "remote_remove", "remote_gc", "PullResult", "VersionInfo", "to_json"]
 
 
@@ -90,17 +90,24 @@ def list_models(*, remote: str | None = None, zoo: LocalZoo | None = None) -> li
 
 
 def show(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
-    """The manifest of `ref` plus its tags and, for each build, whether it is downloaded locally."""
+    """The manifest of `ref` plus its tags, who signed it (``signature``: who the signature names, not
+    checked — `zoo verify` checks it; None when unsigned) and, for each build, whether it is
+    downloaded locally."""
     zoo = _zoo(zoo)
     r = parse_ref(ref)
     if remote:
         rz = _remote(remote, zoo)
         manifest = rz.resolve(r)
         tags = rz.tags(r.name)
+        attachments = rz.read_attachments(manifest.name, manifest.version)
     else:
         manifest = zoo.resolve(r)
         tags = zoo.tags(r.name)
+        attachments = zoo.attachments(manifest.name, manifest.version)
+    from zoo.registry.signing import signature_summary
+
     data = manifest.model_dump(mode="json")
+    data["signature"] = signature_summary(attachments, manifest.ref)
     data["tags"] = sorted(t for t, v in tags.items() if v == manifest.version)
     data["source"] = remote or "local"
     data["downloaded"] = {b: not zoo.missing(zoo.build_files(manifest, b)) for b in manifest.builds}
@@ -131,11 +138,20 @@ def search(text: str = "", *, task: str | None = None, tag: str | None = None, m
 
 
 def pull(ref: str, *, build: str | None = None, to: str | Path | None = None, remote: str | None = None,
-         offline: bool = False, zoo: LocalZoo | None = None) -> PullResult:
-    """Pull `ref`; see `zoo.registry.pull` for the resolution order and `zoo.registry.select` for the build rule."""
+         offline: bool = False, zoo: LocalZoo | None = None, require_signature: bool = False) -> PullResult:
+    """Pull `ref`; see `zoo.registry.pull` for the resolution order, the signature check and
+    `zoo.registry.select` for the build rule."""
     from zoo.registry import pull as _pull
 
-    return _pull.pull(ref, build=build, to=Path(to) if to else None, remote=remote, offline=offline, zoo=_zoo(zoo))
+    return _pull.pull(ref, build=build, to=Path(to) if to else None, remote=remote, offline=offline, zoo=_zoo(zoo),
+                      require_signature=require_signature)
+
+
+def verify(ref: str, *, require_signature: bool = False, zoo: LocalZoo | None = None) -> dict:
+    """`zoo verify NAME@VERSION`: a local version's signature, attachments and stored files (zoo.registry.verify)."""
+    from zoo.registry.verify import verify_local
+
+    return verify_local(_zoo(zoo), ref, require_signature=require_signature)
 
 
 def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | None = None,
@@ -205,15 +221,18 @@ def remote_gc(name: str, *, dry_run: bool = False, grace_s: float | None = None,
 
 
 def remote_add(name: str, url: str, *, options: dict[str, str] | None = None, mirrors: list[str] | None = None,
-               replace: bool = False, zoo: LocalZoo | None = None) -> dict:
-    """Add (or with `replace`, change) a remote. Options are validated; credentials are refused."""
+               replace: bool = False, trust: list[str] | None = None, zoo: LocalZoo | None = None) -> dict:
+    """Add (or with `replace`, change) a remote. Options are validated; credentials are refused.
+    `trust`: PEM public keys or root certificates whose signatures are accepted for versions
+    pulled from it (zoo.registry.trust), kept by absolute path."""
     from zoo.registry.config import RemotesConfig
 
-    return RemotesConfig(_zoo(zoo).root).add(name, url, options, mirrors, replace=replace).model_dump()
+    return RemotesConfig(_zoo(zoo).root).add(name, url, options, mirrors, replace=replace, trust=trust).model_dump()
 
 
 def remote_add_from_dvc(name: str, dvc_remote: str, *, dvc_repo: Path | str = ".", options: dict[str, str] | None = None,
-                        mirrors: list[str] | None = None, replace: bool = False, zoo: LocalZoo | None = None) -> dict:
+                        mirrors: list[str] | None = None, replace: bool = False, trust: list[str] | None = None,
+                        zoo: LocalZoo | None = None) -> dict:
     """Add a remote at the URL of DVC remote `dvc_remote` of the repo at `dvc_repo`, with the options
     zoo has a name for (`options` added on top); credentials are never copied. The result adds
     ``notes``: what was not carried over and why (zoo.registry.dvc_remote)."""
@@ -221,7 +240,7 @@ def remote_add_from_dvc(name: str, dvc_remote: str, *, dvc_repo: Path | str = ".
 
     found = dvc_remotes.read(dvc_remote, Path(dvc_repo))
     added = remote_add(name, found.url, options={**found.options, **(options or {})}, mirrors=mirrors,
-                       replace=replace, zoo=zoo)
+                       replace=replace, trust=trust, zoo=zoo)
     return added | {"from_dvc": {"remote": found.name, "config": found.config}, "notes": found.notes}
 
 

@@ -12,6 +12,12 @@ Resolution order:
 Nothing pulled is ever imported or executed: files are verified, their ONNX external-data
 locations checked, and only then is the version adopted and the files placed (hard links in
 the zoo's own snapshot folder; independent copies or reflinks for ``--to``).
+
+Signatures (zoo.registry.signing, zoo.registry.trust): when a signature is demanded
+(``--require-signature``, ``signing.require``) or any key is trusted for the source, the
+version's signature is checked right after its manifest is resolved, before a byte of it is
+fetched: a refused version leaves nothing behind. Every fetched file is then held to its
+sha256 in the manifest the signature covers.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class PullResult:
     downloaded_bytes: int = 0
     notes: list[str] = field(default_factory=list)
     fetched_from: list[str] = field(default_factory=list)  # the remotes the downloaded bytes came from
+    signature: dict | None = None  # the signature check (zoo.registry.signing.Verdict), None when none was made
 
     @property
     def ref(self) -> str:
@@ -110,7 +117,8 @@ def _local(zoo: LocalZoo, r: Ref) -> Manifest | None:
 
 
 def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: str | None = None,
-         offline: bool = False, zoo: LocalZoo | None = None, providers: list[str] | None = None) -> PullResult:
+         offline: bool = False, zoo: LocalZoo | None = None, providers: list[str] | None = None,
+         require_signature: bool = False) -> PullResult:
     """Pull `ref` (``name[@version|@tag]``) and return where its build's model file is.
 
     Everything is checked before anything is adopted: each of the build's files (fetched or
@@ -127,11 +135,14 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
     manifest, source = resolve_manifest(zoo, r, remotes, offline, notes)
     b = zoo.get_build(manifest, build) if build else best_build(manifest, providers)
     dest = Path(to).expanduser().resolve() if to else None
+    verdict = check_signature(zoo, manifest, source, require_signature, notes)
+    signature = verdict.to_json() if verdict is not None else None
 
     if source is None and dest is None:
         done = zoo.is_materialized(manifest, b)
         if done is not None:
-            return PullResult(manifest.name, manifest.version, b.name, str(done), "local", notes=notes)
+            return PullResult(manifest.name, manifest.version, b.name, str(done), "local", notes=notes,
+                              signature=signature)
 
     fetched: list[FileRef] = []
     used: list[str] = []
@@ -144,7 +155,31 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
             raise
         raise storage_error(Path(e.filename) if e.filename else zoo.root, e) from e
     return PullResult(manifest.name, manifest.version, b.name, str(path), source.name if source else "local",
-                      len(fetched), sum(f.size for f in fetched), notes, fetched_from=used)
+                      len(fetched), sum(f.size for f in fetched), notes, fetched_from=used, signature=signature)
+
+
+def check_signature(zoo: LocalZoo, manifest: Manifest, source: RemoteZoo | None, require: bool,
+                    notes: list[str]):
+    """The signature check of a version about to be pulled (module docstring): a `Verdict`, None
+    when signatures are not checked; SignatureError (exit 4) when it does not hold. The anchors
+    are the user's and, for a version from a remote, that remote's; for one the local zoo holds,
+    those of every remote the user configured (it remembers no source)."""
+    from zoo.registry import trust
+
+    config = getattr(source, "config", None) if source is not None else None
+    policy = trust.policy([config] if config is not None else trust.all_remotes(zoo.root), require=require)
+    notes.extend(policy.notes)
+    if not policy.active:
+        return None
+    from zoo.registry.signing import verify
+
+    if source is None:
+        verdict = verify(manifest, zoo.attachments(manifest.name, manifest.version), policy)
+    else:
+        verdict = verify(manifest, source.read_attachments(manifest.name, manifest.version), policy,
+                         where=f"remote {source.name}: ")
+    notes.extend(verdict.notes)
+    return verdict
 
 
 def _fetch_and_place(zoo: LocalZoo, r: Ref, manifest: Manifest, b, source: RemoteZoo | None,
