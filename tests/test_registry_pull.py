@@ -37,6 +37,10 @@ class StandInRemote:
             raise self._resolve
         return self._resolve
 
+    def read_attachments(self, name, version):
+        self.calls.append(("read_attachments", f"{name}@{version}"))
+        return {}
+
     def fetch(self, manifest, f, blobs):
         self.calls.append(("fetch", f.path))
         if isinstance(self._fetch, BaseException):

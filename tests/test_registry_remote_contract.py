@@ -129,6 +129,37 @@ def test_push_is_create_exclusive_idempotent_and_refuses_other_content(backend, 
 
 
 @every_kind
+def test_attachments_travel_with_the_version_and_are_immutable(backend, remote, writer, publisher, tmp_path):
+    """A version's signature and BOM (zoo.registry.attachments) go up with its first push, come back
+    from `read_attachments` as the same bytes, cannot be replaced with others, and go with `remove`."""
+    from zoo.registry.attachments import BOM, SIGNATURE
+
+    publisher.add_attachment("tiny", "1.0.0", BOM, b'{"bomFormat": "CycloneDX"}')
+    publisher.add_attachment("tiny", "1.0.0", SIGNATURE, b'{"sig": 1}')
+    if backend.kind not in WRITABLE:
+        with pytest.raises(InvalidInput, match="read-only"):
+            remote.push(publisher, publisher.resolve("tiny@1.0.0"))
+        return
+    pushed = writer.push(publisher, publisher.resolve("tiny@1.0.0"))
+    assert sorted(pushed["attachments"]) == [BOM, SIGNATURE]
+    assert remote.read_attachments("tiny", "1.0.0") == {BOM: b'{"bomFormat": "CycloneDX"}', SIGNATURE: b'{"sig": 1}'}
+    assert writer.push(publisher, publisher.resolve("tiny@1.0.0"))["attachments"] == []  # idempotent
+    writer.push(publisher, publisher.resolve("tiny@1.1.0"))
+    assert remote.read_attachments("tiny", "1.1.0") == {}  # a version that carries none
+    rival = LocalZoo(tmp_path / "rival")
+    rival.publish(make_staging(tmp_path / "rival-staging", version="1.0.0", big_bytes=3000))
+    assert rival.resolve("tiny@1.0.0").all_files() == publisher.resolve("tiny@1.0.0").all_files()
+    rival.add_attachment("tiny", "1.0.0", SIGNATURE, b'{"sig": "forged"}')
+    with pytest.raises(Conflict, match="different signature"):
+        writer.push(rival, rival.resolve("tiny@1.0.0"))
+    assert remote.read_attachments("tiny", "1.0.0")[SIGNATURE] == b'{"sig": 1}'
+    writer.remove("tiny", "1.0.0")
+    with pytest.raises(NotFound):
+        remote.resolve(parse_ref("tiny@1.0.0"))
+    assert remote.read_attachments("tiny", "1.0.0") == {}
+
+
+@every_kind
 def test_push_of_a_version_the_local_zoo_lacks_files_of_is_refused(backend, remote, publisher, tmp_path):
     half = LocalZoo(tmp_path / "half")
     half.adopt(publisher.resolve("tiny@1.0.0"))  # the manifest, not the files

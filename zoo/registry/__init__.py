@@ -8,7 +8,8 @@ option's name, folder or URL resolved), ``remote`` (the `RemoteZoo` interface ev
 ``remote_factory`` (``open_remote``: the backend for a configured remote), ``fsremote`` (the
 remote zoo layout, with mirrors, on `zoo.storage`'s byte-level backends: folder, S3, GCS, Azure,
 WebDAV, SSH, HTTP), ``hf`` (Hugging Face Hub), ``select`` (best build for this host), ``pull``,
-``api`` (what the CLI calls), ``bundle`` (air-gapped tar bundles: export, verified import),
+``api`` (what the CLI calls), ``attachments`` (a version's signature and bill of materials, beside
+its manifest), ``bundle`` (air-gapped tar bundles: export, verified import),
 ``fsck`` (checking and repairing a local zoo); the servers tests and benchmarks run on 127.0.0.1
 are `tests/registry_servers.py`. File writes, links and hashes are `zoo.files`; path and ONNX external-data checks
 `zoo.pathsafety`.
@@ -35,6 +36,8 @@ Local zoo layout (``$ZOO_HOME``, default ``~/.local/share/zoo``)::
                                                   this folder is itself a valid staging folder); `--to`
                                                   folders get independent copies instead
     models/<name>/tags/<tag>                      one line: the version the tag points at (`latest`, `prod`…)
+    models/<name>/attachments/<version>/<file>    what the version carries beside its manifest: its signature
+                                                  and bill of materials (`attachments`), create-exclusive
     tmp/                                          scratch space
 
 Rules: a version is visible only once its manifest exists, and its manifest is written only

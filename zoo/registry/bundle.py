@@ -5,11 +5,16 @@
 
 Layout (an uncompressed tar; members in this order, no directories, no links)::
 
-    zoo-bundle.json                       {"schema_version": 1, "versions": [{"name", "version",
+    zoo-bundle.json                       {"schema_version": 1 or 2, "versions": [{"name", "version",
                                            "manifest": "manifests/<name>/<version>.json",
-                                           "manifest_sha256"}], "blobs": {sha256: size}}
+                                           "manifest_sha256", "attachments": {file: sha256}}],
+                                           "blobs": {sha256: size}}
     manifests/<name>/<version>.json       each version's manifest (the zoo's canonical bytes)
+    attachments/<name>/<version>/<file>   its signature and bill of materials (zoo.registry.attachments)
     blobs/sha256/<sha256>                 every file of those versions, once, named by its sha256
+
+Schema 2 adds the attachments; a bundle whose versions carry none is written as schema 1, byte
+for byte what an older zoo wrote and reads.
 
 The tar is deterministic for the same versions (sorted members, zero mtimes and owners) and
 written to a temporary file renamed into place, so a reader never sees half a bundle.
@@ -44,11 +49,13 @@ from zoo.registry.manifest import Manifest
 from zoo.registry.refs import parse_ref
 from zoo.registry.store import LocalZoo
 
-BUNDLE_SCHEMA_VERSION = 1
+BUNDLE_SCHEMA_VERSION = 2
+READ_SCHEMA_VERSIONS = (1, 2)
 INDEX = "zoo-bundle.json"
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _BLOB = re.compile(r"^blobs/sha256/([0-9a-f]{64})$")
 _MANIFEST = re.compile(r"^manifests/([a-z0-9][a-z0-9._-]*)/([0-9A-Za-z.+-]+)\.json$")
+_ATTACHMENT = re.compile(r"^attachments/([a-z0-9][a-z0-9._-]*)/([0-9A-Za-z.+-]+)/([a-z0-9._-]+)$")
 _MAX_INDEX_BYTES = 64 << 20
 
 
@@ -105,9 +112,16 @@ def export_bundle(refs: Iterable[str], out: str | Path, zoo: LocalZoo | None = N
         data = dump_manifest(m)
         path = f"manifests/{m.name}/{m.version}.json"
         manifest_bytes[path] = data
-        entries.append({"name": m.name, "version": m.version, "manifest": path,
-                        "manifest_sha256": hashlib.sha256(data).hexdigest()})
-    index = {"schema_version": BUNDLE_SCHEMA_VERSION, "versions": entries, "blobs": dict(sorted(blobs.items()))}
+        entry = {"name": m.name, "version": m.version, "manifest": path,
+                 "manifest_sha256": hashlib.sha256(data).hexdigest()}
+        attached = zoo.attachments(m.name, m.version)
+        if attached:
+            entry["attachments"] = {n: hashlib.sha256(b).hexdigest() for n, b in sorted(attached.items())}
+            for n, b in sorted(attached.items()):
+                manifest_bytes[f"attachments/{m.name}/{m.version}/{n}"] = b
+        entries.append(entry)
+    schema = BUNDLE_SCHEMA_VERSION if any("attachments" in e for e in entries) else 1
+    index = {"schema_version": schema, "versions": entries, "blobs": dict(sorted(blobs.items()))}
 
     from zoo.files import atomic_output
 
@@ -198,9 +212,10 @@ def import_bundle(path: str | Path, zoo: LocalZoo | None = None, progress: Progr
         members = _checked_members(tar, path)
         index = _read_index(tar, members, path)
         manifests = _read_manifests(tar, members, index, path)
+        attachments = _read_attachments(tar, members, index, path)
         blobs = _verify_blobs(tar, members, index, manifests, Path(scratch), path, _compressed(path), progress)
         _check_versions(zoo, manifests, blobs)
-        return _install(zoo, manifests, blobs, index, path)
+        return _install(zoo, manifests, blobs, index, path, attachments)
 
 
 def _checked_members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
@@ -218,9 +233,9 @@ def _checked_members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarI
         if m.issparse():  # a few KB of tar that claims gigabytes of zeros; export never writes one
             raise IntegrityError(f"{path.name}: member {name!r} is a sparse file ({m.size} bytes claimed)",
                                  hint="bundles hold plain regular files only; export the bundle again")
-        if name != INDEX and not _BLOB.fullmatch(name) and not _MANIFEST.fullmatch(name):
+        if name != INDEX and not _BLOB.fullmatch(name) and not _MANIFEST.fullmatch(name) and not _ATTACHMENT.fullmatch(name):
             raise IntegrityError(f"{path.name}: unexpected member {name!r}",
-                                 hint="a bundle holds zoo-bundle.json, manifests/ and blobs/sha256/ only")
+                                 hint="a bundle holds zoo-bundle.json, manifests/, attachments/ and blobs/sha256/ only")
         if name in members:
             raise IntegrityError(f"{path.name}: member {name!r} appears twice", hint="refusing an ambiguous bundle")
         members[name] = m
@@ -242,9 +257,9 @@ def _read_index(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], path:
         index = json.loads(_read_member(tar, members[INDEX], _MAX_INDEX_BYTES))
     except ValueError as e:
         raise InvalidInput(f"{path.name}: {INDEX} is not valid JSON ({e})") from None
-    if not isinstance(index, dict) or index.get("schema_version") != BUNDLE_SCHEMA_VERSION:
+    if not isinstance(index, dict) or index.get("schema_version") not in READ_SCHEMA_VERSIONS:
         raise InvalidInput(f"{path.name}: unsupported bundle schema_version {index.get('schema_version') if isinstance(index, dict) else None!r}",
-                           hint=f"this zoo reads schema_version {BUNDLE_SCHEMA_VERSION}")
+                           hint=f"this zoo reads schema_version {' and '.join(map(str, READ_SCHEMA_VERSIONS))}")
     versions, blobs = index.get("versions"), index.get("blobs")
     if not isinstance(versions, list) or not isinstance(blobs, dict):
         raise InvalidInput(f"{path.name}: {INDEX} needs `versions` (a list) and `blobs` (a mapping)")
@@ -284,6 +299,37 @@ def _read_manifests(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], i
     if not manifests:
         raise InvalidInput(f"{path.name} holds no versions")
     return manifests
+
+
+def _read_attachments(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], index: dict,
+                      path: Path) -> dict[str, dict[str, bytes]]:
+    """Each version's attachments (ref -> file -> bytes), every one listed in the index with its
+    sha256, of a known name and bounded size; an attachment member the index does not list is refused."""
+    from zoo.registry.attachments import MAX_BYTES, check
+
+    out: dict[str, dict[str, bytes]] = {}
+    listed = set()
+    for entry in index["versions"]:
+        ref = f"{entry['name']}@{entry['version']}"
+        attached = entry.get("attachments", {})
+        if not isinstance(attached, dict) or (attached and index["schema_version"] < 2):
+            raise InvalidInput(f"{path.name}: {INDEX} has invalid attachments for {ref}")
+        for n, sha in attached.items():
+            member = f"attachments/{entry['name']}/{entry['version']}/{n}"
+            if not isinstance(sha, str) or not _SHA.fullmatch(sha) or member not in members:
+                raise IntegrityError(f"{path.name}: attachment {n} of {ref} is missing or badly listed",
+                                     hint="the bundle is incomplete or was modified; export it again")
+            data = _read_member(tar, members[member], MAX_BYTES)
+            check(n, data, f"{path.name}: {ref}")
+            if hashlib.sha256(data).hexdigest() != sha:
+                raise IntegrityError(f"{path.name}: attachment {n} of {ref} does not match its sha256 in {INDEX}",
+                                     hint="the bundle was modified or damaged; nothing was installed")
+            out.setdefault(ref, {})[n] = data
+            listed.add(member)
+    extra = sorted(n for n in members if _ATTACHMENT.fullmatch(n) and n not in listed)
+    if extra:
+        raise IntegrityError(f"{path.name}: attachment {extra[0]} is not in {INDEX}")
+    return out
 
 
 def _compressed(path: Path) -> bool:
@@ -368,10 +414,17 @@ def _check_versions(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, P
 
 
 def _install(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, Path], index: dict,
-             path: Path) -> BundleResult:
+             path: Path, attachments: dict[str, dict[str, bytes]]) -> BundleResult:
     result = BundleResult(path=str(path), versions=[m.ref for m in manifests])
     with zoo.blobs.adding():  # no blob freed between being stored (or found stored) and named
-        return _install_locked(zoo, manifests, blobs, index, result)
+        result = _install_locked(zoo, manifests, blobs, index, result)
+    for m in manifests:
+        for n, data in sorted(attachments.get(m.ref, {}).items()):
+            try:
+                zoo.add_attachment(m.name, m.version, n, data)
+            except Conflict:  # the local zoo's own copy stays: it is the one that was checked
+                pass
+    return result
 
 
 def _install_locked(zoo: LocalZoo, manifests: list[Manifest], blobs: dict[str, Path], index: dict,

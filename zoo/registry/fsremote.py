@@ -7,6 +7,9 @@ Layout::
     <root>/blobs/sha256/<aa>/<sha256>             every file, addressed by content
     <root>/models/<name>/versions/<version>.json  the manifest: written last, create-exclusive
     <root>/models/<name>/tags/<tag>.json          {"version": "1.2.0"}
+    <root>/models/<name>/attachments/<version>/<file>
+                                                  signature, bill of materials (zoo.registry.attachments):
+                                                  written create-exclusive before the manifest
     <root>/models/<name>/index.json               versions + tags (derived; lets HTTP list)
     <root>/index.json                             model names (derived; lets HTTP list)
 
@@ -176,6 +179,25 @@ class FsRemoteZoo(RemoteZoo):
 
         fetch_blob(blobs, ref, [source(b) for b in self.backends], f"{manifest.ref}: {ref.path}")
 
+    def read_attachments(self, name: str, version: str) -> dict[str, bytes]:
+        from zoo.registry.attachments import MAX_BYTES, NAMES, check
+
+        check_name(name), check_version(version)
+        for b in self.backends:
+            try:
+                if b.read(b.path("models", name, "versions", f"{version}.json"), limit=MAX_BYTES) is None:
+                    continue  # a mirror that lacks the version lacks its attachments too
+                out = {}
+                for n in NAMES:
+                    data = b.read(b.path("models", name, "attachments", version, n), limit=MAX_BYTES)
+                    if data is not None:
+                        check(n, data, f"remote {self.name}: {name}@{version}")
+                        out[n] = data
+                return out
+            except (SourceUnreachable, AccessDenied):
+                self._dead.add(b.url)
+        return {}
+
     # ---- writes (primary only) ---------------------------------------------------------
     def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
         """Publish: blobs, then the manifest (create-exclusive), then `latest`, tags and indexes.
@@ -209,6 +231,7 @@ class FsRemoteZoo(RemoteZoo):
             raise Conflict(f"{manifest.ref} is already on remote {self.name} with different content",
                            hint="versions are immutable: bump the version")
         uploaded, nbytes = self._upload_missing(zoo, manifest)
+        attached = self._upload_attachments(zoo, manifest)
         created = False
         if existing is None:
             if manifest.created is None:
@@ -234,7 +257,22 @@ class FsRemoteZoo(RemoteZoo):
         # vectors shared by builds) is one blob, so it is neither uploaded twice nor "already there"
         n = len({f.sha256 for f in manifest.all_files()})
         return {"remote": self.name, "ref": manifest.ref, "uploaded": uploaded, "skipped": n - min(uploaded, n),
-                "bytes": nbytes, "created": created}
+                "bytes": nbytes, "created": created, "attachments": attached}
+
+    def _upload_attachments(self, zoo: "LocalZoo", manifest: Manifest) -> list[str]:
+        """Store the local attachments of `manifest` the primary lacks, create-exclusive (the same
+        bytes already there are fine, other bytes a Conflict); the names stored."""
+        from zoo.registry.attachments import differs
+
+        b = self.primary
+        stored = []
+        for n, data in sorted(zoo.attachments(manifest.name, manifest.version).items()):
+            rpath = b.path("models", manifest.name, "attachments", manifest.version, n)
+            if b.create(rpath, data):
+                stored.append(n)
+            elif b.read(rpath) != data:
+                raise differs(n, manifest.ref, f"remote {self.name}")
+        return stored
 
     def _upload_missing(self, zoo: "LocalZoo", manifest: Manifest) -> tuple[int, int]:
         """Upload the blobs of `manifest` the primary lacks (a present blob has the right size); (files, bytes)."""
@@ -311,6 +349,10 @@ class FsRemoteZoo(RemoteZoo):
         except ZooError:
             candidates = set()  # a damaged manifest: its blobs are left to `zoo remote gc`
         b.delete(b.path("models", name, "versions", f"{version}.json"))
+        from zoo.registry.attachments import NAMES
+
+        for n in NAMES:  # after the manifest: an attachment without its version is never read
+            b.delete(b.path("models", name, "attachments", version, n))
         for tag, v in self._list_tags(name).items():
             if v == version:
                 b.delete(b.path("models", name, "tags", f"{tag}.json"))

@@ -7,6 +7,9 @@ Mapping, through huggingface_hub's public API only:
   manifest paths, ``zoo-manifest.json``, and the model card as ``README.md``;
 - versions are git tags named after the version (``1.2.0``); zoo tags (``latest``, ``prod``)
   are git tags too, moved by delete + create; names shaped like versions are never zoo tags;
+- the version's attachments (signature, bill of materials: `zoo.registry.attachments`) are
+  files of the same commit under ``.zoo/attachments/``, so they come with the first push of a
+  version only: its tag pins that commit, and zoo never moves a version tag;
 - publishing commits to ``main`` and then creates the version tag: tag creation fails when the
   tag exists (HTTP 409), which is the create-exclusive step that lets one publisher win;
   a commit without its tag is not a version, so an interrupted publish leaves none visible.
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from zoo.registry.store import LocalZoo
 
 
+ATTACHMENTS_DIR = ".zoo/attachments"  # a version's signature and bill of materials, in its commit
 _TOKEN_HINT = ("set HF_TOKEN (or log in with `hf auth login`), or name another variable with "
                "`zoo remote add NAME URL --replace -o token_env=VAR`; --offline uses only the local zoo")
 
@@ -206,6 +210,42 @@ class HfRemoteZoo(RemoteZoo):
                    for ep in self.endpoints]
         fetch_blob(blobs, ref, sources, f"{manifest.ref}: {ref.path}")
 
+    def read_attachments(self, name: str, version: str) -> dict[str, bytes]:
+        import tempfile
+
+        from zoo.registry.attachments import MAX_BYTES, NAMES, check
+
+        where = f"remote {self.name}: {name}@{version}"
+
+        def get(ep):
+            from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+            out = {}
+            with tempfile.TemporaryDirectory(prefix="zoo-hf-") as tmp:
+                for n in NAMES:
+                    path = f"{ATTACHMENTS_DIR}/{n}"
+                    try:
+                        # the size first: a stranger's file is never downloaded whole to learn it is too large
+                        meta = get_hf_file_metadata(hf_hub_url(self.repo_id(name), path, revision=version, endpoint=ep),
+                                                    token=self.token)
+                    except Exception as e:
+                        from huggingface_hub import errors as hfe
+
+                        # a missing file; Hub mirrors (olah) answer a missing file as a missing repo
+                        if isinstance(e, (hfe.RemoteEntryNotFoundError, hfe.EntryNotFoundError,
+                                          hfe.RepositoryNotFoundError)) and not isinstance(e, hfe.GatedRepoError):
+                            continue
+                        raise
+                    if meta.size is None or meta.size > MAX_BYTES:
+                        raise StorageError(f"{where}: attachment {n} is larger than {MAX_BYTES} bytes (or of no stated "
+                                           "size)", hint="the source is damaged or hostile; nothing was stored")
+                    data = self._download(name, path, version, Path(tmp), ep).read_bytes()
+                    check(n, data, where)
+                    out[n] = data
+            return out
+
+        return self._first(get, f"{name}@{version} attachments")
+
     # ---- writes (main endpoint only) ------------------------------------------------------
     def push(self, zoo: "LocalZoo", manifest: Manifest, tags: list[str] | None = None) -> dict:
         from zoo.registry.remote import push_cut_off
@@ -236,15 +276,19 @@ class HfRemoteZoo(RemoteZoo):
             # a push cut off after its version tag did not move `latest`: the retry does
             if moves_latest(self.tags(manifest.name).get(LATEST), manifest.version):
                 self._move_tag(api, repo, LATEST, versions[manifest.version])
+            self._check_attachments(zoo, manifest)
             for tag in tags or []:
                 self.set_tag(manifest.name, tag, manifest.version)
             return {"remote": self.name, "ref": manifest.ref, "uploaded": 0, "skipped": len(manifest.all_files()),
-                    "bytes": 0, "created": False}
+                    "bytes": 0, "created": False, "attachments": []}
         if manifest.created is None:
             manifest = manifest.model_copy(update={"created": utc_now()})
-        paths = {f.path for f in manifest.all_files()} | {MANIFEST_FILE, "README.md"}
+        attachments = zoo.attachments(manifest.name, manifest.version)
+        att_paths = {f"{ATTACHMENTS_DIR}/{n}": data for n, data in sorted(attachments.items())}
+        paths = {f.path for f in manifest.all_files()} | {MANIFEST_FILE, "README.md"} | set(att_paths)
         ops = [CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(zoo.blobs.path(f.sha256)))
                for f in manifest.all_files()]
+        ops += [CommitOperationAdd(path_in_repo=p, path_or_fileobj=data) for p, data in att_paths.items()]
         ops.append(CommitOperationAdd(path_in_repo=MANIFEST_FILE, path_or_fileobj=dump_manifest(manifest)))
         if not manifest.card or manifest.card.path != "README.md":
             ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=_card(manifest, zoo).encode()))
@@ -272,6 +316,7 @@ class HfRemoteZoo(RemoteZoo):
             self._visible = True
             # another publisher created the version first: fine only if it is the same content
             self._same_or_conflict(manifest, self._manifest_at(manifest.name, manifest.version, ep))
+            self._check_attachments(zoo, manifest)
             created = False
         current_latest = self.tags(manifest.name).get(LATEST) if created else None
         if created and moves_latest(current_latest, manifest.version):
@@ -281,7 +326,25 @@ class HfRemoteZoo(RemoteZoo):
                 self.set_tag(manifest.name, tag, manifest.version)
         n = len(manifest.all_files())
         return {"remote": self.name, "ref": manifest.ref, "uploaded": n if created else 0, "skipped": 0 if created else n,
-                "bytes": sum(f.size for f in manifest.all_files()) if created else 0, "created": created}
+                "bytes": sum(f.size for f in manifest.all_files()) if created else 0, "created": created,
+                "attachments": sorted(attachments) if created else []}
+
+    def _check_attachments(self, zoo: "LocalZoo", manifest: Manifest) -> None:
+        """A version already on the Hub: its attachments must be the local ones (or a subset of
+        what the Hub holds); one the Hub lacks cannot be added, since its tag pins the commit."""
+        from zoo.registry.attachments import differs
+
+        mine = zoo.attachments(manifest.name, manifest.version)
+        if not mine:
+            return
+        theirs = self.read_attachments(manifest.name, manifest.version)
+        for n, data in sorted(mine.items()):
+            if n not in theirs:
+                raise InvalidInput(f"{manifest.ref} is already on remote {self.name} without its {n}",
+                                   hint="a Hub version's tag pins its commit, so attachments come only with its first "
+                                        "push: publish a new version to ship them")
+            if theirs[n] != data:
+                raise differs(n, manifest.ref, f"remote {self.name}")
 
     def _same_or_conflict(self, mine: Manifest, theirs: Manifest) -> None:
         if not same_content(mine, theirs):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoo.errors import AccessDenied, IntegrityError, NotFound, SourceUnreachable, StorageError, ZooError, is_no_space
+from zoo.errors import AccessDenied, Conflict, IntegrityError, NotFound, SourceUnreachable, StorageError, ZooError, is_no_space
 from zoo.files import storage_error
 from zoo.registry.manifest import FileRef, Manifest
 from zoo.registry.refs import LATEST, Ref, parse_ref
@@ -187,6 +187,8 @@ def _fetch_and_place(zoo: LocalZoo, r: Ref, manifest: Manifest, b, source: Remot
                      used: list[str], notes: list[str]) -> Path:
     """Fetch what the build lacks, check the version's ONNX files, adopt the manifest, place the files."""
     files = zoo.build_files(manifest, b)
+    # the version's signature and bill of materials come from the remote whose manifest we adopt
+    attachments = source.read_attachments(manifest.name, manifest.version) if source is not None else {}
     order = ([source] if source else []) + [x for x in remotes if x is not source]
     _fetch_needed(zoo, manifest, b.name, files, order, offline, fetched, used, notes)
     if b.format == "onnx":
@@ -198,9 +200,21 @@ def _fetch_and_place(zoo: LocalZoo, r: Ref, manifest: Manifest, b, source: Remot
     zoo.check_onnx_files(manifest)  # every ONNX file of this version held locally, before adopting anything
     if source is not None:
         zoo.adopt(manifest)
+        _keep_attachments(zoo, manifest, attachments, source.name, notes)
         if r.tag and r.tag != LATEST:
             zoo.tag(manifest.name, manifest.version, r.tag)  # so the same tag resolves offline later
     return zoo.materialize(manifest, b, dest)
+
+
+def _keep_attachments(zoo: LocalZoo, manifest: Manifest, attachments: dict[str, bytes], remote: str,
+                      notes: list[str]) -> None:
+    """Store a pulled version's attachments; one the local zoo already holds with other bytes stays
+    (the local copy is the one that was checked, or the user's own), with a note."""
+    for n, data in sorted(attachments.items()):
+        try:
+            zoo.add_attachment(manifest.name, manifest.version, n, data)
+        except Conflict:
+            notes.append(f"{manifest.ref}: kept the local {n}; remote {remote} holds another one")
 
 
 def _fetch_needed(zoo: LocalZoo, manifest: Manifest, build: str, files: list[FileRef], order: list[RemoteZoo],

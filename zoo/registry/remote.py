@@ -93,15 +93,29 @@ class RemoteZoo(abc.ABC):
         wrong bytes and none served the right ones, NotFound when none has the file.
         """
 
+    @abc.abstractmethod
+    def read_attachments(self, name: str, version: str) -> dict[str, bytes]:
+        """The attachments (`zoo.registry.attachments`: signature, bill of materials) of
+        `name@version` on this remote, each checked by `attachments.check` (a known name, at most
+        `MAX_BYTES`: StorageError otherwise); {} when it carries none. Read from the first
+        location that has the version, like `resolve`."""
+
     # ---- writes -------------------------------------------------------------------------
     @abc.abstractmethod
     def push(self, zoo: "LocalZoo", manifest: "Manifest", tags: list[str] | None = None) -> dict:
         """Publish a version of the local `zoo`: its files first, then the version itself in one
         create-exclusive step, then `latest` (when this version is the newest release) and `tags`.
 
+        The version's attachments in the local zoo (`LocalZoo.attachments`) go up after its
+        files and before the version becomes visible, so a signed version never shows unsigned;
+        to a version already there with the same content, the attachments it lacks are added
+        (one it holds with other bytes is a Conflict; a backend that cannot add them to a
+        published version says so with InvalidInput).
+
         Idempotent and resumable: a retry after a push cut off at any point finishes it, and
         uploads only what is missing. Returns ``{"remote", "ref", "uploaded", "skipped",
-        "bytes", "created"}``; ``created`` is False when the same content was already there.
+        "bytes", "created", "attachments"}``; ``created`` is False when the same content was
+        already there; ``attachments`` names those this push stored.
         Conflict when the version exists with other content (also when a concurrent publisher
         won the create-exclusive step with other bytes); NotFound when the local zoo lacks a
         file of the version; InvalidInput on a read-only remote.

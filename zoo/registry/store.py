@@ -55,6 +55,40 @@ class LocalZoo:
     def manifest_path(self, name: str, version: str) -> Path:
         return self.version_dir(name, version) / MANIFEST_FILE
 
+    def attachments_dir(self, name: str, version: str) -> Path:
+        return self.model_dir(name) / "attachments" / check_version(version)
+
+    # ---- attachments (zoo.registry.attachments: signature, bill of materials) -------------
+    def attachments(self, name: str, version: str) -> dict[str, bytes]:
+        """The attachments of `name@version` held here ({} when none)."""
+        from zoo.registry.attachments import MAX_BYTES, NAMES
+
+        folder = self.attachments_dir(name, version)
+        out = {}
+        for n in NAMES:
+            p = folder / n
+            if p.is_file() and not p.is_symlink() and p.stat().st_size <= MAX_BYTES:
+                out[n] = p.read_bytes()
+        return out
+
+    def add_attachment(self, name: str, version: str, filename: str, data: bytes) -> bool:
+        """Store attachment `filename` of a version this zoo holds, create-exclusive: False when
+        the same bytes are already there, Conflict when other bytes are."""
+        from zoo.registry.attachments import check, differs
+
+        ref = f"{name}@{version}"
+        check(filename, data, ref)
+        if self.get(name, version) is None:
+            raise self._not_found(Ref(name, version=version))
+        path = self.attachments_dir(name, version) / filename
+        with self.storing():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if create_exclusive(path, data):
+                return True
+        if path.read_bytes() == data:
+            return False
+        raise differs(filename, ref, "the local zoo")
+
     def tmp_dir(self) -> Path:
         p = self.root / "tmp"
         p.mkdir(parents=True, exist_ok=True)
@@ -446,6 +480,7 @@ class LocalZoo:
                 (self.model_dir(name) / "tags" / tag).unlink(missing_ok=True)
             self.index.remove(name, version)
             _rmtree(vdir)
+            _rmtree(self.attachments_dir(name, version))
             remaining = [m.version for m, _ in self._model_entries(name)]
             if remaining and self.read_tag(name, LATEST) is None:
                 self._write_tag(name, LATEST, latest_of(remaining))
