@@ -185,6 +185,9 @@ def bundle_export(
 
 def bundle_import(
     path: Path = typer.Argument(..., help="A tar file written by `zoo bundle export`.", show_default=False),
+    require_signature: bool = typer.Option(False, "--require-signature",
+                                           help="Refuse the bundle if a version in it is not signed by a key you "
+                                                "trust (exit 4, nothing installed)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify every byte of a bundle, then install its versions into the local zoo (all or nothing)."""
@@ -196,10 +199,16 @@ def bundle_import(
 
     label = f"import {path}"
     with interruptible(label, BUNDLE_IMPORT_LEFT), transfer_display(label, None, as_json) as advance:
-        result = import_bundle(path, progress=advance)
+        result = import_bundle(path, progress=advance, require_signature=require_signature)
     if as_json:
         emit(asdict(result))
         return
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    from zoo.registry.signing import Verdict
+
+    for ref, sig in result.signatures.items():
+        print(f"{ref}: {Verdict(**sig).describe()}")
     for ref in result.installed:
         print(f"imported {ref}")
     for ref in result.present:

@@ -480,7 +480,7 @@ def remote_add_cmd(
             return _print_json(r)
         print(f"remote {r['name']} → {r['url']}  (in {_remotes_file()})", flush=True)
         for path in r["trust"]:
-            from zoo.registry.trust import load_anchor
+            from zoo.registry.anchors import load_anchor
 
             print(f"  trusts {load_anchor(path).describe()}", flush=True)
         return

@@ -261,7 +261,7 @@ class RemotesConfig:
                 raise InvalidInput(f"mirror {m!r} cannot mirror {url!r}", hint="mirrors share the remote's folder layout")
         anchors = []
         if trust:
-            from zoo.registry.trust import load_anchor
+            from zoo.registry.anchors import load_anchor
 
             # each checked now (a PEM public key or certificate), kept by absolute path
             anchors = list(dict.fromkeys(load_anchor(t, "--trust").path for t in trust))

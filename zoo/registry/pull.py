@@ -135,7 +135,10 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
     manifest, source = resolve_manifest(zoo, r, remotes, offline, notes)
     b = zoo.get_build(manifest, build) if build else best_build(manifest, providers)
     dest = Path(to).expanduser().resolve() if to else None
-    verdict = check_signature(zoo, manifest, source, require_signature, notes)
+    # the version's signature and bill of materials come from the remote whose manifest we adopt:
+    # read once, so the bytes checked are the bytes kept
+    attachments = source.read_attachments(manifest.name, manifest.version) if source is not None else {}
+    verdict = check_signature(zoo, manifest, source, attachments, require_signature, notes)
     signature = verdict.to_json() if verdict is not None else None
 
     if source is None and dest is None:
@@ -149,7 +152,8 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
     try:
         with zoo.storing(only_inside=dest is not None), zoo.blobs.adding():
             # what is fetched (or found stored) is not freed before the manifest names it
-            path = _fetch_and_place(zoo, r, manifest, b, source, remotes, dest, offline, fetched, used, notes)
+            path = _fetch_and_place(zoo, r, manifest, b, source, attachments, remotes, dest, offline, fetched, used,
+                                    notes)
     except OSError as e:  # a failed download removed its temporary file: the space is given back
         if not is_no_space(e):
             raise
@@ -158,8 +162,8 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
                       len(fetched), sum(f.size for f in fetched), notes, fetched_from=used, signature=signature)
 
 
-def check_signature(zoo: LocalZoo, manifest: Manifest, source: RemoteZoo | None, require: bool,
-                    notes: list[str]):
+def check_signature(zoo: LocalZoo, manifest: Manifest, source: RemoteZoo | None, attachments: dict[str, bytes],
+                    require: bool, notes: list[str]):
     """The signature check of a version about to be pulled (module docstring): a `Verdict`, None
     when signatures are not checked; SignatureError (exit 4) when it does not hold. The anchors
     are the user's and, for a version from a remote, that remote's; for one the local zoo holds,
@@ -176,19 +180,17 @@ def check_signature(zoo: LocalZoo, manifest: Manifest, source: RemoteZoo | None,
     if source is None:
         verdict = verify(manifest, zoo.attachments(manifest.name, manifest.version), policy)
     else:
-        verdict = verify(manifest, source.read_attachments(manifest.name, manifest.version), policy,
-                         where=f"remote {source.name}: ")
+        verdict = verify(manifest, attachments, policy, where=f"remote {source.name}: ")
     notes.extend(verdict.notes)
     return verdict
 
 
 def _fetch_and_place(zoo: LocalZoo, r: Ref, manifest: Manifest, b, source: RemoteZoo | None,
-                     remotes: list[RemoteZoo], dest: Path | None, offline: bool, fetched: list[FileRef],
-                     used: list[str], notes: list[str]) -> Path:
-    """Fetch what the build lacks, check the version's ONNX files, adopt the manifest, place the files."""
+                     attachments: dict[str, bytes], remotes: list[RemoteZoo], dest: Path | None, offline: bool,
+                     fetched: list[FileRef], used: list[str], notes: list[str]) -> Path:
+    """Fetch what the build lacks, check the version's ONNX files, adopt the manifest (with the
+    `attachments` read from `source`), place the files."""
     files = zoo.build_files(manifest, b)
-    # the version's signature and bill of materials come from the remote whose manifest we adopt
-    attachments = source.read_attachments(manifest.name, manifest.version) if source is not None else {}
     order = ([source] if source else []) + [x for x in remotes if x is not source]
     _fetch_needed(zoo, manifest, b.name, files, order, offline, fetched, used, notes)
     if b.format == "onnx":

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 from zoo.errors import Conflict, InvalidInput, SignatureError
 from zoo.registry.attachments import SIGNATURE
 from zoo.registry.manifest import MANIFEST_FILE, Manifest
-from zoo.registry.trust import Anchor, Policy, cert_fingerprint, cert_identity, key_fingerprint, missing_extra
+from zoo.registry.anchors import Anchor, cert_fingerprint, cert_identity, missing_extra
+from zoo.registry.trust import Policy
 
 if TYPE_CHECKING:
     from zoo.registry.store import LocalZoo
@@ -119,7 +120,9 @@ class Signer:
         try:
             if self.certificate is None:
                 return sign_ec_key.Signer(Path(self.key))
-            return sign_certificate.Signer(Path(self.key), Path(self.certificate), [Path(c) for c in self.chain])
+            if self.chain:
+                return sign_certificate.Signer(Path(self.key), Path(self.certificate), [Path(c) for c in self.chain])
+            return _leaf_only_signer(sign_ec_key, sign_certificate, Path(self.key), Path(self.certificate))
         except OSError as e:
             raise InvalidInput(f"cannot read the signing key or certificate {e.filename or self.key} ({e.strerror})",
                                hint="--sign names a PEM EC private key (and --certificate its certificate)") from None
@@ -127,6 +130,21 @@ class Signer:
             raise InvalidInput(f"cannot sign with {self.key}: {str(e)[:200]}",
                                hint="an unencrypted PEM EC private key (P-256, P-384 or P-521), and a certificate "
                                     "for that key; e.g. openssl ecparam -name prime256v1 -genkey -noout -out key.pem")
+
+
+def _leaf_only_signer(sign_ec_key, sign_certificate, key: Path, certificate: Path):
+    """model_signing's certificate signer for a leaf issued by the root itself (no intermediates):
+    the library's own constructor cannot parse an empty chain (it loads b"" as PEM), so this does
+    what it does with none."""
+    from cryptography import x509
+
+    signer = sign_certificate.Signer.__new__(sign_certificate.Signer)
+    sign_ec_key.Signer.__init__(signer, key)
+    signer._signing_certificate = x509.load_pem_x509_certificate(certificate.read_bytes())
+    if signer._private_key.public_key() != signer._signing_certificate.public_key():
+        raise ValueError("The public key from the certificate does not match the public key paired with the private key")
+    signer._trust_chain = []
+    return signer
 
 
 def check_signer(signer: Signer) -> None:
@@ -293,8 +311,18 @@ def verify(manifest: Manifest, attachments: dict[str, bytes], policy: Policy, wh
 
     `where` names the source for messages ("remote origin: ", "bundle models.tar: "). A signature
     is not checked where the policy trusts no key and demands none, unless `always` (`zoo verify`:
-    then it is refused as signed by a key not trusted).
+    then it is refused as signed by a key not trusted). A refusal's hint carries the policy's notes
+    (a project config's trust that was ignored), which the command would otherwise not print.
     """
+    try:
+        return _verify(manifest, attachments, policy, where, always)
+    except SignatureError as e:
+        if policy.notes:
+            e.hint = "; ".join([*([e.hint] if e.hint else []), *policy.notes])
+        raise
+
+
+def _verify(manifest: Manifest, attachments: dict[str, bytes], policy: Policy, where: str, always: bool) -> Verdict:
     ref = manifest.ref
     data = attachments.get(SIGNATURE)
     if data is None:
