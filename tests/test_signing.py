@@ -275,3 +275,32 @@ def test_without_the_extra_a_check_names_it(home, tmp_path, keys, monkeypatch):
     with pytest.raises(MissingExtra, match="needs the `signing` extra") as e:
         signing.verify(m, home.attachments("tiny", "1.0.0"), trust.Policy([trust.load_anchor(release.public)]))
     assert e.value.hint == "pip install 'zoo-onnx[signing]'" and e.value.exit_code == 2
+
+
+def test_zoo_release_sign_signs_what_it_pushes(tmp_path, keys, monkeypatch):
+    """`zoo release --sign KEY` (and `signing.key` in the user's config) signs the local version before the
+    push, which carries the signature; a fresh zoo trusting the key pulls it with --require-signature."""
+    from cli_helpers import SHIPPED, write_recipe
+
+    release, _ = keys
+    recipe = write_recipe(tmp_path, SHIPPED)
+    site = tmp_path / "site"
+    assert run_zoo("remote", "add", "site", site).code == 0
+    assert run_zoo("run", recipe).code == 0  # the lockfile a release runs under
+    bad = run_zoo("release", recipe, "--version", "0.1.0", "--to", "site", "--sign", tmp_path / "nowhere.pem")
+    assert bad.code == 2 and "cannot read the signing key" in bad.err and not site.exists()
+    done = run_zoo("release", recipe, "--version", "0.1.0", "--to", "site", "--sign", release.private, "--json")
+    assert done.code == 0, done.text
+    out = json.loads(done.out)
+    assert out["signature"]["fingerprint"] == trust.load_anchor(release.public).fingerprint
+    assert (site / "models/shipped/attachments/0.1.0" / SIGNATURE).is_file()
+
+    _user_config(LocalZoo().root, f"schema_version: 2\nsigning: {{key: {release.private}}}\n")
+    again = run_zoo("release", recipe, "--version", "0.1.0", "--to", "site")  # signed by the config's key: kept
+    assert again.code == 0 and "signed by key sha256:" in again.out, again.text
+
+    monkeypatch.setenv("ZOO_HOME", str(tmp_path / "fresh"))
+    assert run_zoo("pull", "shipped@0.1.0", "--require-signature").code == 4  # nothing trusted here
+    _trust_globally(release.public)
+    pulled = run_zoo("pull", "shipped@0.1.0", "--require-signature")
+    assert pulled.code == 0 and "signed by key sha256:" in pulled.err, pulled.text
