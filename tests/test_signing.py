@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import tarfile
 from pathlib import Path
 
@@ -94,12 +93,20 @@ def test_the_model_signing_librarys_own_verify_accepts_a_zoo_signature(home, tmp
     m = _publish(home, tmp_path)
     signing.sign_local(home, m, signing.Signer(release.private))
     folder = tmp_path / "checked"
-    for f in m.all_files():  # the version's files as a pull of every build places them
-        (folder / f.path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(home.blobs.path(f.sha256), folder / f.path)
-    (folder / MANIFEST_FILE).write_bytes(signing.canonical_manifest(m))
-    for name, data in home.attachments("tiny", "1.0.0").items():
-        (folder / name).write_bytes(data)  # the signature inside the folder is left out of what is hashed
+    _trust_globally(release.public)
+    exported = run_zoo("verify", "tiny@1.0.0", "--export", folder, "--json")
+    assert exported.code == 0, exported.err
+    assert set(json.loads(exported.out)["exported"]["files"]) == {f.path for f in m.all_files()} | {
+        MANIFEST_FILE, BOM, SIGNATURE}
+    assert (folder / MANIFEST_FILE).read_bytes() == signing.canonical_manifest(m)
+    # the library's own command line, as docs/releases.md shows it
+    import subprocess
+    import sys
+
+    cli = [str(Path(sys.executable).parent / "model_signing"), "verify", "key", str(folder), "--signature",
+           str(folder / SIGNATURE), "--public_key", str(release.public)]
+    checked = subprocess.run(cli, capture_output=True, text=True)
+    assert checked.returncode == 0 and "Verification succeeded" in checked.stdout + checked.stderr, checked
     model_signing.verifying.Config().use_elliptic_key_verifier(public_key=release.public).verify(
         folder, folder / SIGNATURE)
     with pytest.raises(ValueError):

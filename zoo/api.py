@@ -214,15 +214,26 @@ def push(ref: str, to: str, *, tags: Iterable[str] = (), zoo: Any = None,
 
 
 def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = (), allow_stale_lock: bool = False,
-            cache_dir: str | Path | None = None, jobs: int = 1, zoo: Any = None) -> dict[str, Any]:
-    """Run `recipe` under its lockfile, check its gates, publish ``name@version`` to remote `to` and
-    tag it (zoo/release/ship.py) (≙ ``zoo release RECIPE --version V --to REMOTE --json``):
-    ``ref``, ``created``, ``noop``, ``executed``/``cached`` (stage ids), ``lock_changed``,
-    ``uploaded``/``skipped``/``bytes``, ``builds`` and ``files`` (→ sha256), ``gates``, ``notes``…"""
+            cache_dir: str | Path | None = None, jobs: int = 1, sign: str | Path | None = None,
+            certificate: str | Path | None = None, certificate_chain: Iterable[str | Path] = (),
+            zoo: Any = None) -> dict[str, Any]:
+    """Run `recipe` under its lockfile, check its gates, sign the version (`sign`: a PEM EC private
+    key, with its `certificate` and `certificate_chain`; else ``signing.key`` of the user's config),
+    publish ``name@version`` to remote `to` and tag it (zoo/release/ship.py) (≙ ``zoo release
+    RECIPE --version V --to REMOTE [--sign KEY] --json``): ``ref``, ``created``, ``noop``,
+    ``executed``/``cached`` (stage ids), ``lock_changed``, ``uploaded``/``skipped``/``bytes``,
+    ``builds`` and ``files`` (→ sha256), ``gates``, ``notes``, ``signature``…"""
     from zoo.release.ship import release as ship
 
+    signer = None
+    if sign is not None:
+        from zoo.registry.signing import Signer
+
+        signer = Signer(Path(sign).expanduser().resolve(),
+                        Path(certificate).expanduser().resolve() if certificate is not None else None,
+                        tuple(Path(c).expanduser().resolve() for c in certificate_chain))
     return ship(recipe, version=version, to=to, tags=tags, allow_stale_lock=allow_stale_lock, cache_dir=cache_dir,
-                jobs=jobs, zoo=zoo).to_json()
+                jobs=jobs, zoo=zoo, sign=signer).to_json()
 
 
 def load_session(ref: str, build: str | None = None, providers: Sequence[str] | None = None, *,

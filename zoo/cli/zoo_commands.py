@@ -421,6 +421,9 @@ def verify_cmd(
     ref: str = RefArg,
     require_signature: bool = typer.Option(False, "--require-signature", help="Refuse the version if it is not "
                                                                               "signed (exit 4)."),
+    export: Optional[Path] = typer.Option(None, "--export", metavar="DIR",
+                                          help="Once verified, also write the folder model_signing's own `verify` "
+                                               "checks: every file, the signed zoo-manifest.json, the signature."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Check a version of the local zoo: its signature against the keys you trust, and every stored file
@@ -428,6 +431,12 @@ def verify_cmd(
     from zoo.registry import api
 
     report = api.verify(ref, require_signature=require_signature)
+    if export is not None:
+        from zoo.registry.store import LocalZoo
+        from zoo.registry.verify import export_signed
+
+        files = export_signed(LocalZoo(), ref, export)
+        report["exported"] = {"folder": str(export.expanduser().resolve()), "files": files}
     if as_json:
         return _print_json(report)
     from zoo.registry.signing import Verdict
@@ -440,6 +449,8 @@ def verify_cmd(
     missing = states.count("missing")
     print(f"  {states.count('ok')} file(s) match their sha256" + (f"; {missing} not downloaded" if missing else ""),
           flush=True)
+    if export is not None:
+        print(f"  wrote {len(report['exported']['files'])} file(s) to {report['exported']['folder']}", flush=True)
 
 
 def remote_add_cmd(

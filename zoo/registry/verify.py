@@ -8,11 +8,17 @@ every file of the version held here hashed again (not from the memo of an earlie
 its sha256. Files of builds never pulled are reported as missing, not refused. A signed version
 is checked even when no key is trusted (it is then refused as signed by an untrusted key):
 asking to verify it is asking who signed it.
+
+`export_signed` writes the folder the model_signing library's own ``model_signing verify`` checks:
+every file of the version, its canonical ``zoo-manifest.json`` (`signing.canonical_manifest`) and
+its attachments, the signature among them (which that check leaves out of what it hashes).
 """
 
 from __future__ import annotations
 
-from zoo.errors import IntegrityError, SignatureError
+from pathlib import Path
+
+from zoo.errors import IntegrityError, InvalidInput, NotFound, SignatureError
 from zoo.registry.refs import parse_ref
 from zoo.registry.store import LocalZoo
 
@@ -51,3 +57,33 @@ def verify_local(zoo: LocalZoo, ref: str, *, require_signature: bool = False) ->
     return {"schema_version": VERIFY_SCHEMA_VERSION, "ref": manifest.ref, "ok": True,
             "signature": verdict.to_json() if verdict is not None else None,
             "attachments": sorted(attachments), "files": files, "notes": notes + (verdict.notes if verdict else [])}
+
+
+def export_signed(zoo: LocalZoo, ref: str, dest: Path) -> list[str]:
+    """Write `ref`'s files, canonical manifest and attachments into the new or empty folder `dest`
+    (module docstring); the relative paths written. NotFound when a build was never pulled."""
+    from zoo.files import hardlink_or_copy
+    from zoo.pathsafety import safe_join
+    from zoo.registry.manifest import MANIFEST_FILE
+    from zoo.registry.signing import canonical_manifest
+
+    manifest = zoo.resolve(parse_ref(ref))
+    missing = zoo.missing(manifest.all_files())
+    if missing:
+        raise NotFound(f"{manifest.ref}: {len(missing)} file(s) are not in the local zoo (e.g. {missing[0].path})",
+                       hint=f"pull every build first: `zoo pull {manifest.ref} --build …` for each of "
+                            f"{', '.join(sorted(manifest.builds))}")
+    dest = Path(dest).expanduser()
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise InvalidInput(f"{dest} is not an empty folder", hint="name a new folder")
+    written = []
+    for f in manifest.all_files():
+        target = safe_join(dest, f.path, what="manifest file")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        hardlink_or_copy(zoo.blobs.path(f.sha256), target)
+        written.append(f.path)
+    extra = {MANIFEST_FILE: canonical_manifest(manifest), **zoo.attachments(manifest.name, manifest.version)}
+    for name, data in extra.items():
+        (dest / name).write_bytes(data)
+        written.append(name)
+    return sorted(written)
