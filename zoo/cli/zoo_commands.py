@@ -531,6 +531,9 @@ def remote_list_cmd(as_json: bool = JsonOpt) -> None:
 
     for path, names in RemotesConfig(LocalZoo().root).sources().items():  # the user's config, an older $ZOO_HOME file
         _note(f"{', '.join(names)} kept in {path}")
+    for r in rows:  # not a column: paths are long, and the table keeps to the terminal's width
+        if r.get("trust"):
+            _note(f"{r['name']} trusts signatures by {', '.join(r['trust'])}")
 
 
 def remote_remove_cmd(name: str = typer.Argument(..., help="Remote name.", show_default=False,
