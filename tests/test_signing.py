@@ -84,6 +84,16 @@ def test_a_signature_covers_every_file_the_manifest_and_the_bom(home, tmp_path, 
         signing.sign_local(home, m, signing.Signer(keys[1].private))
 
 
+@pytest.mark.parametrize("curve", ["SECP384R1", "SECP521R1"])
+def test_p384_and_p521_keys_sign_too(home, tmp_path, curve):
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = make_key(tmp_path / "keys", curve.lower(), getattr(ec, curve)())
+    m = _publish(home, tmp_path)
+    signing.sign_local(home, m, signing.Signer(key.private))
+    assert signing.verify(m, home.attachments("tiny", "1.0.0"), trust.Policy([trust.load_anchor(key.public)])).verified
+
+
 def test_the_model_signing_librarys_own_verify_accepts_a_zoo_signature(home, tmp_path, keys):
     """Interoperability: anyone with model_signing checks a zoo release from its files, the canonical
     zoo-manifest.json and the BOM in one folder (docs/releases.md)."""

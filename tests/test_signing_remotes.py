@@ -1,5 +1,5 @@
-"""Signed versions through a real remote (moto's S3 on 127.0.0.1; `KINDS` lists the backends, so
-another is one more entry): a signed version pushed and pulled with its signature checked before a
+"""Signed versions through a real remote (a folder and moto's S3 on 127.0.0.1; `KINDS` lists the
+backends, so another is one more entry, with `_raw` reaching its bytes around zoo): a signed version pushed and pulled with its signature checked before a
 byte is fetched; a blob changed on the remote; the manifest and a blob rewritten consistently, as
 someone with write access to the bucket would (new bytes, a manifest with their sha256, even a
 signature by the attacker's own key); an unsigned version under --require-signature; a signer
@@ -24,7 +24,7 @@ from zoo.registry.attachments import BOM, SIGNATURE
 from zoo.registry.codec import dump_manifest, load_manifest
 from zoo.registry.store import LocalZoo
 
-KINDS = ["s3"]  # remote kinds these tests run on (remote_fixtures.Backend kinds)
+KINDS = ["folder", "s3"]  # remote kinds these tests run on (remote_fixtures.Backend kinds)
 MODEL = "builds/cpu-fp32/model.onnx"
 BOM_BYTES = b'{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}'
 
