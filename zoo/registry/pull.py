@@ -14,9 +14,9 @@ locations checked, and only then is the version adopted and the files placed (ha
 the zoo's own snapshot folder; independent copies or reflinks for ``--to``).
 
 Signatures (zoo.registry.signing, zoo.registry.trust): when a signature is demanded
-(``--require-signature``, ``signing.require``) or any key is trusted for the source, the
-version's signature is checked right after its manifest is resolved, before a byte of it is
-fetched: a refused version leaves nothing behind. Every fetched file is then held to its
+(``--require-signature``; ``signing.require`` for a version coming from a remote) or any key is
+trusted for the source, the version's signature is checked right after its manifest is resolved,
+before a byte of it is fetched: a refused version leaves nothing behind. Every fetched file is then held to its
 sha256 in the manifest the signature covers.
 """
 
@@ -171,7 +171,8 @@ def check_signature(zoo: LocalZoo, manifest: Manifest, source: RemoteZoo | None,
     from zoo.registry import trust
 
     config = getattr(source, "config", None) if source is not None else None
-    policy = trust.policy([config] if config is not None else trust.all_remotes(zoo.root), require=require)
+    policy = trust.policy([config] if config is not None else trust.all_remotes(zoo.root), require=require,
+                          entering=source is not None)
     notes.extend(policy.notes)
     if not policy.active:
         return None

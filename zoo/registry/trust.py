@@ -14,8 +14,10 @@ A project's ``.zoo/config.yaml`` comes with a cloned repository, so it may only 
 are ignored with a note, approved or not (an approval is about a run cache's options), so no
 repository can make zoo accept its author's key.
 
-Whether a signature is demanded (`Policy.require`): ``--require-signature``, the user's
-``signing.require``, or a project's. Without it, a signed version is checked whenever any anchor
+Whether a signature is demanded (`Policy.require`): ``--require-signature``, or, for a version
+entering the local zoo from a remote or a bundle, the user's ``signing.require`` or a project's
+(a version the local zoo holds came in checked, or is the user's own build: a pull of it, `zoo
+verify` and `zoo.load_session` demand a signature only when asked to). Without it, a signed version is checked whenever any anchor
 applies (and refused if its signature fails: other content, an untrusted signer); an unsigned
 one passes, as does a signed one where no anchor is configured (nothing to check it against).
 """
@@ -91,13 +93,17 @@ class Policy:
         return self.require or bool(self.anchors)
 
 
-def policy(remotes: "list[RemoteConfig]", *, require: bool = False, project_start: Path | None = None) -> Policy:
+def policy(remotes: "list[RemoteConfig]", *, require: bool = False, project_start: Path | None = None,
+           entering: bool = True) -> Policy:
     """The policy for a version from `remotes` (one: a pull's source; every configured one: a local
     version or a bundle): the user's global anchors and those remotes' own, deduplicated by
-    fingerprint; `require` from the flag, the user's config or the project's."""
+    fingerprint; a signature demanded by `require` (the flag) and, for a version `entering` the local
+    zoo (from a remote or a bundle), by the user's or the project's ``signing.require`` — a version
+    already here came in checked, or is the user's own build, which no config demands be signed."""
     user = user_settings()
     proj_require, notes = project_require(project_start)
-    why = "--require-signature" if require else (f"signing.require in {user.origin}" if user.require else "")
+    user_require, proj_require = user.require and entering, proj_require and entering
+    why = "--require-signature" if require else (f"signing.require in {user.origin}" if user_require else "")
     if not why and proj_require:
         from zoo.registry import zoo_config
 

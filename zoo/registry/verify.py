@@ -1,7 +1,8 @@
 """`zoo verify NAME@VERSION`: check a version the local zoo holds, without the network.
 
 Three checks, each refusing with exit 4 and naming what failed: the signature (if the version
-has one, or if one is demanded) against the keys the user trusts (`zoo.registry.trust`: the
+has one, or if `--require-signature` demands one: the config's ``signing.require`` is about
+versions entering the zoo) against the keys the user trusts (`zoo.registry.trust`: the
 global ones and every configured remote's, since a local version remembers no source), which
 covers the manifest, every file's sha256 and every attachment (`zoo.registry.signing`); then
 every file of the version held here hashed again (not from the memo of an earlier check) against
@@ -34,7 +35,7 @@ def verify_local(zoo: LocalZoo, ref: str, *, require_signature: bool = False) ->
 
     manifest = zoo.resolve(parse_ref(ref))
     notes: list[str] = []
-    policy = trust.policy(trust.all_remotes(zoo.root), require=require_signature)
+    policy = trust.policy(trust.all_remotes(zoo.root), require=require_signature, entering=False)
     notes.extend(policy.notes)
     attachments = zoo.attachments(manifest.name, manifest.version)
     verdict = None

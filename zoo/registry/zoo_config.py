@@ -8,7 +8,7 @@ Both are YAML, schema-versioned, read within `zoo.yamlio`'s limits (10,000 value
       key: ~/keys/release.pem                          # `zoo release` signs with it (user's config only)
       certificate: ~/keys/release.crt                  # with its chain: a certificate signature
       certificate_chain: [~/keys/intermediate.crt]
-      require: true                                    # pulls and imports refuse unsigned versions
+      require: true                                    # nothing unsigned enters from a remote or bundle
       trust: [~/keys/team.pub, ~/keys/team-root.crt]   # public keys and root certificates trusted
 
 Schema 1 is the file before ``signing:`` (still read; a ``signing:`` section needs 2, so a zoo
