@@ -266,8 +266,13 @@ def test_trusted_keys_are_checked_when_they_are_named(tmp_path, keys):
     assert run_zoo("remote", "add", "plain", tmp_path / "r2").code == 0
     assert run_zoo("remote", "add", "bad", tmp_path / "r3", "--trust", tmp_path / "junk.pub").code == 2
     assert run_zoo("remote", "remove", "team").code == 0  # no trust left: written as schema 1 again
-    assert json.loads((Path(__import__("os").environ["ZOO_CONFIG_DIR"]) / "remotes.json").read_text())[
-        "schema_version"] == 1
+    remotes = Path(__import__("os").environ["ZOO_CONFIG_DIR"]) / "remotes.json"
+    assert json.loads(remotes.read_text())["schema_version"] == 1
+    old = json.loads(remotes.read_text())  # a schema-1 file naming trust is not one zoo wrote
+    old["remotes"][0]["trust"] = [str(release.public)]
+    remotes.write_text(json.dumps(old))
+    refused = run_zoo("remote", "list")
+    assert refused.code == 2 and "`trust` needs schema_version 2" in refused.err
 
 
 def test_config_schema_versions(home, tmp_path):
