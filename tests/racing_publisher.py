@@ -8,7 +8,8 @@ there yet" before either writes. What settles the race is then only the create-e
     publish ZOO_ROOT STAGING BARRIER_DIR ME   LocalZoo.publish; waits at its first `get`
     push ZOO_ROOT BARRIER_DIR ME KIND         `zoo push tiny@1.0.0 --to origin`; waits at the
                                               create-exclusive step (the backend class's create, or
-                                              HfApi.create_tag of the version for KIND hf)
+                                              HfApi.create_tag of the version for KIND hf, the
+                                              OCI client's put_manifest of the version tag for oci)
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def push(root: Path, folder: Path, me: str, kind: str) -> dict:
         from huggingface_hub import HfApi as owner
 
         attr = "create_tag"
+    elif kind == "oci":
+        from zoo.storage.oci_client import OciClient as owner
+
+        attr = "put_manifest"
     else:
         from remote_fixtures import backend_class
 
@@ -70,7 +75,7 @@ def push(root: Path, folder: Path, me: str, kind: str) -> dict:
     real = getattr(owner, attr)
 
     def racing(self, *args, **kwargs):
-        if attr == "create" or kwargs.get("tag", "") == "1.0.0":
+        if attr == "create" or kwargs.get("tag", "") == "1.0.0" or (attr == "put_manifest" and args[1] == "1.0.0"):
             barrier(folder, me)
         return real(self, *args, **kwargs)
 

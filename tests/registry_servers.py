@@ -385,3 +385,129 @@ def hub_server(work: Path):
                 yield app
         finally:
             app.http.close()
+
+
+DOCKER_REGISTRY = "/usr/bin/docker-registry"
+DOCKER_REGISTRY_INSTALL = "apt-get install -y docker-registry (./dev setup does it)"
+
+
+@_contextlib.contextmanager
+def docker_registry(root: Path, *, htpasswd: Path | None = None, token: dict | None = None):
+    """Debian's `docker-registry` (the CNCF distribution registry, 2.8) on a free port of
+    127.0.0.1, storing in `root` (``docker/registry/v2/…`` under it), deletes enabled; with
+    `htpasswd`, every request needs Basic credentials from that file; with `token` (realm, service,
+    issuer, rootcertbundle), a Bearer token from that service (`token_registry`). Yields ``127.0.0.1:PORT``."""
+    import json
+
+    if not Path(DOCKER_REGISTRY).exists():
+        raise AssertionError(f"{DOCKER_REGISTRY} is missing: {DOCKER_REGISTRY_INSTALL}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    config = {
+        "version": 0.1,
+        "log": {"level": "warn", "accesslog": {"disabled": True}},
+        "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True},
+                    "maintenance": {"uploadpurging": {"enabled": False}}},
+        "http": {"addr": f"127.0.0.1:{port}", "secret": "zoo-tests"},
+    }
+    if htpasswd is not None:
+        config["auth"] = {"htpasswd": {"realm": "zoo-tests", "path": str(htpasswd)}}
+    if token is not None:
+        config["auth"] = {"token": token}
+    (root / "config.yml").write_text(json.dumps(config))  # JSON is YAML
+    log = open(root / "registry.log", "wb")
+    proc = _subprocess.Popen([DOCKER_REGISTRY, "serve", str(root / "config.yml")], stdout=log, stderr=_subprocess.STDOUT)
+    try:
+        try:
+            wait_port(port, proc=proc)
+        except RuntimeError as e:
+            raise AssertionError(f"docker-registry did not start ({e}): {(root / 'registry.log').read_text()}") from None
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+        log.close()
+
+
+def htpasswd_file(path: Path, user: str, password: str) -> Path:
+    """An htpasswd file with one bcrypt entry (what distribution's htpasswd auth reads)."""
+    import bcrypt
+
+    path.write_text(f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n")
+    return path
+
+
+@_contextlib.contextmanager
+def token_registry(root: Path, user: str, password: str):
+    """docker-registry with Docker's token authentication, as GHCR, Docker Hub and Harbor run it:
+    the registry answers 401 with a Bearer challenge naming a token service; that service (a small
+    http.server here, on 127.0.0.1) takes `user`/`password` by Basic auth and issues an ES256 JWT
+    (its signing certificate in the registry's rootcertbundle) granting what the scope asks.
+    Yields (``127.0.0.1:PORT`` of the registry, the scopes it issued tokens for)."""
+    import base64
+    import datetime
+    import http.server
+    import json
+    import urllib.parse
+    import uuid
+
+    import jwt
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "zoo-test-token-issuer")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    bundle = root / "token-ca.pem"
+    bundle.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    x5c = base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()
+    want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    issued: list[str] = []
+
+    class Tokens(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):  # quiet
+            pass
+
+        def do_GET(self):
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            if self.headers.get("Authorization") != want:
+                self.send_response(401)
+                self.end_headers()
+                return
+            access = []
+            for scope in query.get("scope", []):
+                kind, _, rest = scope.partition(":")
+                target, _, actions = rest.rpartition(":")
+                access.append({"type": kind, "name": target, "actions": actions.split(",")})
+            issued.extend(query.get("scope", []))
+            t = int(_time.time())
+            claims = {"iss": "zoo-test-issuer", "sub": user, "aud": query.get("service", [""])[0], "exp": t + 300,
+                      "nbf": t - 10, "iat": t, "jti": uuid.uuid4().hex, "access": access}
+            token = jwt.encode(claims, key, algorithm="ES256", headers={"x5c": [x5c]})
+            body = json.dumps({"token": token, "expires_in": 300}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Tokens)
+    thread = _threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    realm = f"http://127.0.0.1:{server.server_address[1]}/token"
+    try:
+        with docker_registry(root / "registry", token={"realm": realm, "service": "zoo-test-registry",
+                                                       "issuer": "zoo-test-issuer", "rootcertbundle": str(bundle)}) as host:
+            yield host, issued
+    finally:
+        server.shutdown()
+        server.server_close()

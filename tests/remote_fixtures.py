@@ -3,7 +3,8 @@ conftest.py as a plugin): test_registry_remotes.py, test_registry_remote_integri
 test_registry_remote_contract.py all use these.
 
 Servers (module-scoped, started only when a test asks for one): moto S3, wsgidav WebDAV (also
-serving folders as plain read-only HTTP), OpenSSH's sshd (session-scoped; ssh_server.py),
+serving folders as plain read-only HTTP), Debian's docker-registry (an OCI registry,
+distribution 2.8: `registry_servers.docker_registry`), OpenSSH's sshd (session-scoped; ssh_server.py),
 fake-gcs-server and azurite (session-scoped, see cloud_servers.py), and a Hugging Face endpoint
 that is partly a stand-in:
 reads go to olah (a real Hub mirror serving git repos), the Hub's write API is
@@ -25,9 +26,9 @@ import pytest
 
 from zoo.registry import api
 from zoo.registry.store import LocalZoo
-from registry_servers import free_port, hub_server, make_staging, moto_s3, webdav_server
+from registry_servers import docker_registry, free_port, hub_server, make_staging, moto_s3, webdav_server
 
-BACKENDS = ["folder", "s3", "gcs", "azure", "webdav", "ssh", "hf"]  # every writable kind
+BACKENDS = ["folder", "s3", "gcs", "azure", "webdav", "ssh", "hf", "oci"]  # every writable kind
 KINDS = [*BACKENDS, "http"]  # http: a folder remote served read-only over plain HTTP
 
 
@@ -68,6 +69,14 @@ def sshd(tmp_path_factory):
 
     with sshd_server(tmp_path_factory.mktemp("sshd")) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def oci_registry(tmp_path_factory):
+    """docker-registry on 127.0.0.1; yields (``127.0.0.1:PORT``, its storage folder)."""
+    root = tmp_path_factory.mktemp("oci-registry")
+    with docker_registry(root) as host:
+        yield host, root / "data"
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +150,10 @@ class Backend:
             self.hub = request.getfixturevalue("hub")
             self.url = f"hf://ns{self.uid}"
             self.options = {"endpoint": self.hub.url}
+        elif kind == "oci":  # one repository prefix per test on the module's registry
+            self.host, self.registry_root = request.getfixturevalue("oci_registry")
+            self.url = f"oci://{self.host}/t{self.uid}"
+        self.request = request
         self.write_url = str(self.root) if kind == "http" else self.url
 
     def add_to(self, zoo: LocalZoo, name: str = "origin", **overrides) -> None:
@@ -165,6 +178,8 @@ class Backend:
             return f"http://127.0.0.1:{port}/{self.uid}", {}
         if self.kind == "ssh":
             return f"ssh://{self.sshd.user}@127.0.0.1:{port}{self.root}", self.options
+        if self.kind == "oci":
+            return f"oci://127.0.0.1:{port}/t{self.uid}", {}
         raise AssertionError("a folder cannot be unreachable")
 
     def tamper(self, name: str, version: str, path: str, sha256: str) -> None:
@@ -187,6 +202,14 @@ class Backend:
             p = self.root / key
             p.chmod(0o644)
             p.write_bytes(_flip(p.read_bytes()))
+        elif self.kind == "oci":
+            # the registry's own storage (filesystem driver): blobs/sha256/<aa>/<digest>/data. Blobs are
+            # shared by every repository of the registry, so the byte is flipped back after the test
+            # (a flip undoes itself), or the module's next push of the same bytes would find it bad
+            sha = key.rsplit("/", 1)[-1]
+            p = self.registry_root / "docker" / "registry" / "v2" / "blobs" / "sha256" / sha[:2] / sha / "data"
+            p.write_bytes(_flip(p.read_bytes()))
+            self.request.addfinalizer(lambda: p.write_bytes(_flip(p.read_bytes())))
         elif self.kind == "s3":
             import boto3
 
@@ -229,8 +252,14 @@ class Backend:
 
 
 def backend_class(kind: str) -> type:
-    """The FsBackend class zoo opens for a test kind (tests patch it to stop a push mid-way)."""
+    """The byte-level class zoo opens for a test kind (tests patch it to stop a push mid-way): an
+    FsBackend class, or the OCI registry client."""
     import importlib
+
+    if kind == "oci":
+        from zoo.storage.oci_client import OciClient
+
+        return OciClient
 
     from zoo.storage.fsbackend import SCHEME_BACKENDS, FsBackend
 

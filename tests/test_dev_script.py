@@ -90,7 +90,7 @@ def test_the_closure_tells_a_missing_extra():
 def test_the_test_environment_installs_every_extra_and_the_zoo_one_none_for_tests_only():
     declared = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
     assert set(_dev_list("TEST_EXTRAS")) == declared
-    assert not {"dev", "s3", "gcs", "azure", "webdav", "ssh", "dask", "dvc"} & set(_dev_list("RECIPE_EXTRAS"))
+    assert not {"dev", "s3", "gcs", "azure", "webdav", "ssh", "oci", "dask", "dvc"} & set(_dev_list("RECIPE_EXTRAS"))
 
 
 def test_dev_parses_and_its_help_says_what_each_command_installs():

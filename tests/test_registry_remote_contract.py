@@ -1,9 +1,10 @@
 """The `RemoteZoo` contract (zoo/registry/remote.py), checked through the interface itself on every
 backend against a real server on 127.0.0.1: a folder, S3 (moto), Google Cloud Storage
-(fake-gcs-server), Azure Blob (azurite), WebDAV (wsgidav), SSH/SFTP (sshd), plain HTTP
+(fake-gcs-server), Azure Blob (azurite), WebDAV (wsgidav), SSH/SFTP (sshd), an OCI registry (Debian's
+docker-registry, distribution 2.8), plain HTTP
 (a folder served read-only) and a Hugging Face endpoint (olah for reads; the write API is the
 `HubWriteApp` stand-in, so those ids carry `hf-stand-in-write-api`). Fixtures: remote_fixtures.py.
-What a backend cannot do (write over HTTP, gc on the Hub) must raise InvalidInput.
+What a backend cannot do (write over HTTP, gc on the Hub or an OCI registry) must raise InvalidInput.
 
 The scenarios through `zoo push/pull/...` are in test_registry_remotes.py; this suite calls the
 interface's methods directly and checks what their docstrings promise."""
@@ -22,7 +23,7 @@ from zoo.registry.remote_factory import open_remote
 from zoo.registry.store import LocalZoo
 from registry_servers import make_staging
 
-WRITABLE = {"folder", "s3", "gcs", "azure", "webdav", "ssh", "hf"}
+WRITABLE = {"folder", "s3", "gcs", "azure", "webdav", "ssh", "hf", "oci"}
 LOOSE_BLOBS = {"folder", "s3", "gcs", "azure", "webdav", "ssh"}  # backends whose gc frees blobs
 FREED_KEYS = {"remote", "blobs_freed", "bytes_freed", "kept_young"}
 
@@ -62,13 +63,16 @@ def test_every_backend_implements_the_whole_interface(backend, remote):
 def test_every_implementation_is_in_this_suite():
     """A new backend class must be added to KINDS (and so to this suite)."""
     import zoo.registry.fsremote
-    import zoo.registry.hf  # noqa: F401
+    import zoo.registry.hf
+    import zoo.registry.oci  # noqa: F401
 
     def concrete(cls):
         for sub in cls.__subclasses__():
             yield from ([sub] if not sub.__abstractmethods__ else []) + list(concrete(sub))
-    # KINDS reach two classes: FsRemoteZoo (folder, s3, gcs, azure, webdav, ssh, http) and HfRemoteZoo (hf)
-    covered = {type(open_remote(RemoteConfig(name="x", url=url))).__name__ for url in ("/tmp/x", "hf://ns")}
+    # KINDS reach three classes: FsRemoteZoo (folder, s3, gcs, azure, webdav, ssh, http), HfRemoteZoo (hf)
+    # and OciRemoteZoo (oci)
+    covered = {type(open_remote(RemoteConfig(name="x", url=url))).__name__
+               for url in ("/tmp/x", "hf://ns", "oci://127.0.0.1:1/zoo")}
     assert {c.__name__ for c in concrete(RemoteZoo) if c.__module__.startswith("zoo.")} == covered
 
 
@@ -228,7 +232,7 @@ def test_an_unreachable_remote_is_source_unreachable(backend, consumer):
         _open(consumer, "dead").resolve(parse_ref("tiny@1.0.0"))
 
 
-@pytest.mark.parametrize("backend", sorted(LOOSE_BLOBS), indirect=True, ids=backend_id)
+@pytest.mark.parametrize("backend", sorted(LOOSE_BLOBS | {"oci"}), indirect=True, ids=backend_id)
 def test_push_reports_every_byte_it_uploads(backend, publisher):
     """`zoo push`'s progress: the bytes each backend's driver reports as they go up, topped up to
     the file's size where a driver reports less; in all, exactly what the push uploaded."""

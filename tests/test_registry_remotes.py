@@ -89,15 +89,32 @@ def test_concurrent_publishers_of_one_version_cannot_both_win(backend, tmp_path)
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
-    assert sorted(r["outcome"] for r in results) == ["conflict", "won"], results
-    won = next(i for i, r in enumerate(results) if r["outcome"] == "won")
-    reader = LocalZoo(tmp_path / "reader")
-    backend.add_to(reader)
-    remote_manifest = api.show("tiny@1.0.0", remote="origin", zoo=reader)
-    assert remote_manifest["builds"]["cpu-fp32"]["file"]["sha256"] == \
-        zoos[won].resolve("tiny@1.0.0").builds["cpu-fp32"].file.sha256
+    outcomes = sorted(r["outcome"] for r in results)
+    if backend.kind == "oci":
+        # an OCI registry has no create-exclusive write (zoo.registry.oci: check, write, read back):
+        # the later write holds the tag; the earlier writer gets a Conflict when it reads back after
+        # that write, and may report success when it read back before. The weaker promise, kept: at
+        # least one wins, at most both, and the remote serves one publisher's whole version.
+        from zoo.registry.oci import OciRemoteZoo
+
+        assert OciRemoteZoo.exclusive_create is False
+        assert outcomes in (["conflict", "won"], ["won", "won"]), results
+    else:
+        assert outcomes == ["conflict", "won"], results
+    reader = _reader(backend, tmp_path)
+    served = api.show("tiny@1.0.0", remote="origin", zoo=reader)["builds"]["cpu-fp32"]["file"]["sha256"]
+    winners = [i for i, r in enumerate(results) if r["outcome"] == "won"
+               and zoos[i].resolve("tiny@1.0.0").builds["cpu-fp32"].file.sha256 == served]
+    assert winners, (results, served)  # what the remote serves is a winner's
+    won = winners[0]
     res = api.pull("tiny@1.0.0", remote="origin", zoo=reader)
     assert Path(res.path).read_bytes() == Path(zoos[won].materialize(zoos[won].resolve("tiny@1.0.0"), "cpu-fp32")).read_bytes()
+
+
+def _reader(backend, tmp_path) -> LocalZoo:
+    reader = LocalZoo(tmp_path / "reader")
+    backend.add_to(reader)
+    return reader
 
 
 def test_interrupted_push_leaves_no_version_and_resumes(backend, publisher, consumer, monkeypatch):
@@ -151,6 +168,10 @@ def test_interrupted_pull_resumes_with_a_range_request(backend, publisher, consu
         owner = backend_class(backend.kind)
         monkeypatch.setattr(fsbackend, "CHUNK", 1024)
         monkeypatch.setattr(backend_s3, "STREAM_CHUNK", 1024)
+        if backend.kind == "oci":
+            from zoo.storage import oci_client
+
+            monkeypatch.setattr(oci_client, "CHUNK", 1024)
         real = owner.iter_from
         offsets = []
 

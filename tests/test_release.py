@@ -155,6 +155,32 @@ def test_a_release_to_an_empty_folder_uploads_every_file_and_finds_none_there(re
     assert "[zoo] train: cached" in cli.err and "[zoo] deploy: cached" in cli.err
 
 
+def test_a_release_to_an_oci_registry_is_pulled_back_verified(rel, tmp_path):
+    """`--to oci://…`: the same release to Debian's docker-registry on 127.0.0.1 (nothing reruns);
+    a fresh zoo pulls the int8 build by the release's tag, and a plain OCI client's view of the
+    version names every file with its digest."""
+    from registry_servers import docker_registry
+
+    with docker_registry(tmp_path / "registry") as host:
+        url = f"oci://{host}/releases"
+        cli = zoo_cli("release", rel["recipe"], "--version", "1.0.0", "--to", url, "--tag", "prod", env=rel["env"],
+                      timeout=900)
+        assert cli.code == 0, cli.text
+        assert "[zoo] deploy: cached" in cli.err
+        env = {"ZOO_HOME": str(tmp_path / "fresh-home"), "ZOO_CACHE_DIR": str(tmp_path / "fresh-cache")}
+        cli = zoo_cli("pull", "lenet-digits@prod", "--remote", url, "--build", "cpu-int8", "--to", tmp_path / "out", env=env)
+        assert cli.code == 0, cli.text
+        manifest = LocalZoo(tmp_path / "fresh-home").resolve(REF)
+        f = manifest.builds["cpu-int8"].file
+        assert hashlib.sha256((tmp_path / "out" / f.path).read_bytes()).hexdigest() == f.sha256 == rel["first"]["builds"]["cpu-int8"]
+        import oras.client
+
+        oci = oras.client.OrasClient(hostname=host, insecure=True).get_manifest(f"{host}/releases/lenet-digits:1.0.0")
+        digests = {d["annotations"]["org.cncf.model.filepath"]: d["digest"] for d in oci["layers"]}
+        assert {p: d for p, d in digests.items() if p in rel["first"]["files"]} == \
+            {p: f"sha256:{sha}" for p, sha in rel["first"]["files"].items()}
+
+
 def test_a_code_change_that_moves_no_byte_releases_the_same_bytes_with_a_note(rel, tmp_path):
     """Another kind epoch (zoo.stage.KIND_EPOCH: in every key, in no lock record) stands for an
     upgrade of zoo that changed the kinds' code: every stage rebuilds, the bytes are the locked ones,

@@ -155,17 +155,19 @@ def _setting(value: str, options: dict, push: bool, origin: str) -> RemoteCacheS
         from zoo.storage.urls import scheme_of
 
         scheme = scheme_of(value)
-        if scheme == "hf":
-            raise InvalidInput(f"{value}: a Hugging Face remote cannot hold a run cache",
-                               hint="use a folder, s3:// or webdav+https:// location")
+        if scheme in ("hf", "oci"):
+            what = "a Hugging Face" if scheme == "hf" else "an OCI registry"
+            raise InvalidInput(f"{value}: {what} remote cannot hold a run cache",
+                               hint="use a folder, s3:// or webdav+https:// location (docs/zoo.md: OCI registries)")
         opts = parse_options(scheme, {str(k): v if isinstance(v, (bool, int)) else str(v) for k, v in options.items()})
         return RemoteCacheSetting(normalise_url(value), opts, push, origin)
     from zoo.paths import zoo_home
     from zoo.registry.config import RemotesConfig
 
     remote = RemotesConfig(zoo_home()).get(value)  # NotFound lists the configured remotes
-    if remote.scheme == "hf":
-        raise InvalidInput(f"remote {value} is a Hugging Face remote; it cannot hold a run cache",
+    if remote.scheme in ("hf", "oci"):
+        what = "a Hugging Face" if remote.scheme == "hf" else "an OCI registry"
+        raise InvalidInput(f"remote {value} is {what} remote; it cannot hold a run cache",
                            hint="name a folder, S3 or WebDAV remote, or give a URL")
     if options:
         raise InvalidInput(f"{origin}: cache.options cannot be combined with the remote name {value!r}",

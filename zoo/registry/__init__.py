@@ -7,7 +7,8 @@ index), ``store`` (`LocalZoo`), ``staging`` (building a staging folder), ``confi
 option's name, folder or URL resolved), ``remote`` (the `RemoteZoo` interface every backend implements),
 ``remote_factory`` (``open_remote``: the backend for a configured remote), ``fsremote`` (the
 remote zoo layout, with mirrors, on `zoo.storage`'s byte-level backends: folder, S3, GCS, Azure,
-WebDAV, SSH, HTTP), ``hf`` (Hugging Face Hub), ``select`` (best build for this host), ``pull``,
+WebDAV, SSH, HTTP), ``hf`` (Hugging Face Hub), ``oci`` (an OCI registry: a repository per model, a
+tag per version, ModelPack layers; bytes through `zoo.storage.oci_client`), ``select`` (best build for this host), ``pull``,
 ``api`` (what the CLI calls), ``attachments`` (a version's signature and bill of materials, beside
 its manifest), ``signing`` (a version's signature made and checked with model_signing), ``anchors``
 (the trusted keys and root certificates), ``trust`` (whose anchors count where, whether a signature is
@@ -49,7 +50,8 @@ bytes is a Conflict; `latest` follows the highest version (a pre-release never d
 release). Resolving ``name@1.2.0`` reads one manifest file; ``name@tag`` reads one tag file
 first; listing and searching query the index, never every manifest.
 
-Remote layout: see `zoo.registry.fsremote` (fsspec backends) and `zoo.registry.hf` (Hub);
+Remote layout: see `zoo.registry.fsremote` (fsspec backends), `zoo.registry.hf` (Hub) and
+`zoo.registry.oci` (OCI registries);
 downloads into the blob store go through `zoo.download`, the one downloader.
 
 Safety: every path in a manifest is relative and stays inside its version (validated on

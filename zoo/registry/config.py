@@ -28,7 +28,8 @@ environment variable named by ``password_env``, SSH uses the ssh-agent / ``~/.ss
 ``key_filename``) and checks ``known_hosts``, GCS uses Google's default credentials (or the
 service-account key file named by ``credentials_file``), Azure a connection string or key from
 the environment, Hugging Face uses ``HF_TOKEN`` / the huggingface_hub login (or the variable
-named by ``token_env``). Options may name where a secret is (``*_env``, ``*_file``), never hold it.
+named by ``token_env``), an OCI registry the Docker config (``docker login``; ``$DOCKER_CONFIG``)
+or the variables named by ``username_env``/``password_env``. Options may name where a secret is (``*_env``, ``*_file``), never hold it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ CONFIG_SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 LOCATION_FORMS = ("a folder (/abs/path, ./rel/path, ~/path), file://, s3://bucket/prefix, gs://bucket/prefix, "
                   "az://container/prefix, webdav+https://host/path, ssh://[user@]host[:port]/abs/path, https://… "
-                  "(read-only) or hf://namespace")
+                  "(read-only), hf://namespace or oci://host[:port]/prefix (an OCI registry)")
 
 # which options each kind of remote accepts (all plain settings, never secrets)
 OPTIONS: dict[str, dict[str, type]] = {
@@ -66,6 +67,9 @@ OPTIONS: dict[str, dict[str, type]] = {
     "azure": {"account_name": str, "connection_string_env": str, "anon": bool, "gc_grace": int},
     "http": {},
     "hf": {"endpoint": str, "token_env": str, "private": bool},
+    # insecure: plain http (the default only for 127.0.0.1/localhost); credentials: the Docker config,
+    # or the variables these name (zoo.storage.oci_client)
+    "oci": {"insecure": bool, "username_env": str, "password_env": str},
 }
 _SECRET_WORDS = ("password", "secret", "token", "credential", "access_key", "apikey", "api_key")
 # an option that names where a secret is (a variable, a file) holds no secret itself
@@ -259,6 +263,14 @@ class RemotesConfig:
                                    hint="e.g. https://hf-mirror.example.com (a Hub-compatible server)")
             if scheme != "hf" and scheme_of(m) == "hf":
                 raise InvalidInput(f"mirror {m!r} cannot mirror {url!r}", hint="mirrors share the remote's folder layout")
+            if (scheme == "oci") != (scheme_of(m) == "oci"):
+                raise InvalidInput(f"mirror {m!r} cannot mirror {url!r}",
+                                   hint="an OCI registry's mirrors are OCI registries (oci://host/prefix), and only they")
+        if scheme == "oci":
+            from zoo.storage.oci_client import parse_oci_url
+
+            for u in [url, *(mirrors or [])]:
+                parse_oci_url(u)  # InvalidInput naming the form
         anchors = []
         if trust:
             from zoo.registry.anchors import load_anchor

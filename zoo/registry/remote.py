@@ -1,8 +1,9 @@
 """The remote zoo interface (`RemoteZoo`) every backend implements.
 
 Backends: `zoo.registry.fsremote.FsRemoteZoo` (a folder, S3, WebDAV or read-only HTTP(S)
-location in the zoo's folder layout, reached through fsspec) and `zoo.registry.hf.HfRemoteZoo`
-(a Hugging Face Hub namespace); they import this module and never each other, and
+location in the zoo's folder layout, reached through fsspec), `zoo.registry.hf.HfRemoteZoo`
+(a Hugging Face Hub namespace) and `zoo.registry.oci.OciRemoteZoo` (an OCI registry); they import
+this module and never each other, and
 `zoo.registry.remote_factory.open_remote` picks one for a configured remote.
 
 Every backend keeps the same promises, checked by ``tests/test_registry_remote_contract.py``
@@ -10,7 +11,9 @@ against a real server for each:
 
 - a version becomes visible in one atomic, create-exclusive step taken after all its files are
   stored, so a reader never sees a version whose files are missing, and of two publishers of
-  the same version exactly one wins;
+  the same version exactly one wins (where `exclusive_create` is False — an OCI registry, whose
+  API has no such write — the step is check, write, read back: at least one wins, and the remote
+  serves one publisher's whole version);
 - published versions are immutable: the same version with other content is a `Conflict`;
 - nothing is placed in the local blob store before its sha256 and size match the manifest;
 - a backend that cannot do something (write to plain HTTP, free blobs on the Hub) raises
@@ -63,6 +66,7 @@ class RemoteZoo(abc.ABC):
 
     name: str
     read_only: bool = False
+    exclusive_create: bool = True  # the version appears by a create-exclusive write (module docstring)
     # the configuration it was opened from: its `trust` anchors count for the versions it serves
     # (zoo.registry.trust; a pull reads it through getattr, so a backend without one trusts only the user's)
     config: "RemoteConfig | None" = None

@@ -21,6 +21,10 @@ def open_remote(config: "RemoteConfig") -> RemoteZoo:
         from zoo.registry.hf import HfRemoteZoo
 
         return HfRemoteZoo(config)
+    if config.scheme == "oci":
+        from zoo.registry.oci import OciRemoteZoo
+
+        return OciRemoteZoo(config)
     from zoo.registry.fsremote import FsRemoteZoo
 
     return FsRemoteZoo(config)

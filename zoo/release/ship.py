@@ -112,7 +112,7 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
     remote = RemotesConfig(zoo.root).get(to)  # an unknown or read-only remote fails before anything runs
     if remote.read_only:
         raise InvalidInput(f"remote {to} ({remote.url}) is read-only: a release cannot be published there",
-                           hint="release to a writable remote (folder, s3://, webdav+https://, hf://)")
+                           hint="release to a writable remote (folder, s3://, webdav+https://, hf://, oci://)")
 
     try:
         result = pipeline.run(dag, cache_dir=cache_dir, jobs=jobs, frozen=not allow_stale_lock, on_update=on_update)

@@ -60,6 +60,9 @@ def publish_site(folder: Path, to: str, *, zoo: "LocalZoo | None" = None) -> dic
     if config.scheme == "hf":
         raise InvalidInput(f"remote {to} is a Hugging Face Hub namespace: it holds model repositories, not a site",
                            hint="publish the site to a folder, S3, GCS, Azure, WebDAV or SSH remote")
+    if config.scheme == "oci":
+        raise InvalidInput(f"remote {to} is an OCI registry: it holds model repositories, not a site",
+                           hint="publish the site to a folder, S3, GCS, Azure, WebDAV or SSH remote")
     backend = open_backend(config.url, config.options)
     total = 0
     for rel in files:

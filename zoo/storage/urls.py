@@ -8,7 +8,7 @@ from zoo.errors import InvalidInput
 
 
 def scheme_of(url: str) -> str:
-    """The kind of remote a URL names: file, s3, gcs, azure, ssh, webdav, http or hf."""
+    """The kind of remote a URL names: file, s3, gcs, azure, ssh, webdav, http, hf or oci."""
     low = url.lower()
     if low.startswith("s3://"):
         return "s3"
@@ -24,7 +24,9 @@ def scheme_of(url: str) -> str:
         return "http"
     if low.startswith("hf://"):
         return "hf"
+    if low.startswith("oci://"):
+        return "oci"
     if low.startswith("file://") or url.startswith(("/", "~", ".")):
         return "file"
     raise InvalidInput(f"unsupported remote URL {url!r}",
-                       hint="use a folder path, file://, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, webdav+https://host/path, ssh://[user@]host[:port]/abs/path, https://… (read-only) or hf://namespace")
+                       hint="use a folder path, file://, s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, webdav+https://host/path, ssh://[user@]host[:port]/abs/path, https://… (read-only), hf://namespace or oci://host[:port]/prefix")
