@@ -1,5 +1,5 @@
-"""Signed versions through a real remote (a folder and moto's S3 on 127.0.0.1; `KINDS` lists the
-backends, so another is one more entry, with `_raw` reaching its bytes around zoo): a signed version pushed and pulled with its signature checked before a
+"""Signed versions through real remotes (a folder, moto's S3 and docker-registry's OCI registry on
+127.0.0.1; `KINDS` lists the backends, so another is one more entry): a signed version pushed and pulled with its signature checked before a
 byte is fetched; a blob changed on the remote; the manifest and a blob rewritten consistently, as
 someone with write access to the bucket would (new bytes, a manifest with their sha256, even a
 signature by the attacker's own key); an unsigned version under --require-signature; a signer
@@ -8,8 +8,8 @@ exit 4 with nothing installed: no manifest, no tag, no blob."""
 
 from __future__ import annotations
 
-import hashlib
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,10 +21,10 @@ from zoo.errors import IntegrityError, SignatureError
 from zoo.registry import api, signing
 from zoo.registry.anchors import load_anchor
 from zoo.registry.attachments import BOM, SIGNATURE
-from zoo.registry.codec import dump_manifest, load_manifest
+from zoo.registry.refs import parse_ref
 from zoo.registry.store import LocalZoo
 
-KINDS = ["folder", "s3"]  # remote kinds these tests run on (remote_fixtures.Backend kinds)
+KINDS = ["folder", "s3", "oci"]  # remote kinds these tests run on (remote_fixtures.Backend kinds)
 MODEL = "builds/cpu-fp32/model.onnx"
 BOM_BYTES = b'{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}'
 
@@ -65,31 +65,24 @@ def _nothing_installed(zoo: LocalZoo) -> None:
     assert zoo.attachments_dir("tiny", "1.0.0").exists() is False
 
 
-def _raw(backend):
-    """The remote's bytes, reached around zoo's registry logic (what an attacker with write access uses)."""
-    from zoo.storage.fsbackend import open_backend
-
-    return open_backend(backend.write_url, backend.options)
-
-
 def _rewrite(backend, tmp_path: Path, *, resign_with=None) -> None:
-    """Replace tiny@1.0.0's model on the remote with other bytes and rewrite the manifest to match,
-    consistently (the manifest's sha256 and size are the new bytes'); `resign_with`: also replace the
-    signature with one by this key over the forged version."""
-    raw = _raw(backend)
-    mpath = raw.path("models", "tiny", "versions", "1.0.0.json")
-    manifest = load_manifest(raw.read(mpath), "remote")
-    evil = make_staging(tmp_path / "evil", scale=99.0)
-    data = (evil / MODEL).read_bytes()
-    sha = hashlib.sha256(data).hexdigest()
-    raw.write(raw.path("blobs", "sha256", sha[:2], sha), data)
-    build = manifest.builds["cpu-fp32"]
-    forged_file = build.file.model_copy(update={"sha256": sha, "size": len(data)})
-    forged = manifest.model_copy(update={"builds": {"cpu-fp32": build.model_copy(update={"file": forged_file})}})
-    raw.write(mpath, dump_manifest(forged))
-    if resign_with is not None:
-        sig = signing.sign(forged, {BOM: BOM_BYTES}, signing.Signer(resign_with.private))
-        raw.write(raw.path("models", "tiny", "attachments", "1.0.0", SIGNATURE), sig)
+    """Replace tiny@1.0.0 on the remote with other model bytes and a manifest that matches them,
+    consistently (its sha256 and size are the new bytes'), keeping the BOM and the original signature
+    beside it; `resign_with`: a signature by this key over the forged version instead. Done through
+    the remote's own write path (remove, then push), as anyone with write access can, so it works
+    alike on every kind of remote."""
+    attacker = LocalZoo(tmp_path / f"attacker-{uuid.uuid4().hex[:6]}")
+    backend.add_to(attacker, url=backend.write_url)
+    stolen = api._remote("origin", attacker).read_attachments("tiny", "1.0.0")
+    api.rm("tiny@1.0.0", remote="origin", zoo=attacker)
+    forged = attacker.publish(make_staging(tmp_path / f"evil-{uuid.uuid4().hex[:6]}", scale=99.0))
+    attacker.add_attachment("tiny", "1.0.0", BOM, BOM_BYTES)
+    sig = stolen[SIGNATURE] if resign_with is None else signing.sign(forged, {BOM: BOM_BYTES},
+                                                                     signing.Signer(resign_with.private))
+    attacker.add_attachment("tiny", "1.0.0", SIGNATURE, sig)
+    api.push("tiny@1.0.0", "origin", zoo=attacker)
+    remote_manifest = api._remote("origin", attacker).resolve(parse_ref("tiny@1.0.0"))
+    assert remote_manifest.builds["cpu-fp32"].file.sha256 == forged.builds["cpu-fp32"].file.sha256
 
 
 @pytest.mark.parametrize("backend", KINDS, indirect=True)
