@@ -306,17 +306,21 @@ class Verdict:
 
 
 def verify(manifest: Manifest, attachments: dict[str, bytes], policy: Policy, where: str = "", *,
-           always: bool = False) -> Verdict:
+           always: bool = False, installing: bool = True) -> Verdict:
     """Check `manifest`'s signature (in `attachments`) against `policy`; SignatureError when it does not hold.
 
     `where` names the source for messages ("remote origin: ", "bundle models.tar: "). A signature
     is not checked where the policy trusts no key and demands none, unless `always` (`zoo verify`:
     then it is refused as signed by a key not trusted). A refusal's hint carries the policy's notes
-    (a project config's trust that was ignored), which the command would otherwise not print.
+    (a project config's trust that was ignored), which the command would otherwise not print;
+    `installing`: the message says that nothing was installed (not for `zoo verify`).
     """
     try:
         return _verify(manifest, attachments, policy, where, always)
     except SignatureError as e:
+        if not installing:
+            e.message = e.message.replace("; nothing was installed", "")
+            e.args = (e.message,)
         if policy.notes:
             e.hint = "; ".join([*([e.hint] if e.hint else []), *policy.notes])
         raise

@@ -40,7 +40,7 @@ def verify_local(zoo: LocalZoo, ref: str, *, require_signature: bool = False) ->
     attachments = zoo.attachments(manifest.name, manifest.version)
     verdict = None
     if SIGNATURE in attachments or policy.require:
-        verdict = verify(manifest, attachments, policy, always=True)
+        verdict = verify(manifest, attachments, policy, always=True, installing=False)
     files = {}
     for f in sorted(manifest.all_files(), key=lambda f: f.path):
         files[f.path] = zoo.blobs.check(f.sha256, f.size, rehash=True)
