@@ -42,18 +42,19 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn), x509.NameAttribute(NameOID.ORGANIZATION_NAME, "zoo tests")])
 
 
-def make_ca(folder: Path, name: str) -> Cert:
-    """A self-signed root CA certificate."""
+def make_ca(folder: Path, name: str, issuer: Cert | None = None) -> Cert:
+    """A self-signed root CA certificate, or with `issuer` an intermediate CA it issued."""
     key = make_key(folder, name)
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(_name(name))
+    cert = (x509.CertificateBuilder().subject_name(_name(name))
+            .issuer_name(issuer.cert.subject if issuer else _name(name))
             .public_key(key.key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=1), critical=True)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0 if issuer else 1), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
                                          data_encipherment=False, key_agreement=False, key_cert_sign=True,
                                          crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-            .sign(key.key, hashes.SHA256()))
+            .sign((issuer.key if issuer else key).key, hashes.SHA256()))
     path = folder / f"{name}.crt"
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return Cert(path, cert, key)

@@ -190,6 +190,15 @@ def test_a_certificate_chain_is_checked_against_a_trusted_root(home, tmp_path):
     with pytest.raises(InvalidInput, match="does not match"):  # a certificate for another key
         signing.check_signer(signing.Signer(leaf.key.private, stranger.path))
 
+    # a leaf under an intermediate: the signature carries the chain, the consumer trusts the root alone
+    intermediate = make_ca(certs, "team-intermediate", issuer=root)
+    deep = make_leaf(certs, "deep-bot", intermediate)
+    m3 = _publish(home, tmp_path, "1.2.0")
+    signing.sign_local(home, m3, signing.Signer(deep.key.private, deep.path, (intermediate.path,)))
+    assert signing.verify(m3, home.attachments("tiny", "1.2.0"), trust.Policy([trust.load_anchor(root.path)])).verified
+    with pytest.raises(SignatureError, match="does not chain"):
+        signing.verify(m3, home.attachments("tiny", "1.2.0"), trust.Policy([trust.load_anchor(other_root.path)]))
+
 
 def test_a_cloned_projects_config_cannot_widen_trust(home, tmp_path, keys):
     release, attacker = keys
