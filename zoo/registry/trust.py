@@ -1,8 +1,8 @@
 """Whose signatures a command accepts, and whether it demands one (docs/trust.md, "Signed releases").
 
-Trust anchors are PEM files the user names: a public key (EC P-256/P-384/P-521) trusts what that
-key signed; a certificate trusts the signing certificates that chain up to it (a root CA: an
-identity, shown as the leaf's subject). They come from the user's own files only:
+Trust anchors (`zoo.registry.anchors`) are PEM files the user names: a public key trusts what
+that key signed, a root certificate the signing certificates that chain up to it. They come from
+the user's own files only:
 
 - ``signing.trust`` in ``$ZOO_HOME/config.yaml``: trusted for every source;
 - ``trust`` of a remote in the user's ``remotes.json`` (`zoo remote add NAME URL --trust FILE`):
@@ -17,9 +17,10 @@ repository can make zoo accept its author's key.
 Whether a signature is demanded (`Policy.require`): ``--require-signature``, or, for a version
 entering the local zoo from a remote or a bundle, the user's ``signing.require`` or a project's
 (a version the local zoo holds came in checked, or is the user's own build: a pull of it, `zoo
-verify` and `zoo.load_session` demand a signature only when asked to). Without it, a signed version is checked whenever any anchor
-applies (and refused if its signature fails: other content, an untrusted signer); an unsigned
-one passes, as does a signed one where no anchor is configured (nothing to check it against).
+verify` and `zoo.load_session` demand a signature only when asked to). Without a demand, a signed
+version is checked whenever any anchor applies (and refused if its signature fails: other
+content, an untrusted signer); an unsigned one passes, as does a signed one where no anchor is
+configured (nothing to check it against).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from zoo.registry.anchors import Anchor, load_anchor
 
 if TYPE_CHECKING:
     from zoo.registry.config import RemoteConfig
+
 
 @dataclass(frozen=True)
 class SigningSettings:
