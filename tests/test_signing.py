@@ -329,6 +329,12 @@ def test_zoo_release_sign_signs_what_it_pushes(tmp_path, keys, monkeypatch):
     again = run_zoo("release", recipe, "--version", "0.1.0", "--to", "site")  # signed by the config's key: kept
     assert again.code == 0 and "signed by key sha256:" in again.out, again.text
 
+    # a version released unsigned first: a signed release adds the signature beside it on the remote
+    (site / "models/shipped/attachments/0.1.0" / SIGNATURE).unlink()
+    LocalZoo().attachments_dir("shipped", "0.1.0").joinpath(SIGNATURE).unlink()
+    added = run_zoo("release", recipe, "--version", "0.1.0", "--to", "site")
+    assert added.code == 0 and f"with the same bytes: added {SIGNATURE}" in added.out, added.text
+
     monkeypatch.setenv("ZOO_HOME", str(tmp_path / "fresh"))
     assert run_zoo("pull", "shipped@0.1.0", "--require-signature").code == 4  # nothing trusted here
     _trust_globally(release.public)

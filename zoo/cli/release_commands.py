@@ -153,6 +153,8 @@ def release(
 
         print(f"published {result.ref} to {result.remote}: {result.uploaded} file(s) uploaded ({size(result.bytes)})"
               + (f", {result.skipped} already there" if result.skipped else ""))
+    elif result.attachments:  # the version was there: what it lacked beside it (its signature) went up
+        print(f"{result.ref} is already on {result.remote} with the same bytes: added {', '.join(result.attachments)}")
     else:
         print(f"{result.ref} is already on {result.remote} with the same bytes: nothing to upload")
     if result.tags:

@@ -64,6 +64,7 @@ class ReleaseResult:
     gates: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     signature: dict[str, Any] | None = None  # who signed it (zoo.registry.signing.Verdict), None when unsigned
+    attachments: list[str] = field(default_factory=list)  # attachments this push stored (signature, BOM)
 
     @property
     def ref(self) -> str:
@@ -145,6 +146,7 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
     pushed = registry.push(manifest.ref, to, tags=tags, zoo=zoo)
     out.created, out.uploaded = bool(pushed.get("created")), int(pushed.get("uploaded", 0))
     out.skipped, out.bytes = int(pushed.get("skipped", 0)), int(pushed.get("bytes", 0))
+    out.attachments = list(pushed.get("attachments") or [])
     for tag in tags:
         zoo.tag(manifest.name, manifest.version, tag)
     return out
