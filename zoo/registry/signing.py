@@ -228,8 +228,14 @@ def _parse(data: bytes, ref: str):
             return sign_sigstore_pb.Signature.read(path).bundle
         except Exception as e:  # noqa: BLE001 - json, pydantic, KeyError, RecursionError: all "malformed"
             raise SignatureError(f"{ref}: its signature is not a readable sigstore bundle ({type(e).__name__}: "
-                                 f"{str(e)[:160]})", hint="the signature is damaged or was not written by zoo or "
+                                 f"{_one_line(e)})", hint="the signature is damaged or was not written by zoo or "
                                                           "model_signing; nothing was installed") from None
+
+
+def _one_line(e: BaseException, limit: int = 160) -> str:
+    """An exception's text on one line, cut at `limit` (pydantic's and OpenSSL's span several)."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _info(bundle, ref: str) -> SignerInfo:
@@ -358,13 +364,13 @@ def _verify(manifest: Manifest, attachments: dict[str, bytes], policy: Policy, w
     try:
         signed = verifier.verify(sign_sigstore_pb.Signature(bundle))
     except Exception as e:  # noqa: BLE001 - InvalidSignature, OpenSSL's chain errors, ValueError: all refusals
-        reason = str(e).strip() or type(e).__name__
+        reason = _one_line(e) or type(e).__name__
         if info.method == "certificate":
             raise SignatureError(f"{where}{ref} is signed by certificate {info.identity} ({info.fingerprint}), which "
-                                 f"does not chain to a root certificate you trust ({reason[:160]}); nothing was "
+                                 f"does not chain to a root certificate you trust ({reason}); nothing was "
                                  "installed", hint=TRUST_HINT) from None
         raise SignatureError(f"{where}{ref}: its signature does not verify with the trusted key {info.fingerprint} "
-                             f"({reason[:160]}); nothing was installed",
+                             f"({reason}); nothing was installed",
                              hint="the signature was damaged or forged: do not use this version") from None
     if anchor is None:
         anchor = roots[0] if len(roots) == 1 else None
