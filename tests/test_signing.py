@@ -343,12 +343,15 @@ def test_zoo_release_sign_signs_what_it_pushes(tmp_path, keys, monkeypatch):
 
 
 @pytest.mark.parametrize("garbage", [b'{"sig": 1}', b"[" * 100_000, b"\xff\xfe not json", b'{"mediaType": "x", '
-                                     b'"verificationMaterial": {"publicKey": {"hint": "00"}}, "dsseEnvelope": {}}'])
+                                     b'"verificationMaterial": {"publicKey": {"hint": "00"}}, "dsseEnvelope": {}}',
+                                     b'{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json", "verificationMaterial": '
+                                     b'{"x509CertificateChain": {"certificates": [{"rawBytes": "AAAA"}]}}, "dsseEnvelope": '
+                                     b'{"payload": "e30=", "payloadType": "application/vnd.in-toto+json", "signatures": []}}'])
 def test_a_malformed_signature_is_refused_in_one_line(home, tmp_path, keys, garbage):
     release, _ = keys
     m = _publish(home, tmp_path)
     home.add_attachment("tiny", "1.0.0", SIGNATURE, garbage)
-    with pytest.raises(SignatureError, match="tiny@1.0.0: its signature") as e:
+    with pytest.raises(SignatureError, match="tiny@1.0.0: its sign") as e:
         signing.verify(m, home.attachments("tiny", "1.0.0"), trust.Policy([trust.load_anchor(release.public)]))
     assert "\n" not in e.value.message
     assert json.loads(run_zoo("show", "tiny@1.0.0", "--json").out)["signature"]["problem"]

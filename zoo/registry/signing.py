@@ -246,8 +246,9 @@ def _info(bundle, ref: str) -> SignerInfo:
     if chain is not None and chain.certificates:
         try:
             cert = x509.load_der_x509_certificate(chain.certificates[0].raw_bytes)
-        except ValueError as e:
-            raise SignatureError(f"{ref}: its signing certificate is unreadable ({e})") from None
+        except Exception as e:  # noqa: BLE001 - a stranger's bytes: ValueError, TypeError…
+            raise SignatureError(f"{ref}: its signing certificate is unreadable ({_one_line(e)})",
+                                 hint="the signature is damaged; nothing was installed") from None
         return SignerInfo("certificate", cert_fingerprint(cert), cert_identity(cert))
     public_key = getattr(material, "public_key", None)
     hint = getattr(public_key, "hint", None) if public_key is not None else None
