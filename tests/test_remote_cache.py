@@ -326,9 +326,9 @@ def test_the_flag_wins_then_the_project_config_then_the_user_config(tmp_path):
     assert _run(recipe, env, "-f", "--cache-remote", "none")[1]["cache_remote"] is None
     config.write_text("schema_version: 1\ncache:\n  remote: none\n")  # the project switches the user's off
     assert _run(recipe, env, "-f")[1]["cache_remote"] is None
-    config.write_text("schema_version: 2\ncache: {remote: /x}\n")
+    config.write_text("schema_version: 3\ncache: {remote: /x}\n")  # 2 adds `signing:` (zoo.registry.zoo_config)
     bad = zoo_cli("run", recipe, "-f", env=env)
-    assert bad.code == 2 and "schema_version 2 is not supported" in bad.err
+    assert bad.code == 2 and "schema_version 3 is not supported" in bad.err
     config.write_text(f"schema_version: 1\ncache: {{remote: {project}, options: {{password: x}}}}\n")
     bad = zoo_cli("run", recipe, "-f", env=env)
     assert bad.code == 2 and "never stores credentials" in bad.err

@@ -178,15 +178,28 @@ def search(text: str = "", *, task: str | None = None, tag: str | None = None, m
 
 
 def pull(ref: str, build: str | None = None, *, to: str | Path | None = None, remote: str | None = None,
-         offline: bool = False, zoo: Any = None) -> dict[str, Any]:
+         offline: bool = False, require_signature: bool = False, zoo: Any = None) -> dict[str, Any]:
     """Download (every file checked against its sha256) and place a build of `ref`
     (≙ ``zoo pull REF [--build B] --json``): ``name``, ``version``, ``ref``, ``build``, ``path``
     (its model file), ``source`` (where the manifest came from), ``downloaded_files``,
-    ``downloaded_bytes``, ``fetched_from``, ``notes``. `build` defaults to the best one this host
-    can run (zoo/registry/select.py)."""
+    ``downloaded_bytes``, ``fetched_from``, ``notes``, ``signature`` (the signature check, None
+    when none was made). `build` defaults to the best one this host can run
+    (zoo/registry/select.py); `require_signature` refuses a version that is not signed by a key
+    you trust (SignatureError, exit 4; docs/releases.md)."""
     from zoo.registry import api as registry
 
-    return registry.to_json(registry.pull(ref, build=build, to=to, remote=remote, offline=offline, zoo=zoo))
+    return registry.to_json(registry.pull(ref, build=build, to=to, remote=remote, offline=offline, zoo=zoo,
+                                          require_signature=require_signature))
+
+
+def verify(ref: str, *, require_signature: bool = False, zoo: Any = None) -> dict[str, Any]:
+    """Check a version of the local zoo (≙ ``zoo verify NAME@VERSION --json``): its signature
+    against the keys you trust (``signature``), every attachment covered, every stored file's bytes
+    against its sha256 (``files``: path -> ok / missing / corrupt). `ok` is True when nothing was
+    refused; a refusal raises SignatureError or IntegrityError (exit 4)."""
+    from zoo.registry import api as registry
+
+    return registry.to_json(registry.verify(ref, require_signature=require_signature, zoo=zoo))
 
 
 def push(ref: str, to: str, *, tags: Iterable[str] = (), zoo: Any = None,
@@ -201,15 +214,26 @@ def push(ref: str, to: str, *, tags: Iterable[str] = (), zoo: Any = None,
 
 
 def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = (), allow_stale_lock: bool = False,
-            cache_dir: str | Path | None = None, jobs: int = 1, zoo: Any = None) -> dict[str, Any]:
-    """Run `recipe` under its lockfile, check its gates, publish ``name@version`` to remote `to` and
-    tag it (zoo/release/ship.py) (≙ ``zoo release RECIPE --version V --to REMOTE --json``):
-    ``ref``, ``created``, ``noop``, ``executed``/``cached`` (stage ids), ``lock_changed``,
-    ``uploaded``/``skipped``/``bytes``, ``builds`` and ``files`` (→ sha256), ``gates``, ``notes``…"""
+            cache_dir: str | Path | None = None, jobs: int = 1, sign: str | Path | None = None,
+            certificate: str | Path | None = None, certificate_chain: Iterable[str | Path] = (),
+            zoo: Any = None) -> dict[str, Any]:
+    """Run `recipe` under its lockfile, check its gates, sign the version (`sign`: a PEM EC private
+    key, with its `certificate` and `certificate_chain`; else ``signing.key`` of the user's config),
+    publish ``name@version`` to remote `to` and tag it (zoo/release/ship.py) (≙ ``zoo release
+    RECIPE --version V --to REMOTE [--sign KEY] --json``): ``ref``, ``created``, ``noop``,
+    ``executed``/``cached`` (stage ids), ``lock_changed``, ``uploaded``/``skipped``/``bytes``,
+    ``builds`` and ``files`` (→ sha256), ``gates``, ``notes``, ``signature``…"""
     from zoo.release.ship import release as ship
 
+    signer = None
+    if sign is not None:
+        from zoo.registry.signing import Signer
+
+        signer = Signer(Path(sign).expanduser().resolve(),
+                        Path(certificate).expanduser().resolve() if certificate is not None else None,
+                        tuple(Path(c).expanduser().resolve() for c in certificate_chain))
     return ship(recipe, version=version, to=to, tags=tags, allow_stale_lock=allow_stale_lock, cache_dir=cache_dir,
-                jobs=jobs, zoo=zoo).to_json()
+                jobs=jobs, zoo=zoo, sign=signer).to_json()
 
 
 def load_session(ref: str, build: str | None = None, providers: Sequence[str] | None = None, *,

@@ -145,6 +145,12 @@ class MalformedEntry(IntegrityError):
     miss that `zoo gc` removes: never installed, never a traceback."""
 
 
+class SignatureError(IntegrityError):
+    """A version whose signature does not hold: unsigned where a signature is required, signed by a
+    key or certificate the user does not trust, or content changed after signing (zoo.registry.signing).
+    Nothing was installed."""
+
+
 class UnsafePath(IntegrityError):
     """A name or path (including ONNX external data) that would escape its folder."""
 

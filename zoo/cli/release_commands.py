@@ -97,16 +97,35 @@ def release(
                                           help="Release even if the lockfile is out of date (it is updated)."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+    sign: Optional[Path] = typer.Option(None, "--sign", metavar="KEY",
+                                        help="Sign the version with this PEM EC private key [default: signing.key "
+                                             "in $ZOO_HOME/config.yaml, else unsigned].", show_default=False),
+    certificate: Optional[Path] = typer.Option(None, "--certificate", metavar="CERT",
+                                               help="With --sign: the key's signing certificate (PEM), carried in "
+                                                    "the signature.", show_default=False),
+    certificate_chain: Optional[List[Path]] = typer.Option(None, "--certificate-chain", metavar="CERT",
+                                                           help="With --certificate: intermediate certificates up "
+                                                                "to the root (repeatable).", show_default=False),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Run a recipe under its lockfile, check its gates, publish the version to a remote zoo, and tag it."""
+    """Run a recipe under its lockfile, check its gates, sign the version if asked, publish it to a remote
+    zoo, and tag it."""
     from zoo.cli.main import announce_remote_cache
+    from zoo.errors import InvalidInput
     from zoo.release.ship import release as do_release
 
+    signer = None
+    if sign is not None:
+        from zoo.registry.signing import Signer
+
+        signer = Signer(sign.expanduser().resolve(), certificate.expanduser().resolve() if certificate else None,
+                        tuple(c.expanduser().resolve() for c in certificate_chain or []))
+    elif certificate is not None or certificate_chain:
+        raise InvalidInput("--certificate and --certificate-chain need --sign KEY (the certificate's private key)")
     announce_remote_cache(None, recipe, as_json=as_json)  # the run under the lockfile may take stages from it
     with _stage_progress(recipe, as_json) as progress:
         result = do_release(recipe, version=version, to=to, tags=tag or [], allow_stale_lock=allow_stale_lock,
-                            cache_dir=cache_dir, jobs=jobs, on_update=progress.update)
+                            cache_dir=cache_dir, jobs=jobs, on_update=progress.update, sign=signer)
     if as_json:
         emit(result.to_json())
         return
@@ -125,11 +144,17 @@ def release(
                     + [["file", path, short_sha(sha)] for path, sha in result.files.items()])
     for note in result.notes:
         print(f"note: {note}")
+    if result.signature:
+        from zoo.registry.signing import Verdict
+
+        print(f"{result.ref}: {Verdict(**result.signature).describe().removesuffix(', verified')}")
     if result.created:
         from zoo.formatting import size
 
         print(f"published {result.ref} to {result.remote}: {result.uploaded} file(s) uploaded ({size(result.bytes)})"
               + (f", {result.skipped} already there" if result.skipped else ""))
+    elif result.attachments:  # the version was there: what it lacked beside it (its signature) went up
+        print(f"{result.ref} is already on {result.remote} with the same bytes: added {', '.join(result.attachments)}")
     else:
         print(f"{result.ref} is already on {result.remote} with the same bytes: nothing to upload")
     if result.tags:
@@ -162,6 +187,9 @@ def bundle_export(
 
 def bundle_import(
     path: Path = typer.Argument(..., help="A tar file written by `zoo bundle export`.", show_default=False),
+    require_signature: bool = typer.Option(False, "--require-signature",
+                                           help="Refuse the bundle if a version in it is not signed by a key you "
+                                                "trust (exit 4, nothing installed)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify every byte of a bundle, then install its versions into the local zoo (all or nothing)."""
@@ -173,10 +201,16 @@ def bundle_import(
 
     label = f"import {path}"
     with interruptible(label, BUNDLE_IMPORT_LEFT), transfer_display(label, None, as_json) as advance:
-        result = import_bundle(path, progress=advance)
+        result = import_bundle(path, progress=advance, require_signature=require_signature)
     if as_json:
         emit(asdict(result))
         return
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    from zoo.registry.signing import Verdict
+
+    for ref, sig in result.signatures.items():
+        print(f"{ref}: {Verdict(**sig).describe()}")
     for ref in result.installed:
         print(f"imported {ref}")
     for ref in result.present:

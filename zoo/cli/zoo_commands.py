@@ -34,6 +34,7 @@ def register(app: typer.Typer) -> None:
     app.command("tag")(tag_cmd)
     app.command("rm")(rm_cmd)
     app.command("fsck")(fsck_cmd)
+    app.command("verify")(verify_cmd)
     remote_app = typer.Typer(help="Manage remote zoos (S3, WebDAV, HTTP(S), folders, Hugging Face).",
                              no_args_is_help=True)
     remote_app.command("add")(remote_add_cmd)
@@ -152,6 +153,11 @@ def show_cmd(
         _print_field("created", f"{timestamp(data['created'], seconds=True)} UTC")
     if data["tags"]:
         print(f"  tags: {', '.join(data['tags'])}")
+    sig = data.get("signature")
+    if sig:  # who the signature names; `zoo verify` checks it
+        who = sig.get("problem") or (f"key {sig['fingerprint']}" if sig["method"] == "key"
+                                     else f"certificate {sig['identity']} ({sig['fingerprint']})")
+        _print_field("signed", f"{who} (not checked here: `zoo verify {data['name']}@{data['version']}`)")
     rows, unverified, measured, options = [], [], {}, []
     for b in data["builds"].values():
         m = b["metrics"]
@@ -306,6 +312,9 @@ def pull_cmd(
     to: Optional[Path] = typer.Option(None, "--to", help="Place the files in this folder [default: the local zoo]."),
     remote: Optional[str] = RemoteOpt,
     offline: bool = typer.Option(False, "--offline", help="Use only the local cache; never touch the network."),
+    require_signature: bool = typer.Option(False, "--require-signature",
+                                           help="Refuse a version not signed by a key you trust (exit 4, nothing "
+                                                "installed); docs/releases.md."),
     as_format: Optional[str] = typer.Option(
         None, "--as", help="torch: write the build as a torch.export program (.pt2: torch.export.load(path).module() "
                            "is a trainable torch.nn.Module; default build: the float32 one) in --to, else in the "
@@ -325,11 +334,16 @@ def pull_cmd(
 
         with transfer_display(f"pull {ref}", None, as_json, stderr=True) as advance:
             with observe_bytes(advance) if advance is not None else contextlib.nullcontext():
-                result = api.pull(ref, build=build, to=to, remote=remote, offline=offline)
+                result = api.pull(ref, build=build, to=to, remote=remote, offline=offline,
+                                  require_signature=require_signature)
     if as_json:
         return _print_json(result)
     for n in result.notes:
         _note(n)
+    if result.signature and result.signature.get("verified"):
+        from zoo.registry.signing import Verdict
+
+        _note(f"{result.ref}: {Verdict(**result.signature).describe()}")
     if result.downloaded_files:
         from zoo.formatting import size
 
@@ -453,6 +467,42 @@ def fsck_cmd(
         raise IntegrityError(f"the local zoo has {len(bad)} problem(s)", hint=hint)
 
 
+def verify_cmd(
+    ref: str = RefArg,
+    require_signature: bool = typer.Option(False, "--require-signature", help="Refuse the version if it is not "
+                                                                              "signed (exit 4)."),
+    export: Optional[Path] = typer.Option(None, "--export", metavar="DIR",
+                                          help="Once verified, also write the folder model_signing's own `verify` "
+                                               "checks: every file, the signed zoo-manifest.json, the signature."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check a version of the local zoo: its signature against the keys you trust, and every stored file
+    against its sha256 (exit 0 verified, 4 refused)."""
+    from zoo.registry import api
+
+    report = api.verify(ref, require_signature=require_signature)
+    if export is not None:
+        from zoo.registry.store import LocalZoo
+        from zoo.registry.verify import export_signed
+
+        files = export_signed(LocalZoo(), ref, export)
+        report["exported"] = {"folder": str(export.expanduser().resolve()), "files": files}
+    if as_json:
+        return _print_json(report)
+    from zoo.registry.signing import Verdict
+
+    for n in report["notes"]:
+        _note(n)
+    states = list(report["files"].values())
+    sig = report["signature"]
+    print(f"{report['ref']}: {Verdict(**sig).describe() if sig else 'not signed'}", flush=True)
+    missing = states.count("missing")
+    print(f"  {states.count('ok')} file(s) match their sha256" + (f"; {missing} not downloaded" if missing else ""),
+          flush=True)
+    if export is not None:
+        print(f"  wrote {len(report['exported']['files'])} file(s) to {report['exported']['folder']}", flush=True)
+
+
 def remote_add_cmd(
     name: str = typer.Argument(..., help="Remote name.", show_default=False),
     url: Optional[str] = typer.Argument(None, help="Folder, file://, s3://bucket/prefix, webdav+https://host/path, "
@@ -461,6 +511,9 @@ def remote_add_cmd(
                                                "(s3), user=… password_env=VAR (webdav), endpoint=… (hf)."),
     mirror: Optional[List[str]] = typer.Option(None, "--mirror", help="Mirror URL tried after the remote (repeatable)."),
     replace: bool = typer.Option(False, "--replace", help="Replace an existing remote of that name."),
+    trust: Optional[List[Path]] = typer.Option(None, "--trust", metavar="FILE",
+                                               help="A PEM public key or root certificate whose signatures are "
+                                                    "trusted for versions pulled from this remote (repeatable)."),
     from_dvc: Optional[str] = typer.Option(None, "--from-dvc", metavar="REMOTE",
                                            help="Instead of URL: the URL and options of this DVC remote (credentials "
                                                 "stay in the environment; needs the dvc extra)."),
@@ -482,12 +535,18 @@ def remote_add_cmd(
         raise InvalidInput("give the remote's URL or --from-dvc REMOTE (one of them)",
                            hint="zoo remote add NAME s3://bucket/prefix, or zoo remote add NAME --from-dvc storage")
     if from_dvc is None:
-        r = api.remote_add(name, url, options=options, mirrors=mirror or [], replace=replace)
+        r = api.remote_add(name, url, options=options, mirrors=mirror or [], replace=replace,
+                           trust=[str(t) for t in trust or []])
         if as_json:
             return _print_json(r)
         print(f"remote {r['name']} → {r['url']}  (in {_remotes_file()})", flush=True)
+        for path in r["trust"]:
+            from zoo.registry.anchors import load_anchor
+
+            print(f"  trusts {load_anchor(path).describe()}", flush=True)
         return
-    r = api.remote_add_from_dvc(name, from_dvc, dvc_repo=dvc_repo, options=options, mirrors=mirror or [], replace=replace)
+    r = api.remote_add_from_dvc(name, from_dvc, dvc_repo=dvc_repo, options=options, mirrors=mirror or [], replace=replace,
+                                trust=[str(t) for t in trust or []])
     if as_json:
         return _print_json(r)
     shown = "".join(f" {k}={v}" for k, v in r["options"].items())
@@ -522,6 +581,9 @@ def remote_list_cmd(as_json: bool = JsonOpt) -> None:
 
     for path, names in RemotesConfig(LocalZoo().root).sources().items():  # the user's config, an older $ZOO_HOME file
         _note(f"{', '.join(names)} kept in {path}")
+    for r in rows:  # not a column: paths are long, and the table keeps to the terminal's width
+        if r.get("trust"):
+            _note(f"{r['name']} trusts signatures by {', '.join(r['trust'])}")
 
 
 def remote_remove_cmd(name: str = typer.Argument(..., help="Remote name.", show_default=False,

@@ -5,7 +5,7 @@ Config files (YAML, schema-versioned; both optional)::
 
     # <project>/.zoo/config.yaml — the nearest one in the recipe's folder or a folder above it
     # $ZOO_HOME/config.yaml       — the user's
-    schema_version: 1
+    schema_version: 1                    # or 2, which may also hold `signing:` (zoo.registry.zoo_config)
     cache:
       remote: s3://team-bucket/zoo-cache   # a URL, or the name of a `zoo remote add` remote
       options: {endpoint_url: "http://minio:9000", profile: ci}   # as `zoo remote add -o`
@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zoo.errors import InvalidInput
+from zoo.registry import zoo_config
 
-CONFIG_SCHEMA_VERSION = 1
+CONFIG_SCHEMA_VERSION = zoo_config.CONFIG_SCHEMA_VERSION  # the file's; 1 (before `signing:`) still reads
 # the options an unapproved project config may set: none names a credential or where one is sent
 UNAPPROVED_OPTIONS = frozenset({"anon", "region", "gc_grace", "connect_timeout"})
-PROJECT_CONFIG = Path(".zoo") / "config.yaml"
-USER_CONFIG = "config.yaml"
+PROJECT_CONFIG = zoo_config.PROJECT_CONFIG
+USER_CONFIG = zoo_config.USER_CONFIG
 NAMED_REMOTE_FOLDER = "run-cache"  # under a `zoo remote add` remote's URL, beside its versions
 _OFF = ("none", "off", "")
 
@@ -116,44 +117,24 @@ def summary(path: Path) -> str:
 
 def project_config(start: Path) -> Path | None:
     """The nearest ``.zoo/config.yaml`` in `start` or a folder above it."""
-    for folder in [start, *start.parents]:
-        candidate = folder / PROJECT_CONFIG
-        if candidate.is_file():
-            return candidate
-    return None
+    return zoo_config.project_config(start)
 
 
 def user_config() -> Path:
     """``$ZOO_HOME/config.yaml``."""
-    from zoo.paths import zoo_home
-
-    return zoo_home() / USER_CONFIG
+    return zoo_config.user_config()
 
 
 def _bytes(path: Path) -> bytes:
-    from zoo import yamlio
-
-    try:
-        return yamlio.read_bounded(path)
-    except OSError as e:
-        raise InvalidInput(f"{path}: cannot read the zoo config ({e.strerror})", hint="fix or delete the file") from None
+    return zoo_config.read_bytes(path)
 
 
 def _read(path: Path, data: bytes) -> dict:
-    """The `cache:` section of a config file (InvalidInput for a file zoo cannot use)."""
-    from zoo import yamlio
-
-    raw = yamlio.load_text(data, str(path), "the zoo config", hint="fix or delete the file",
-                           max_nodes=10_000) or {}
-    if not isinstance(raw, dict):
-        raise InvalidInput(f"{path}: a zoo config is a mapping", hint="see the README, 'Remote run cache'")
-    if raw.get("schema_version") != CONFIG_SCHEMA_VERSION:
-        raise InvalidInput(f"{path}: schema_version {raw.get('schema_version')!r} is not supported",
-                           hint=f"this zoo reads schema_version: {CONFIG_SCHEMA_VERSION}")
-    unknown = sorted(set(raw) - {"schema_version", "cache"})
-    section = raw.get("cache") or {}
-    if unknown or not isinstance(section, dict):
-        raise InvalidInput(f"{path}: unknown setting {', '.join(unknown) or 'cache'}",
+    """The `cache:` section of a config file (InvalidInput for a file zoo cannot use; the file's
+    shape and its other sections are `zoo.registry.zoo_config`'s)."""
+    section = zoo_config.parse(path, data).get("cache") or {}
+    if not isinstance(section, dict):
+        raise InvalidInput(f"{path}: unknown setting cache",
                            hint="a zoo config holds `schema_version` and `cache: {remote, options, push}`")
     bad = sorted(set(section) - {"remote", "options", "push"})
     if bad:

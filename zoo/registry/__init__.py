@@ -11,7 +11,10 @@ WebDAV, SSH, HTTP), ``hf`` (Hugging Face Hub), ``oci`` (an OCI registry: a repos
 tag per version, ModelPack layers; bytes through `zoo.storage.oci_client`), ``select`` (best build for this host), ``pull``,
 ``api`` (what the CLI calls), ``attachments`` (a version's signature and bill of materials, beside
 its manifest), ``bom`` (the bill of materials: a CycloneDX ML-BOM made from the version's manifest,
-zoo.lock and provenance statement), ``bundle`` (air-gapped tar bundles: export, verified import),
+zoo.lock and provenance statement), ``signing`` (a version's signature made and checked with
+model_signing), ``anchors`` (the trusted keys and root certificates), ``trust`` (whose anchors count
+where, whether a signature is demanded), ``verify`` (`zoo verify`), ``zoo_config`` (the user's and a
+project's ``config.yaml``, read once for the registry and the engine), ``bundle`` (air-gapped tar bundles: export, verified import),
 ``fsck`` (checking and repairing a local zoo); the servers tests and benchmarks run on 127.0.0.1
 are `tests/registry_servers.py`. File writes, links and hashes are `zoo.files`; path and ONNX external-data checks
 `zoo.pathsafety`.

@@ -19,7 +19,7 @@ from zoo.registry.refs import parse_pinned, parse_ref, version_key
 from zoo.registry.store import LocalZoo
 from zoo.storage.metered import MeteredBackend
 
-__all__ = ["ModelSummary", "list_models", "list_versions", "show", "bom", "search", "pull", "push", "tag", "rm", "fsck",
+__all__ = ["ModelSummary", "list_models", "list_versions", "show", "bom", "search", "pull", "verify", "push", "tag", "rm", "fsck",
            "remote_add", "remote_list", "remote_remove", "remote_gc", "PullResult", "VersionInfo", "to_json"]
 
 
@@ -90,14 +90,19 @@ def list_models(*, remote: str | None = None, zoo: LocalZoo | None = None) -> li
 
 
 def show(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
-    """The manifest of `ref` plus its tags, for each build whether it is downloaded locally, and `bom`:
-    what its bill of materials lists (`zoo.registry.bom.summary`, with the attachment's sha256), None
-    when the version carries none."""
+    """The manifest of `ref` plus its tags, who signed it (``signature``: who the signature names, not
+    checked — `zoo verify` checks it; None when unsigned), for each build whether it is downloaded
+    locally, and `bom`: what its bill of materials lists (`zoo.registry.bom.summary`, with the
+    attachment's sha256), None when the version carries none."""
+    from zoo.registry.attachments import BOM
     from zoo.registry.bom import summary
+    from zoo.registry.signing import signature_summary
 
     zoo = _zoo(zoo)
-    manifest, tags, attached = _version(ref, remote, zoo)
+    manifest, tags, attachments = _version(ref, remote, zoo)
+    attached = attachments.get(BOM)
     data = manifest.model_dump(mode="json")
+    data["signature"] = signature_summary(attachments, manifest.ref)
     data["tags"] = sorted(t for t, v in tags.items() if v == manifest.version)
     data["source"] = remote or "local"
     data["downloaded"] = {b: not zoo.missing(zoo.build_files(manifest, b)) for b in manifest.builds}
@@ -106,26 +111,25 @@ def show(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) ->
 
 
 def _version(ref: str, remote: str | None, zoo: LocalZoo, *, strict: bool = False
-             ) -> tuple[Manifest, dict[str, str], bytes | None]:
-    """(manifest, tags of its model, the bytes of its BOM attachment or None) of `ref`, locally or on `remote`.
-    A remote's attachment it refuses (`attachments.check`: too large) is None unless `strict`, which raises:
-    `zoo show` still shows the version."""
+             ) -> tuple[Manifest, dict[str, str], dict[str, bytes]]:
+    """(manifest, tags of its model, its attachments) of `ref`, locally or on `remote`. A remote's
+    attachments it refuses (`attachments.check`: an unknown name, too large) are {} unless `strict`,
+    which raises: `zoo show` still shows the version."""
     from zoo.errors import AccessDenied, SourceUnreachable, StorageError
-    from zoo.registry.attachments import BOM
 
     r = parse_ref(ref)
     if remote:
         rz = _remote(remote, zoo)
         manifest = rz.resolve(r)
         try:
-            attached = rz.read_attachments(manifest.name, manifest.version).get(BOM)
+            attached = rz.read_attachments(manifest.name, manifest.version)
         except StorageError as e:
             if strict or isinstance(e, (SourceUnreachable, AccessDenied)):  # not the attachment's fault
                 raise
-            attached = None
+            attached = {}
         return manifest, rz.tags(r.name), attached
     manifest = zoo.resolve(r)
-    return manifest, zoo.tags(r.name), zoo.attachments(manifest.name, manifest.version).get(BOM)
+    return manifest, zoo.tags(r.name), zoo.attachments(manifest.name, manifest.version)
 
 
 def bom(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> dict:
@@ -139,7 +143,10 @@ def bom(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> 
     from zoo.registry.attachments import BOM
     from zoo.registry.codec import json_problem
 
-    manifest, _, data = _version(ref, remote, _zoo(zoo), strict=True)
+    from zoo.registry.attachments import BOM
+
+    manifest, _, attached = _version(ref, remote, _zoo(zoo), strict=True)
+    data = attached.get(BOM)
     where = f"remote {remote}" if remote else "the local zoo"
     if data is None:
         hint = ("it was published before zoo made bills of materials; `zoo release` of its recipe adds one"
@@ -178,11 +185,20 @@ def search(text: str = "", *, task: str | None = None, tag: str | None = None, m
 
 
 def pull(ref: str, *, build: str | None = None, to: str | Path | None = None, remote: str | None = None,
-         offline: bool = False, zoo: LocalZoo | None = None) -> PullResult:
-    """Pull `ref`; see `zoo.registry.pull` for the resolution order and `zoo.registry.select` for the build rule."""
+         offline: bool = False, zoo: LocalZoo | None = None, require_signature: bool = False) -> PullResult:
+    """Pull `ref`; see `zoo.registry.pull` for the resolution order, the signature check and
+    `zoo.registry.select` for the build rule."""
     from zoo.registry import pull as _pull
 
-    return _pull.pull(ref, build=build, to=Path(to) if to else None, remote=remote, offline=offline, zoo=_zoo(zoo))
+    return _pull.pull(ref, build=build, to=Path(to) if to else None, remote=remote, offline=offline, zoo=_zoo(zoo),
+                      require_signature=require_signature)
+
+
+def verify(ref: str, *, require_signature: bool = False, zoo: LocalZoo | None = None) -> dict:
+    """`zoo verify NAME@VERSION`: a local version's signature, attachments and stored files (zoo.registry.verify)."""
+    from zoo.registry.verify import verify_local
+
+    return verify_local(_zoo(zoo), ref, require_signature=require_signature)
 
 
 def push(ref: str, to: str, *, tags: list[str] | None = None, zoo: LocalZoo | None = None,
@@ -252,15 +268,18 @@ def remote_gc(name: str, *, dry_run: bool = False, grace_s: float | None = None,
 
 
 def remote_add(name: str, url: str, *, options: dict[str, str] | None = None, mirrors: list[str] | None = None,
-               replace: bool = False, zoo: LocalZoo | None = None) -> dict:
-    """Add (or with `replace`, change) a remote. Options are validated; credentials are refused."""
+               replace: bool = False, trust: list[str] | None = None, zoo: LocalZoo | None = None) -> dict:
+    """Add (or with `replace`, change) a remote. Options are validated; credentials are refused.
+    `trust`: PEM public keys or root certificates whose signatures are accepted for versions
+    pulled from it (zoo.registry.trust), kept by absolute path."""
     from zoo.registry.config import RemotesConfig
 
-    return RemotesConfig(_zoo(zoo).root).add(name, url, options, mirrors, replace=replace).model_dump()
+    return RemotesConfig(_zoo(zoo).root).add(name, url, options, mirrors, replace=replace, trust=trust).model_dump()
 
 
 def remote_add_from_dvc(name: str, dvc_remote: str, *, dvc_repo: Path | str = ".", options: dict[str, str] | None = None,
-                        mirrors: list[str] | None = None, replace: bool = False, zoo: LocalZoo | None = None) -> dict:
+                        mirrors: list[str] | None = None, replace: bool = False, trust: list[str] | None = None,
+                        zoo: LocalZoo | None = None) -> dict:
     """Add a remote at the URL of DVC remote `dvc_remote` of the repo at `dvc_repo`, with the options
     zoo has a name for (`options` added on top); credentials are never copied. The result adds
     ``notes``: what was not carried over and why (zoo.registry.dvc_remote)."""
@@ -268,7 +287,7 @@ def remote_add_from_dvc(name: str, dvc_remote: str, *, dvc_repo: Path | str = ".
 
     found = dvc_remotes.read(dvc_remote, Path(dvc_repo))
     added = remote_add(name, found.url, options={**found.options, **(options or {})}, mirrors=mirrors,
-                       replace=replace, zoo=zoo)
+                       replace=replace, trust=trust, zoo=zoo)
     return added | {"from_dvc": {"remote": found.name, "config": found.config}, "notes": found.notes}
 
 

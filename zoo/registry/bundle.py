@@ -69,6 +69,8 @@ class BundleResult:
     present: list[str] = field(default_factory=list)  # import: versions already here with the same bytes
     blobs: int = 0
     bytes: int = 0
+    signatures: dict[str, dict] = field(default_factory=dict)  # import: ref -> its signature check (zoo.registry.signing)
+    notes: list[str] = field(default_factory=list)
 
 
 def _zoo(zoo: LocalZoo | None) -> LocalZoo:
@@ -193,12 +195,15 @@ class _CountingReader:
 # import
 
 
-def import_bundle(path: str | Path, zoo: LocalZoo | None = None, progress: Progress | None = None) -> BundleResult:
+def import_bundle(path: str | Path, zoo: LocalZoo | None = None, progress: Progress | None = None, *,
+                  require_signature: bool = False) -> BundleResult:
     """Verify every byte of the bundle at `path`, then install its versions into the local zoo.
 
     All checks run before anything is installed (see the module docstring); on any failure
     the zoo is left as it was. Versions already present with the same content are no-ops.
-    `progress(n, total)` is called as the blobs' bytes are copied out and verified.
+    `progress(n, total)` is called as the blobs' bytes are copied out and verified. Each version's
+    signature is checked as a pull checks one (zoo.registry.trust: the keys the user trusts
+    anywhere; `require_signature` refuses unsigned versions) before any blob is copied out.
     """
     zoo = _zoo(zoo)
     path = Path(path).expanduser()
@@ -213,9 +218,32 @@ def import_bundle(path: str | Path, zoo: LocalZoo | None = None, progress: Progr
         index = _read_index(tar, members, path)
         manifests = _read_manifests(tar, members, index, path)
         attachments = _read_attachments(tar, members, index, path)
+        signatures, notes = _check_signatures(zoo, manifests, attachments, path, require_signature)
         blobs = _verify_blobs(tar, members, index, manifests, Path(scratch), path, _compressed(path), progress)
         _check_versions(zoo, manifests, blobs)
-        return _install(zoo, manifests, blobs, index, path, attachments)
+        result = _install(zoo, manifests, blobs, index, path, attachments)
+        result.signatures, result.notes = signatures, notes
+        return result
+
+
+def _check_signatures(zoo: LocalZoo, manifests: list[Manifest], attachments: dict[str, dict[str, bytes]], path: Path,
+                      require: bool) -> tuple[dict[str, dict], list[str]]:
+    """Every version's signature checked against what the user trusts (SignatureError, exit 4, before
+    anything is installed); the checks made by ref, and notes."""
+    from zoo.registry import trust
+
+    policy = trust.policy(trust.all_remotes(zoo.root), require=require)
+    notes = list(policy.notes)
+    if not policy.active:
+        return {}, notes
+    from zoo.registry.signing import verify
+
+    out = {}
+    for m in manifests:
+        verdict = verify(m, attachments.get(m.ref, {}), policy, where=f"bundle {path.name}: ")
+        out[m.ref] = verdict.to_json()
+        notes.extend(verdict.notes)
+    return out, notes
 
 
 def _checked_members(tar: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:

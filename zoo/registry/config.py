@@ -47,7 +47,11 @@ from zoo.registry.refs import check_name
 from zoo.storage.urls import scheme_of
 
 CONFIG_FILE = "remotes.json"
-CONFIG_SCHEMA_VERSION = 1
+# 2: a remote may carry `trust` (the public keys and root certificates its signed versions are checked
+#    against, zoo.registry.trust). A file is written at the lowest version that holds what it says, so one
+#    without trust keeps version 1, which older zoos read; version 1 still reads.
+CONFIG_SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 LOCATION_FORMS = ("a folder (/abs/path, ./rel/path, ~/path), file://, s3://bucket/prefix, gs://bucket/prefix, "
                   "az://container/prefix, webdav+https://host/path, ssh://[user@]host[:port]/abs/path, https://… "
                   "(read-only), hf://namespace or oci://host[:port]/prefix (an OCI registry)")
@@ -80,6 +84,8 @@ class RemoteConfig(BaseModel):
     url: str
     options: dict[str, str | bool | int] = Field(default_factory=dict)
     mirrors: list[str] = Field(default_factory=list)
+    # absolute paths of PEM public keys / root certificates trusted for this remote's signatures (schema 2)
+    trust: list[str] = Field(default_factory=list)
 
     @property
     def scheme(self) -> str:
@@ -92,8 +98,17 @@ class RemoteConfig(BaseModel):
 
 class RemotesFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    schema_version: Literal[1] = CONFIG_SCHEMA_VERSION
+    schema_version: Literal[1, 2] = 1
     remotes: list[RemoteConfig] = Field(default_factory=list, description="in the order pulls try them")
+
+    def dump(self) -> dict:
+        """The stored form, at the lowest schema version that holds it (`trust` needs 2)."""
+        data = self.model_dump(mode="json")
+        data["schema_version"] = 2 if any(r.trust for r in self.remotes) else 1
+        for r in data["remotes"]:
+            if not r["trust"]:
+                del r["trust"]
+        return data
 
 
 def parse_options(scheme: str, pairs: dict[str, str]) -> dict[str, str | bool]:
@@ -160,16 +175,20 @@ class _RemotesFile:
             return RemotesFile()
         except (OSError, ValueError) as e:
             raise InvalidInput(f"{self.path}: cannot read remotes config ({e})", hint="fix or delete the file") from e
-        if isinstance(raw, dict) and raw.get("schema_version") not in (None, CONFIG_SCHEMA_VERSION):
+        if isinstance(raw, dict) and raw.get("schema_version") not in (None, *READABLE_SCHEMA_VERSIONS):
             raise InvalidInput(f"{self.path}: schema_version {raw.get('schema_version')} is not supported",
-                               hint=f"this zoo reads schema_version {CONFIG_SCHEMA_VERSION}; upgrade zoo")
+                               hint=f"this zoo reads schema_version {', '.join(map(str, READABLE_SCHEMA_VERSIONS))}; "
+                                    "upgrade zoo")
         try:
-            return RemotesFile.model_validate(raw)
+            data = RemotesFile.model_validate(raw)
         except ValidationError as e:
             raise InvalidInput(f"{self.path}: invalid remotes config: {e.errors()[0]['msg']}") from e
+        if data.schema_version == 1 and any(r.trust for r in data.remotes):
+            raise InvalidInput(f"{self.path}: `trust` needs schema_version 2", hint="set \"schema_version\": 2")
+        return data
 
     def save(self, data: RemotesFile) -> None:
-        atomic_write(self.path, (json.dumps(data.model_dump(mode="json"), indent=2) + "\n").encode())
+        atomic_write(self.path, (json.dumps(data.dump(), indent=2) + "\n").encode())
 
 
 class RemotesConfig:
@@ -234,7 +253,7 @@ class RemotesConfig:
         raise NotFound(f"no remote called {value!r}", hint=f"{known}{folder}; or give {LOCATION_FORMS}")
 
     def add(self, name: str, url: str, options: dict[str, str] | None = None, mirrors: list[str] | None = None,
-            *, replace: bool = False) -> RemoteConfig:
+            *, replace: bool = False, trust: list[str] | None = None) -> RemoteConfig:
         check_name(name, "remote name")
         scheme = scheme_of(url)
         url = normalise_url(url)
@@ -252,7 +271,14 @@ class RemotesConfig:
 
             for u in [url, *(mirrors or [])]:
                 parse_oci_url(u)  # InvalidInput naming the form
-        remote = RemoteConfig(name=name, url=url, options=parse_options(scheme, options or {}), mirrors=list(mirrors or []))
+        anchors = []
+        if trust:
+            from zoo.registry.anchors import load_anchor
+
+            # each checked now (a PEM public key or certificate), kept by absolute path
+            anchors = list(dict.fromkeys(load_anchor(t, "--trust").path for t in trust))
+        remote = RemoteConfig(name=name, url=url, options=parse_options(scheme, options or {}), mirrors=list(mirrors or []),
+                              trust=anchors)
         existing = next((r for r in self.load().remotes if r.name == name), None)
         if existing == remote:
             return remote  # the same definition again (a set-up script run twice, another ZOO_HOME): nothing to do

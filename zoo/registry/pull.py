@@ -12,6 +12,12 @@ Resolution order:
 Nothing pulled is ever imported or executed: files are verified, their ONNX external-data
 locations checked, and only then is the version adopted and the files placed (hard links in
 the zoo's own snapshot folder; independent copies or reflinks for ``--to``).
+
+Signatures (zoo.registry.signing, zoo.registry.trust): when a signature is demanded
+(``--require-signature``; ``signing.require`` for a version coming from a remote) or any key is
+trusted for the source, the version's signature is checked right after its manifest is resolved,
+before a byte of it is fetched: a refused version leaves nothing behind. Every fetched file is then held to its
+sha256 in the manifest the signature covers.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class PullResult:
     downloaded_bytes: int = 0
     notes: list[str] = field(default_factory=list)
     fetched_from: list[str] = field(default_factory=list)  # the remotes the downloaded bytes came from
+    signature: dict | None = None  # the signature check (zoo.registry.signing.Verdict), None when none was made
 
     @property
     def ref(self) -> str:
@@ -110,7 +117,8 @@ def _local(zoo: LocalZoo, r: Ref) -> Manifest | None:
 
 
 def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: str | None = None,
-         offline: bool = False, zoo: LocalZoo | None = None, providers: list[str] | None = None) -> PullResult:
+         offline: bool = False, zoo: LocalZoo | None = None, providers: list[str] | None = None,
+         require_signature: bool = False) -> PullResult:
     """Pull `ref` (``name[@version|@tag]``) and return where its build's model file is.
 
     Everything is checked before anything is adopted: each of the build's files (fetched or
@@ -127,33 +135,63 @@ def pull(ref: str, *, build: str | None = None, to: Path | None = None, remote: 
     manifest, source = resolve_manifest(zoo, r, remotes, offline, notes)
     b = zoo.get_build(manifest, build) if build else best_build(manifest, providers)
     dest = Path(to).expanduser().resolve() if to else None
+    # the version's signature and bill of materials come from the remote whose manifest we adopt:
+    # read once, so the bytes checked are the bytes kept
+    attachments = source.read_attachments(manifest.name, manifest.version) if source is not None else {}
+    verdict = check_signature(zoo, manifest, source, attachments, require_signature, notes)
+    signature = verdict.to_json() if verdict is not None else None
 
     if source is None and dest is None:
         done = zoo.is_materialized(manifest, b)
         if done is not None:
-            return PullResult(manifest.name, manifest.version, b.name, str(done), "local", notes=notes)
+            return PullResult(manifest.name, manifest.version, b.name, str(done), "local", notes=notes,
+                              signature=signature)
 
     fetched: list[FileRef] = []
     used: list[str] = []
     try:
         with zoo.storing(only_inside=dest is not None), zoo.blobs.adding():
             # what is fetched (or found stored) is not freed before the manifest names it
-            path = _fetch_and_place(zoo, r, manifest, b, source, remotes, dest, offline, fetched, used, notes)
+            path = _fetch_and_place(zoo, r, manifest, b, source, attachments, remotes, dest, offline, fetched, used,
+                                    notes)
     except OSError as e:  # a failed download removed its temporary file: the space is given back
         if not is_no_space(e):
             raise
         raise storage_error(Path(e.filename) if e.filename else zoo.root, e) from e
     return PullResult(manifest.name, manifest.version, b.name, str(path), source.name if source else "local",
-                      len(fetched), sum(f.size for f in fetched), notes, fetched_from=used)
+                      len(fetched), sum(f.size for f in fetched), notes, fetched_from=used, signature=signature)
+
+
+def check_signature(zoo: LocalZoo, manifest: Manifest, source: RemoteZoo | None, attachments: dict[str, bytes],
+                    require: bool, notes: list[str]):
+    """The signature check of a version about to be pulled (module docstring): a `Verdict`, None
+    when signatures are not checked; SignatureError (exit 4) when it does not hold. The anchors
+    are the user's and, for a version from a remote, that remote's; for one the local zoo holds,
+    those of every remote the user configured (it remembers no source)."""
+    from zoo.registry import trust
+
+    config = getattr(source, "config", None) if source is not None else None
+    policy = trust.policy([config] if config is not None else trust.all_remotes(zoo.root), require=require,
+                          entering=source is not None)
+    notes.extend(policy.notes)
+    if not policy.active:
+        return None
+    from zoo.registry.signing import verify
+
+    if source is None:
+        verdict = verify(manifest, zoo.attachments(manifest.name, manifest.version), policy)
+    else:
+        verdict = verify(manifest, attachments, policy, where=f"remote {source.name}: ")
+    notes.extend(verdict.notes)
+    return verdict
 
 
 def _fetch_and_place(zoo: LocalZoo, r: Ref, manifest: Manifest, b, source: RemoteZoo | None,
-                     remotes: list[RemoteZoo], dest: Path | None, offline: bool, fetched: list[FileRef],
-                     used: list[str], notes: list[str]) -> Path:
-    """Fetch what the build lacks, check the version's ONNX files, adopt the manifest, place the files."""
+                     attachments: dict[str, bytes], remotes: list[RemoteZoo], dest: Path | None, offline: bool,
+                     fetched: list[FileRef], used: list[str], notes: list[str]) -> Path:
+    """Fetch what the build lacks, check the version's ONNX files, adopt the manifest (with the
+    `attachments` read from `source`), place the files."""
     files = zoo.build_files(manifest, b)
-    # the version's signature and bill of materials come from the remote whose manifest we adopt
-    attachments = source.read_attachments(manifest.name, manifest.version) if source is not None else {}
     order = ([source] if source else []) + [x for x in remotes if x is not source]
     _fetch_needed(zoo, manifest, b.name, files, order, offline, fetched, used, notes)
     if b.format == "onnx":

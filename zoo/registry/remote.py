@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from zoo.download import Source
     from zoo.errors import StorageError
     from zoo.registry.blobs import BlobStore
+    from zoo.registry.config import RemoteConfig
     from zoo.registry.index import VersionInfo
     from zoo.registry.manifest import FileRef, Manifest
     from zoo.registry.refs import Ref
@@ -66,6 +67,9 @@ class RemoteZoo(abc.ABC):
     name: str
     read_only: bool = False
     exclusive_create: bool = True  # the version appears by a create-exclusive write (module docstring)
+    # the configuration it was opened from: its `trust` anchors count for the versions it serves
+    # (zoo.registry.trust; a pull reads it through getattr, so a backend without one trusts only the user's)
+    config: "RemoteConfig | None" = None
 
     # ---- reads --------------------------------------------------------------------------
     @abc.abstractmethod

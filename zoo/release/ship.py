@@ -23,10 +23,14 @@ Steps, each refusing rather than guessing:
    requires (``release_files``: deploy's ``zoo.lock`` and ``provenance.intoto.json``), and pass
    the kind's `check_release` (deploy: the statement's subjects are the builds) (IntegrityError).
 4. The version has its bill of materials (`LocalZoo.ensure_bom`: made now for a version published
-   before BOMs existed), an attachment that is pushed with it. It is pushed to the remote: blobs
-   first, the manifest last and create-exclusive, so it appears atomically or not at all. The same
-   bytes already there: a no-op; different bytes under the same version: Conflict (exit 3). Then
-   the tags move, on the remote and locally.
+   before BOMs existed), an attachment that is pushed (and signed) with it.
+5. With a signing key (``sign``, else ``signing.key`` in the user's ``$ZOO_HOME/config.yaml``; never
+   a project's), the local version is signed (zoo.registry.signing: its manifest, every file's
+   digest, its other attachments, the BOM among them) and the signature kept as its attachment,
+   which the push carries before the manifest, so the version never shows unsigned on the remote.
+6. The version is pushed to the remote: blobs first, the manifest last and create-exclusive,
+   so it appears atomically or not at all. The same bytes already there: a no-op; different
+   bytes under the same version: Conflict (exit 3). Then the tags move, on the remote and locally.
 
 The engine names no kind here: what it needs of the stages it asks their kinds (zoo/stage.py).
 """
@@ -61,6 +65,8 @@ class ReleaseResult:
     files: dict[str, str] = field(default_factory=dict)  # version-level file (zoo.lock...) -> sha256
     gates: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    signature: dict[str, Any] | None = None  # who signed it (zoo.registry.signing.Verdict), None when unsigned
+    attachments: list[str] = field(default_factory=list)  # attachments this push stored (signature, BOM)
 
     @property
     def ref(self) -> str:
@@ -77,8 +83,9 @@ class ReleaseResult:
 
 def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = (), allow_stale_lock: bool = False,
             cache_dir: str | Path | None = None, jobs: int = 1, zoo: Any = None,
-            on_update: Callable[[Any], None] | None = None) -> ReleaseResult:
-    """Run `recipe` under its lockfile, check its gates, publish `name@version` to remote `to`, tag it."""
+            on_update: Callable[[Any], None] | None = None, sign: Any = None) -> ReleaseResult:
+    """Run `recipe` under its lockfile, check its gates, sign the version (`sign`: a
+    `zoo.registry.signing.Signer`, else the user's ``signing.key``), publish it to remote `to`, tag it."""
     from zoo.engine import pipeline
     from zoo.registry.config import RemotesConfig
     from zoo.registry.refs import LATEST, check_tag, check_version
@@ -99,6 +106,11 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
             raise InvalidInput("`latest` cannot be set by hand: it follows the highest version",
                                hint="use another tag name, e.g. --tag prod")
     publisher_id, release_output = _publishing_stage(dag)
+    signer = sign if sign is not None else user_signer()
+    if signer is not None:
+        from zoo.registry.signing import check_signer
+
+        check_signer(signer)  # a key that cannot sign fails before anything runs
     zoo = zoo or LocalZoo()
     remote = RemotesConfig(zoo.root).get(to)  # an unknown or read-only remote fails before anything runs
     if remote.read_only:
@@ -126,15 +138,34 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
     out.files = {f.path: f.sha256 for f in manifest.files}
     # its bill of materials goes up (and is signed) with it: a version published before BOMs existed gets one now
     zoo.ensure_bom(manifest)
+    if signer is not None:  # after the BOM: the signature covers it
+        from zoo.registry.signing import sign_local
+
+        verdict = sign_local(zoo, manifest, signer)
+        out.signature = verdict.to_json()
+        out.notes.extend(verdict.notes)
 
     from zoo.registry import api as registry
 
     pushed = registry.push(manifest.ref, to, tags=tags, zoo=zoo)
     out.created, out.uploaded = bool(pushed.get("created")), int(pushed.get("uploaded", 0))
     out.skipped, out.bytes = int(pushed.get("skipped", 0)), int(pushed.get("bytes", 0))
+    out.attachments = list(pushed.get("attachments") or [])
     for tag in tags:
         zoo.tag(manifest.name, manifest.version, tag)
     return out
+
+
+def user_signer():
+    """The signer of the user's ``signing:`` settings (``$ZOO_HOME/config.yaml``), or None."""
+    from zoo.registry.trust import user_settings
+
+    settings = user_settings()
+    if settings.key is None:
+        return None
+    from zoo.registry.signing import Signer
+
+    return Signer(settings.key, settings.certificate, settings.certificate_chain)
 
 
 def _publishing_stage(dag) -> tuple[str, str]:
