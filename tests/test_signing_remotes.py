@@ -9,6 +9,7 @@ exit 4 with nothing installed: no manifest, no tag, no blob."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 
@@ -26,7 +27,6 @@ from zoo.registry.store import LocalZoo
 
 KINDS = ["folder", "s3", "oci"]  # remote kinds these tests run on (remote_fixtures.Backend kinds)
 MODEL = "builds/cpu-fp32/model.onnx"
-BOM_BYTES = b'{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}'
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def signed(tmp_path, backend, keys):
     release, _ = keys
     zoo = LocalZoo(tmp_path / "publisher")
     m = zoo.publish(make_staging(tmp_path / "s100", version="1.0.0", big_bytes=3000))
-    zoo.add_attachment(m.name, m.version, BOM, BOM_BYTES)
+    assert BOM in zoo.attachments(m.name, m.version)  # every publish makes its bill of materials
     signing.sign_local(zoo, m, signing.Signer(release.private))
     zoo.publish(make_staging(tmp_path / "s110", version="1.1.0", scale=7.0))
     backend.add_to(zoo, url=backend.write_url)
@@ -76,8 +76,8 @@ def _rewrite(backend, tmp_path: Path, *, resign_with=None) -> None:
     stolen = api._remote("origin", attacker).read_attachments("tiny", "1.0.0")
     api.rm("tiny@1.0.0", remote="origin", zoo=attacker)
     forged = attacker.publish(make_staging(tmp_path / f"evil-{uuid.uuid4().hex[:6]}", scale=99.0))
-    attacker.add_attachment("tiny", "1.0.0", BOM, BOM_BYTES)
-    sig = stolen[SIGNATURE] if resign_with is None else signing.sign(forged, {BOM: BOM_BYTES},
+    own_bom = {BOM: attacker.attachments("tiny", "1.0.0")[BOM]}  # the forged version's, made by its publish
+    sig = stolen[SIGNATURE] if resign_with is None else signing.sign(forged, own_bom,
                                                                      signing.Signer(resign_with.private))
     attacker.add_attachment("tiny", "1.0.0", SIGNATURE, sig)
     api.push("tiny@1.0.0", "origin", zoo=attacker)
@@ -120,7 +120,9 @@ def test_a_manifest_and_blob_rewritten_consistently_are_refused(signed, backend,
     refused = run_zoo("pull", "tiny@1.0.0")
     assert refused.code == 4, refused.text
     assert "remote origin: tiny@1.0.0: its manifest changed after signing" in refused.err
-    assert f"file {MODEL} changed after signing" in refused.err and "nothing was installed" in refused.err
+    # the forged model, and the BOM its publish made for it, are named
+    assert re.search(rf"file [^;]*{BOM}, [^;]*{MODEL} changed after signing", refused.err), refused.err
+    assert "nothing was installed" in refused.err
     _nothing_installed(consumer)
 
     _rewrite(backend, tmp_path, resign_with=attacker)  # and re-signed with the attacker's own key

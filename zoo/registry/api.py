@@ -143,7 +143,6 @@ def bom(ref: str, *, remote: str | None = None, zoo: LocalZoo | None = None) -> 
     from zoo.registry.attachments import BOM
     from zoo.registry.codec import json_problem
 
-    from zoo.registry.attachments import BOM
 
     manifest, _, attached = _version(ref, remote, _zoo(zoo), strict=True)
     data = attached.get(BOM)
