@@ -165,6 +165,42 @@ def test_attachments_travel_with_the_version_and_are_immutable(backend, remote, 
     assert remote.read_attachments("tiny", "1.0.0") == {}
 
 
+@pytest.mark.parametrize("backend", sorted(WRITABLE), indirect=True, ids=backend_id)
+def test_a_bom_another_zoo_made_never_blocks_a_push_but_a_signed_one_must_match(backend, writer, publisher, tmp_path):
+    """Upgrade paths (attachments.reconcile): a version already on the remote without a BOM (pushed
+    before zoo made them) or with another zoo's BOM of the same content takes a push of an unsigned
+    local copy, keeping the remote's, with a note; a signed copy, whose signature covers its BOM,
+    must find the same BOM there (Conflict) and, where it cannot be added, says so (InvalidInput)."""
+    import shutil
+
+    from zoo.registry.attachments import BOM, SIGNATURE
+
+    bom = publisher.attachments("tiny", "1.0.0")[BOM]
+    shutil.rmtree(publisher.attachments_dir("tiny", "1.0.0"))  # as published before BOMs existed
+    writer.push(publisher, publisher.resolve("tiny@1.0.0"))
+    assert writer.read_attachments("tiny", "1.0.0") == {}
+    publisher.add_attachment("tiny", "1.0.0", BOM, bom)  # the upgraded zoo makes one
+    again = writer.push(publisher, publisher.resolve("tiny@1.0.0"))
+    if backend.kind in ("hf", "oci"):  # a published version cannot gain files there
+        assert again["attachments"] == [] and "pushed without it" in " ".join(again["notes"])
+        assert writer.read_attachments("tiny", "1.0.0") == {}
+    else:
+        assert again["attachments"] == [BOM] and writer.read_attachments("tiny", "1.0.0") == {BOM: bom}
+    other = LocalZoo(tmp_path / "newer")  # a newer zoo whose BOM of the same content has other bytes
+    other.publish(make_staging(tmp_path / "newer-staging", version="1.0.0", big_bytes=3000))
+    shutil.rmtree(other.attachments_dir("tiny", "1.0.0"))
+    other.add_attachment("tiny", "1.0.0", BOM, b'{"bomFormat": "CycloneDX", "specVersion": "1.7"}')
+    backend.add_to(other, url=backend.write_url)
+    newer = open_remote(RemotesConfig(other.root).get("origin"))
+    pushed = newer.push(other, other.resolve("tiny@1.0.0"))
+    assert pushed["notes"] and writer.read_attachments("tiny", "1.0.0").get(BOM) in (None, bom)
+    other.add_attachment("tiny", "1.0.0", SIGNATURE, b'{"sig": 1}')  # signed over its own BOM
+    with pytest.raises((Conflict, InvalidInput)) as e:
+        newer.push(other, other.resolve("tiny@1.0.0"))
+    assert isinstance(e.value, InvalidInput if backend.kind in ("hf", "oci") else Conflict)
+    assert SIGNATURE not in writer.read_attachments("tiny", "1.0.0")
+
+
 @every_kind
 def test_push_of_a_version_the_local_zoo_lacks_files_of_is_refused(backend, remote, publisher, tmp_path):
     half = LocalZoo(tmp_path / "half")

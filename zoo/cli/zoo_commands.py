@@ -394,6 +394,8 @@ def push_cmd(
     else:  # a rerun finishing a cut-off push may still send what was missing
         what = "already there (same content); " + (sent if result["uploaded"] else "nothing to upload")
     print(f"{result['ref']} → {result['remote']}: {what}", flush=True)
+    for note in result.get("notes") or []:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def tag_cmd(

@@ -46,3 +46,34 @@ def differs(name: str, ref: str, where: str):
     return Conflict(f"{ref} already carries a different {_WHAT.get(name, name)} on {where}",
                     hint="a version's signature and bill of materials are immutable like its files: bump the version "
                          "(or `zoo rm` it there first)")
+
+
+def reconcile(ref: str, where: str, local: dict[str, bytes], there: dict[str, bytes], *,
+              can_add: bool, cannot_add: str) -> tuple[list[str], list[str]]:
+    """What a push of `ref` does with its local attachments against those `where` already holds:
+    (names to store, notes). The same bytes: nothing. A signature, and anything it signed, must be
+    there as it is here: other bytes are a Conflict, a missing one is stored where the backend
+    `can_add`, else InvalidInput (`cannot_add`: why, for the message). An unsigned version's BOM
+    is derived data (made again from the version's content by whoever publishes it): one that
+    differs or cannot be added leaves the remote's as it is, with a note, so a newer zoo's BOM of
+    the same content never blocks a push."""
+    from zoo.errors import InvalidInput
+
+    signed = SIGNATURE in local
+    store, notes = [], []
+    for n, data in sorted(local.items()):
+        if there.get(n) == data:
+            continue
+        derived = n == BOM and not signed
+        if n in there:
+            if not derived:
+                raise differs(n, ref, where)
+            notes.append(f"{ref}: {where} keeps its own {_WHAT[n]}, made from the same content by another zoo")
+        elif can_add:
+            store.append(n)
+        elif derived:
+            notes.append(f"{ref}: {where} holds the version without a {_WHAT[n]} and {cannot_add}; pushed without it")
+        else:
+            raise InvalidInput(f"{ref} is on {where} without its {_WHAT[n]}, and {cannot_add}",
+                               hint=f"publish a new version to ship it, or `zoo rm {ref} --remote …` there and push again")
+    return store, notes

@@ -231,7 +231,8 @@ class FsRemoteZoo(RemoteZoo):
             raise Conflict(f"{manifest.ref} is already on remote {self.name} with different content",
                            hint="versions are immutable: bump the version")
         uploaded, nbytes = self._upload_missing(zoo, manifest)
-        attached = self._upload_attachments(zoo, manifest)
+        notes: list[str] = []
+        attached = self._upload_attachments(zoo, manifest, notes)
         created = False
         if existing is None:
             if manifest.created is None:
@@ -257,21 +258,30 @@ class FsRemoteZoo(RemoteZoo):
         # vectors shared by builds) is one blob, so it is neither uploaded twice nor "already there"
         n = len({f.sha256 for f in manifest.all_files()})
         return {"remote": self.name, "ref": manifest.ref, "uploaded": uploaded, "skipped": n - min(uploaded, n),
-                "bytes": nbytes, "created": created, "attachments": attached}
+                "bytes": nbytes, "created": created, "attachments": attached, "notes": notes}
 
-    def _upload_attachments(self, zoo: "LocalZoo", manifest: Manifest) -> list[str]:
-        """Store the local attachments of `manifest` the primary lacks, create-exclusive (the same
-        bytes already there are fine, other bytes a Conflict); the names stored."""
-        from zoo.registry.attachments import differs
+    def _upload_attachments(self, zoo: "LocalZoo", manifest: Manifest, notes: list[str]) -> list[str]:
+        """Store the local attachments of `manifest` the primary lacks, create-exclusive, by
+        `attachments.reconcile`'s rule (other bytes: a Conflict, except an unsigned version's BOM,
+        which stays as the remote has it, noted); the names stored."""
+        from zoo.registry.attachments import MAX_BYTES, NAMES, differs, reconcile
 
         b = self.primary
+        where = f"remote {self.name}"
+
+        def rpath(n: str) -> str:
+            return b.path("models", manifest.name, "attachments", manifest.version, n)
+
+        local = zoo.attachments(manifest.name, manifest.version)
+        there = {n: data for n in NAMES if n in local and (data := b.read(rpath(n), limit=MAX_BYTES)) is not None}
+        store, found = reconcile(manifest.ref, where, local, there, can_add=True, cannot_add="")
+        notes.extend(found)
         stored = []
-        for n, data in sorted(zoo.attachments(manifest.name, manifest.version).items()):
-            rpath = b.path("models", manifest.name, "attachments", manifest.version, n)
-            if b.create(rpath, data):
+        for n in store:
+            if b.create(rpath(n), local[n]):
                 stored.append(n)
-            elif b.read(rpath) != data:
-                raise differs(n, manifest.ref, f"remote {self.name}")
+            elif b.read(rpath(n)) != local[n]:  # a concurrent publisher's, between our read and create
+                raise differs(n, manifest.ref, where)
         return stored
 
     def _upload_missing(self, zoo: "LocalZoo", manifest: Manifest) -> tuple[int, int]:

@@ -276,11 +276,11 @@ class HfRemoteZoo(RemoteZoo):
             # a push cut off after its version tag did not move `latest`: the retry does
             if moves_latest(self.tags(manifest.name).get(LATEST), manifest.version):
                 self._move_tag(api, repo, LATEST, versions[manifest.version])
-            self._check_attachments(zoo, manifest)
+            notes = self._check_attachments(zoo, manifest)
             for tag in tags or []:
                 self.set_tag(manifest.name, tag, manifest.version)
             return {"remote": self.name, "ref": manifest.ref, "uploaded": 0, "skipped": len(manifest.all_files()),
-                    "bytes": 0, "created": False, "attachments": []}
+                    "bytes": 0, "created": False, "attachments": [], "notes": notes}
         if manifest.created is None:
             manifest = manifest.model_copy(update={"created": utc_now()})
         attachments = zoo.attachments(manifest.name, manifest.version)
@@ -304,7 +304,7 @@ class HfRemoteZoo(RemoteZoo):
         ops += [CommitOperationDelete(path_in_repo=p) for p in current if p not in paths and p != ".gitattributes"]
         with _hf_errors(where, f"commit {manifest.ref}"):
             commit = api.create_commit(repo, ops, commit_message=f"zoo: publish {manifest.ref}")
-        created = True
+        created, notes = True, []
         try:
             self._visible = None  # cut off during the tag, the Hub may or may not have made it
             with _hf_errors(where, f"tag {manifest.ref}"):
@@ -316,7 +316,7 @@ class HfRemoteZoo(RemoteZoo):
             self._visible = True
             # another publisher created the version first: fine only if it is the same content
             self._same_or_conflict(manifest, self._manifest_at(manifest.name, manifest.version, ep))
-            self._check_attachments(zoo, manifest)
+            notes = self._check_attachments(zoo, manifest)
             created = False
         current_latest = self.tags(manifest.name).get(LATEST) if created else None
         if created and moves_latest(current_latest, manifest.version):
@@ -327,24 +327,21 @@ class HfRemoteZoo(RemoteZoo):
         n = len(manifest.all_files())
         return {"remote": self.name, "ref": manifest.ref, "uploaded": n if created else 0, "skipped": 0 if created else n,
                 "bytes": sum(f.size for f in manifest.all_files()) if created else 0, "created": created,
-                "attachments": sorted(attachments) if created else []}
+                "attachments": sorted(attachments) if created else [], "notes": notes}
 
-    def _check_attachments(self, zoo: "LocalZoo", manifest: Manifest) -> None:
-        """A version already on the Hub: its attachments must be the local ones (or a subset of
-        what the Hub holds); one the Hub lacks cannot be added, since its tag pins the commit."""
-        from zoo.registry.attachments import differs
+    def _check_attachments(self, zoo: "LocalZoo", manifest: Manifest) -> list[str]:
+        """A version already on the Hub: its tag pins its commit, so nothing can be added to it
+        (`attachments.reconcile`'s rule: a signature must be there as it is here; an unsigned
+        version's BOM may differ or be missing, noted); the notes."""
+        from zoo.registry.attachments import reconcile
 
         mine = zoo.attachments(manifest.name, manifest.version)
         if not mine:
-            return
-        theirs = self.read_attachments(manifest.name, manifest.version)
-        for n, data in sorted(mine.items()):
-            if n not in theirs:
-                raise InvalidInput(f"{manifest.ref} is already on remote {self.name} without its {n}",
-                                   hint="a Hub version's tag pins its commit, so attachments come only with its first "
-                                        "push: publish a new version to ship them")
-            if theirs[n] != data:
-                raise differs(n, manifest.ref, f"remote {self.name}")
+            return []
+        _, notes = reconcile(manifest.ref, f"remote {self.name}", mine,
+                             self.read_attachments(manifest.name, manifest.version), can_add=False,
+                             cannot_add="a Hub version's tag pins its commit, so attachments come only with its first push")
+        return notes
 
     def _same_or_conflict(self, mine: Manifest, theirs: Manifest) -> None:
         if not same_content(mine, theirs):

@@ -501,25 +501,25 @@ class OciRemoteZoo(RemoteZoo):
                 manifest = theirs
         else:
             manifest = existing
-        if not created:  # theirs, or already there: it must carry the same attachments
-            self._same_attachments(repo, vtag, manifest, attachments)
+        notes = [] if created else self._same_attachments(repo, vtag, manifest, attachments)
         self._finish_publish(manifest, tags)
         n = len({f.sha256 for f in manifest.all_files()})
         return {"remote": self.name, "ref": manifest.ref, "uploaded": uploaded, "skipped": n - min(uploaded, n),
-                "bytes": nbytes, "created": created, "attachments": sorted(attachments) if created else []}
+                "bytes": nbytes, "created": created, "attachments": sorted(attachments) if created else [],
+                "notes": notes}
 
-    def _same_attachments(self, repo: str, vtag: str, manifest: Manifest, local: dict[str, bytes]) -> None:
-        """A version already on the registry: each local attachment must be there with the same bytes."""
-        from zoo.registry.attachments import differs
+    def _same_attachments(self, repo: str, vtag: str, manifest: Manifest, local: dict[str, bytes]) -> list[str]:
+        """A version already on the registry (theirs, or there before): nothing can be added to it,
+        by `attachments.reconcile`'s rule (a signature must be there as it is here; an unsigned
+        version's BOM may differ or be missing, noted); the notes."""
+        from zoo.registry.attachments import reconcile
 
-        there = self._attachments_at(self.primary, repo, vtag)
-        for n, data in sorted(local.items()):
-            if n not in there:
-                raise InvalidInput(f"{manifest.ref} is on remote {self.name} without its {n}; an OCI version's "
-                                   "attachments are layers of its manifest and cannot be added once it is published",
-                                   hint=f"`zoo rm {manifest.ref} --remote {self.name}` and push it again, or bump the version")
-            if there[n] != data:
-                raise differs(n, manifest.ref, f"remote {self.name}")
+        if not local:
+            return []
+        _, notes = reconcile(manifest.ref, f"remote {self.name}", local, self._attachments_at(self.primary, repo, vtag),
+                             can_add=False, cannot_add="an OCI version's attachments are layers of its manifest, "
+                                                       "which cannot change once it is published")
+        return notes
 
     def _layers(self, zoo: "LocalZoo", manifest: Manifest, extra: list[tuple[str, bytes, str]] | None = None) -> list[_Layer]:
         """Every layer of the version's OCI manifest, in order: its files, then `extra` items

@@ -151,6 +151,7 @@ def release(recipe: str | Path, *, version: str, to: str, tags: Iterable[str] = 
     out.created, out.uploaded = bool(pushed.get("created")), int(pushed.get("uploaded", 0))
     out.skipped, out.bytes = int(pushed.get("skipped", 0)), int(pushed.get("bytes", 0))
     out.attachments = list(pushed.get("attachments") or [])
+    out.notes.extend(pushed.get("notes") or [])
     for tag in tags:
         zoo.tag(manifest.name, manifest.version, tag)
     return out
